@@ -1,0 +1,16 @@
+"""The operators agents run, by type name (``call>`` is expanded by the executor)."""
+
+from __future__ import annotations
+
+from services.agent.operators.base import Operator
+from services.agent.operators.echo import run_echo
+from services.agent.operators.fail import run_fail
+from services.agent.operators.py import run_py
+from services.agent.operators.sh import run_sh
+
+OPERATORS: dict[str, Operator] = {
+    "echo": run_echo,
+    "fail": run_fail,
+    "py": run_py,
+    "sh": run_sh,
+}

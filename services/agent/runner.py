@@ -1,0 +1,72 @@
+"""Running one task message on an agent: log file, operator, and the events it reports."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from pathlib import Path
+
+from shared.dispatch.messages import Outcome, TaskFinished, TaskMessage, TaskStarted
+from shared.dispatch.seam import EventSink
+from services.agent.operators import OPERATORS
+from services.agent.operators.base import OperatorContext, OperatorFailed
+
+log = logging.getLogger(__name__)
+
+OUTPUT_HEAD_LINES = 20
+OUTPUT_LINE_CHARS = 500
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.=-]+")
+
+
+def log_path_for(message: TaskMessage) -> Path:
+    """The log file of one run of a task, relative to the log root; never escapes it."""
+    name = _UNSAFE.sub("_", message.full_name).strip("._") or "task"
+    return Path(str(int(message.attempt_id))) / f"{name[:200]}.{int(message.lease_token)}.log"
+
+
+class TaskRunner:
+    """Runs task messages, writing logs under ``log_root``; thread-safe."""
+
+    def __init__(self, log_root: Path) -> None:
+        self.log_root = log_root.resolve()
+
+    def __call__(self, message: TaskMessage, report: EventSink) -> None:
+        report(TaskStarted(message.task_id, message.lease_token, time.time()))
+        relative = log_path_for(message)
+        path = self.log_root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        store: dict[str, object] = {}
+        error: str | None = None
+        with path.open("w", encoding="utf-8") as log_file:
+            context = OperatorContext(message=message, log_file=log_file, log_path=path)
+            try:
+                store = OPERATORS[message.operator](context)
+            except OperatorFailed as exc:
+                error = str(exc)
+            except Exception as exc:  # an operator bug must still end the task
+                log.exception("operator crashed task=%s", message.full_name)
+                error = f"{type(exc).__name__}: {exc}"
+        report(
+            TaskFinished(
+                task_id=message.task_id,
+                lease_token=message.lease_token,
+                outcome=Outcome.SUCCESS if error is None else Outcome.ERROR,
+                finished_at=time.time(),
+                store=dict(store),
+                error_message=error,
+                log_path=str(relative),
+                log_size_bytes=path.stat().st_size,
+                output_lines=_head(path),
+            )
+        )
+
+
+def _head(path: Path) -> list[str]:
+    lines: list[str] = []
+    with path.open(encoding="utf-8", errors="replace") as log_file:
+        for line in log_file:
+            lines.append(line.rstrip("\n")[:OUTPUT_LINE_CHARS])
+            if len(lines) >= OUTPUT_HEAD_LINES:
+                break
+    return lines

@@ -1,0 +1,217 @@
+"""The ``tickwork`` command: embedded runs, validation and database migrations.
+
+User errors end with one line on stderr and exit status 2; a failed workflow exits 1.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NoReturn
+from zoneinfo import ZoneInfo
+
+import click
+
+from shared.clock import utc_now
+from shared.config import EmbeddedConfig
+from shared.domain.states import AttemptState, TaskState
+from shared.domain.workflow import WorkflowDefinition
+from shared.dsl.parser import parse_workflow_file
+from shared.errors import InvalidInput, TickworkError
+from shared.logging import configure_logging
+from shared.store.engine import create_store_engine
+from shared.store.migrate import current_revision, upgrade_database
+from shared.store.tasks import list_attempt_tasks
+from services.embedded import RunOutcome, RunRequest, default_session_time, open_store
+from services.embedded import run_workflow
+from services.progress import make_display
+
+EXIT_INVALID = 2
+
+
+def _fail(message: str) -> NoReturn:
+    click.echo(message, err=True)
+    sys.exit(EXIT_INVALID)
+
+
+def parse_param(raw: str) -> tuple[list[str], str]:
+    """``a.b=v`` -> (["a", "b"], "v"); raises BadParameter naming the option."""
+    key, sep, value = raw.partition("=")
+    path = key.strip().split(".")
+    if not sep or not all(part.strip() for part in path):
+        raise click.BadParameter(f"expected KEY=VALUE, got {raw!r}", param_hint="'--param'")
+    return path, value
+
+
+def build_params(raw_params: tuple[str, ...]) -> dict[str, Any]:
+    """Session params from ``--param`` options; dotted keys make nested values."""
+    params: dict[str, Any] = {}
+    for raw in raw_params:
+        path, value = parse_param(raw)
+        target = params
+        for part in path[:-1]:
+            nested = target.setdefault(part, {})
+            if not isinstance(nested, dict):
+                raise click.BadParameter(
+                    f"{raw!r} nests under {part!r}, which is already a value",
+                    param_hint="'--param'",
+                )
+            target = nested
+        target[path[-1]] = value
+    return params
+
+
+def parse_session_time(raw: str, timezone: str) -> datetime:
+    """ISO 8601, ``YYYY-MM-DD`` or ``YYYY-MM-DD HH:MM:SS``; naive times are in ``timezone``."""
+    try:
+        parsed = datetime.fromisoformat(raw.strip())
+    except ValueError:
+        raise click.BadParameter(
+            f"expected a time like 2026-01-30 or 2026-01-30T07:00:00+09:00, got {raw!r}",
+            param_hint="'--session-time'",
+        ) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=ZoneInfo(timezone))
+    return parsed
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tickwork")
+def main() -> None:
+    """tickwork: workflows of tasks, run once per scheduled time."""
+
+
+@main.command()
+@click.argument("workflow_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--project", "project", type=click.Path(file_okay=False, path_type=Path),
+              help="Project directory (default: the workflow file's directory).")
+@click.option("-p", "--param", "raw_params", multiple=True, metavar="KEY=VALUE",
+              help="A session parameter; repeatable; a.b=v sets a nested key.")
+@click.option("-t", "--session-time", "raw_session_time", metavar="TIME",
+              help="Session time (default: now, truncated to the schedule if any).")
+@click.option("-a", "--rerun", is_flag=True, help="Run every task, even those that succeeded.")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the summary.")
+def run(
+    workflow_file: Path,
+    project: Path | None,
+    raw_params: tuple[str, ...],
+    raw_session_time: str | None,
+    rerun: bool,
+    quiet: bool,
+) -> None:
+    """Run WORKFLOW_FILE in this process; running the same session again resumes it."""
+    config = _config()
+    configure_logging(config.log_level)
+    project_dir = (project or workflow_file.parent).resolve()
+    path = workflow_file if workflow_file.is_absolute() else Path.cwd() / workflow_file
+    if not path.exists() and project is not None:
+        path = project_dir / workflow_file
+    if not path.is_file():
+        raise click.BadParameter(f"no such file: {workflow_file}", param_hint="'WORKFLOW_FILE'")
+    definition = _parse(path, project_dir)
+    params = build_params(raw_params)
+    session_time = (
+        parse_session_time(raw_session_time, definition.timezone)
+        if raw_session_time
+        else default_session_time(definition, utc_now())
+    )
+    state_dir = config.state_dir or project_dir / ".tickwork"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    request = RunRequest(
+        definition=definition,
+        project_dir=project_dir,
+        state_dir=state_dir,
+        database_url=config.database_url or f"sqlite:///{state_dir / 'tickwork.db'}",
+        params=params,
+        session_time=session_time,
+        rerun=rerun,
+        max_task_threads=config.max_task_threads,
+        task_timeout_seconds=config.task_timeout_seconds,
+    )
+    sys.exit(_run(request, quiet))
+
+
+def _config() -> EmbeddedConfig:
+    try:
+        return EmbeddedConfig.from_environment()
+    except TickworkError as exc:
+        _fail(f"error: {exc}")
+
+
+def _parse(path: Path, project_dir: Path) -> WorkflowDefinition:
+    try:
+        return parse_workflow_file(path, project_dir)
+    except InvalidInput as exc:
+        _fail(str(exc))
+
+
+def _run(request: RunRequest, quiet: bool) -> int:
+    display = make_display(quiet=quiet)
+    try:
+        engine = open_store(request.database_url)
+        outcome = run_workflow(
+            request, on_progress=display.refresh, on_event=display.on_event, engine=engine
+        )
+    except KeyboardInterrupt:
+        display.close()
+        click.echo("interrupted: run the same command again to resume", err=True)
+        return 130
+    except TickworkError as exc:
+        display.close()
+        _fail(f"error: {exc}")
+    display.close()
+    _print_summary(engine, request, outcome)
+    return 0 if outcome.state is AttemptState.SUCCESS else 1
+
+
+def _print_summary(engine: Any, request: RunRequest, outcome: RunOutcome) -> None:
+    with engine.connect() as conn:
+        rows = list_attempt_tasks(conn, outcome.attempt_id)
+    operators = [r for r in rows if not r.is_group]
+    counts = Counter(r.state.value for r in operators)
+    resumed = sum(1 for r in operators if (r.result or {}).get("resumed"))
+    session = request.session_time.isoformat()
+    click.echo(f"session {session}  attempt {outcome.attempt_id}: {outcome.state.value}")
+    click.echo("  " + ", ".join(f"{state}: {n}" for state, n in sorted(counts.items())))
+    if resumed:
+        click.echo(f"  {resumed} task(s) had succeeded before and were skipped (--rerun runs them)")
+    for row in rows:
+        if row.state is TaskState.ERROR and not row.is_group:
+            click.echo(f"  failed {row.full_name}: {(row.error or {}).get('message', '')}")
+    click.echo(f"  logs: {request.state_dir / 'logs' / str(outcome.attempt_id)}")
+
+
+@main.command()
+@click.argument("workflow_files", nargs=-1, required=True,
+                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--project", type=click.Path(file_okay=False, path_type=Path))
+def check(workflow_files: tuple[Path, ...], project: Path | None) -> None:
+    """Validate workflow files without running anything."""
+    for path in workflow_files:
+        definition = _parse(path, (project or path.parent).resolve())
+        schedule = f", schedule {definition.schedule}" if definition.schedule else ""
+        tasks = definition.root.count_tasks()
+        click.echo(f"{path}: ok ({tasks} tasks, timezone {definition.timezone}{schedule})")
+
+
+@main.group()
+def db() -> None:
+    """Database schema commands."""
+
+
+@db.command()
+@click.option("--database-url", envvar="TICKWORK_DATABASE_URL", required=True,
+              help="Database to migrate (env TICKWORK_DATABASE_URL).")
+def upgrade(database_url: str) -> None:
+    """Migrate the database to the newest schema."""
+    engine = create_store_engine(database_url)
+    before = current_revision(engine)
+    upgrade_database(engine)
+    after = current_revision(engine)
+    click.echo(f"database at revision {after} (was {before or 'empty'})")
+
+
+if __name__ == "__main__":
+    main()

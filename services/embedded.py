@@ -1,0 +1,192 @@
+"""Embedded mode: one workflow run in one process on the same store and executor code.
+
+``tickwork run`` stores the workflow, creates (or resumes) its session, and drives the
+executor with the in-process dispatcher until the attempt ends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+
+from shared.clock import SystemClock
+from shared.dispatch.messages import TaskEvent, TaskFinished, TaskMessage
+from shared.dispatch.seam import EventSink, InProcessDispatcher
+from shared.domain.schedule import ScheduleSpec
+from shared.domain.states import AttemptState
+from shared.domain.workflow import WorkflowDefinition
+from shared.store import projects as project_store
+from shared.store import sessions as session_store
+from shared.store.engine import create_store_engine
+from shared.store.migrate import upgrade_database
+from services.agent.runner import TaskRunner
+from services.executor.loop import WorkflowExecutor
+
+IDLE_WAIT_SECONDS = 0.2
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What the user asked ``tickwork run`` for, already validated."""
+
+    definition: WorkflowDefinition
+    project_dir: Path
+    state_dir: Path
+    database_url: str
+    params: dict[str, Any]
+    session_time: datetime
+    rerun: bool = False
+    max_task_threads: int = 8
+    task_timeout_seconds: float | None = None
+
+
+@dataclass
+class RunOutcome:
+    """How a run ended."""
+
+    attempt_id: int
+    session_id: int
+    state: AttemptState
+    resumed_from_attempt_id: int | None
+    output: list[tuple[str, str]] = field(default_factory=list)
+
+
+def default_session_time(definition: WorkflowDefinition, now: datetime) -> datetime:
+    """Now, truncated to the last scheduled time when the workflow has a schedule."""
+    if definition.schedule is not None:
+        return ScheduleSpec.from_config(definition.schedule).last_session_time(now)
+    return now.replace(microsecond=0)
+
+
+def revision_name(definition: WorkflowDefinition) -> str:
+    """Local runs name their revision after the workflow's content."""
+    digest = hashlib.sha256(repr(sorted(definition.to_config().items())).encode()).hexdigest()
+    return f"local-{digest[:16]}"
+
+
+def open_store(database_url: str) -> Engine:
+    """An engine on a migrated database."""
+    engine = create_store_engine(database_url)
+    upgrade_database(engine)
+    return engine
+
+
+def create_run_attempt(conn: Connection, request: RunRequest, now: datetime) -> RunOutcome:
+    """Store the workflow and create the attempt that runs it; resume the last one's work.
+
+    A previous attempt left unfinished (its process died) is marked canceled. Unless
+    ``rerun`` is set, tasks that succeeded in the latest attempt are not run again.
+    """
+    definition = request.definition
+    project_id = project_store.ensure_project(conn, request.project_dir.name or "default", now)
+    revision_id = project_store.ensure_revision(
+        conn, project_id, revision_name(definition), {}, now
+    )
+    definition_id = project_store.ensure_workflow_definition(conn, revision_id, definition)
+    project_store.upsert_schedule(
+        conn, project_id=project_id, definition_id=definition_id, definition=definition, now=now
+    )
+    session_id = session_store.ensure_session(
+        conn,
+        project_id=project_id,
+        workflow_name=definition.name,
+        session_time=request.session_time,
+        now=now,
+    )
+    previous = session_store.list_session_attempts(conn, session_id)
+    for attempt in previous:
+        if not attempt.state.is_done:
+            session_store.set_attempt_state(
+                conn,
+                attempt.id,
+                AttemptState.CANCELED,
+                now,
+                from_states=(AttemptState.CREATED, AttemptState.RUNNING),
+            )
+    resume_from = previous[-1].id if previous and not request.rerun else None
+    attempt_id = session_store.insert_attempt(
+        conn,
+        session_id=session_id,
+        name=f"run-{len(previous) + 1}",
+        workflow_definition_id=definition_id,
+        timezone=definition.timezone,
+        params=request.params,
+        now=now,
+        resume_from_attempt_id=resume_from,
+        project_dir=str(request.project_dir),
+    )
+    if attempt_id is None:
+        raise RuntimeError("attempt name collision in a local run")
+    return RunOutcome(attempt_id, session_id, AttemptState.CREATED, resume_from)
+
+
+class _TeeDispatcher(InProcessDispatcher):
+    """The in-process dispatcher, also handing each finished task's output to a watcher."""
+
+    def __init__(
+        self, runner: Callable[[TaskMessage, EventSink], None], workers: int, watch: EventSink
+    ) -> None:
+        def observed(message: TaskMessage, report: EventSink) -> None:
+            def tee(event: TaskEvent) -> None:
+                watch(event)
+                report(event)
+
+            runner(message, tee)
+
+        super().__init__(observed, workers)
+
+
+def run_workflow(
+    request: RunRequest,
+    *,
+    on_progress: Callable[[Engine, int, bool], None] | None = None,
+    on_event: EventSink | None = None,
+    engine: Engine | None = None,
+) -> RunOutcome:
+    """Run one workflow to its end in this process; returns how the attempt ended."""
+    clock = SystemClock()
+    engine = engine or open_store(request.database_url)
+    with engine.begin() as conn:
+        outcome = create_run_attempt(conn, request, clock.now())
+    runner = TaskRunner(request.state_dir / "logs")
+    dispatcher = _TeeDispatcher(runner, request.max_task_threads, on_event or (lambda _e: None))
+    executor = WorkflowExecutor(
+        engine, dispatcher, clock=clock, task_timeout_seconds=request.task_timeout_seconds
+    )
+    try:
+        outcome.state = _drive(executor, outcome.attempt_id, engine, on_progress)
+    finally:
+        dispatcher.close()
+    return outcome
+
+
+def _drive(
+    executor: WorkflowExecutor,
+    attempt_id: int,
+    engine: Engine,
+    on_progress: Callable[[Engine, int, bool], None] | None,
+) -> AttemptState:
+    while True:
+        report = executor.tick()
+        for finished_id, state in report.finished_attempts:
+            if finished_id == attempt_id:
+                if on_progress:
+                    on_progress(engine, attempt_id, True)
+                return state
+        if on_progress:
+            on_progress(engine, attempt_id, False)
+        if not report.did_work:
+            executor.wait_for_work(
+                executor.seconds_until_due(executor.clock.now(), IDLE_WAIT_SECONDS)
+            )
+
+
+def finished_outputs(events: list[TaskEvent]) -> Mapping[int, list[str]]:
+    """Output lines of finished tasks by task id (for summaries)."""
+    return {e.task_id: e.output_lines for e in events if isinstance(e, TaskFinished)}

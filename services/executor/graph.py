@@ -1,0 +1,224 @@
+"""Moving an attempt's tasks through their states: the one place transitions happen.
+
+Every method runs inside the caller's transaction. Work follows events: a finished task
+promotes its downstream siblings and, once its parent has no active child left, concludes
+the parent, so the cost per task does not grow with the size of the workflow.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection
+
+from shared.domain.params import merge_outputs, merge_params
+from shared.domain.states import (
+    ACTIVE_TASK_STATES,
+    AttemptState,
+    TaskState,
+    attempt_state_for,
+    states_before,
+)
+from shared.domain.workflow import TaskSpec
+from shared.store import tasks as task_store
+from shared.store.sessions import set_attempt_state
+from shared.store.tasks import TaskRow
+from services.executor.materialize import Placement, materialize_children
+
+log = logging.getLogger(__name__)
+
+
+class TaskGraph:
+    """State transitions of task rows, applied with guarded updates in one transaction."""
+
+    def __init__(self, conn: Connection, now: datetime) -> None:
+        self.conn = conn
+        self.now = now
+        self.finished_attempts: list[tuple[int, AttemptState]] = []
+
+    # -- moving to a state -------------------------------------------------------------
+
+    def _move(self, task: TaskRow, target: TaskState, **values: Any) -> bool:
+        moved = task_store.update_task(
+            self.conn,
+            task.id,
+            states_before(target),
+            state=target,
+            updated_at=self.now,
+            **values,
+        )
+        if moved:
+            log.debug("task %s -> %s task_id=%d", task.full_name, target.value, task.id)
+        return moved
+
+    def promote(self, task_ids: Sequence[int]) -> list[int]:
+        """BLOCKED -> READY for tasks that may start now."""
+        return task_store.update_tasks_state(
+            self.conn, task_ids, (TaskState.BLOCKED,), TaskState.READY, self.now
+        )
+
+    # -- starting ----------------------------------------------------------------------
+
+    def stored_params(self, rows: Sequence[TaskRow]) -> dict[int, dict[str, Any] | None]:
+        """Params stored by earlier tasks that each task sees: its parent's, then upstreams'."""
+        parent_ids = {r.parent_id for r in rows if r.parent_id is not None}
+        parents = {p.id: p.params for p in task_store.get_tasks(self.conn, parent_ids)}
+        upstream = task_store.upstream_outputs(self.conn, [r.id for r in rows])
+        return {
+            r.id: merge_outputs(
+                [parents.get(r.parent_id) if r.parent_id else None, *upstream.get(r.id, [])]
+            )
+            for r in rows
+        }
+
+    def start_group(self, group: TaskRow) -> None:
+        """READY group -> PLANNED, and its first children -> READY."""
+        params = self.stored_params([group])[group.id]
+        if not self._move(group, TaskState.PLANNED, params=params, started_at=self.now):
+            return
+        self._start_children(group.id, group.config.get("parallel_limit"))
+
+    def _start_children(self, parent_id: int, limit: int | None) -> None:
+        self._fill(parent_id, limit)
+        if not task_store.has_child_in(self.conn, parent_id, ACTIVE_TASK_STATES):
+            self.conclude(parent_id)
+
+    def _fill(self, parent_id: int, limit: int | None) -> None:
+        """Start every startable child, or as many as a ``_parallel: {limit}`` window allows."""
+        room = None
+        if limit is not None:
+            room = limit - task_store.count_children_in(self.conn, parent_id, ACTIVE_TASK_STATES)
+            if room <= 0:
+                return
+        self.promote(task_store.select_startable_children(self.conn, parent_id, room))
+
+    # -- operator results --------------------------------------------------------------
+
+    def succeed_operator(
+        self,
+        task: TaskRow,
+        store: dict[str, Any],
+        *,
+        called: TaskSpec | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> None:
+        """An operator ended well: run generated subtasks and ``_check`` first, if any."""
+        params = task.params if params is None else params
+        output = merge_params(params, store) or None
+        values = {"result": {"store": store} if store else None, "output_params": output}
+        spec = TaskSpec.from_config(task.config)
+        generated = [s for s in (called, spec.check) if s is not None]
+        if not generated:
+            if self._move(task, TaskState.SUCCESS, finished_at=self.now, **values):
+                self.after_terminal(task.id)
+            return
+        if not self._move(task, TaskState.PLANNED, params=params, **values):
+            return
+        edges = [(0, 1)] if len(generated) == 2 else []
+        self._generate(task, generated, edges, output)
+
+    def _generate(
+        self,
+        task: TaskRow,
+        specs: Sequence[TaskSpec],
+        edges: Sequence[tuple[int, int]],
+        extra_export: dict[str, Any] | None = None,
+    ) -> None:
+        inherited = merge_params(task.inherited_export, task.config.get("export"), extra_export)
+        placement = Placement(
+            attempt_id=task.attempt_id,
+            parent_id=task.id,
+            parent_full_name=task.full_name,
+            inherited_export=inherited or None,
+            generated=True,
+        )
+        materialize_children(self.conn, placement, specs, edges, self.now)
+        self._start_children(task.id, None)
+
+    def fail(self, task: TaskRow, error: dict[str, Any]) -> None:
+        """A task failed: retry it, run its ``_error`` handler, or end it in ERROR."""
+        spec = TaskSpec.from_config(task.config)
+        if spec.retry is not None and task.retry_count < spec.retry.limit:
+            task_store.reset_descendants(self.conn, task.id, self.now)
+            delay = spec.retry.delay_seconds(task.retry_count)
+            self._move(
+                task,
+                TaskState.RETRY_WAITING,
+                retry_count=task.retry_count + 1,
+                not_before=self.now + timedelta(seconds=delay),
+                error=error,
+            )
+            log.info("task %s will retry in %.1fs", task.full_name, delay)
+            return
+        if spec.error is not None and not (task.error or {}).get("handler"):
+            if self._move(task, TaskState.PLANNED, error={**error, "handler": True}):
+                self._generate(task, [spec.error], [], {"error": error})
+            return
+        if self._move(task, TaskState.ERROR, error=error, finished_at=self.now):
+            self.after_terminal(task.id)
+
+    # -- after a task ended ------------------------------------------------------------
+
+    def after_terminal(self, task_id: int) -> None:
+        """Promote what waited for the task, and conclude its parent when nothing runs."""
+        task = task_store.get_task(self.conn, task_id)
+        if task.parent_id is None:
+            self._finish_attempt(task)
+            return
+        parent_limit = self._parent_limit(task.parent_id)
+        if parent_limit is not None:
+            self._fill(task.parent_id, parent_limit)
+        elif task.state is TaskState.SUCCESS:
+            downstream = task_store.downstream_ids(self.conn, task.id)
+            self.promote(task_store.select_startable(self.conn, downstream))
+        if not task_store.has_child_in(self.conn, task.parent_id, ACTIVE_TASK_STATES):
+            self.conclude(task.parent_id)
+
+    def _parent_limit(self, parent_id: int) -> int | None:
+        limit = task_store.get_task(self.conn, parent_id).config.get("parallel_limit")
+        return None if limit is None else int(limit)
+
+    def conclude(self, parent_id: int) -> None:
+        """Every child of a PLANNED task has ended: decide the task's own end."""
+        parent = task_store.get_task(self.conn, parent_id)
+        if parent.state is not TaskState.PLANNED:
+            return
+        children = task_store.list_children(self.conn, parent_id)
+        blocked = [c.id for c in children if c.state is TaskState.BLOCKED]
+        task_store.update_tasks_state(
+            self.conn, blocked, (TaskState.BLOCKED,), TaskState.CANCELED, self.now
+        )
+        if parent.error and parent.error.get("handler"):
+            if self._move(parent, TaskState.ERROR, finished_at=self.now):
+                self.after_terminal(parent.id)
+            return
+        failed = next((c for c in children if c.state is TaskState.ERROR), None)
+        if failed is not None:
+            error = failed.error or {}
+            self.fail(
+                parent,
+                {
+                    "message": error.get("message", "failed"),
+                    "task": error.get("task", failed.full_name),
+                },
+            )
+            return
+        if any(c.state is TaskState.CANCELED for c in children if c.id not in blocked):
+            if self._move(parent, TaskState.CANCELED, finished_at=self.now):
+                self.after_terminal(parent.id)
+            return
+        base = parent.output_params or parent.params
+        output = merge_outputs([base, *(c.output_params for c in children)])
+        if self._move(parent, TaskState.SUCCESS, finished_at=self.now, output_params=output):
+            self.after_terminal(parent.id)
+
+    def _finish_attempt(self, root: TaskRow) -> None:
+        state = attempt_state_for(root.state)
+        if set_attempt_state(
+            self.conn, root.attempt_id, state, self.now, from_states=(AttemptState.RUNNING,)
+        ):
+            log.info("attempt finished attempt_id=%d state=%s", root.attempt_id, state.value)
+            self.finished_attempts.append((root.attempt_id, state))

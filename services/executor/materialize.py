@@ -1,0 +1,116 @@
+"""Turning task specs into task rows: an attempt's static tree, or subtasks generated later."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from shared.domain.params import merge_params
+from shared.domain.states import TaskState
+from shared.domain.workflow import TaskSpec, sibling_dependencies
+from shared.store.tables import tasks
+from shared.store.tasks import insert_dependencies, insert_tasks
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where new rows go: their attempt, parent, and the exports they inherit."""
+
+    attempt_id: int
+    parent_id: int | None
+    parent_full_name: str
+    inherited_export: dict[str, Any] | None
+    generated: bool
+    resume_from_attempt_id: int | None = None
+
+
+def materialize_children(
+    conn: Connection,
+    placement: Placement,
+    specs: Sequence[TaskSpec],
+    edges: Sequence[tuple[int, int]],
+    now: datetime,
+) -> list[int]:
+    """Insert ``specs`` (and their static subtrees) as BLOCKED siblings; returns their ids.
+
+    ``edges`` are dependencies among ``specs`` by index. Tasks that succeeded in the attempt
+    being resumed are inserted as SUCCESS with the params they stored.
+    """
+    names = [placement.parent_full_name + spec.name for spec in specs]
+    resumed = _resumed_outputs(conn, placement.resume_from_attempt_id, names)
+    rows = [
+        _row(placement, spec, name, position, resumed, now)
+        for position, (spec, name) in enumerate(zip(specs, names, strict=True))
+    ]
+    ids = insert_tasks(conn, rows)
+    insert_dependencies(conn, [(ids[up], ids[down]) for up, down in edges])
+    for task_id, spec, name in zip(ids, specs, names, strict=True):
+        if spec.children and name not in resumed:
+            child_placement = Placement(
+                attempt_id=placement.attempt_id,
+                parent_id=task_id,
+                parent_full_name=name,
+                inherited_export=_inherit(placement.inherited_export, spec.export),
+                generated=placement.generated,
+                resume_from_attempt_id=placement.resume_from_attempt_id,
+            )
+            materialize_children(
+                conn, child_placement, spec.children, sibling_dependencies(spec), now
+            )
+    return ids
+
+
+def _inherit(
+    inherited: dict[str, Any] | None, export: dict[str, Any]
+) -> dict[str, Any] | None:
+    return merge_params(inherited, export) or None if export else inherited
+
+
+def _row(
+    placement: Placement,
+    spec: TaskSpec,
+    full_name: str,
+    position: int,
+    resumed: dict[str, dict[str, Any] | None],
+    now: datetime,
+) -> dict[str, Any]:
+    done = full_name in resumed
+    return {
+        "attempt_id": placement.attempt_id,
+        "parent_id": placement.parent_id,
+        "full_name": full_name,
+        "position": position,
+        "is_group": spec.is_group,
+        "is_generated": placement.generated,
+        "state": (TaskState.SUCCESS if done else TaskState.BLOCKED).value,
+        "config": spec.to_config(with_children=False),
+        "inherited_export": placement.inherited_export,
+        "retry_count": 0,
+        "lease_token": 0,
+        "not_before": None,
+        "params": None,
+        "result": {"resumed": True} if done else None,
+        "output_params": resumed.get(full_name),
+        "error": None,
+        "created_at": now,
+        "started_at": None,
+        "finished_at": now if done else None,
+        "updated_at": now,
+    }
+
+
+def _resumed_outputs(
+    conn: Connection, attempt_id: int | None, names: list[str]
+) -> dict[str, dict[str, Any] | None]:
+    if attempt_id is None or not names:
+        return {}
+    query = select(tasks.c.full_name, tasks.c.output_params).where(
+        tasks.c.attempt_id == attempt_id,
+        tasks.c.full_name.in_(names),
+        tasks.c.state == TaskState.SUCCESS.value,
+    )
+    return {str(name): output for name, output in conn.execute(query)}

@@ -1,0 +1,71 @@
+"""Building the message an agent runs from a task row: params merged and ``${...}`` evaluated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from shared.dispatch.messages import TaskMessage
+from shared.domain.expressions import render
+from shared.domain.params import session_variables, task_params
+from shared.store.sessions import AttemptRow
+from shared.store.tasks import TaskRow
+
+
+@dataclass(frozen=True)
+class AttemptContext:
+    """What every task of one attempt shares: session params and built-in variables."""
+
+    attempt_id: int
+    session_params: dict[str, Any]
+    builtins: dict[str, Any]
+    project_dir: str
+
+    @classmethod
+    def of(cls, attempt: AttemptRow) -> AttemptContext:
+        """The context of an attempt row."""
+        builtins = {
+            **session_variables(attempt.session_time, attempt.timezone),
+            "session_id": attempt.session_id,
+            "session_uuid": attempt.session_uuid,
+            "attempt_id": attempt.id,
+            "project_id": attempt.project_id,
+            "workflow_name": attempt.workflow_name,
+        }
+        return cls(
+            attempt_id=attempt.id,
+            session_params=attempt.params,
+            builtins=builtins,
+            project_dir=attempt.project_dir or ".",
+        )
+
+
+def build_task_message(
+    task: TaskRow,
+    context: AttemptContext,
+    stored: dict[str, Any] | None,
+    lease_token: int,
+    timeout_seconds: float | None,
+) -> TaskMessage:
+    """The message for one operator task; raises InvalidExpression on a bad ``${...}``."""
+    config = task.config
+    params = task_params(
+        session_params=context.session_params,
+        inherited_export=task.inherited_export,
+        stored=stored,
+        own_export=config.get("export"),
+        builtins={**context.builtins, "task_name": task.full_name, "retry": task.retry_count},
+        local=config.get("params"),
+    )
+    rendered = render(params, params)
+    return TaskMessage(
+        task_id=task.id,
+        attempt_id=task.attempt_id,
+        lease_token=lease_token,
+        full_name=task.full_name,
+        operator=config["operator"],
+        command=render(config.get("command"), params),
+        params=rendered,
+        project_dir=context.project_dir,
+        timeout_seconds=timeout_seconds,
+    )

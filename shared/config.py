@@ -1,0 +1,69 @@
+"""Configuration from ``TICKWORK_*`` environment variables, read once into frozen dataclasses."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from shared.errors import Problem, TickworkError
+
+
+class InvalidConfig(TickworkError):
+    """Raised when an environment variable holds a value of the wrong form."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One environment variable: its name, default and one-line meaning."""
+
+    name: str
+    default: str
+    doc: str
+
+
+EMBEDDED_SETTINGS = (
+    Setting("TICKWORK_STATE_DIR", "", "state directory (default: <project>/.tickwork)"),
+    Setting("TICKWORK_DATABASE_URL", "", "database URL (default: SQLite in the state dir)"),
+    Setting("TICKWORK_MAX_TASK_THREADS", "8", "tasks run at once by the embedded agent"),
+    Setting("TICKWORK_TASK_TIMEOUT_SECONDS", "86400", "time limit of one operator run"),
+    Setting("TICKWORK_LOG_LEVEL", "WARNING", "level of tickwork's own log lines"),
+)
+
+
+@dataclass(frozen=True)
+class EmbeddedConfig:
+    """Settings of ``tickwork run``: one process, SQLite by default."""
+
+    state_dir: Path | None
+    database_url: str | None
+    max_task_threads: int
+    task_timeout_seconds: float
+    log_level: str
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> EmbeddedConfig:
+        """Read the settings; raises InvalidConfig naming the variable on a bad value."""
+        env = os.environ if environ is None else environ
+        values = {s.name: env.get(s.name, s.default) for s in EMBEDDED_SETTINGS}
+        state_dir = values["TICKWORK_STATE_DIR"]
+        return cls(
+            state_dir=Path(state_dir) if state_dir else None,
+            database_url=values["TICKWORK_DATABASE_URL"] or None,
+            max_task_threads=_positive_int(values, "TICKWORK_MAX_TASK_THREADS"),
+            task_timeout_seconds=float(_positive_int(values, "TICKWORK_TASK_TIMEOUT_SECONDS")),
+            log_level=values["TICKWORK_LOG_LEVEL"].upper(),
+        )
+
+
+def _positive_int(values: Mapping[str, str], name: str) -> int:
+    raw = values[name]
+    try:
+        number = int(raw)
+    except ValueError:
+        number = 0
+    if number <= 0:
+        problem = Problem(name, None, f"expected a positive integer, got {raw!r}")
+        raise InvalidConfig(str(problem))
+    return number

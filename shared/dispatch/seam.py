@@ -1,0 +1,61 @@
+"""The dispatch seam: how the executor hands tasks to agents and hears back.
+
+The in-process implementation runs agents' work in a thread pool; a Celery/Redis one sits
+behind the same :class:`Dispatcher` Protocol.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+from shared.dispatch.messages import TaskEvent, TaskMessage
+
+EventSink = Callable[[TaskEvent], None]
+TaskRunner = Callable[[TaskMessage, EventSink], None]
+
+
+class Dispatcher(Protocol):
+    """The executor's side of the seam."""
+
+    def publish(self, messages: Sequence[TaskMessage]) -> None:
+        """Send tasks whose ``queued`` state is already committed."""
+
+    def poll_events(self, timeout_seconds: float) -> list[TaskEvent]:
+        """Every event that arrived, waiting up to ``timeout_seconds`` for the first one."""
+
+    def close(self) -> None:
+        """Stop taking work and release resources."""
+
+
+class InProcessDispatcher:
+    """Runs each message with ``runner`` on a thread pool of ``max_workers``."""
+
+    def __init__(self, runner: TaskRunner, max_workers: int) -> None:
+        self._runner = runner
+        self._events: queue.SimpleQueue[TaskEvent] = queue.SimpleQueue()
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="agent")
+        self._closed = threading.Event()
+
+    def publish(self, messages: Sequence[TaskMessage]) -> None:
+        for message in messages:
+            self._pool.submit(self._runner, message, self._events.put)
+
+    def poll_events(self, timeout_seconds: float) -> list[TaskEvent]:
+        events: list[TaskEvent] = []
+        try:
+            events.append(self._events.get(timeout=max(timeout_seconds, 0.0)))
+        except queue.Empty:
+            return events
+        while True:
+            try:
+                events.append(self._events.get_nowait())
+            except queue.Empty:
+                return events
+
+    def close(self) -> None:
+        self._closed.set()
+        self._pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,112 @@
+"""Task and attempt states, and the one table of which task state may follow which."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class TaskState(StrEnum):
+    """Where one task row stands; stored as its string value."""
+
+    BLOCKED = "blocked"  # waiting for its parent to start or an upstream sibling to succeed
+    READY = "ready"  # may start: an operator task waits for dispatch, a group for its children
+    QUEUED = "queued"  # handed to the dispatch seam under a fresh lease token
+    RUNNING = "running"  # an agent reported that the operator started
+    PLANNED = "planned"  # waiting for its children (a group, generated subtasks, _check, _error)
+    RETRY_WAITING = "retry_waiting"  # failed with retries left; ready again at not_before
+    SUCCESS = "success"
+    ERROR = "error"
+    CANCELED = "canceled"
+
+    @property
+    def is_terminal(self) -> bool:
+        """True once the task can never change again (until a group retry resets it)."""
+        return self in TERMINAL_TASK_STATES
+
+
+TERMINAL_TASK_STATES = frozenset({TaskState.SUCCESS, TaskState.ERROR, TaskState.CANCELED})
+ACTIVE_TASK_STATES = frozenset(
+    {
+        TaskState.READY,
+        TaskState.QUEUED,
+        TaskState.RUNNING,
+        TaskState.PLANNED,
+        TaskState.RETRY_WAITING,
+    }
+)
+"""States of a task that has started and not ended: its parent must wait for it."""
+
+ALLOWED_TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
+    TaskState.BLOCKED: frozenset({TaskState.READY, TaskState.SUCCESS, TaskState.CANCELED}),
+    TaskState.READY: frozenset(
+        {TaskState.QUEUED, TaskState.PLANNED, TaskState.SUCCESS, TaskState.ERROR, TaskState.CANCELED}
+    ),
+    TaskState.QUEUED: frozenset(
+        {
+            TaskState.QUEUED,  # requeued under a new lease token
+            TaskState.RUNNING,
+            TaskState.SUCCESS,
+            TaskState.PLANNED,
+            TaskState.RETRY_WAITING,
+            TaskState.ERROR,
+            TaskState.CANCELED,
+        }
+    ),
+    TaskState.RUNNING: frozenset(
+        {
+            TaskState.QUEUED,
+            TaskState.SUCCESS,
+            TaskState.PLANNED,
+            TaskState.RETRY_WAITING,
+            TaskState.ERROR,
+            TaskState.CANCELED,
+        }
+    ),
+    TaskState.PLANNED: frozenset(
+        {
+            TaskState.PLANNED,  # an _error or _check child was added
+            TaskState.SUCCESS,
+            TaskState.RETRY_WAITING,
+            TaskState.ERROR,
+            TaskState.CANCELED,
+        }
+    ),
+    TaskState.RETRY_WAITING: frozenset({TaskState.READY, TaskState.CANCELED}),
+    TaskState.SUCCESS: frozenset({TaskState.BLOCKED}),  # a group retry resets its subtree
+    TaskState.ERROR: frozenset({TaskState.BLOCKED}),
+    TaskState.CANCELED: frozenset({TaskState.BLOCKED}),
+}
+
+
+def can_transition(current: TaskState, target: TaskState) -> bool:
+    """Whether a task in ``current`` may move to ``target``."""
+    return target in ALLOWED_TASK_TRANSITIONS[current]
+
+
+def states_before(target: TaskState) -> tuple[TaskState, ...]:
+    """Every state from which ``target`` may be reached: the WHERE clause of a guarded update."""
+    return tuple(s for s, allowed in ALLOWED_TASK_TRANSITIONS.items() if target in allowed)
+
+
+class AttemptState(StrEnum):
+    """Where one attempt of a session stands."""
+
+    CREATED = "created"  # inserted; its task tree is not materialized yet
+    RUNNING = "running"
+    SUCCESS = "success"
+    ERROR = "error"
+    CANCELED = "canceled"
+
+    @property
+    def is_done(self) -> bool:
+        """True once the attempt's root task has ended."""
+        return self in (AttemptState.SUCCESS, AttemptState.ERROR, AttemptState.CANCELED)
+
+
+def attempt_state_for(root_state: TaskState) -> AttemptState:
+    """The attempt state that a terminal root task state ends the attempt in."""
+    return {
+        TaskState.SUCCESS: AttemptState.SUCCESS,
+        TaskState.ERROR: AttemptState.ERROR,
+        TaskState.CANCELED: AttemptState.CANCELED,
+    }[root_state]

@@ -1,0 +1,194 @@
+"""The workflow tree as pure values: task specs, retry policies and sibling dependencies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+OPERATORS = ("echo", "sh", "py", "call", "fail")
+"""Operator types this version runs; `call` is expanded by the executor, the rest by agents."""
+
+
+class IntervalType(StrEnum):
+    """How the wait between retries grows."""
+
+    CONSTANT = "constant"
+    EXPONENTIAL = "exponential"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """``_retry``: ``limit`` extra runs, waiting ``interval_seconds`` (growing if exponential)."""
+
+    limit: int
+    interval_seconds: float = 0.0
+    interval_type: IntervalType = IntervalType.CONSTANT
+    max_interval_seconds: float | None = None
+
+    def delay_seconds(self, retries_done: int) -> float:
+        """The wait before retry number ``retries_done + 1``."""
+        if self.interval_type is IntervalType.EXPONENTIAL:
+            delay = self.interval_seconds * (2 ** min(retries_done, 62))
+        else:
+            delay = self.interval_seconds
+        if self.max_interval_seconds is not None:
+            delay = min(delay, self.max_interval_seconds)
+        return delay
+
+    def to_config(self) -> dict[str, Any]:
+        """The JSON form stored with a task."""
+        config: dict[str, Any] = {"limit": self.limit, "interval": self.interval_seconds}
+        if self.interval_type is not IntervalType.CONSTANT:
+            config["interval_type"] = self.interval_type.value
+        if self.max_interval_seconds is not None:
+            config["max_interval"] = self.max_interval_seconds
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> RetryPolicy:
+        """Inverse of :meth:`to_config`."""
+        return cls(
+            limit=int(config["limit"]),
+            interval_seconds=float(config.get("interval", 0.0)),
+            interval_type=IntervalType(config.get("interval_type", "constant")),
+            max_interval_seconds=config.get("max_interval"),
+        )
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One node of a workflow tree: an operator task (``operator`` set) or a group.
+
+    ``name`` is the local name (``+load``, or ``^error``/``^check``/``^sub`` for generated
+    ones); ``params`` are the operator task's local keys; ``called`` is the root of the
+    workflow a ``call>`` task embeds, resolved when the file was parsed.
+    """
+
+    name: str
+    operator: str | None = None
+    command: Any = None
+    params: dict[str, Any] = field(default_factory=dict)
+    export: dict[str, Any] = field(default_factory=dict)
+    parallel: bool = False
+    parallel_limit: int | None = None
+    after: tuple[str, ...] = ()
+    background: bool = False
+    retry: RetryPolicy | None = None
+    error: TaskSpec | None = None
+    check: TaskSpec | None = None
+    children: tuple[TaskSpec, ...] = ()
+    called: TaskSpec | None = None
+
+    @property
+    def is_group(self) -> bool:
+        """True for a task without an operator: it runs its children."""
+        return self.operator is None
+
+    def to_config(self, *, with_children: bool = True) -> dict[str, Any]:
+        """The JSON form; without children it is what one task row stores."""
+        config: dict[str, Any] = {"name": self.name}
+        if self.operator is not None:
+            config["operator"] = self.operator
+            config["command"] = self.command
+        optional: dict[str, Any] = {
+            "params": self.params,
+            "export": self.export,
+            "parallel": self.parallel,
+            "parallel_limit": self.parallel_limit,
+            "after": list(self.after),
+            "background": self.background,
+        }
+        config.update({k: v for k, v in optional.items() if v})
+        if self.retry is not None:
+            config["retry"] = self.retry.to_config()
+        for key, spec in (("error", self.error), ("check", self.check), ("called", self.called)):
+            if spec is not None:
+                config[key] = spec.to_config()
+        if with_children and self.children:
+            config["children"] = [child.to_config() for child in self.children]
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> TaskSpec:
+        """Inverse of :meth:`to_config`."""
+
+        def sub(key: str) -> TaskSpec | None:
+            value = config.get(key)
+            return None if value is None else cls.from_config(value)
+
+        retry = config.get("retry")
+        return cls(
+            name=config["name"],
+            operator=config.get("operator"),
+            command=config.get("command"),
+            params=dict(config.get("params", {})),
+            export=dict(config.get("export", {})),
+            parallel=bool(config.get("parallel", False)),
+            parallel_limit=config.get("parallel_limit"),
+            after=tuple(config.get("after", ())),
+            background=bool(config.get("background", False)),
+            retry=None if retry is None else RetryPolicy.from_config(retry),
+            error=sub("error"),
+            check=sub("check"),
+            children=tuple(cls.from_config(c) for c in config.get("children", ())),
+            called=sub("called"),
+        )
+
+    def count_tasks(self) -> int:
+        """How many task rows the static tree of this spec materializes into."""
+        return 1 + sum(child.count_tasks() for child in self.children)
+
+
+@dataclass(frozen=True)
+class WorkflowDefinition:
+    """A parsed ``NAME.dig`` file: the workflow ``NAME`` and its root group ``+NAME``."""
+
+    name: str
+    root: TaskSpec
+    timezone: str = "UTC"
+    schedule: dict[str, Any] | None = None
+
+    def to_config(self) -> dict[str, Any]:
+        """The JSON form stored (and shared by digest) as a workflow config."""
+        config: dict[str, Any] = {"name": self.name, "timezone": self.timezone}
+        if self.schedule is not None:
+            config["schedule"] = self.schedule
+        config["root"] = self.root.to_config()
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> WorkflowDefinition:
+        """Inverse of :meth:`to_config`."""
+        return cls(
+            name=config["name"],
+            root=TaskSpec.from_config(config["root"]),
+            timezone=config.get("timezone", "UTC"),
+            schedule=config.get("schedule"),
+        )
+
+
+def sibling_dependencies(group: TaskSpec) -> list[tuple[int, int]]:
+    """Edges ``(upstream_index, downstream_index)`` among a group's children.
+
+    Sequential groups chain each child to the one before; a ``_background`` child has no
+    upstream, and the next ordinary child waits for it too. Parallel groups have only the
+    edges ``_after`` names.
+    """
+    children = group.children
+    if group.parallel:
+        index = {child.name: i for i, child in enumerate(children)}
+        return [(index[up], i) for i, child in enumerate(children) for up in child.after]
+    edges: list[tuple[int, int]] = []
+    last_ordinary: int | None = None
+    pending_background: list[int] = []
+    for i, child in enumerate(children):
+        if child.background:
+            pending_background.append(i)
+            continue
+        if last_ordinary is not None:
+            edges.append((last_ordinary, i))
+        edges.extend((b, i) for b in pending_background)
+        pending_background = []
+        last_ordinary = i
+    return edges

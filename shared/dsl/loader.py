@@ -1,0 +1,130 @@
+"""Load workflow YAML safely, keeping the line of every mapping and key for error messages.
+
+The loader is PyYAML's ``SafeLoader`` with three changes that suit workflow files:
+mappings become :class:`LineMap`; a key repeated in one mapping is an error rather than a
+silent override; and ``10:00:00`` stays a string instead of YAML 1.1's base-60 integer,
+as do dates, so ``daily>: 10:00:00`` and ``start: 2024-01-01`` mean what they say.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import yaml
+
+from shared.errors import InvalidWorkflow, Problem
+
+_MAP_TAG = "tag:yaml.org,2002:map"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+_TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+
+_INT = re.compile(
+    r"""^(?:[-+]?0b[0-1_]+
+    |[-+]?0[0-7_]+
+    |[-+]?(?:0|[1-9][0-9_]*)
+    |[-+]?0x[0-9a-fA-F_]+)$""",
+    re.X,
+)
+_FLOAT = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+
+
+class LineMap(dict[Any, Any]):
+    """A YAML mapping that remembers where it was: ``line`` and each key's ``key_lines``."""
+
+    def __init__(self, line: int = 1) -> None:
+        super().__init__()
+        self.line = line
+        self.key_lines: dict[str, int] = {}
+
+    def line_of(self, key: Any) -> int:
+        """The 1-based line of ``key``, or of the mapping itself if the key is not here."""
+        return self.key_lines.get(str(key), self.line)
+
+
+class _WorkflowLoader(yaml.SafeLoader):
+    """SafeLoader building :class:`LineMap` mappings and collecting duplicate keys."""
+
+    def __init__(self, text: str, filename: str) -> None:
+        super().__init__(text)
+        self.filename = filename
+        self.problems: list[Problem] = []
+
+    def check_duplicates(self, node: yaml.MappingNode) -> None:
+        first_lines: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
+                continue
+            key = self.construct_object(key_node)
+            line = key_node.start_mark.line + 1
+            if key in first_lines:
+                message = f"duplicate key '{key}' (first at line {first_lines[key]})"
+                self.problems.append(Problem(self.filename, line, message))
+            else:
+                first_lines[key] = line
+
+    def fill_line_map(self, data: LineMap, node: yaml.MappingNode) -> None:
+        self.check_duplicates(node)
+        self.flatten_mapping(node)
+        for key_node, value_node in node.value:
+            key = self.construct_object(key_node)
+            try:
+                hash(key)
+            except TypeError:
+                raise yaml.constructor.ConstructorError(
+                    None, None, "found an unhashable key", key_node.start_mark
+                ) from None
+            data[key] = self.construct_object(value_node)
+            data.key_lines[str(key)] = key_node.start_mark.line + 1
+
+
+def _construct_line_map(loader: _WorkflowLoader, node: yaml.MappingNode) -> Iterator[LineMap]:
+    data = LineMap(node.start_mark.line + 1)
+    yield data
+    loader.fill_line_map(data, node)
+
+
+def _without_sexagesimal_numbers_and_dates() -> dict[Any, list[tuple[str, re.Pattern[str]]]]:
+    dropped = (_INT_TAG, _FLOAT_TAG, _TIMESTAMP_TAG)
+    return {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag not in dropped]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+
+
+_WorkflowLoader.yaml_implicit_resolvers = _without_sexagesimal_numbers_and_dates()
+_WorkflowLoader.add_implicit_resolver(_INT_TAG, _INT, list("-+0123456789"))
+_WorkflowLoader.add_implicit_resolver(_FLOAT_TAG, _FLOAT, list("-+0123456789."))
+_WorkflowLoader.add_constructor(_MAP_TAG, _construct_line_map)
+
+
+def load_yaml(text: str, filename: str) -> Any:
+    """Parse one YAML document; mappings become :class:`LineMap`.
+
+    Raises :class:`InvalidWorkflow` with every duplicate key, or with the line of a YAML
+    syntax error.
+    """
+    loader = _WorkflowLoader(text, filename)
+    try:
+        data = loader.get_single_data()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = None if mark is None else mark.line + 1
+        reason = " ".join(part for part in (exc.context, exc.problem) if part)
+        raise InvalidWorkflow([Problem(filename, line, f"invalid YAML: {reason}")]) from None
+    except yaml.YAMLError as exc:
+        raise InvalidWorkflow([Problem(filename, 1, f"invalid YAML: {exc}")]) from None
+    finally:
+        loader.dispose()
+    if loader.problems:
+        raise InvalidWorkflow(loader.problems)
+    return data

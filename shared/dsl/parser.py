@@ -1,0 +1,546 @@
+"""Turn ``*.dig`` workflow files into :class:`WorkflowDefinition` trees, with file:line errors.
+
+Parsing never stops at the first mistake: every problem of every file (including files
+reached through ``call>``) is collected and raised as one :class:`InvalidWorkflow`, sorted
+by file and line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from shared.domain.expressions import check_template
+from shared.domain.schedule import InvalidScheduleSpec, parse_schedule, resolve_timezone, suggest
+from shared.domain.workflow import (
+    OPERATORS,
+    IntervalType,
+    RetryPolicy,
+    TaskSpec,
+    WorkflowDefinition,
+)
+from shared.dsl.loader import LineMap, load_yaml
+from shared.errors import InvalidExpression, InvalidWorkflow, Problem
+
+TOP_LEVEL_KEYS = ("timezone", "schedule", "_export", "_error", "_check", "_retry", "_parallel")
+GROUP_DIRECTIVES = ("_parallel", "_background", "_after", "_error", "_check", "_retry", "_export")
+OPERATOR_DIRECTIVES = (
+    *("_retry", "_error", "_check", "_export", "_background", "_after"),
+    *("_type", "_command"),
+)
+RETRY_OPTIONS = ("limit", "interval", "interval_type", "max_interval")
+PY_TARGET = re.compile(r"^[A-Za-z_][\w.]*\.[A-Za-z_]\w*$")
+_OPERATOR_KEYS = tuple(f"{name}>" for name in OPERATORS)
+_TRUE = (True, "true")
+_FALSE = (False, "false")
+
+
+def parse_workflow_file(path: Path, project_dir: Path) -> WorkflowDefinition:
+    """Parse the workflow in ``path`` (named after the file's stem) inside ``project_dir``."""
+    parser = _ProjectParser(project_dir)
+    definition = parser.parse_file(path.resolve())
+    return parser.result(definition)
+
+
+def parse_workflow_text(text: str, filename: str, project_dir: Path) -> WorkflowDefinition:
+    """Parse workflow ``text`` as if it were the file ``filename`` of ``project_dir``."""
+    parser = _ProjectParser(project_dir)
+    definition = parser.parse_text(text, filename, (project_dir / filename).resolve())
+    return parser.result(definition)
+
+
+def load_project(project_dir: Path) -> dict[str, WorkflowDefinition]:
+    """Parse every ``*.dig`` at the top of ``project_dir``, keyed by workflow name.
+
+    Raises one :class:`InvalidWorkflow` carrying the problems of all files.
+    """
+    parser = _ProjectParser(project_dir)
+    workflows: dict[str, WorkflowDefinition] = {}
+    for path in sorted(project_dir.resolve().glob("*.dig")):
+        if path.is_file() and not path.name.startswith("."):
+            definition = parser.parse_file(path)
+            if definition is not None:
+                workflows[definition.name] = definition
+    parser.raise_problems()
+    return workflows
+
+
+@dataclass(frozen=True)
+class _Where:
+    """Where a task body sits: its file (as reported), that file's folder, its parent kind."""
+
+    file: str
+    directory: Path
+    in_parallel: bool = False
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "a mapping" if isinstance(value, dict) else "a list"
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with every :class:`LineMap` turned into a plain dict."""
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _has_expression(value: Any) -> bool:
+    if isinstance(value, str):
+        return "${" in value
+    if isinstance(value, dict):
+        return any(_has_expression(item) for item in value.values())
+    return isinstance(value, list) and any(_has_expression(item) for item in value)
+
+
+class _ProjectParser:
+    """Parses the files of one project, caching each file and collecting every problem."""
+
+    def __init__(self, project_dir: Path) -> None:
+        self.project_dir = project_dir.resolve()
+        self.problems: list[Problem] = []
+        self.parsed: dict[Path, WorkflowDefinition | None] = {}
+        self.stack: list[Path] = []
+
+    def report(self, where: _Where, line: int | None, message: str) -> None:
+        self.problems.append(Problem(where.file, line, message))
+
+    def raise_problems(self) -> None:
+        if self.problems:
+            unique = dict.fromkeys(self.problems)
+            raise InvalidWorkflow(sorted(unique, key=lambda p: (p.file, p.line or 0)))
+
+    def result(self, definition: WorkflowDefinition | None) -> WorkflowDefinition:
+        self.raise_problems()
+        assert definition is not None  # a file that could not be read reported a problem
+        return definition
+
+    def relative_name(self, path: Path) -> str:
+        try:
+            return path.relative_to(self.project_dir).as_posix()
+        except ValueError:
+            return path.name
+
+    def parse_file(self, path: Path) -> WorkflowDefinition | None:
+        if path in self.parsed:
+            return self.parsed[path]
+        name = self.relative_name(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            self.problems.append(Problem(name, None, f"cannot read the file: {exc}"))
+            self.parsed[path] = None
+            return None
+        return self.parse_text(text, name, path)
+
+    def parse_text(self, text: str, name: str, path: Path) -> WorkflowDefinition | None:
+        self.stack.append(path)
+        try:
+            definition = self._workflow(text, _Where(name, path.parent), path.stem)
+        finally:
+            self.stack.pop()
+        self.parsed[path] = definition
+        return definition
+
+    # -- the top level -------------------------------------------------------------------
+
+    def _workflow(self, text: str, where: _Where, stem: str) -> WorkflowDefinition | None:
+        try:
+            data = load_yaml(text, where.file)
+        except InvalidWorkflow as exc:
+            self.problems.extend(exc.problems)
+            return None
+        root_name = f"+{stem}"
+        if not isinstance(data, LineMap):
+            what = "empty" if data is None else f"{_describe(data)}, not a mapping of tasks"
+            self.report(where, 1, f"the workflow file is {what}")
+            return WorkflowDefinition(stem, TaskSpec(root_name))
+        timezone = self._timezone(data, where)
+        schedule = self._schedule(data, where, timezone)
+        root = self._group(root_name, data, where, TOP_LEVEL_KEYS)
+        return WorkflowDefinition(stem, root, timezone, schedule)
+
+    def _timezone(self, data: LineMap, where: _Where) -> str:
+        if "timezone" not in data:
+            return "UTC"
+        try:
+            return resolve_timezone(data["timezone"])
+        except InvalidScheduleSpec as exc:
+            self.report(where, data.line_of("timezone"), exc.message)
+            return "UTC"
+
+    def _schedule(self, data: LineMap, where: _Where, timezone: str) -> dict[str, Any] | None:
+        raw = data["schedule"] if "schedule" in data else None
+        if not isinstance(raw, LineMap):
+            if "schedule" in data:
+                message = f"'schedule' must be a mapping such as {{daily>: 07:00:00}}"
+                self.report(where, data.line_of("schedule"), message)
+            return None
+        try:
+            return parse_schedule(raw, timezone).to_config()
+        except InvalidScheduleSpec as exc:
+            line = data.line_of("schedule")
+            if isinstance(raw, LineMap) and exc.key in raw.key_lines:
+                line = raw.line_of(exc.key)
+            self.report(where, line, exc.message)
+            return None
+
+    # -- tasks ---------------------------------------------------------------------------
+
+    def _task(self, name: str, body: LineMap, where: _Where) -> TaskSpec:
+        is_operator = "_type" in body or any(str(key).endswith(">") for key in body)
+        if is_operator:
+            return self._operator_task(name, body, where)
+        return self._group(name, body, where, GROUP_DIRECTIVES)
+
+    def _group(self, name: str, body: LineMap, where: _Where, allowed: Iterable[str]) -> TaskSpec:
+        allowed = tuple(allowed)
+        parallel, limit = self._parallel(body, where)
+        inner = replace(where, in_parallel=parallel)
+        children: list[TaskSpec] = []
+        bodies: dict[str, LineMap] = {}
+        for key, value in body.items():
+            if not self._string_key(key, body, where):
+                continue
+            if key.startswith("+"):
+                child = self._child(key, value, body, inner)
+                if child is not None:
+                    children.append(child)
+                    bodies[key] = value
+            elif key not in allowed:
+                self._unknown_directive(key, body, where, (*allowed, *_OPERATOR_KEYS))
+        self._check_after(children, bodies, where)
+        common = self._directives(name, body, where, allowed, is_group=True)
+        return TaskSpec(
+            name, parallel=parallel, parallel_limit=limit, children=tuple(children), **common
+        )
+
+    def _child(self, key: str, value: Any, parent: LineMap, where: _Where) -> TaskSpec | None:
+        line = parent.line_of(key)
+        if key == "+":
+            self.report(where, line, "a task needs a name after '+'")
+        elif not isinstance(value, LineMap):
+            self.report(where, line, f"task '{key}' must be a mapping, got {_describe(value)}")
+        else:
+            return self._task(key, value, where)
+        return None
+
+    def _string_key(self, key: Any, body: LineMap, where: _Where) -> bool:
+        if isinstance(key, str):
+            return True
+        message = f"key {key!r} must be a string (quote it)"
+        self.report(where, body.line_of(key), message)
+        return False
+
+    def _unknown_directive(
+        self, key: str, body: LineMap, where: _Where, candidates: Iterable[str]
+    ) -> None:
+        hint = suggest(key, candidates)
+        if not hint and not key.startswith("_"):
+            hint = " (task names start with '+')"
+        self.report(where, body.line_of(key), f"unknown directive '{key}'{hint}")
+
+    def _operator_task(self, name: str, body: LineMap, where: _Where) -> TaskSpec:
+        operator, command, called = self._operator(name, body, where)
+        params: dict[str, Any] = {}
+        for key, value in body.items():
+            if not self._string_key(key, body, where) or key.endswith(">"):
+                continue
+            if key.startswith("+"):
+                message = f"operator task '{name}' cannot have child tasks ('{key}')"
+                self.report(where, body.line_of(key), message)
+            elif key.startswith("_"):
+                if key not in OPERATOR_DIRECTIVES:
+                    self._unknown_directive(key, body, where, OPERATOR_DIRECTIVES)
+            else:
+                self._check_values(value, body.line_of(key), where)
+                params[key] = _plain(value)
+        common = self._directives(name, body, where, OPERATOR_DIRECTIVES, is_group=False)
+        return TaskSpec(
+            name, operator=operator, command=command, params=params, called=called, **common
+        )
+
+    # -- operators -----------------------------------------------------------------------
+
+    def _operator(
+        self, name: str, body: LineMap, where: _Where
+    ) -> tuple[str, Any, TaskSpec | None]:
+        """The operator, its command, and for ``call>`` the root of the called workflow."""
+        keys = [key for key in body if isinstance(key, str) and key.endswith(">")]
+        keys += ["_type"] if "_type" in body else []
+        for extra in keys[1:]:
+            message = f"task '{name}' has two operators: '{keys[0]}' and '{extra}'"
+            self.report(where, body.line_of(extra), message)
+        if "_command" in body and keys[0] != "_type":
+            self.report(where, body.line_of("_command"), "'_command' is only valid with '_type'")
+        if keys[0] == "_type":
+            operator, command_key = body["_type"], "_command"
+            shown = f"'_type: {operator}'"
+        else:
+            operator, command_key = keys[0][:-1], keys[0]
+            shown = f"'{keys[0]}'"
+        if operator not in OPERATORS:
+            hint = suggest(f"{operator}>", _OPERATOR_KEYS)
+            self.report(where, body.line_of(keys[0]), f"unknown operator {shown}{hint}")
+            return str(operator), body.get(command_key), None
+        line = body.line_of(command_key if command_key in body else keys[0])
+        if operator == "call":
+            return operator, *self._call(body.get(command_key), line, where)
+        return operator, self._command(operator, body.get(command_key), line, where), None
+
+    def _command(self, operator: str, command: Any, line: int, where: _Where) -> Any:
+        if operator == "py":
+            if not isinstance(command, str) or not PY_TARGET.match(command):
+                self.report(where, line, f"'py>' needs module.function, got {command!r}")
+            return command
+        if isinstance(command, int | float) and not isinstance(command, bool):
+            command = str(command)
+        if not isinstance(command, str):
+            message = f"'{operator}>' needs a string, got {_describe(command)}"
+            self.report(where, line, message)
+            return command
+        self._check_values(command, line, where)
+        return command
+
+    def _call(self, target: Any, line: int, where: _Where) -> tuple[Any, TaskSpec | None]:
+        if not isinstance(target, str) or not target.strip():
+            self.report(where, line, f"'call>' needs a workflow file name, got {target!r}")
+            return target, None
+        if "${" in target:
+            message = f"'call>' needs a literal file name, not an expression: '{target}'"
+            self.report(where, line, message)
+            return target, None
+        file_name = target if target.endswith(".dig") else f"{target}.dig"
+        path = (where.directory / file_name).resolve()
+        if not path.is_relative_to(self.project_dir):
+            self.report(where, line, f"'call>' target '{target}' is outside the project")
+        elif not path.is_file():
+            shown = self.relative_name(path)
+            self.report(where, line, f"'call>' target '{target}' does not exist ({shown})")
+        elif path in self.stack:
+            chain = [self.relative_name(p) for p in self.stack[self.stack.index(path) :]]
+            self.report(where, line, f"call cycle: {' -> '.join([*chain, chain[0]])}")
+        else:
+            definition = self.parse_file(path)
+            called = None if definition is None else replace(definition.root, name="^sub")
+            return self.relative_name(path), called
+        return target, None
+
+    # -- directives ----------------------------------------------------------------------
+
+    def _directives(
+        self, name: str, body: LineMap, where: _Where, allowed: tuple[str, ...], is_group: bool
+    ) -> dict[str, Any]:
+        common: dict[str, Any] = {}
+        plain = replace(where, in_parallel=False)
+        if "_export" in body:
+            common["export"] = self._export(body, where)
+        if "_retry" in body:
+            common["retry"] = self._retry(body["_retry"], body.line_of("_retry"), where)
+        if "_error" in body:
+            common["error"] = self._body("^error", "_error", body, plain)
+        if "_check" in body and is_group:
+            message = "'_check' is only valid on an operator task"
+            self.report(where, body.line_of("_check"), message)
+        elif "_check" in body:
+            common["check"] = self._body("^check", "_check", body, plain)
+        if "_background" in body and "_background" in allowed:
+            common["background"] = self._background(body, where)
+        if "_after" in body and "_after" in allowed:
+            common["after"] = self._after(body, where)
+        return common
+
+    def _body(self, name: str, key: str, body: LineMap, where: _Where) -> TaskSpec | None:
+        value = body[key]
+        if isinstance(value, LineMap):
+            return self._task(name, value, where)
+        message = f"'{key}' must be a mapping (a task or a group of tasks), got {_describe(value)}"
+        self.report(where, body.line_of(key), message)
+        return None
+
+    def _export(self, body: LineMap, where: _Where) -> dict[str, Any]:
+        value = body["_export"]
+        if value is None:
+            return {}
+        if not isinstance(value, LineMap):
+            message = f"'_export' must be a mapping, got {_describe(value)}"
+            self.report(where, body.line_of("_export"), message)
+            return {}
+        self._check_values(value, value.line, where)
+        return {str(key): item for key, item in _plain(value).items()}
+
+    def _check_values(self, value: Any, line: int, where: _Where) -> None:
+        """Report every ``${...}`` in ``value`` that does not parse, at its key's line."""
+        if isinstance(value, str):
+            if "${" in value:
+                try:
+                    check_template(value)
+                except InvalidExpression as exc:
+                    self.report(where, line, str(exc))
+        elif isinstance(value, LineMap):
+            for key, item in value.items():
+                self._check_values(item, value.line_of(key), where)
+        elif isinstance(value, list):
+            for item in value:
+                self._check_values(item, line, where)
+        elif value is not None and not isinstance(value, bool | int | float):
+            self.report(where, line, f"unsupported YAML value {value!r}")
+
+    def _parallel(self, body: LineMap, where: _Where) -> tuple[bool, int | None]:
+        try:
+            return _parallel_value(body.get("_parallel", False), body.line_of("_parallel"))
+        except _Bad as bad:
+            self.report(where, bad.line, bad.message)
+            return False, None
+
+    def _background(self, body: LineMap, where: _Where) -> bool:
+        value = body["_background"]
+        line = body.line_of("_background")
+        if value not in _TRUE and value not in _FALSE:
+            self.report(where, line, f"'_background' must be true or false, got {value!r}")
+            return False
+        if value in _TRUE and where.in_parallel:
+            self.report(where, line, "'_background' is not valid inside a _parallel group")
+            return False
+        return value in _TRUE
+
+    def _after(self, body: LineMap, where: _Where) -> tuple[str, ...]:
+        value = body["_after"]
+        line = body.line_of("_after")
+        names = [value] if isinstance(value, str) else value
+        if not where.in_parallel:
+            self.report(where, line, "'_after' is only valid inside a _parallel group")
+        elif not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+            message = f"'_after' must be a task name or a list of task names, got {value!r}"
+            self.report(where, line, message)
+        else:
+            return tuple(dict.fromkeys(n if n.startswith("+") else f"+{n}" for n in names))
+        return ()
+
+    def _check_after(
+        self, children: list[TaskSpec], bodies: dict[str, LineMap], where: _Where
+    ) -> None:
+        siblings = [child.name for child in children]
+        graph: dict[str, list[str]] = {}
+        for child in children:
+            line = bodies[child.name].line_of("_after")
+            graph[child.name] = []
+            for upstream in child.after:
+                if upstream == child.name:
+                    self.report(where, line, f"task '{child.name}' cannot run after itself")
+                elif upstream not in siblings:
+                    hint = suggest(upstream, siblings)
+                    message = f"'_after' names '{upstream}', not a sibling of '{child.name}'"
+                    self.report(where, line, f"{message}{hint}")
+                else:
+                    graph[child.name].append(upstream)
+        cycle = _find_cycle(graph)
+        if cycle:
+            line = bodies[cycle[0]].line_of("_after")
+            self.report(where, line, f"'_after' cycle: {' -> '.join([*cycle, cycle[0]])}")
+
+    def _retry(self, value: Any, line: int, where: _Where) -> RetryPolicy | None:
+        try:
+            return _retry_policy(value, line)
+        except _Bad as bad:
+            self.report(where, bad.line, bad.message)
+            return None
+
+
+class _Bad(Exception):
+    """A directive's value is wrong: ``message``, at ``line``."""
+
+    def __init__(self, message: str, line: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _parallel_value(value: Any, line: int) -> tuple[bool, int | None]:
+    """``_parallel``: true/false (or their strings), or ``{limit: N}`` with N >= 1."""
+    if value in _TRUE or value in _FALSE:
+        return value in _TRUE, None
+    if not isinstance(value, LineMap) or set(value) != {"limit"}:
+        raise _Bad(f"'_parallel' must be true, false or {{limit: N}}, got {value!r}", line)
+    limit = value["limit"]
+    if not _is_count(limit) or limit < 1:
+        message = f"'_parallel' limit must be a whole number >= 1, got {limit!r}"
+        raise _Bad(message, value.line_of("limit"))
+    return True, int(limit)
+
+
+def _retry_policy(value: Any, line: int) -> RetryPolicy:
+    """``_retry``: a count, or ``{limit, interval, interval_type, max_interval}``."""
+    if _has_expression(value):
+        raise _Bad("'_retry' cannot use ${...} expressions", line)
+    if _is_count(value):
+        return RetryPolicy(limit=int(value))
+    if not isinstance(value, LineMap):
+        raise _Bad(f"'_retry' must be a whole number >= 0 or {{limit: N, ...}}, got {value!r}", line)
+    for key in value:
+        if key not in RETRY_OPTIONS:
+            hint = suggest(str(key), RETRY_OPTIONS)
+            raise _Bad(f"unknown '_retry' option '{key}'{hint}", value.line_of(key))
+    limit = value.get("limit")
+    if not _is_count(limit):
+        message = f"'_retry' limit must be a whole number >= 0, got {limit!r}"
+        raise _Bad(message, value.line_of("limit"))
+    interval_type = value.get("interval_type", "constant")
+    if interval_type not in tuple(IntervalType):
+        message = f"'_retry' interval_type must be constant or exponential, got {interval_type!r}"
+        raise _Bad(message, value.line_of("interval_type"))
+    interval = _seconds(value, "interval")
+    return RetryPolicy(
+        int(limit), interval or 0.0, IntervalType(interval_type), _seconds(value, "max_interval")
+    )
+
+
+def _seconds(value: LineMap, key: str) -> float | None:
+    seconds = value.get(key)
+    if seconds is None or (isinstance(seconds, int | float) and _is_count(abs(int(seconds)))):
+        pass
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+        message = f"'_retry' {key} must be a number of seconds >= 0, got {seconds!r}"
+        raise _Bad(message, value.line_of(key))
+    return float(seconds)
+
+
+def _find_cycle(graph: dict[str, list[str]]) -> list[str]:
+    """One cycle of ``graph`` (task -> the tasks it runs after), or ``[]``."""
+    state: dict[str, str] = {}
+
+    def visit(node: str, path: list[str]) -> list[str]:
+        if state.get(node) == "open":
+            return path[path.index(node) :]
+        if state.get(node) == "done":
+            return []
+        state[node] = "open"
+        for upstream in graph[node]:
+            if cycle := visit(upstream, [*path, node]):
+                return cycle
+        state[node] = "done"
+        return []
+
+    for start in graph:
+        if cycle := visit(start, []):
+            return cycle
+    return []

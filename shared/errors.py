@@ -1,0 +1,58 @@
+"""The one error tree of tickwork: every error a user or an operator can meet."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class TickworkError(Exception):
+    """Root of every error tickwork raises on purpose."""
+
+
+class NotFound(TickworkError):
+    """Raised when a project, workflow, session, attempt or task does not exist."""
+
+
+class Conflict(TickworkError):
+    """Raised when a write collides with existing state (a duplicate name, a done attempt)."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with an input, and where: ``file:line: message``."""
+
+    file: str
+    line: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        return f"{where}: {self.message}"
+
+
+class InvalidInput(TickworkError):
+    """Raised when user input is rejected before anything is written; carries every problem."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+class InvalidWorkflow(InvalidInput):
+    """Raised when a workflow file cannot be parsed or fails validation."""
+
+
+class InvalidSchedule(InvalidInput):
+    """Raised when a schedule spec (cron, interval, time zone, window) is malformed."""
+
+
+class InvalidExpression(TickworkError):
+    """Raised when a ``${...}`` expression cannot be parsed or refers to an unknown name."""
+
+
+class LeaseLost(TickworkError):
+    """Raised when a task result arrives under a lease token that is no longer current."""
+
+
+class StoreUnavailable(TickworkError):
+    """Raised when the database cannot be reached or its schema is not migrated."""

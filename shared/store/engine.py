@@ -1,0 +1,56 @@
+"""Creating database engines for SQLite (embedded) and PostgreSQL (psycopg 3)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import ConnectionPoolEntry
+
+
+def _json_dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=False)
+
+
+def create_store_engine(url: str, *, pool_size: int = 5) -> Engine:
+    """An engine for ``url``; SQLite gets WAL, foreign keys and a busy timeout.
+
+    ``postgresql://`` URLs are read as ``postgresql+psycopg://`` so psycopg 3 is always used.
+    """
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.get_backend_name() == "sqlite":
+        engine = create_engine(
+            parsed,
+            json_serializer=_json_dumps,
+            connect_args={"check_same_thread": False, "timeout": 30},
+        )
+        event.listen(engine, "connect", _configure_sqlite)
+        event.listen(engine, "begin", _begin_immediate)
+        return engine
+    return create_engine(
+        parsed,
+        json_serializer=_json_dumps,
+        pool_size=pool_size,
+        pool_pre_ping=True,
+    )
+
+
+def _configure_sqlite(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+    # Let SQLAlchemy, not the sqlite3 module, decide when transactions begin.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+def _begin_immediate(connection: Any) -> None:
+    # Take the write lock at BEGIN so two writers queue on busy_timeout instead of failing
+    # with "database is locked" when a read transaction tries to upgrade.
+    connection.exec_driver_sql("BEGIN IMMEDIATE")

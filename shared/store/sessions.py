@@ -1,0 +1,170 @@
+"""Sessions (one per project, workflow and session time) and their attempts."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from shared.domain.states import AttemptState
+from shared.store.sql import insert_ignoring_conflict
+from shared.store.tables import attempts, sessions
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    """One attempt joined with its session: what the executor needs to run it."""
+
+    id: int
+    name: str
+    session_id: int
+    session_uuid: str
+    session_time: datetime
+    project_id: int
+    workflow_name: str
+    workflow_definition_id: int
+    state: AttemptState
+    timezone: str
+    params: dict[str, Any]
+    resume_from_attempt_id: int | None
+    project_dir: str | None
+    created_at: datetime
+    finished_at: datetime | None
+
+
+_ATTEMPT_COLUMNS = (
+    attempts.c.id,
+    attempts.c.name,
+    attempts.c.session_id,
+    sessions.c.session_uuid,
+    sessions.c.session_time,
+    sessions.c.project_id,
+    sessions.c.workflow_name,
+    attempts.c.workflow_definition_id,
+    attempts.c.state,
+    attempts.c.timezone,
+    attempts.c.params,
+    attempts.c.resume_from_attempt_id,
+    attempts.c.project_dir,
+    attempts.c.created_at,
+    attempts.c.finished_at,
+)
+
+
+def _attempt_from_row(row: Any) -> AttemptRow:
+    values = dict(row._mapping)
+    values["state"] = AttemptState(values["state"])
+    return AttemptRow(**values)
+
+
+def ensure_session(
+    conn: Connection,
+    *,
+    project_id: int,
+    workflow_name: str,
+    session_time: datetime,
+    now: datetime,
+) -> int:
+    """The id of the one session for (project, workflow, session time); idempotent."""
+    insert_ignoring_conflict(
+        conn,
+        sessions,
+        {
+            "project_id": project_id,
+            "workflow_name": workflow_name,
+            "session_time": session_time,
+            "session_uuid": str(uuid.uuid4()),
+            "created_at": now,
+        },
+    )
+    query = select(sessions.c.id).where(
+        sessions.c.project_id == project_id,
+        sessions.c.workflow_name == workflow_name,
+        sessions.c.session_time == session_time,
+    )
+    return int(conn.execute(query).scalar_one())
+
+
+def insert_attempt(
+    conn: Connection,
+    *,
+    session_id: int,
+    name: str,
+    workflow_definition_id: int,
+    timezone: str,
+    params: dict[str, Any],
+    now: datetime,
+    resume_from_attempt_id: int | None = None,
+    project_dir: str | None = None,
+) -> int | None:
+    """Insert an attempt in state ``created``; None if the session already has ``name``."""
+    return insert_ignoring_conflict(
+        conn,
+        attempts,
+        {
+            "session_id": session_id,
+            "name": name,
+            "workflow_definition_id": workflow_definition_id,
+            "state": AttemptState.CREATED.value,
+            "timezone": timezone,
+            "params": params,
+            "resume_from_attempt_id": resume_from_attempt_id,
+            "project_dir": project_dir,
+            "created_at": now,
+        },
+    )
+
+
+def get_attempt(conn: Connection, attempt_id: int) -> AttemptRow:
+    """One attempt with its session."""
+    query = (
+        select(*_ATTEMPT_COLUMNS)
+        .select_from(attempts.join(sessions))
+        .where(attempts.c.id == attempt_id)
+    )
+    return _attempt_from_row(conn.execute(query).one())
+
+
+def list_session_attempts(conn: Connection, session_id: int) -> list[AttemptRow]:
+    """Every attempt of a session, oldest first."""
+    query = (
+        select(*_ATTEMPT_COLUMNS)
+        .select_from(attempts.join(sessions))
+        .where(attempts.c.session_id == session_id)
+        .order_by(attempts.c.id)
+    )
+    return [_attempt_from_row(row) for row in conn.execute(query)]
+
+
+def list_attempt_ids_in_state(conn: Connection, state: AttemptState, limit: int) -> list[int]:
+    """Ids of attempts in ``state``, oldest first."""
+    query = (
+        select(attempts.c.id)
+        .where(attempts.c.state == state.value)
+        .order_by(attempts.c.id)
+        .limit(limit)
+    )
+    return [int(i) for i in conn.execute(query).scalars()]
+
+
+def set_attempt_state(
+    conn: Connection,
+    attempt_id: int,
+    state: AttemptState,
+    now: datetime,
+    *,
+    from_states: tuple[AttemptState, ...],
+) -> bool:
+    """Move an attempt to ``state`` if it is in one of ``from_states``; True if it moved."""
+    values: dict[str, Any] = {"state": state.value}
+    if state.is_done:
+        values["finished_at"] = now
+    result = conn.execute(
+        attempts.update()
+        .where(attempts.c.id == attempt_id, attempts.c.state.in_([s.value for s in from_states]))
+        .values(**values)
+    )
+    return result.rowcount == 1

@@ -1,0 +1,197 @@
+"""SQLAlchemy Core tables of tickwork's store, the same on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+# SQLite only auto-increments a plain INTEGER primary key.
+Id = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """An aware UTC timestamp on both dialects (SQLite stores it naive, so we put UTC back)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store; use shared.clock")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+Timestamp = UtcDateTime
+
+projects = Table(
+    "projects",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("name", String(255), nullable=False, unique=True),
+    Column("created_at", Timestamp, nullable=False),
+    Column("deleted_at", Timestamp),
+)
+
+revisions = Table(
+    "revisions",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("project_id", Id, ForeignKey("projects.id"), nullable=False),
+    Column("name", String(255), nullable=False),
+    Column("default_params", JSON, nullable=False),
+    Column("created_at", Timestamp, nullable=False),
+    UniqueConstraint("project_id", "name"),
+)
+
+workflow_configs = Table(
+    "workflow_configs",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("digest", String(64), nullable=False, unique=True),
+    Column("config", JSON, nullable=False),
+)
+
+workflow_definitions = Table(
+    "workflow_definitions",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("revision_id", Id, ForeignKey("revisions.id"), nullable=False),
+    Column("name", String(255), nullable=False),
+    Column("config_id", Id, ForeignKey("workflow_configs.id"), nullable=False),
+    UniqueConstraint("revision_id", "name"),
+)
+
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("project_id", Id, ForeignKey("projects.id"), nullable=False),
+    Column("workflow_name", String(255), nullable=False),
+    Column("workflow_definition_id", Id, ForeignKey("workflow_definitions.id"), nullable=False),
+    Column("spec", JSON, nullable=False),
+    Column("timezone", String(64), nullable=False),
+    Column("next_run_time", Timestamp),
+    Column("next_schedule_time", Timestamp),
+    Column("last_session_time", Timestamp),
+    Column("disabled_at", Timestamp),
+    Column("created_at", Timestamp, nullable=False),
+    Column("updated_at", Timestamp, nullable=False),
+    UniqueConstraint("project_id", "workflow_name"),
+)
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("project_id", Id, ForeignKey("projects.id"), nullable=False),
+    Column("workflow_name", String(255), nullable=False),
+    Column("session_time", Timestamp, nullable=False),
+    Column("session_uuid", String(36), nullable=False, unique=True),
+    Column("created_at", Timestamp, nullable=False),
+    UniqueConstraint("project_id", "workflow_name", "session_time", name="uq_sessions_idempotency"),
+)
+
+attempts = Table(
+    "attempts",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("session_id", Id, ForeignKey("sessions.id"), nullable=False),
+    Column("name", String(255), nullable=False),
+    Column("workflow_definition_id", Id, ForeignKey("workflow_definitions.id"), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("timezone", String(64), nullable=False),
+    Column("params", JSON, nullable=False),
+    Column("resume_from_attempt_id", Id, ForeignKey("attempts.id")),
+    Column("project_dir", Text),
+    Column("created_at", Timestamp, nullable=False),
+    Column("finished_at", Timestamp),
+    UniqueConstraint("session_id", "name", name="uq_attempts_session_name"),
+    Index("ix_attempts_state", "state"),
+)
+
+tasks = Table(
+    "tasks",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("attempt_id", Id, ForeignKey("attempts.id"), nullable=False),
+    Column("parent_id", Id, ForeignKey("tasks.id")),
+    Column("full_name", Text, nullable=False),
+    Column("position", Integer, nullable=False),  # order among siblings
+    Column("is_group", Boolean, nullable=False),
+    Column("is_generated", Boolean, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("config", JSON, nullable=False),  # the TaskSpec without children
+    Column("inherited_export", JSON),  # ancestors' _export, merged outermost first
+    Column("retry_count", Integer, nullable=False, default=0),
+    Column("lease_token", BigInteger, nullable=False, default=0),  # fencing token
+    Column("not_before", Timestamp),
+    Column("params", JSON),  # stored params visible when the task started
+    Column("result", JSON),  # what the operator returned (stored params, output)
+    Column("output_params", JSON),  # params visible to the tasks after this one
+    Column("error", JSON),
+    Column("created_at", Timestamp, nullable=False),
+    Column("started_at", Timestamp),
+    Column("finished_at", Timestamp),
+    Column("updated_at", Timestamp, nullable=False),
+    UniqueConstraint("attempt_id", "full_name", name="uq_tasks_attempt_full_name"),
+    Index("ix_tasks_parent_state", "parent_id", "state"),
+    Index("ix_tasks_state_not_before", "state", "not_before"),
+)
+
+task_dependencies = Table(
+    "task_dependencies",
+    metadata,
+    Column("upstream_id", Id, ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+    Column("downstream_id", Id, ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+    Index("ix_task_dependencies_downstream", "downstream_id"),
+)
+
+task_logs = Table(
+    "task_logs",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("task_id", Id, ForeignKey("tasks.id", ondelete="CASCADE"), nullable=False),
+    Column("attempt_id", Id, ForeignKey("attempts.id"), nullable=False),
+    Column("lease_token", BigInteger, nullable=False),
+    Column("path", Text, nullable=False),  # relative to the log root
+    Column("size_bytes", BigInteger, nullable=False),
+    Column("created_at", Timestamp, nullable=False),
+    UniqueConstraint("task_id", "lease_token"),
+    Index("ix_task_logs_attempt", "attempt_id"),
+)

@@ -1,0 +1,370 @@
+"""Task rows, their dependencies and log index: the queries the executor runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, exists, func, select
+from sqlalchemy.orm import aliased
+
+from shared.domain.states import TaskState
+from shared.store.tables import task_dependencies, task_logs, tasks
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One task of an attempt as stored."""
+
+    id: int
+    attempt_id: int
+    parent_id: int | None
+    full_name: str
+    position: int
+    is_group: bool
+    is_generated: bool
+    state: TaskState
+    config: dict[str, Any]
+    inherited_export: dict[str, Any] | None
+    retry_count: int
+    lease_token: int
+    not_before: datetime | None
+    params: dict[str, Any] | None
+    result: dict[str, Any] | None
+    output_params: dict[str, Any] | None
+    error: dict[str, Any] | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+_TASK_COLUMNS = tuple(tasks.c[name] for name in TaskRow.__dataclass_fields__)
+
+
+def _task_from_row(row: Any) -> TaskRow:
+    values = dict(row._mapping)
+    values["state"] = TaskState(values["state"])
+    return TaskRow(**values)
+
+
+def _states(states: Iterable[TaskState]) -> list[str]:
+    return [s.value for s in states]
+
+
+def insert_tasks(conn: Connection, rows: Sequence[dict[str, Any]]) -> list[int]:
+    """Insert task rows (every column but the id) and return their ids in the same order."""
+    if not rows:
+        return []
+    statement = tasks.insert().returning(tasks.c.id, sort_by_parameter_order=True)
+    return [int(i) for i in conn.execute(statement, list(rows)).scalars()]
+
+
+def insert_dependencies(conn: Connection, edges: Sequence[tuple[int, int]]) -> None:
+    """Insert ``(upstream_id, downstream_id)`` edges."""
+    if edges:
+        conn.execute(
+            task_dependencies.insert(),
+            [{"upstream_id": up, "downstream_id": down} for up, down in edges],
+        )
+
+
+def get_task(conn: Connection, task_id: int, *, lock: bool = False) -> TaskRow:
+    """One task by id; ``lock`` takes its row lock (``FOR UPDATE``) on PostgreSQL."""
+    query = select(*_TASK_COLUMNS).where(tasks.c.id == task_id)
+    if lock:
+        query = query.with_for_update()
+    return _task_from_row(conn.execute(query).one())
+
+
+def find_task(conn: Connection, task_id: int, *, lock: bool = False) -> TaskRow | None:
+    """One task by id, or None if it no longer exists (a retry deleted it)."""
+    query = select(*_TASK_COLUMNS).where(tasks.c.id == task_id)
+    if lock:
+        query = query.with_for_update()
+    row = conn.execute(query).one_or_none()
+    return None if row is None else _task_from_row(row)
+
+
+def mark_task_running(conn: Connection, task_id: int, lease_token: int, now: datetime) -> bool:
+    """QUEUED -> RUNNING, only under the task's current lease token."""
+    result = conn.execute(
+        tasks.update()
+        .where(
+            tasks.c.id == task_id,
+            tasks.c.lease_token == lease_token,
+            tasks.c.state == TaskState.QUEUED.value,
+        )
+        .values(state=TaskState.RUNNING.value, updated_at=now)
+    )
+    return result.rowcount == 1
+
+
+def get_tasks(conn: Connection, task_ids: Iterable[int]) -> list[TaskRow]:
+    """Tasks by id, in id order."""
+    ids = list(task_ids)
+    if not ids:
+        return []
+    query = select(*_TASK_COLUMNS).where(tasks.c.id.in_(ids)).order_by(tasks.c.id)
+    return [_task_from_row(row) for row in conn.execute(query)]
+
+
+def list_attempt_tasks(conn: Connection, attempt_id: int) -> list[TaskRow]:
+    """Every task of an attempt, in creation order."""
+    query = select(*_TASK_COLUMNS).where(tasks.c.attempt_id == attempt_id).order_by(tasks.c.id)
+    return [_task_from_row(row) for row in conn.execute(query)]
+
+
+def list_children(conn: Connection, parent_id: int) -> list[TaskRow]:
+    """A task's children in definition order."""
+    query = (
+        select(*_TASK_COLUMNS)
+        .where(tasks.c.parent_id == parent_id)
+        .order_by(tasks.c.position, tasks.c.id)
+    )
+    return [_task_from_row(row) for row in conn.execute(query)]
+
+
+def select_tasks_due(
+    conn: Connection, state: TaskState, now: datetime, limit: int, *, is_group: bool | None = None
+) -> list[TaskRow]:
+    """Tasks in ``state`` whose ``not_before`` has passed, oldest first."""
+    query = select(*_TASK_COLUMNS).where(
+        tasks.c.state == state.value,
+        (tasks.c.not_before.is_(None)) | (tasks.c.not_before <= now),
+    )
+    if is_group is not None:
+        query = query.where(tasks.c.is_group == is_group)
+    query = query.order_by(tasks.c.id).limit(limit)
+    return [_task_from_row(row) for row in conn.execute(query)]
+
+
+def earliest_not_before(conn: Connection, states: Iterable[TaskState]) -> datetime | None:
+    """The soonest ``not_before`` among tasks in ``states``: when a waiting task is due."""
+    query = select(func.min(tasks.c.not_before)).where(tasks.c.state.in_(_states(states)))
+    value: datetime | None = conn.execute(query).scalar_one_or_none()
+    return value
+
+
+def update_task(
+    conn: Connection, task_id: int, from_states: Iterable[TaskState], **values: Any
+) -> bool:
+    """Guarded update of one task: applied only while it is in ``from_states``."""
+    if "state" in values and isinstance(values["state"], TaskState):
+        values["state"] = values["state"].value
+    result = conn.execute(
+        tasks.update()
+        .where(tasks.c.id == task_id, tasks.c.state.in_(_states(from_states)))
+        .values(**values)
+    )
+    return result.rowcount == 1
+
+
+def update_tasks_state(
+    conn: Connection,
+    task_ids: Sequence[int],
+    from_states: Iterable[TaskState],
+    state: TaskState,
+    now: datetime,
+) -> list[int]:
+    """Move many tasks to ``state``; returns the ids that were in ``from_states`` and moved."""
+    if not task_ids:
+        return []
+    statement = (
+        tasks.update()
+        .where(tasks.c.id.in_(list(task_ids)), tasks.c.state.in_(_states(from_states)))
+        .values(state=state.value, updated_at=now)
+        .returning(tasks.c.id)
+    )
+    return [int(i) for i in conn.execute(statement).scalars()]
+
+
+def mark_tasks_queued(
+    conn: Connection, params_by_id: dict[int, dict[str, Any] | None], now: datetime
+) -> dict[int, int]:
+    """READY -> QUEUED under a new lease token each; returns ``{task_id: lease_token}``.
+
+    The token is the fencing token: it only grows, so a result carrying an older one is
+    refused. ``params`` records the stored params the task started with.
+    """
+    tokens: dict[int, int] = {}
+    for task_id, params in params_by_id.items():
+        statement = (
+            tasks.update()
+            .where(tasks.c.id == task_id, tasks.c.state == TaskState.READY.value)
+            .values(
+                state=TaskState.QUEUED.value,
+                lease_token=tasks.c.lease_token + 1,
+                params=params,
+                started_at=func.coalesce(tasks.c.started_at, now),
+                updated_at=now,
+            )
+            .returning(tasks.c.lease_token)
+        )
+        token = conn.execute(statement).scalar_one_or_none()
+        if token is not None:
+            tokens[task_id] = int(token)
+    return tokens
+
+
+def downstream_ids(conn: Connection, task_id: int) -> list[int]:
+    """Ids of the tasks that wait for ``task_id``."""
+    query = select(task_dependencies.c.downstream_id).where(
+        task_dependencies.c.upstream_id == task_id
+    )
+    return [int(i) for i in conn.execute(query).scalars()]
+
+
+def _all_upstreams_succeeded() -> Any:
+    upstream = aliased(tasks)
+    return ~exists().where(
+        task_dependencies.c.downstream_id == tasks.c.id,
+        upstream.c.id == task_dependencies.c.upstream_id,
+        upstream.c.state != TaskState.SUCCESS.value,
+    )
+
+
+def select_startable(conn: Connection, task_ids: Sequence[int]) -> list[int]:
+    """Of ``task_ids``, the BLOCKED ones whose upstreams all succeeded."""
+    if not task_ids:
+        return []
+    query = select(tasks.c.id).where(
+        tasks.c.id.in_(list(task_ids)),
+        tasks.c.state == TaskState.BLOCKED.value,
+        _all_upstreams_succeeded(),
+    )
+    return [int(i) for i in conn.execute(query).scalars()]
+
+
+def select_startable_children(conn: Connection, parent_id: int, limit: int | None) -> list[int]:
+    """BLOCKED children of a task whose upstreams all succeeded, in definition order."""
+    query = (
+        select(tasks.c.id)
+        .where(
+            tasks.c.parent_id == parent_id,
+            tasks.c.state == TaskState.BLOCKED.value,
+            _all_upstreams_succeeded(),
+        )
+        .order_by(tasks.c.position, tasks.c.id)
+    )
+    if limit is not None:
+        query = query.limit(limit)
+    return [int(i) for i in conn.execute(query).scalars()]
+
+
+def count_children_in(conn: Connection, parent_id: int, states: Iterable[TaskState]) -> int:
+    """How many children of a task are in ``states``."""
+    query = select(func.count()).where(
+        tasks.c.parent_id == parent_id, tasks.c.state.in_(_states(states))
+    )
+    return int(conn.execute(query).scalar_one())
+
+
+def has_child_in(conn: Connection, parent_id: int, states: Iterable[TaskState]) -> bool:
+    """Whether any child of a task is in ``states`` (an index probe, not a count)."""
+    query = select(
+        exists().where(tasks.c.parent_id == parent_id, tasks.c.state.in_(_states(states)))
+    )
+    return bool(conn.execute(query).scalar())
+
+
+def upstream_outputs(conn: Connection, task_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
+    """For each task, the non-empty ``output_params`` of its upstreams in definition order."""
+    if not task_ids:
+        return {}
+    upstream = aliased(tasks)
+    query = (
+        select(task_dependencies.c.downstream_id, upstream.c.output_params)
+        .join(upstream, upstream.c.id == task_dependencies.c.upstream_id)
+        .where(
+            task_dependencies.c.downstream_id.in_(list(task_ids)),
+            upstream.c.output_params.is_not(None),
+        )
+        .order_by(upstream.c.position, upstream.c.id)
+    )
+    found: dict[int, list[dict[str, Any]]] = {}
+    for downstream_id, output in conn.execute(query):
+        if output:
+            found.setdefault(int(downstream_id), []).append(output)
+    return found
+
+
+def descendant_ids_query(task_id: int) -> Any:
+    """A recursive CTE of every descendant id of a task (not the task itself)."""
+    tree = select(tasks.c.id).where(tasks.c.parent_id == task_id).cte(recursive=True)
+    child = aliased(tasks)
+    return tree.union_all(select(child.c.id).where(child.c.parent_id == tree.c.id))
+
+
+def reset_descendants(conn: Connection, task_id: int, now: datetime) -> None:
+    """Before a retry: drop generated descendants and return the static ones to BLOCKED.
+
+    Lease tokens are kept so they keep growing across retries.
+    """
+    generated = descendant_ids_query(task_id)
+    generated_ids = select(generated.c.id)
+    conn.execute(
+        task_dependencies.delete().where(
+            task_dependencies.c.downstream_id.in_(generated_ids)
+            | task_dependencies.c.upstream_id.in_(generated_ids)
+        )
+    )
+    doomed = select(tasks.c.id).where(tasks.c.id.in_(generated_ids), tasks.c.is_generated)
+    conn.execute(task_logs.delete().where(task_logs.c.task_id.in_(doomed)))
+    # Children first, so no row is left pointing at a deleted parent.
+    doomed_ids = [int(i) for i in conn.execute(doomed.order_by(tasks.c.id.desc())).scalars()]
+    for chunk_start in range(0, len(doomed_ids), 500):
+        chunk = doomed_ids[chunk_start : chunk_start + 500]
+        conn.execute(tasks.delete().where(tasks.c.id.in_(chunk)))
+    remaining = descendant_ids_query(task_id)
+    conn.execute(
+        tasks.update()
+        .where(tasks.c.id.in_(select(remaining.c.id)))
+        .values(
+            state=TaskState.BLOCKED.value,
+            retry_count=0,
+            not_before=None,
+            params=None,
+            result=None,
+            output_params=None,
+            error=None,
+            started_at=None,
+            finished_at=None,
+            updated_at=now,
+        )
+    )
+
+
+def insert_task_log(
+    conn: Connection,
+    *,
+    task_id: int,
+    attempt_id: int,
+    lease_token: int,
+    path: str,
+    size_bytes: int,
+    now: datetime,
+) -> None:
+    """Index the log file one run of a task wrote."""
+    conn.execute(
+        task_logs.insert().values(
+            task_id=task_id,
+            attempt_id=attempt_id,
+            lease_token=lease_token,
+            path=path,
+            size_bytes=size_bytes,
+            created_at=now,
+        )
+    )
+
+
+def list_task_logs(conn: Connection, attempt_id: int) -> list[tuple[str, str, int]]:
+    """``(task full name, log path, size)`` of every log of an attempt, in run order."""
+    query = (
+        select(tasks.c.full_name, task_logs.c.path, task_logs.c.size_bytes)
+        .join(tasks, tasks.c.id == task_logs.c.task_id)
+        .where(task_logs.c.attempt_id == attempt_id)
+        .order_by(task_logs.c.id)
+    )
+    return [(str(n), str(p), int(s)) for n, p, s in conn.execute(query)]
+

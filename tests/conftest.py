@@ -1,0 +1,147 @@
+"""Fixtures giving tests real, throwaway PostgreSQL databases, SQLite files and Redis keyspaces.
+
+Servers come from TICKWORK_TEST_DATABASE_URL / TICKWORK_TEST_REDIS_URL; when those are not
+reachable, a throwaway server is started from local binaries for the session. PostgreSQL is
+checked once, before the first test runs, and only if a selected test needs it; Redis is
+checked when a test first asks for `redis_url`.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.servers import (
+    RedisAddress,
+    RespClient,
+    ServerUnavailable,
+    ThrowawayPostgres,
+    ThrowawayRedis,
+    find_postgres_binaries,
+    postgres_is_reachable,
+    redis_answers_ping,
+    throwaway_postgres_database,
+)
+
+DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+# Fixtures whose use means a test needs the PostgreSQL server.
+_POSTGRES_FIXTURES = frozenset({"postgres_server_url", "postgres_url"})
+_postgres_server_key = pytest.StashKey[str]()
+
+
+def _discover_postgres(config: pytest.Config) -> str:
+    """Return the URL of a reachable server's maintenance database, starting one if needed."""
+    if _postgres_server_key in config.stash:
+        return config.stash[_postgres_server_key]
+    url = os.environ.get("TICKWORK_TEST_DATABASE_URL", DEFAULT_DATABASE_URL)
+    if not postgres_is_reachable(url):
+        bin_dir = find_postgres_binaries()
+        if bin_dir is None:
+            pytest.exit(
+                f"PostgreSQL is not reachable at {url} and no local server binaries were "
+                "found; install the 'postgresql' package",
+                returncode=2,
+            )
+        try:
+            server = ThrowawayPostgres.start(bin_dir)
+        except ServerUnavailable as exc:
+            pytest.exit(
+                f"PostgreSQL is not reachable at {url} and a throwaway server from {bin_dir} "
+                f"did not start: {exc}",
+                returncode=2,
+            )
+        config.add_cleanup(server.stop)
+        url = server.url
+    config.stash[_postgres_server_key] = url
+    return url
+
+
+def _needs_postgres(item: pytest.Item) -> bool:
+    names = set(getattr(item, "fixturenames", ()))
+    if names & _POSTGRES_FIXTURES:
+        return True
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and callspec.params.get("database_url") == "postgresql"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # Fail fast, before any test runs, rather than in the middle of the session.
+    if session.config.option.collectonly:
+        return
+    if any(_needs_postgres(item) for item in session.items):
+        _discover_postgres(session.config)
+
+
+@pytest.fixture(scope="session")
+def postgres_server_url(pytestconfig: pytest.Config) -> str:
+    """SQLAlchemy URL of the test server's `postgres` database (for admin work only)."""
+    return _discover_postgres(pytestconfig)
+
+
+@pytest.fixture
+def postgres_url(postgres_server_url: str) -> Iterator[str]:
+    """SQLAlchemy URL of a new, empty database `tickwork_test_<hex>`, dropped afterwards."""
+    with throwaway_postgres_database(postgres_server_url) as url:
+        yield url
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """SQLAlchemy URL of a SQLite file in the test's temporary directory (not yet created)."""
+    return f"sqlite:///{tmp_path}/tickwork.db"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest) -> str:
+    """An empty database on each backend in turn: test ids end in [sqlite] / [postgresql]."""
+    fixture = "sqlite_url" if request.param == "sqlite" else "postgres_url"
+    url: str = request.getfixturevalue(fixture)
+    return url
+
+
+@pytest.fixture(scope="session")
+def redis_server_url() -> Iterator[str]:
+    """URL (with db number) of a Redis that answers PING, started for the session if needed."""
+    url = os.environ.get("TICKWORK_TEST_REDIS_URL", DEFAULT_REDIS_URL)
+    if redis_answers_ping(url):
+        yield url
+        return
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.exit(
+            f"Redis is not reachable at {url} and no local redis-server binary was found; "
+            "install the 'redis-server' package",
+            returncode=2,
+        )
+    try:
+        server = ThrowawayRedis.start(binary)
+    except ServerUnavailable as exc:
+        pytest.exit(
+            f"Redis is not reachable at {url} and a throwaway redis-server did not start: {exc}",
+            returncode=2,
+        )
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_prefix() -> str:
+    """A key prefix `tickwork-test-<hex>:` unique to this test."""
+    return f"tickwork-test-{secrets.token_hex(6)}:"
+
+
+@pytest.fixture
+def redis_url(redis_server_url: str, redis_prefix: str) -> Iterator[str]:
+    """URL of the test Redis; keys starting with `redis_prefix` are deleted afterwards."""
+    yield redis_server_url
+    with RespClient(RedisAddress.from_url(redis_server_url)) as client:
+        client.delete_keys_with_prefix(redis_prefix)

@@ -1,0 +1,1 @@
+"""Helpers for the test suite: finding or starting the servers tests run against."""
