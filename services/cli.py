@@ -14,6 +14,8 @@ from zoneinfo import ZoneInfo
 
 import click
 
+from services.embedded import RunOutcome, RunRequest, default_session_time, open_store, run_workflow
+from services.progress import make_display
 from shared.clock import utc_now
 from shared.config import EmbeddedConfig
 from shared.domain.states import AttemptState, TaskState
@@ -24,9 +26,6 @@ from shared.logging import configure_logging
 from shared.store.engine import create_store_engine
 from shared.store.migrate import current_revision, upgrade_database
 from shared.store.tasks import list_attempt_tasks
-from services.embedded import RunOutcome, RunRequest, default_session_time, open_store
-from services.embedded import run_workflow
-from services.progress import make_display
 
 EXIT_INVALID = 2
 
@@ -85,12 +84,27 @@ def main() -> None:
 
 @main.command()
 @click.argument("workflow_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--project", "project", type=click.Path(file_okay=False, path_type=Path),
-              help="Project directory (default: the workflow file's directory).")
-@click.option("-p", "--param", "raw_params", multiple=True, metavar="KEY=VALUE",
-              help="A session parameter; repeatable; a.b=v sets a nested key.")
-@click.option("-t", "--session-time", "raw_session_time", metavar="TIME",
-              help="Session time (default: now, truncated to the schedule if any).")
+@click.option(
+    "--project",
+    "project",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Project directory (default: the workflow file's directory).",
+)
+@click.option(
+    "-p",
+    "--param",
+    "raw_params",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A session parameter; repeatable; a.b=v sets a nested key.",
+)
+@click.option(
+    "-t",
+    "--session-time",
+    "raw_session_time",
+    metavar="TIME",
+    help="Session time (default: now, truncated to the schedule if any).",
+)
 @click.option("-a", "--rerun", is_flag=True, help="Run every task, even those that succeeded.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the summary.")
 def run(
@@ -184,8 +198,12 @@ def _print_summary(engine: Any, request: RunRequest, outcome: RunOutcome) -> Non
 
 
 @main.command()
-@click.argument("workflow_files", nargs=-1, required=True,
-                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument(
+    "workflow_files",
+    nargs=-1,
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+)
 @click.option("--project", type=click.Path(file_okay=False, path_type=Path))
 def check(workflow_files: tuple[Path, ...], project: Path | None) -> None:
     """Validate workflow files without running anything."""
@@ -202,8 +220,12 @@ def db() -> None:
 
 
 @db.command()
-@click.option("--database-url", envvar="TICKWORK_DATABASE_URL", required=True,
-              help="Database to migrate (env TICKWORK_DATABASE_URL).")
+@click.option(
+    "--database-url",
+    envvar="TICKWORK_DATABASE_URL",
+    required=True,
+    help="Database to migrate (env TICKWORK_DATABASE_URL).",
+)
 def upgrade(database_url: str) -> None:
     """Migrate the database to the newest schema."""
     engine = create_store_engine(database_url)

@@ -15,6 +15,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
+from services.agent.runner import TaskRunner
+from services.executor.loop import WorkflowExecutor
 from shared.clock import SystemClock
 from shared.dispatch.messages import TaskEvent, TaskFinished, TaskMessage
 from shared.dispatch.seam import EventSink, InProcessDispatcher
@@ -25,8 +27,6 @@ from shared.store import projects as project_store
 from shared.store import sessions as session_store
 from shared.store.engine import create_store_engine
 from shared.store.migrate import upgrade_database
-from services.agent.runner import TaskRunner
-from services.executor.loop import WorkflowExecutor
 
 IDLE_WAIT_SECONDS = 0.2
 

@@ -7,10 +7,10 @@ import re
 import time
 from pathlib import Path
 
-from shared.dispatch.messages import Outcome, TaskFinished, TaskMessage, TaskStarted
-from shared.dispatch.seam import EventSink
 from services.agent.operators import OPERATORS
 from services.agent.operators.base import OperatorContext, OperatorFailed
+from shared.dispatch.messages import Outcome, TaskFinished, TaskMessage, TaskStarted
+from shared.dispatch.seam import EventSink
 
 log = logging.getLogger(__name__)
 

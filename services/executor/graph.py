@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from services.executor.materialize import Placement, materialize_children
 from shared.domain.params import merge_outputs, merge_params
 from shared.domain.states import (
     ACTIVE_TASK_STATES,
@@ -26,7 +27,6 @@ from shared.domain.workflow import TaskSpec
 from shared.store import tasks as task_store
 from shared.store.sessions import set_attempt_state
 from shared.store.tasks import TaskRow
-from services.executor.materialize import Placement, materialize_children
 
 log = logging.getLogger(__name__)
 

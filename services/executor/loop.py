@@ -10,6 +10,9 @@ from datetime import datetime
 
 from sqlalchemy import Connection, Engine
 
+from services.executor.graph import TaskGraph
+from services.executor.materialize import Placement, materialize_children
+from services.executor.messages import AttemptContext, build_task_message
 from shared.clock import Clock, SystemClock
 from shared.dispatch.messages import Outcome, TaskEvent, TaskFinished, TaskMessage, TaskStarted
 from shared.dispatch.seam import Dispatcher
@@ -19,9 +22,6 @@ from shared.errors import InvalidExpression
 from shared.store import sessions as session_store
 from shared.store import tasks as task_store
 from shared.store.projects import load_workflow_definition
-from services.executor.graph import TaskGraph
-from services.executor.materialize import Placement, materialize_children
-from services.executor.messages import AttemptContext, build_task_message
 
 log = logging.getLogger(__name__)
 
@@ -231,9 +231,7 @@ class WorkflowExecutor:
     def seconds_until_due(self, now: datetime, cap_seconds: float) -> float:
         """How long the loop may sleep before a waiting task is due (at most ``cap_seconds``)."""
         with self.engine.connect() as conn:
-            due = task_store.earliest_not_before(
-                conn, (TaskState.RETRY_WAITING, TaskState.READY)
-            )
+            due = task_store.earliest_not_before(conn, (TaskState.RETRY_WAITING, TaskState.READY))
         if due is None:
             return cap_seconds
         return max(0.0, min(cap_seconds, (due - now).total_seconds()))
@@ -253,4 +251,3 @@ class WorkflowExecutor:
             wait = self.seconds_until_due(self.clock.now(), backoff)
             self.wait_for_work(wait)
             backoff = min(backoff * 2, idle_cap_seconds)
-

@@ -64,9 +64,7 @@ def materialize_children(
     return ids
 
 
-def _inherit(
-    inherited: dict[str, Any] | None, export: dict[str, Any]
-) -> dict[str, Any] | None:
+def _inherit(inherited: dict[str, Any] | None, export: dict[str, Any]) -> dict[str, Any] | None:
     return merge_params(inherited, export) or None if export else inherited
 
 

@@ -39,7 +39,13 @@ ACTIVE_TASK_STATES = frozenset(
 ALLOWED_TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
     TaskState.BLOCKED: frozenset({TaskState.READY, TaskState.SUCCESS, TaskState.CANCELED}),
     TaskState.READY: frozenset(
-        {TaskState.QUEUED, TaskState.PLANNED, TaskState.SUCCESS, TaskState.ERROR, TaskState.CANCELED}
+        {
+            TaskState.QUEUED,
+            TaskState.PLANNED,
+            TaskState.SUCCESS,
+            TaskState.ERROR,
+            TaskState.CANCELED,
+        }
     ),
     TaskState.QUEUED: frozenset(
         {

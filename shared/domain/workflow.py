@@ -29,7 +29,7 @@ class RetryPolicy:
     def delay_seconds(self, retries_done: int) -> float:
         """The wait before retry number ``retries_done + 1``."""
         if self.interval_type is IntervalType.EXPONENTIAL:
-            delay = self.interval_seconds * (2 ** min(retries_done, 62))
+            delay = self.interval_seconds * float(2 ** min(retries_done, 62))
         else:
             delay = self.interval_seconds
         if self.max_interval_seconds is not None:

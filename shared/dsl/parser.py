@@ -27,15 +27,10 @@ from shared.errors import InvalidExpression, InvalidWorkflow, Problem
 
 TOP_LEVEL_KEYS = ("timezone", "schedule", "_export", "_error", "_check", "_retry", "_parallel")
 GROUP_DIRECTIVES = ("_parallel", "_background", "_after", "_error", "_check", "_retry", "_export")
-OPERATOR_DIRECTIVES = (
-    *("_retry", "_error", "_check", "_export", "_background", "_after"),
-    *("_type", "_command"),
-)
+OPERATOR_DIRECTIVES = (*GROUP_DIRECTIVES[1:], "_type", "_command")
 RETRY_OPTIONS = ("limit", "interval", "interval_type", "max_interval")
 PY_TARGET = re.compile(r"^[A-Za-z_][\w.]*\.[A-Za-z_]\w*$")
 _OPERATOR_KEYS = tuple(f"{name}>" for name in OPERATORS)
-_TRUE = (True, "true")
-_FALSE = (False, "false")
 
 
 def parse_workflow_file(path: Path, project_dir: Path) -> WorkflowDefinition:
@@ -77,16 +72,19 @@ class _Where:
     in_parallel: bool = False
 
 
+_KINDS = ((bool, "a boolean"), (int | float, "a number"), (str, "a string"), (dict, "a mapping"))
+
+
 def _describe(value: Any) -> str:
-    if value is None:
-        return "null"
+    fallback = "null" if value is None else "a list"
+    return next((word for kind, word in _KINDS if isinstance(value, kind)), fallback)
+
+
+def _flag(value: Any) -> bool | None:
+    """``true``/``false`` (YAML booleans or those strings, as Digdag accepts), else None."""
     if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    return "a mapping" if isinstance(value, dict) else "a list"
+        return value
+    return {"true": True, "false": False}.get(value) if isinstance(value, str) else None
 
 
 def _plain(value: Any) -> Any:
@@ -96,14 +94,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list):
         return [_plain(item) for item in value]
     return value
-
-
-def _has_expression(value: Any) -> bool:
-    if isinstance(value, str):
-        return "${" in value
-    if isinstance(value, dict):
-        return any(_has_expression(item) for item in value.values())
-    return isinstance(value, list) and any(_has_expression(item) for item in value)
 
 
 class _ProjectParser:
@@ -183,18 +173,17 @@ class _ProjectParser:
             return "UTC"
 
     def _schedule(self, data: LineMap, where: _Where, timezone: str) -> dict[str, Any] | None:
-        raw = data["schedule"] if "schedule" in data else None
+        if "schedule" not in data:
+            return None
+        raw = data["schedule"]
         if not isinstance(raw, LineMap):
-            if "schedule" in data:
-                message = f"'schedule' must be a mapping such as {{daily>: 07:00:00}}"
-                self.report(where, data.line_of("schedule"), message)
+            message = f"'schedule' must be a mapping such as {{daily>: 07:00:00}}, got {raw!r}"
+            self.report(where, data.line_of("schedule"), message)
             return None
         try:
             return parse_schedule(raw, timezone).to_config()
         except InvalidScheduleSpec as exc:
-            line = data.line_of("schedule")
-            if isinstance(raw, LineMap) and exc.key in raw.key_lines:
-                line = raw.line_of(exc.key)
+            line = raw.line_of(exc.key) if exc.key else data.line_of("schedule")
             self.report(where, line, exc.message)
             return None
 
@@ -408,14 +397,13 @@ class _ProjectParser:
 
     def _background(self, body: LineMap, where: _Where) -> bool:
         value = body["_background"]
+        flag = _flag(value)
         line = body.line_of("_background")
-        if value not in _TRUE and value not in _FALSE:
+        if flag is None:
             self.report(where, line, f"'_background' must be true or false, got {value!r}")
-            return False
-        if value in _TRUE and where.in_parallel:
+        elif flag and where.in_parallel:
             self.report(where, line, "'_background' is not valid inside a _parallel group")
-            return False
-        return value in _TRUE
+        return bool(flag) and not where.in_parallel
 
     def _after(self, body: LineMap, where: _Where) -> tuple[str, ...]:
         value = body["_after"]
@@ -475,8 +463,8 @@ def _is_count(value: Any) -> bool:
 
 def _parallel_value(value: Any, line: int) -> tuple[bool, int | None]:
     """``_parallel``: true/false (or their strings), or ``{limit: N}`` with N >= 1."""
-    if value in _TRUE or value in _FALSE:
-        return value in _TRUE, None
+    if _flag(value) is not None:
+        return bool(_flag(value)), None
     if not isinstance(value, LineMap) or set(value) != {"limit"}:
         raise _Bad(f"'_parallel' must be true, false or {{limit: N}}, got {value!r}", line)
     limit = value["limit"]
@@ -488,17 +476,19 @@ def _parallel_value(value: Any, line: int) -> tuple[bool, int | None]:
 
 def _retry_policy(value: Any, line: int) -> RetryPolicy:
     """``_retry``: a count, or ``{limit, interval, interval_type, max_interval}``."""
-    if _has_expression(value):
+    if "${" in repr(value):  # a retry policy is fixed when the workflow is pushed
         raise _Bad("'_retry' cannot use ${...} expressions", line)
     if _is_count(value):
         return RetryPolicy(limit=int(value))
     if not isinstance(value, LineMap):
-        raise _Bad(f"'_retry' must be a whole number >= 0 or {{limit: N, ...}}, got {value!r}", line)
+        raise _Bad(
+            f"'_retry' must be a whole number >= 0 or {{limit: N, ...}}, got {value!r}", line
+        )
     for key in value:
         if key not in RETRY_OPTIONS:
             hint = suggest(str(key), RETRY_OPTIONS)
             raise _Bad(f"unknown '_retry' option '{key}'{hint}", value.line_of(key))
-    limit = value.get("limit")
+    limit: Any = value.get("limit")
     if not _is_count(limit):
         message = f"'_retry' limit must be a whole number >= 0, got {limit!r}"
         raise _Bad(message, value.line_of("limit"))
@@ -506,16 +496,12 @@ def _retry_policy(value: Any, line: int) -> RetryPolicy:
     if interval_type not in tuple(IntervalType):
         message = f"'_retry' interval_type must be constant or exponential, got {interval_type!r}"
         raise _Bad(message, value.line_of("interval_type"))
-    interval = _seconds(value, "interval")
-    return RetryPolicy(
-        int(limit), interval or 0.0, IntervalType(interval_type), _seconds(value, "max_interval")
-    )
+    interval, maximum = _seconds(value, "interval") or 0.0, _seconds(value, "max_interval")
+    return RetryPolicy(int(limit), interval, IntervalType(interval_type), maximum)
 
 
 def _seconds(value: LineMap, key: str) -> float | None:
     seconds = value.get(key)
-    if seconds is None or (isinstance(seconds, int | float) and _is_count(abs(int(seconds)))):
-        pass
     if seconds is None:
         return None
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:

@@ -367,4 +367,3 @@ def list_task_logs(conn: Connection, attempt_id: int) -> list[tuple[str, str, in
         .order_by(task_logs.c.id)
     )
     return [(str(n), str(p), int(s)) for n, p, s in conn.execute(query)]
-

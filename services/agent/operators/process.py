@@ -26,7 +26,7 @@ def run_child(
     """
     timeout = context.message.timeout_seconds
     try:
-        child = subprocess.Popen(  # noqa: S603 - argv is built by the operator, not a shell
+        child = subprocess.Popen(
             list(argv),
             cwd=context.project_dir,
             env=dict(env),
