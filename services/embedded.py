@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
+from services.agent.operators.process import terminate_children
 from services.agent.runner import TaskRunner
 from services.executor.loop import WorkflowExecutor
 from shared.clock import SystemClock
@@ -25,6 +26,7 @@ from shared.domain.states import AttemptState
 from shared.domain.workflow import WorkflowDefinition
 from shared.store import projects as project_store
 from shared.store import sessions as session_store
+from shared.store import tasks as task_store
 from shared.store.engine import create_store_engine
 from shared.store.migrate import upgrade_database
 
@@ -102,6 +104,7 @@ def create_run_attempt(conn: Connection, request: RunRequest, now: datetime) -> 
     previous = session_store.list_session_attempts(conn, session_id)
     for attempt in previous:
         if not attempt.state.is_done:
+            task_store.cancel_unfinished_tasks(conn, attempt.id, now)
             session_store.set_attempt_state(
                 conn,
                 attempt.id,
@@ -161,6 +164,9 @@ def run_workflow(
     )
     try:
         outcome.state = _drive(executor, outcome.attempt_id, engine, on_progress)
+    except BaseException:
+        terminate_children()  # an interrupted run must not leave commands running
+        raise
     finally:
         dispatcher.close()
     return outcome

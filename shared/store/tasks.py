@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, exists, func, select
 from sqlalchemy.orm import aliased
 
-from shared.domain.states import TaskState
+from shared.domain.states import TERMINAL_TASK_STATES, TaskState
 from shared.store.tables import task_dependencies, task_logs, tasks
 
 
@@ -205,6 +205,19 @@ def mark_tasks_queued(
         if token is not None:
             tokens[task_id] = int(token)
     return tokens
+
+
+def cancel_unfinished_tasks(conn: Connection, attempt_id: int, now: datetime) -> int:
+    """End every task of an attempt that has not ended, as CANCELED; how many there were."""
+    result = conn.execute(
+        tasks.update()
+        .where(
+            tasks.c.attempt_id == attempt_id,
+            tasks.c.state.not_in(_states(TERMINAL_TASK_STATES)),
+        )
+        .values(state=TaskState.CANCELED.value, finished_at=now, updated_at=now)
+    )
+    return int(result.rowcount)
 
 
 def downstream_ids(conn: Connection, task_id: int) -> list[int]:

@@ -6,11 +6,15 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 
 from services.agent.operators.base import OperatorContext, OperatorFailed
 
 KILL_GRACE_SECONDS = 5.0
+
+_running: set[subprocess.Popen[str]] = set()
+_running_lock = threading.Lock()
 
 
 def run_child(
@@ -38,6 +42,8 @@ def run_child(
         )
     except OSError as exc:
         raise OperatorFailed(f"cannot start {argv[0]}: {exc}") from exc
+    with _running_lock:
+        _running.add(child)
     try:
         child.communicate(stdin_text, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -46,7 +52,19 @@ def run_child(
     except BaseException:
         _kill_group(child)
         raise
+    finally:
+        with _running_lock:
+            _running.discard(child)
     return child.returncode
+
+
+def terminate_children() -> None:
+    """Kill the process group of every child still running (the agent is shutting down)."""
+    with _running_lock:
+        children = list(_running)
+    for child in children:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signal.SIGKILL)
 
 
 def _kill_group(child: subprocess.Popen[str]) -> None:
