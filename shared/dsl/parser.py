@@ -17,18 +17,17 @@ from shared.domain.expressions import check_template
 from shared.domain.schedule import InvalidScheduleSpec, parse_schedule, resolve_timezone, suggest
 from shared.domain.workflow import (
     OPERATORS,
-    IntervalType,
     RetryPolicy,
     TaskSpec,
     WorkflowDefinition,
 )
+from shared.dsl.directives import Bad, find_cycle, flag, parallel_value, retry_policy
 from shared.dsl.loader import LineMap, load_yaml
 from shared.errors import InvalidExpression, InvalidWorkflow, Problem
 
 TOP_LEVEL_KEYS = ("timezone", "schedule", "_export", "_error", "_check", "_retry", "_parallel")
 GROUP_DIRECTIVES = ("_parallel", "_background", "_after", "_error", "_check", "_retry", "_export")
 OPERATOR_DIRECTIVES = (*GROUP_DIRECTIVES[1:], "_type", "_command")
-RETRY_OPTIONS = ("limit", "interval", "interval_type", "max_interval")
 PY_TARGET = re.compile(r"^[A-Za-z_][\w.]*\.[A-Za-z_]\w*$")
 _OPERATOR_KEYS = tuple(f"{name}>" for name in OPERATORS)
 
@@ -78,13 +77,6 @@ _KINDS = ((bool, "a boolean"), (int | float, "a number"), (str, "a string"), (di
 def _describe(value: Any) -> str:
     fallback = "null" if value is None else "a list"
     return next((word for kind, word in _KINDS if isinstance(value, kind)), fallback)
-
-
-def _flag(value: Any) -> bool | None:
-    """``true``/``false`` (YAML booleans or those strings, as Digdag accepts), else None."""
-    if isinstance(value, bool):
-        return value
-    return {"true": True, "false": False}.get(value) if isinstance(value, str) else None
 
 
 def _plain(value: Any) -> Any:
@@ -145,8 +137,6 @@ class _ProjectParser:
         self.parsed[path] = definition
         return definition
 
-    # -- the top level -------------------------------------------------------------------
-
     def _workflow(self, text: str, where: _Where, stem: str) -> WorkflowDefinition | None:
         try:
             data = load_yaml(text, where.file)
@@ -187,8 +177,6 @@ class _ProjectParser:
             self.report(where, line, exc.message)
             return None
 
-    # -- tasks ---------------------------------------------------------------------------
-
     def _task(self, name: str, body: LineMap, where: _Where) -> TaskSpec:
         is_operator = "_type" in body or any(str(key).endswith(">") for key in body)
         if is_operator:
@@ -212,7 +200,7 @@ class _ProjectParser:
             elif key not in allowed:
                 self._unknown_directive(key, body, where, (*allowed, *_OPERATOR_KEYS))
         self._check_after(children, bodies, where)
-        common = self._directives(name, body, where, allowed, is_group=True)
+        common = self._directives(body, where, allowed, is_group=True)
         return TaskSpec(
             name, parallel=parallel, parallel_limit=limit, children=tuple(children), **common
         )
@@ -228,11 +216,9 @@ class _ProjectParser:
         return None
 
     def _string_key(self, key: Any, body: LineMap, where: _Where) -> bool:
-        if isinstance(key, str):
-            return True
-        message = f"key {key!r} must be a string (quote it)"
-        self.report(where, body.line_of(key), message)
-        return False
+        if not isinstance(key, str):
+            self.report(where, body.line_of(key), f"key {key!r} must be a string (quote it)")
+        return isinstance(key, str)
 
     def _unknown_directive(
         self, key: str, body: LineMap, where: _Where, candidates: Iterable[str]
@@ -257,12 +243,10 @@ class _ProjectParser:
             else:
                 self._check_values(value, body.line_of(key), where)
                 params[key] = _plain(value)
-        common = self._directives(name, body, where, OPERATOR_DIRECTIVES, is_group=False)
+        common = self._directives(body, where, OPERATOR_DIRECTIVES, is_group=False)
         return TaskSpec(
             name, operator=operator, command=command, params=params, called=called, **common
         )
-
-    # -- operators -----------------------------------------------------------------------
 
     def _operator(
         self, name: str, body: LineMap, where: _Where
@@ -282,7 +266,8 @@ class _ProjectParser:
             operator, command_key = keys[0][:-1], keys[0]
             shown = f"'{keys[0]}'"
         if operator not in OPERATORS:
-            hint = suggest(f"{operator}>", _OPERATOR_KEYS)
+            candidates = OPERATORS if keys[0] == "_type" else _OPERATOR_KEYS
+            hint = suggest(str(operator if keys[0] == "_type" else keys[0]), candidates)
             self.report(where, body.line_of(keys[0]), f"unknown operator {shown}{hint}")
             return str(operator), body.get(command_key), None
         line = body.line_of(command_key if command_key in body else keys[0])
@@ -316,23 +301,22 @@ class _ProjectParser:
         path = (where.directory / file_name).resolve()
         if not path.is_relative_to(self.project_dir):
             self.report(where, line, f"'call>' target '{target}' is outside the project")
-        elif not path.is_file():
-            shown = self.relative_name(path)
-            self.report(where, line, f"'call>' target '{target}' does not exist ({shown})")
         elif path in self.stack:
             chain = [self.relative_name(p) for p in self.stack[self.stack.index(path) :]]
             self.report(where, line, f"call cycle: {' -> '.join([*chain, chain[0]])}")
+        elif not path.is_file():
+            shown = self.relative_name(path)
+            self.report(where, line, f"'call>' target '{target}' does not exist ({shown})")
         else:
             definition = self.parse_file(path)
             called = None if definition is None else replace(definition.root, name="^sub")
             return self.relative_name(path), called
         return target, None
 
-    # -- directives ----------------------------------------------------------------------
-
     def _directives(
-        self, name: str, body: LineMap, where: _Where, allowed: tuple[str, ...], is_group: bool
+        self, body: LineMap, where: _Where, allowed: tuple[str, ...], is_group: bool
     ) -> dict[str, Any]:
+        """TaskSpec fields from the directives every kind of task may carry."""
         common: dict[str, Any] = {}
         plain = replace(where, in_parallel=False)
         if "_export" in body:
@@ -390,20 +374,20 @@ class _ProjectParser:
 
     def _parallel(self, body: LineMap, where: _Where) -> tuple[bool, int | None]:
         try:
-            return _parallel_value(body.get("_parallel", False), body.line_of("_parallel"))
-        except _Bad as bad:
+            return parallel_value(body.get("_parallel", False), body.line_of("_parallel"))
+        except Bad as bad:
             self.report(where, bad.line, bad.message)
-            return False, None
+        return False, None
 
     def _background(self, body: LineMap, where: _Where) -> bool:
         value = body["_background"]
-        flag = _flag(value)
+        background = flag(value)
         line = body.line_of("_background")
-        if flag is None:
+        if background is None:
             self.report(where, line, f"'_background' must be true or false, got {value!r}")
-        elif flag and where.in_parallel:
+        elif background and where.in_parallel:
             self.report(where, line, "'_background' is not valid inside a _parallel group")
-        return bool(flag) and not where.in_parallel
+        return bool(background) and not where.in_parallel
 
     def _after(self, body: LineMap, where: _Where) -> tuple[str, ...]:
         value = body["_after"]
@@ -435,98 +419,14 @@ class _ProjectParser:
                     self.report(where, line, f"{message}{hint}")
                 else:
                     graph[child.name].append(upstream)
-        cycle = _find_cycle(graph)
+        cycle = find_cycle(graph)
         if cycle:
             line = bodies[cycle[0]].line_of("_after")
             self.report(where, line, f"'_after' cycle: {' -> '.join([*cycle, cycle[0]])}")
 
     def _retry(self, value: Any, line: int, where: _Where) -> RetryPolicy | None:
         try:
-            return _retry_policy(value, line)
-        except _Bad as bad:
+            return retry_policy(value, line)
+        except Bad as bad:
             self.report(where, bad.line, bad.message)
-            return None
-
-
-class _Bad(Exception):
-    """A directive's value is wrong: ``message``, at ``line``."""
-
-    def __init__(self, message: str, line: int) -> None:
-        super().__init__(message)
-        self.message = message
-        self.line = line
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _parallel_value(value: Any, line: int) -> tuple[bool, int | None]:
-    """``_parallel``: true/false (or their strings), or ``{limit: N}`` with N >= 1."""
-    if _flag(value) is not None:
-        return bool(_flag(value)), None
-    if not isinstance(value, LineMap) or set(value) != {"limit"}:
-        raise _Bad(f"'_parallel' must be true, false or {{limit: N}}, got {value!r}", line)
-    limit = value["limit"]
-    if not _is_count(limit) or limit < 1:
-        message = f"'_parallel' limit must be a whole number >= 1, got {limit!r}"
-        raise _Bad(message, value.line_of("limit"))
-    return True, int(limit)
-
-
-def _retry_policy(value: Any, line: int) -> RetryPolicy:
-    """``_retry``: a count, or ``{limit, interval, interval_type, max_interval}``."""
-    if "${" in repr(value):  # a retry policy is fixed when the workflow is pushed
-        raise _Bad("'_retry' cannot use ${...} expressions", line)
-    if _is_count(value):
-        return RetryPolicy(limit=int(value))
-    if not isinstance(value, LineMap):
-        raise _Bad(
-            f"'_retry' must be a whole number >= 0 or {{limit: N, ...}}, got {value!r}", line
-        )
-    for key in value:
-        if key not in RETRY_OPTIONS:
-            hint = suggest(str(key), RETRY_OPTIONS)
-            raise _Bad(f"unknown '_retry' option '{key}'{hint}", value.line_of(key))
-    limit: Any = value.get("limit")
-    if not _is_count(limit):
-        message = f"'_retry' limit must be a whole number >= 0, got {limit!r}"
-        raise _Bad(message, value.line_of("limit"))
-    interval_type = value.get("interval_type", "constant")
-    if interval_type not in tuple(IntervalType):
-        message = f"'_retry' interval_type must be constant or exponential, got {interval_type!r}"
-        raise _Bad(message, value.line_of("interval_type"))
-    interval, maximum = _seconds(value, "interval") or 0.0, _seconds(value, "max_interval")
-    return RetryPolicy(int(limit), interval, IntervalType(interval_type), maximum)
-
-
-def _seconds(value: LineMap, key: str) -> float | None:
-    seconds = value.get(key)
-    if seconds is None:
         return None
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
-        message = f"'_retry' {key} must be a number of seconds >= 0, got {seconds!r}"
-        raise _Bad(message, value.line_of(key))
-    return float(seconds)
-
-
-def _find_cycle(graph: dict[str, list[str]]) -> list[str]:
-    """One cycle of ``graph`` (task -> the tasks it runs after), or ``[]``."""
-    state: dict[str, str] = {}
-
-    def visit(node: str, path: list[str]) -> list[str]:
-        if state.get(node) == "open":
-            return path[path.index(node) :]
-        if state.get(node) == "done":
-            return []
-        state[node] = "open"
-        for upstream in graph[node]:
-            if cycle := visit(upstream, [*path, node]):
-                return cycle
-        state[node] = "done"
-        return []
-
-    for start in graph:
-        if cycle := visit(start, []):
-            return cycle
-    return []

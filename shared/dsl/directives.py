@@ -1,0 +1,100 @@
+"""Checking the values of directives (``_parallel``, ``_retry``, ``_after`` cycles)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared.domain.schedule import suggest
+from shared.domain.workflow import IntervalType, RetryPolicy
+from shared.dsl.loader import LineMap
+
+RETRY_OPTIONS = ("limit", "interval", "interval_type", "max_interval")
+
+
+def flag(value: Any) -> bool | None:
+    """``true``/``false`` (YAML booleans or those strings, as Digdag accepts), else None."""
+    if isinstance(value, bool):
+        return value
+    return {"true": True, "false": False}.get(value) if isinstance(value, str) else None
+
+
+class Bad(Exception):
+    """A directive's value is wrong: ``message``, at ``line``."""
+
+    def __init__(self, message: str, line: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+
+
+def is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def parallel_value(value: Any, line: int) -> tuple[bool, int | None]:
+    """``_parallel``: true/false (or their strings), or ``{limit: N}`` with N >= 1."""
+    if flag(value) is not None:
+        return bool(flag(value)), None
+    if not isinstance(value, LineMap) or set(value) != {"limit"}:
+        raise Bad(f"'_parallel' must be true, false or {{limit: N}}, got {value!r}", line)
+    limit = value["limit"]
+    if not is_count(limit) or limit < 1:
+        message = f"'_parallel' limit must be a whole number >= 1, got {limit!r}"
+        raise Bad(message, value.line_of("limit"))
+    return True, int(limit)
+
+
+def retry_policy(value: Any, line: int) -> RetryPolicy:
+    """``_retry``: a count, or ``{limit, interval, interval_type, max_interval}``."""
+    if "${" in repr(value):  # a retry policy is fixed when the workflow is pushed
+        raise Bad("'_retry' cannot use ${...} expressions", line)
+    if is_count(value):
+        return RetryPolicy(limit=int(value))
+    if not isinstance(value, LineMap):
+        raise Bad(f"'_retry' must be a whole number >= 0 or {{limit: N, ...}}, got {value!r}", line)
+    for key in value:
+        if key not in RETRY_OPTIONS:
+            hint = suggest(str(key), RETRY_OPTIONS)
+            raise Bad(f"unknown '_retry' option '{key}'{hint}", value.line_of(key))
+    limit: Any = value.get("limit")
+    if not is_count(limit):
+        message = f"'_retry' limit must be a whole number >= 0, got {limit!r}"
+        raise Bad(message, value.line_of("limit"))
+    interval_type = value.get("interval_type", "constant")
+    if interval_type not in tuple(IntervalType):
+        message = f"'_retry' interval_type must be constant or exponential, got {interval_type!r}"
+        raise Bad(message, value.line_of("interval_type"))
+    interval, maximum = _seconds(value, "interval") or 0.0, _seconds(value, "max_interval")
+    return RetryPolicy(int(limit), interval, IntervalType(interval_type), maximum)
+
+
+def _seconds(value: LineMap, key: str) -> float | None:
+    seconds = value.get(key)
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+        message = f"'_retry' {key} must be a number of seconds >= 0, got {seconds!r}"
+        raise Bad(message, value.line_of(key))
+    return float(seconds)
+
+
+def find_cycle(graph: dict[str, list[str]]) -> list[str]:
+    """One cycle of ``graph`` (task -> the tasks it runs after), or ``[]``."""
+    state: dict[str, str] = {}
+
+    def visit(node: str, path: list[str]) -> list[str]:
+        if state.get(node) == "open":
+            return path[path.index(node) :]
+        if state.get(node) == "done":
+            return []
+        state[node] = "open"
+        for upstream in graph[node]:
+            if cycle := visit(upstream, [*path, node]):
+                return cycle
+        state[node] = "done"
+        return []
+
+    for start in graph:
+        if cycle := visit(start, []):
+            return cycle
+    return []
