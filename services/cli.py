@@ -183,14 +183,19 @@ def _run(request: RunRequest, quiet: bool) -> int:
 def _print_summary(engine: Any, request: RunRequest, outcome: RunOutcome) -> None:
     with engine.connect() as conn:
         rows = list_attempt_tasks(conn, outcome.attempt_id)
-    operators = [r for r in rows if not r.is_group]
-    counts = Counter(r.state.value for r in operators)
-    resumed = sum(1 for r in operators if (r.result or {}).get("resumed"))
+    skipped = [r.full_name for r in rows if (r.result or {}).get("resumed")]
+    ran = [r for r in rows if not r.is_group and r.full_name not in skipped]
+    counts = Counter(r.state.value for r in ran)
     session = request.session_time.isoformat()
     click.echo(f"session {session}  attempt {outcome.attempt_id}: {outcome.state.value}")
-    click.echo("  " + ", ".join(f"{state}: {n}" for state, n in sorted(counts.items())))
-    if resumed:
-        click.echo(f"  {resumed} task(s) had succeeded before and were skipped (--rerun runs them)")
+    if counts:
+        click.echo("  " + ", ".join(f"{state}: {n}" for state, n in sorted(counts.items())))
+    else:
+        click.echo("  no task ran")
+    if skipped:
+        more = f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
+        names = ", ".join(skipped[:5]) + more
+        click.echo(f"  skipped (succeeded before; --rerun runs them): {names}")
     for row in rows:
         if row.state is TaskState.ERROR and not row.is_group:
             click.echo(f"  failed {row.full_name}: {(row.error or {}).get('message', '')}")

@@ -1,0 +1,1 @@
+"""Python functions the example workflows call with ``py>``."""

@@ -1,0 +1,232 @@
+"""The workflows in examples/ do what their comments say, run by ``tickwork run`` in a copy.
+
+Every task of the examples notes its name in ``.tickwork/out/<example>.log``; these notes
+tell which tasks ran, in which order and how many times.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.e2e._run import (
+    EXAMPLES_DIR,
+    RUN_TIMEOUT_SECONDS,
+    Project,
+    Run,
+    max_running_at_once,
+    tickwork_command,
+)
+
+pytestmark = pytest.mark.e2e
+
+SESSION = "2026-01-30"
+
+
+RunExample = Callable[[str], tuple[Project, Run]]
+
+
+@pytest.fixture
+def examples(tmp_path: Path) -> Project:
+    """A fresh copy of examples/ with its own state directory; the repository stays clean."""
+    return Project.copy_of_examples(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def run_example(tmp_path_factory: pytest.TempPathFactory) -> RunExample:
+    """Runs an example once, in its own fresh copy, for all the tests that read the result."""
+    done: dict[str, tuple[Project, Run]] = {}
+
+    def run(workflow: str) -> tuple[Project, Run]:
+        if workflow not in done:
+            project = Project.copy_of_examples(tmp_path_factory.mktemp(Path(workflow).stem))
+            done[workflow] = (project, project.run(workflow, "-t", SESSION))
+        return done[workflow]
+
+    return run
+
+
+class TestHello:
+    def test_hello_runs_every_step_of_the_tour_once_in_order(self, run_example: RunExample) -> None:
+        # When the tour runs
+        examples, run = run_example("hello.dig")
+
+        # Then it succeeds: the workspace first, the three fetches in any order, then the
+        # py> task and the report that uses the value it stored
+        assert run.exit_code == 0, run.explain()
+        notes = examples.notes("hello")
+        assert notes[0] == "prepare_workspace"
+        assert sorted(notes[1:4]) == ["fetch_customers", "fetch_orders", "fetch_payments"]
+        assert notes[4:] == ["count_rows", "report"]
+        assert "session 2026-01-30T00:00:00+00:00  attempt 1: success" in run.summary
+        assert "success: 7" in run.summary
+
+    def test_hello_shows_greetings_and_the_stored_row_count(self, run_example: RunExample) -> None:
+        _, run = run_example("hello.dig")
+
+        output = dict(run.output())
+        assert output["+hello+welcome"] == (
+            "Hello from tickwork! This is the 2026-01-30 session of the data platform team."
+        )
+        assert output["+hello+report"] == "loaded 360 rows, see you soon!"
+
+    def test_hello_finishes_in_a_few_seconds(self, run_example: RunExample) -> None:
+        _, run = run_example("hello.dig")
+
+        assert run.exit_code == 0, run.explain()
+        assert run.seconds < 10
+
+
+def test_sequence_runs_tasks_and_nested_groups_in_written_order(run_example: RunExample) -> None:
+    examples, run = run_example("sequence.dig")
+
+    assert run.exit_code == 0, run.explain()
+    assert examples.notes("sequence") == ["extract", "clean", "enrich", "load"]
+    assert "success: 4" in run.summary
+
+
+class TestParallelLimit:
+    def test_partitions_never_run_more_than_two_at_once(self, run_example: RunExample) -> None:
+        examples, run = run_example("parallel_limit.dig")
+
+        assert run.exit_code == 0, run.explain()
+        notes = examples.notes("parallel_limit")
+        assert max_running_at_once(notes) == 2, notes
+
+    def test_every_partition_runs_once_before_publish(self, run_example: RunExample) -> None:
+        examples, run = run_example("parallel_limit.dig")
+
+        assert run.exit_code == 0, run.explain()
+        notes = examples.notes("parallel_limit")
+        days = [f"day_{n}" for n in range(1, 6)]
+        assert sorted(n for n in notes if n.startswith("start")) == [f"start {d}" for d in days]
+        assert sorted(n for n in notes if n.startswith("end")) == [f"end {d}" for d in days]
+        assert notes[-1] == "publish"
+        assert "success: 6" in run.summary
+
+
+class TestRetryBackoff:
+    def test_retry_example_runs_the_flaky_task_three_times(self, run_example: RunExample) -> None:
+        examples, run = run_example("retry_backoff.dig")
+
+        assert run.exit_code == 0, run.explain()
+        assert examples.notes("retry_backoff") == [
+            "download attempt 1",
+            "download attempt 2",
+            "download attempt 3",
+            "load",
+        ]
+        assert "success: 3" in run.summary
+        assert ("+retry_backoff+download", "source not ready yet (attempt 1)") in run.output()
+
+    def test_retry_waits_grow_exponentially(self, run_example: RunExample) -> None:
+        # Given waits of 0.5 s then 1 s (a constant interval would wait 0.5 s twice)
+        examples, run = run_example("retry_backoff.dig")
+
+        # Then the three runs' log files were written at least that far apart
+        assert run.exit_code == 0, run.explain()
+        logs = examples.state_dir / "logs" / str(run.attempt_id)
+        written = sorted(path.stat().st_mtime for path in logs.glob("*download*.log"))
+        assert len(written) == 3, sorted(logs.iterdir())
+        assert written[1] - written[0] >= 0.5
+        assert written[2] - written[1] >= 1.0
+
+    def test_retry_example_stays_under_a_few_seconds(self, run_example: RunExample) -> None:
+        _, run = run_example("retry_backoff.dig")
+
+        assert run.exit_code == 0, run.explain()
+        assert run.seconds < 8
+
+
+def test_error_handler_example_fails_on_purpose_and_alerts(run_example: RunExample) -> None:
+    # When the workflow runs and +load fails
+    examples, run = run_example("error_handler.dig")
+
+    # Then the _error task saw the message, +publish never ran, and the failure stands
+    assert run.exit_code == 1, run.explain()
+    assert examples.notes("error_handler") == [
+        "extract",
+        "alert: warehouse is read-only for maintenance",
+    ]
+    assert "attempt 1: error" in run.summary
+    assert "failed +error_handler+load: warehouse is read-only for maintenance" in run.summary
+
+
+def test_call_and_py_share_stored_values_with_the_called_workflow(run_example: RunExample) -> None:
+    examples, run = run_example("call_and_py.dig")
+
+    assert run.exit_code == 0, run.explain()
+    assert examples.notes("call_and_py") == [
+        "extract_orders shop_db",
+        "validate 3 orders",
+        "archive_orders orders-2026-01-30.csv.gz",
+        "report 3 orders in orders-2026-01-30.csv.gz",
+    ]
+    assert "success: 5" in run.summary
+
+
+class TestCheck:
+    def test_check_runs_after_its_task_and_before_the_next(self, run_example: RunExample) -> None:
+        examples, run = run_example("check.dig")
+
+        assert run.exit_code == 0, run.explain()
+        assert examples.notes("check") == ["export_orders", "check_rows 3", "publish"]
+        assert "success: 3" in run.summary
+
+    def test_a_failing_check_fails_the_workflow(self, examples: Project) -> None:
+        # Given the check expects more rows than the export writes (as its comment suggests)
+        workflow = examples.root / "check.dig"
+        text = workflow.read_text()
+        assert "min_rows: 3" in text
+        workflow.write_text(text.replace("min_rows: 3", "min_rows: 10"))
+
+        # When it runs
+        run = examples.run("check.dig", "-t", SESSION)
+
+        # Then the task fails and +publish never runs
+        assert run.exit_code == 1, run.explain()
+        assert examples.notes("check") == ["export_orders", "check_rows 3"]
+        assert "attempt 1: error" in run.summary
+
+
+def test_background_task_runs_alongside_the_one_before_and_load_waits(
+    run_example: RunExample,
+) -> None:
+    examples, run = run_example("background.dig")
+
+    assert run.exit_code == 0, run.explain()
+    notes = examples.notes("background")
+    assert sorted(notes[:2]) == ["start extract_orders", "start warm_dashboard_cache"], notes
+    assert sorted(notes[2:4]) == ["end extract_orders", "end warm_dashboard_cache"], notes
+    assert notes[4:] == ["load"]
+    assert "success: 3" in run.summary
+
+
+class TestTheExamplesDirectory:
+    def test_every_example_passes_tickwork_check(self) -> None:
+        workflows = sorted(str(p) for p in EXAMPLES_DIR.glob("*.dig"))
+        checked = subprocess.run(
+            [*tickwork_command(), "check", *workflows],
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_SECONDS,
+            check=False,
+        )
+
+        assert checked.returncode == 0, checked.stderr
+        assert checked.stdout.count(": ok (") == len(workflows)
+
+    def test_every_example_is_listed_in_the_readme(self) -> None:
+        readme = (EXAMPLES_DIR / "README.md").read_text(encoding="utf-8")
+
+        for workflow in EXAMPLES_DIR.glob("*.dig"):
+            assert f"`{workflow.name}`" in readme
+
+    def test_every_example_has_a_test_here(self) -> None:
+        tests = Path(__file__).read_text(encoding="utf-8")
+
+        for workflow in EXAMPLES_DIR.glob("*.dig"):
+            assert f'"{workflow.name}"' in tests

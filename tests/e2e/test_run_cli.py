@@ -1,0 +1,480 @@
+"""``tickwork run`` as a user meets it: a real subprocess on a throwaway project and store."""
+
+from __future__ import annotations
+
+import signal
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from tests.e2e._run import PROBLEM_LINE, Project
+
+pytestmark = pytest.mark.e2e
+
+SESSION = "2026-01-30T07:00:00+09:00"
+
+# The second task fails until a flag file exists; the first counts its runs in a file.
+FLAGGED_WORKFLOW = """
+    +extract:
+      sh>: echo ran >> extract.runs
+    +load:
+      sh>: test -f ready.flag && echo ran >> load.runs
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    """An empty project with its own state directory."""
+    return Project.empty(tmp_path)
+
+
+class TestInvalidInput:
+    def test_an_invalid_workflow_exits_2_with_one_file_line_message_per_problem(
+        self, project: Project
+    ) -> None:
+        # Given a workflow with two mistakes
+        project.write(
+            "broken.dig",
+            """
+            +extract:
+              shh>: echo extracting
+            +load:
+              sh>: echo loading
+              _retry: lots
+            """,
+        )
+
+        # When it is run
+        run = project.run("broken.dig")
+
+        # Then each mistake is one `file:line: message` line on stderr, and nothing ran
+        assert run.exit_code == 2, run.explain()
+        problems = [PROBLEM_LINE.match(line) for line in run.stderr.splitlines()]
+        assert all(problems), run.stderr
+        assert [(p["file"], p["line"]) for p in problems if p] == [
+            ("broken.dig", "2"),
+            ("broken.dig", "5"),
+        ]
+        assert "shh>" in run.stderr and "_retry" in run.stderr
+        assert run.stdout == ""
+
+    def test_an_invalid_workflow_writes_nothing_to_the_store(self, project: Project) -> None:
+        # Given a store that already holds one run
+        project.write("good.dig", "+extract:\n  echo>: extracting\n")
+        assert project.run("good.dig").exit_code == 0
+        assert (project.count_rows("sessions"), project.count_rows("attempts")) == (1, 1)
+
+        # When an invalid workflow is run against it
+        project.write("broken.dig", "+load:\n  _parallel: sometimes\n  +a:\n    echo>: a\n")
+        run = project.run("broken.dig")
+
+        # Then no session or attempt was added
+        assert run.exit_code == 2, run.explain()
+        assert (project.count_rows("sessions"), project.count_rows("attempts")) == (1, 1)
+
+    def test_an_invalid_workflow_on_a_new_project_creates_no_store(self, project: Project) -> None:
+        project.write("broken.dig", "+load:\n  nope>: x\n")
+
+        run = project.run("broken.dig")
+
+        assert run.exit_code == 2, run.explain()
+        assert project.count_rows("sessions") == 0
+        assert project.count_rows("attempts") == 0
+
+    def test_a_bad_param_exits_2_naming_the_option(self, project: Project) -> None:
+        project.write("good.dig", "+extract:\n  echo>: extracting\n")
+
+        run = project.run("good.dig", "-p", "region")
+
+        assert run.exit_code == 2, run.explain()
+        assert "'--param'" in run.stderr
+        assert "'region'" in run.stderr
+        assert project.count_rows("sessions") == 0
+
+    def test_a_bad_session_time_exits_2_naming_the_option(self, project: Project) -> None:
+        project.write("good.dig", "+extract:\n  echo>: extracting\n")
+
+        run = project.run("good.dig", "-t", "yesterday")
+
+        assert run.exit_code == 2, run.explain()
+        assert "'--session-time'" in run.stderr
+        assert "'yesterday'" in run.stderr
+        assert project.count_rows("sessions") == 0
+
+    def test_a_missing_workflow_file_exits_2(self, project: Project) -> None:
+        run = project.run("nowhere.dig")
+
+        assert run.exit_code == 2, run.explain()
+        assert "nowhere.dig" in run.stderr
+        assert run.stdout == ""
+
+    def test_a_problem_in_a_called_file_names_that_file(self, project: Project) -> None:
+        project.write("main.dig", "+load:\n  call>: lib/steps.dig\n")
+        project.write("lib/steps.dig", "+validate:\n  echo>: ok\n+archive:\n  _retry: -1\n")
+
+        run = project.run("main.dig")
+
+        assert run.exit_code == 2, run.explain()
+        assert run.stderr.startswith("lib/steps.dig:4: '_retry'"), run.stderr
+
+    def test_a_bad_setting_exits_2_naming_the_variable(self, project: Project) -> None:
+        project.write("good.dig", "+extract:\n  echo>: extracting\n")
+
+        run = project.run("good.dig", env={"TICKWORK_MAX_TASK_THREADS": "none"})
+
+        assert run.exit_code == 2, run.explain()
+        assert "TICKWORK_MAX_TASK_THREADS" in run.stderr
+
+
+class TestResume:
+    def test_running_the_same_session_again_skips_tasks_that_succeeded(
+        self, project: Project
+    ) -> None:
+        # Given a session whose second task failed because its flag file was missing
+        project.write("flagged.dig", FLAGGED_WORKFLOW)
+        first = project.run("flagged.dig", "-t", SESSION)
+        assert first.exit_code == 1, first.explain()
+        assert "failed +flagged+load" in first.summary
+        assert project.lines("extract.runs") == ["ran"]
+
+        # When the flag exists and the same session runs again
+        (project.root / "ready.flag").touch()
+        second = project.run("flagged.dig", "-t", SESSION)
+
+        # Then only the failed task ran again, and the summary says what was skipped
+        assert second.exit_code == 0, second.explain()
+        assert project.lines("extract.runs") == ["ran"]
+        assert project.lines("load.runs") == ["ran"]
+        assert f"session {SESSION}  attempt 2: success" in second.summary
+        assert "skipped (succeeded before; --rerun runs them): +flagged+extract" in second.summary
+
+    def test_rerun_runs_every_task_again(self, project: Project) -> None:
+        # Given a session that succeeded
+        project.write("flagged.dig", FLAGGED_WORKFLOW)
+        (project.root / "ready.flag").touch()
+        assert project.run("flagged.dig", "-t", SESSION).exit_code == 0
+
+        # When it runs again with --rerun
+        run = project.run("flagged.dig", "-t", SESSION, "--rerun")
+
+        # Then both tasks ran once more
+        assert run.exit_code == 0, run.explain()
+        assert project.lines("extract.runs") == ["ran", "ran"]
+        assert project.lines("load.runs") == ["ran", "ran"]
+        assert "skipped" not in run.summary
+        assert (project.count_rows("sessions"), project.count_rows("attempts")) == (1, 2)
+
+    def test_a_different_session_time_is_a_new_session(self, project: Project) -> None:
+        project.write("flagged.dig", FLAGGED_WORKFLOW)
+        (project.root / "ready.flag").touch()
+
+        assert project.run("flagged.dig", "-t", "2026-01-30").exit_code == 0
+        assert project.run("flagged.dig", "-t", "2026-01-31").exit_code == 0
+
+        assert project.lines("extract.runs") == ["ran", "ran"]
+        assert project.count_rows("sessions") == 2
+
+    def test_a_session_that_succeeded_runs_nothing_again(self, project: Project) -> None:
+        project.write("flagged.dig", FLAGGED_WORKFLOW)
+        (project.root / "ready.flag").touch()
+        assert project.run("flagged.dig", "-t", SESSION).exit_code == 0
+
+        run = project.run("flagged.dig", "-t", SESSION)
+
+        assert run.exit_code == 0, run.explain()
+        assert project.lines("extract.runs") == ["ran"]
+        assert project.lines("load.runs") == ["ran"]
+
+    def test_a_session_that_succeeded_says_its_tasks_were_skipped(self, project: Project) -> None:
+        # Given a session that succeeded
+        project.write("flagged.dig", FLAGGED_WORKFLOW)
+        (project.root / "ready.flag").touch()
+        assert project.run("flagged.dig", "-t", SESSION).exit_code == 0
+
+        # When it runs again
+        run = project.run("flagged.dig", "-t", SESSION)
+
+        # Then the summary tells why nothing ran, and has no empty line
+        assert all(line.strip() for line in run.summary.splitlines()), run.summary
+        assert "skipped" in run.summary
+
+    def test_an_interrupted_run_resumes_where_it_stopped(self, project: Project) -> None:
+        # Given a run interrupted (Ctrl-C) while its second task sleeps
+        project.write(
+            "slow.dig",
+            """
+            +extract:
+              sh>: echo ran >> extract.runs
+            +transform:
+              sh>: echo started >> transform.runs && sleep 1.5 && echo finished >> transform.runs
+            +load:
+              sh>: echo ran >> load.runs
+            """,
+        )
+        running = project.start("slow.dig", "-t", SESSION)
+        try:
+            project.wait_for_line("transform.runs", "started", timeout_seconds=30)
+            running.send_signal(signal.SIGINT)
+            _, stderr = running.communicate(timeout=30)
+        finally:
+            running.kill()
+        assert running.returncode == 130
+        assert "run the same command again to resume" in stderr
+
+        # When the same command runs again
+        run = project.run("slow.dig", "-t", SESSION)
+
+        # Then the interrupted task was stopped, and ran again from the start; the first
+        # task did not
+        assert run.exit_code == 0, run.explain()
+        assert project.lines("extract.runs") == ["ran"]
+        assert project.lines("transform.runs") == ["started", "started", "finished"]
+        assert project.lines("load.runs") == ["ran"]
+
+    def test_a_resume_that_skips_a_whole_group_says_so(self, project: Project) -> None:
+        # Given a session that failed after a group of tasks succeeded
+        project.write(
+            "grouped.dig",
+            """
+            +prepare:
+              +extract:
+                sh>: echo ran >> extract.runs
+              +clean:
+                sh>: echo ran >> clean.runs
+            +load:
+              sh>: test -f ready.flag
+            """,
+        )
+        assert project.run("grouped.dig", "-t", SESSION).exit_code == 1
+
+        # When it resumes
+        (project.root / "ready.flag").touch()
+        run = project.run("grouped.dig", "-t", SESSION)
+
+        # Then the group was skipped, and the summary says tasks were skipped
+        assert run.exit_code == 0, run.explain()
+        assert project.lines("extract.runs") == ["ran"]
+        assert "skipped" in run.summary, run.summary
+
+
+class TestParams:
+    def test_session_variables_reach_sh_as_environment_variables(self, project: Project) -> None:
+        # Given a workflow in Tokyo time printing its session variables from the environment
+        project.write(
+            "daily.dig",
+            """
+            timezone: Asia/Tokyo
+            +show:
+              sh>: echo "$session_time $session_date $session_date_compact $session_unixtime $timezone" > vars.txt
+            """,  # noqa: E501
+        )
+
+        # When it runs for 07:00 in Tokyo (22:00 UTC the day before)
+        run = project.run("daily.dig", "-t", SESSION)
+
+        # Then the dates are Tokyo's and the unix time is the instant's
+        assert run.exit_code == 0, run.explain()
+        unixtime = int(datetime.fromisoformat(SESSION).timestamp())
+        assert unixtime == 1769724000
+        assert project.read("vars.txt").split() == [
+            SESSION,
+            "2026-01-30",
+            "20260130",
+            str(unixtime),
+            "Asia/Tokyo",
+        ]
+
+    def test_a_naive_session_time_is_read_in_the_workflow_time_zone(self, project: Project) -> None:
+        project.write(
+            "daily.dig",
+            """
+            timezone: Asia/Tokyo
+            +show:
+              echo>: ${session_time} ${session_date}
+            """,
+        )
+
+        run = project.run("daily.dig", "-t", "2026-01-30 07:00:00")
+
+        assert run.exit_code == 0, run.explain()
+        assert ("+daily+show", f"{SESSION} 2026-01-30") in run.output()
+        assert f"session {SESSION}" in run.summary
+
+    def test_a_dotted_param_sets_a_nested_value(self, project: Project) -> None:
+        project.write("nested.dig", "+show:\n  sh>: echo '${a.b}' > nested.txt\n")
+
+        run = project.run("nested.dig", "-p", "a.b=1")
+
+        assert run.exit_code == 0, run.explain()
+        assert project.read("nested.txt").strip() == "1"
+
+    def test_an_export_in_the_workflow_beats_a_param_from_the_command_line(
+        self, project: Project
+    ) -> None:
+        # Given a workflow exporting `region` (as in Digdag, -p does not override _export)
+        project.write(
+            "regional.dig",
+            """
+            _export:
+              region: eu-west
+            +show:
+              sh>: echo "$region ${region} $bucket" > region.txt
+            """,
+        )
+
+        # When both are given on the command line
+        run = project.run("regional.dig", "-p", "region=us-east", "-p", "bucket=raw")
+
+        # Then the exported value wins, and a param the workflow does not export gets through
+        assert run.exit_code == 0, run.explain()
+        assert project.read("region.txt").split() == ["eu-west", "eu-west", "raw"]
+
+    def test_values_stored_by_py_reach_later_tasks_but_not_parallel_siblings(
+        self, project: Project
+    ) -> None:
+        # Given a py> task storing a value, beside a sibling that waits until it is stored
+        project.write(
+            "tasks_lib.py",
+            """
+            def store_value():
+                return {"shared_value": "from_py", "nested": {"key": "deep"}}
+            """,
+        )
+        project.write(
+            "store.dig",
+            """
+            +compute:
+              _parallel: true
+              +store_it:
+                py>: tasks_lib.store_value
+              +sibling:
+                sh>: sleep 1 && echo "[$shared_value]" > sibling.txt
+            +later:
+              sh>: echo "[$shared_value] [${shared_value}] [${nested.key}]" > later.txt
+            """,
+        )
+
+        # When it runs
+        run = project.run("store.dig")
+
+        # Then the task after the group sees the value; the parallel sibling does not
+        assert run.exit_code == 0, run.explain()
+        assert project.read("later.txt").strip() == "[from_py] [from_py] [deep]"
+        assert project.read("sibling.txt").strip() == "[]"
+
+    def test_stored_values_survive_a_resume(self, project: Project) -> None:
+        # Given a py> task that stored a value in a session that failed after it
+        project.write("tasks_lib.py", "def store_value():\n    return {'batch': 'b-42'}\n")
+        project.write(
+            "store.dig",
+            """
+            +prepare:
+              py>: tasks_lib.store_value
+            +load:
+              sh>: test -f ready.flag && echo "${batch}" > batch.txt
+            """,
+        )
+        assert project.run("store.dig", "-t", SESSION).exit_code == 1
+
+        # When the session resumes and skips the py> task
+        (project.root / "ready.flag").touch()
+        run = project.run("store.dig", "-t", SESSION)
+
+        # Then the task after it still sees the stored value
+        assert run.exit_code == 0, run.explain()
+        assert project.read("batch.txt").strip() == "b-42"
+
+
+class TestOutput:
+    def test_piped_output_shows_plain_progress_lines_and_echo_output(
+        self, project: Project
+    ) -> None:
+        project.write(
+            "greet.dig",
+            """
+            +greet:
+              echo>: hello from the warehouse
+            +count:
+              sh>: echo "42 rows"
+            """,
+        )
+
+        run = project.run("greet.dig")
+
+        assert run.exit_code == 0, run.explain()
+        progress = run.progress()
+        assert ("+greet+greet", "success") in progress
+        assert ("+greet+count", "success") in progress
+        assert ("+greet", "success") in progress
+        assert run.output() == [
+            ("+greet+greet", "hello from the warehouse"),
+            ("+greet+count", "42 rows"),
+        ]
+        assert "\x1b[" not in run.stdout  # no terminal control codes when piped
+        # every line before the summary is a progress line or an output line
+        before_summary = run.stdout[: run.stdout.index(run.summary)].splitlines()
+        assert len(before_summary) == len(progress) + len(run.output())
+
+    def test_quiet_prints_only_the_summary(self, project: Project) -> None:
+        project.write("greet.dig", "+greet:\n  echo>: hello from the warehouse\n")
+
+        run = project.run("greet.dig", "-q")
+
+        assert run.exit_code == 0, run.explain()
+        assert run.stdout == run.summary + "\n"
+
+    def test_each_task_writes_a_log_file_under_the_state_dir(self, project: Project) -> None:
+        project.write(
+            "greet.dig",
+            """
+            +greet:
+              echo>: hello from the warehouse
+            +count:
+              sh>: echo "42 rows"
+            """,
+        )
+
+        run = project.run("greet.dig")
+
+        assert run.exit_code == 0, run.explain()
+        logs = project.state_dir / "logs" / str(run.attempt_id)
+        assert f"logs: {logs}" in run.summary
+        texts = sorted(path.read_text() for path in logs.glob("*.log"))
+        assert texts == ["42 rows\n", "hello from the warehouse\n"]
+
+    def test_a_failed_run_names_the_failed_task_and_its_error(self, project: Project) -> None:
+        project.write("broken.dig", "+load:\n  fail>: warehouse is read-only\n")
+
+        run = project.run("broken.dig", "-t", SESSION)
+
+        assert run.exit_code == 1, run.explain()
+        assert f"session {SESSION}  attempt 1: error" in run.summary
+        assert "failed +broken+load: warehouse is read-only" in run.summary
+
+
+def test_a_run_on_postgresql_succeeds_and_resumes(project: Project, postgres_url: str) -> None:
+    # Given TICKWORK_DATABASE_URL naming an empty PostgreSQL database
+    env = {"TICKWORK_DATABASE_URL": postgres_url}
+    project.write("flagged.dig", FLAGGED_WORKFLOW)
+
+    # When a session fails, then resumes once its flag exists
+    first = project.run("flagged.dig", "-t", SESSION, env=env)
+    (project.root / "ready.flag").touch()
+    second = project.run("flagged.dig", "-t", SESSION, env=env)
+
+    # Then it behaves as on SQLite, and the runs are recorded in PostgreSQL, not SQLite
+    assert first.exit_code == 1, first.explain()
+    assert second.exit_code == 0, second.explain()
+    assert project.lines("extract.runs") == ["ran"]
+    assert project.lines("load.runs") == ["ran"]
+    engine = sa.create_engine(postgres_url)
+    try:
+        with engine.connect() as conn:
+            sessions = conn.execute(sa.text("SELECT count(*) FROM sessions")).scalar_one()
+            states = conn.execute(sa.text("SELECT state FROM attempts ORDER BY id")).scalars()
+            assert (sessions, list(states)) == (1, ["error", "success"])
+    finally:
+        engine.dispose()
+    assert not project.database_path.exists()
