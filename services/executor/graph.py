@@ -87,9 +87,15 @@ class TaskGraph:
             self.conclude(parent_id)
 
     def _fill(self, parent_id: int, limit: int | None) -> None:
-        """Start every startable child, or as many as a ``_parallel: {limit}`` window allows."""
+        """Start every startable child, or as many as a ``_parallel: {limit}`` window allows.
+
+        A limited group starts no new child once one has failed (as Digdag's waves would
+        not): the running ones finish, the rest end canceled.
+        """
         room = None
         if limit is not None:
+            if task_store.has_child_in(self.conn, parent_id, (TaskState.ERROR,)):
+                return
             room = limit - task_store.count_children_in(self.conn, parent_id, ACTIVE_TASK_STATES)
             if room <= 0:
                 return
@@ -134,6 +140,7 @@ class TaskGraph:
             parent_full_name=task.full_name,
             inherited_export=inherited or None,
             generated=True,
+            first_position=task_store.count_children(self.conn, task.id),
         )
         materialize_children(self.conn, placement, specs, edges, self.now)
         self._start_children(task.id, None)

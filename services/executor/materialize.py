@@ -26,6 +26,7 @@ class Placement:
     inherited_export: dict[str, Any] | None
     generated: bool
     resume_from_attempt_id: int | None = None
+    first_position: int = 0  # generated children go after the existing ones
 
 
 def materialize_children(
@@ -43,8 +44,8 @@ def materialize_children(
     names = [placement.parent_full_name + spec.name for spec in specs]
     resumed = _resumed_outputs(conn, placement.resume_from_attempt_id, names)
     rows = [
-        _row(placement, spec, name, position, resumed, now)
-        for position, (spec, name) in enumerate(zip(specs, names, strict=True))
+        _row(placement, spec, name, placement.first_position + index, resumed, now)
+        for index, (spec, name) in enumerate(zip(specs, names, strict=True))
     ]
     ids = insert_tasks(conn, rows)
     insert_dependencies(conn, [(ids[up], ids[down]) for up, down in edges])

@@ -125,6 +125,7 @@ sessions = Table(
     Column("session_uuid", String(36), nullable=False, unique=True),
     Column("created_at", Timestamp, nullable=False),
     UniqueConstraint("project_id", "workflow_name", "session_time", name="uq_sessions_idempotency"),
+    sqlite_autoincrement=True,
 )
 
 attempts = Table(
@@ -143,6 +144,7 @@ attempts = Table(
     Column("finished_at", Timestamp),
     UniqueConstraint("session_id", "name", name="uq_attempts_session_name"),
     Index("ix_attempts_state", "state"),
+    sqlite_autoincrement=True,
 )
 
 tasks = Table(
@@ -170,8 +172,11 @@ tasks = Table(
     Column("finished_at", Timestamp),
     Column("updated_at", Timestamp, nullable=False),
     UniqueConstraint("attempt_id", "full_name", name="uq_tasks_attempt_full_name"),
-    Index("ix_tasks_parent_state", "parent_id", "state"),
+    # Serves "active children of P" probes and, in position order, the next child to start.
+    Index("ix_tasks_parent_state_position", "parent_id", "state", "position"),
     Index("ix_tasks_state_not_before", "state", "not_before"),
+    # Ids are never reused: a deleted task's id coming back would restart its fencing token.
+    sqlite_autoincrement=True,
 )
 
 task_dependencies = Table(

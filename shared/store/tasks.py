@@ -258,11 +258,17 @@ def select_startable_children(conn: Connection, parent_id: int, limit: int | Non
             tasks.c.state == TaskState.BLOCKED.value,
             _all_upstreams_succeeded(),
         )
-        .order_by(tasks.c.position, tasks.c.id)
+        .order_by(tasks.c.position)
     )
     if limit is not None:
         query = query.limit(limit)
     return [int(i) for i in conn.execute(query).scalars()]
+
+
+def count_children(conn: Connection, parent_id: int) -> int:
+    """How many children a task has."""
+    query = select(func.count()).where(tasks.c.parent_id == parent_id)
+    return int(conn.execute(query).scalar_one())
 
 
 def count_children_in(conn: Connection, parent_id: int, states: Iterable[TaskState]) -> int:
@@ -314,20 +320,21 @@ def reset_descendants(conn: Connection, task_id: int, now: datetime) -> None:
 
     Lease tokens are kept so they keep growing across retries.
     """
-    generated = descendant_ids_query(task_id)
-    generated_ids = select(generated.c.id)
-    conn.execute(
-        task_dependencies.delete().where(
-            task_dependencies.c.downstream_id.in_(generated_ids)
-            | task_dependencies.c.upstream_id.in_(generated_ids)
-        )
+    descendants = descendant_ids_query(task_id)
+    doomed = select(tasks.c.id).where(
+        tasks.c.id.in_(select(descendants.c.id)), tasks.c.is_generated
     )
-    doomed = select(tasks.c.id).where(tasks.c.id.in_(generated_ids), tasks.c.is_generated)
-    conn.execute(task_logs.delete().where(task_logs.c.task_id.in_(doomed)))
     # Children first, so no row is left pointing at a deleted parent.
     doomed_ids = [int(i) for i in conn.execute(doomed.order_by(tasks.c.id.desc())).scalars()]
     for chunk_start in range(0, len(doomed_ids), 500):
         chunk = doomed_ids[chunk_start : chunk_start + 500]
+        conn.execute(
+            task_dependencies.delete().where(
+                task_dependencies.c.downstream_id.in_(chunk)
+                | task_dependencies.c.upstream_id.in_(chunk)
+            )
+        )
+        conn.execute(task_logs.delete().where(task_logs.c.task_id.in_(chunk)))
         conn.execute(tasks.delete().where(tasks.c.id.in_(chunk)))
     remaining = descendant_ids_query(task_id)
     conn.execute(

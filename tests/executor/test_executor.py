@@ -1,0 +1,862 @@
+"""Specifications of the workflow executor, driven one ``tick(now)`` at a time.
+
+The agent is a stub behind the Dispatcher seam: it records the messages the executor
+publishes, and the test decides when each one starts and how it ends by feeding back
+``TaskStarted``/``TaskFinished`` events. Both store backends run every scenario.
+"""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, event
+
+from services.embedded import RunRequest, create_run_attempt
+from services.executor.loop import TickReport, WorkflowExecutor
+from shared.clock import ManualClock
+from shared.dispatch.messages import Outcome, TaskEvent, TaskFinished, TaskMessage, TaskStarted
+from shared.dispatch.seam import Dispatcher
+from shared.domain.states import AttemptState, TaskState
+from shared.domain.workflow import TaskSpec, WorkflowDefinition
+from shared.dsl.parser import parse_workflow_text
+from shared.store import sessions as session_store
+from shared.store import tasks as task_store
+from shared.store.engine import create_store_engine
+from shared.store.migrate import upgrade_database
+from shared.store.tasks import TaskRow
+
+START = datetime(2024, 5, 1, 9, 0, tzinfo=UTC)
+SESSION_TIME = datetime(2024, 5, 1, 0, 0, tzinfo=UTC)
+MAX_TICKS = 50
+
+
+class AgentStub:
+    """A Dispatcher whose agent is the test: it records messages and replays given events."""
+
+    def __init__(self) -> None:
+        self.published: list[TaskMessage] = []
+        self._events: list[TaskEvent] = []
+
+    def publish(self, messages: Sequence[TaskMessage]) -> None:
+        self.published.extend(messages)
+
+    def poll_events(self, timeout_seconds: float) -> list[TaskEvent]:
+        events, self._events = self._events, []
+        return events
+
+    def close(self) -> None:
+        pass
+
+    def report(self, *events: TaskEvent) -> None:
+        self._events.extend(events)
+
+
+def finished(
+    message: TaskMessage,
+    outcome: Outcome = Outcome.SUCCESS,
+    *,
+    store: dict[str, Any] | None = None,
+    error: str | None = None,
+) -> TaskFinished:
+    """The result an agent would report for ``message``."""
+    return TaskFinished(
+        task_id=message.task_id,
+        lease_token=message.lease_token,
+        outcome=outcome,
+        finished_at=time.time(),
+        store=store or {},
+        error_message=error,
+    )
+
+
+class Scenario:
+    """One workflow run: an executor, its agent stub, a manual clock, and the store."""
+
+    def __init__(self, engine: Engine, project_dir: Path) -> None:
+        self.engine = engine
+        self.project_dir = project_dir
+        self.clock = ManualClock(START)
+        self.agent = AgentStub()
+        dispatcher: Dispatcher = self.agent
+        self.executor = WorkflowExecutor(engine, dispatcher, clock=self.clock)
+        self.open: dict[str, TaskMessage] = {}  # published, not yet answered, by full name
+        self.attempt_id = 0
+        self.report = TickReport()
+        self.finished_attempts: list[tuple[int, AttemptState]] = []  # over every tick
+
+    # -- setting up --------------------------------------------------------------------
+
+    def start(self, text: str, files: dict[str, str] | None = None) -> int:
+        """Parse ``text`` as wf.dig (with extra project ``files``) and create its attempt."""
+        for name, body in (files or {}).items():
+            (self.project_dir / name).write_text(textwrap.dedent(body), encoding="utf-8")
+        definition = parse_workflow_text(textwrap.dedent(text), "wf.dig", self.project_dir)
+        return self.start_definition(definition)
+
+    def start_definition(self, definition: WorkflowDefinition) -> int:
+        request = RunRequest(
+            definition=definition,
+            project_dir=self.project_dir,
+            state_dir=self.project_dir / ".state",
+            database_url="unused",
+            params={},
+            session_time=SESSION_TIME,
+        )
+        with self.engine.begin() as conn:
+            self.attempt_id = create_run_attempt(conn, request, self.clock.now()).attempt_id
+        return self.attempt_id
+
+    # -- driving -----------------------------------------------------------------------
+
+    def tick(self, after_seconds: float = 0) -> list[str]:
+        """One pass, ``after_seconds`` after the last; the full names it published."""
+        now = self.clock.advance(after_seconds)
+        before = len(self.agent.published)
+        self.report = self.executor.tick(now)
+        self.finished_attempts += self.report.finished_attempts
+        new = self.agent.published[before:]
+        self.open.update((m.full_name, m) for m in new)
+        return [m.full_name for m in new]
+
+    def step(self, after_seconds: float = 0) -> list[str]:
+        """Tick at one instant until a pass does nothing; everything published meanwhile."""
+        names = self.tick(after_seconds)
+        for _ in range(MAX_TICKS):
+            if not self.report.did_work:
+                return names
+            names += self.tick()
+        raise AssertionError("the executor never went idle")
+
+    def succeed(self, name: str, store: dict[str, Any] | None = None) -> TaskMessage:
+        message = self.open.pop(name)
+        self.agent.report(
+            TaskStarted(message.task_id, message.lease_token, time.time()),
+            finished(message, store=store),
+        )
+        return message
+
+    def fail(self, name: str, error: str = "boom") -> TaskMessage:
+        message = self.open.pop(name)
+        self.agent.report(finished(message, Outcome.ERROR, error=error))
+        return message
+
+    def run_to_end(self, fail: Sequence[str] = ()) -> AttemptState:
+        """Answer every message (failing those named in ``fail``) until the attempt ends."""
+        for _ in range(MAX_TICKS):
+            self.step()
+            if self.attempt_state().is_done:
+                return self.attempt_state()
+            for name in list(self.open):
+                self.fail(name) if name in fail else self.succeed(name)
+        raise AssertionError("the attempt never ended")
+
+    # -- looking -----------------------------------------------------------------------
+
+    def tasks(self) -> list[TaskRow]:
+        with self.engine.connect() as conn:
+            return task_store.list_attempt_tasks(conn, self.attempt_id)
+
+    def task(self, full_name: str) -> TaskRow:
+        (task,) = [t for t in self.tasks() if t.full_name == full_name]
+        return task
+
+    def states(self) -> dict[str, TaskState]:
+        return {t.full_name: t.state for t in self.tasks()}
+
+    def in_flight(self) -> list[str]:
+        active = (TaskState.QUEUED, TaskState.RUNNING)
+        return sorted(t.full_name for t in self.tasks() if t.state in active)
+
+    def attempt_state(self) -> AttemptState:
+        with self.engine.connect() as conn:
+            return session_store.get_attempt(conn, self.attempt_id).state
+
+    def messages_for(self, full_name: str) -> list[TaskMessage]:
+        return [m for m in self.agent.published if m.full_name == full_name]
+
+    def assert_every_task_terminal(self) -> None:
+        unfinished = {n: s for n, s in self.states().items() if not s.is_terminal}
+        assert unfinished == {}
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    engine = create_store_engine(database_url)
+    upgrade_database(engine)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def run(engine: Engine, tmp_path: Path) -> Scenario:
+    return Scenario(engine, tmp_path)
+
+
+def _xfail_on_sqlite(request: pytest.FixtureRequest, reason: str) -> None:
+    if request.node.callspec.params.get("database_url") == "sqlite":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+
+
+class TestOrdering:
+    def test_a_sequential_group_dispatches_one_task_at_a_time_in_order(self, run: Scenario) -> None:
+        run.start("""
+            +a:
+              echo>: a
+            +b:
+              echo>: b
+            +c:
+              echo>: c
+        """)
+        assert run.step() == ["+wf+a"]
+        assert run.step() == []
+        run.succeed("+wf+a")
+        assert run.step() == ["+wf+b"]
+        run.succeed("+wf+b")
+        assert run.step() == ["+wf+c"]
+        run.succeed("+wf+c")
+        run.step()
+        assert run.attempt_state() is AttemptState.SUCCESS
+        assert run.finished_attempts == [(run.attempt_id, AttemptState.SUCCESS)]
+        run.assert_every_task_terminal()
+
+    def test_a_parallel_group_dispatches_all_children_at_once(self, run: Scenario) -> None:
+        run.start("""
+            _parallel: true
+            +a:
+              echo>: a
+            +b:
+              echo>: b
+            +c:
+              echo>: c
+        """)
+        assert sorted(run.step()) == ["+wf+a", "+wf+b", "+wf+c"]
+        assert run.run_to_end() is AttemptState.SUCCESS
+
+    def test_a_parallel_limit_is_a_sliding_window_not_waves(self, run: Scenario) -> None:
+        run.start("""
+            _parallel:
+              limit: 2
+            +a:
+              echo>: a
+            +b:
+              echo>: b
+            +c:
+              echo>: c
+            +d:
+              echo>: d
+            +e:
+              echo>: e
+        """)
+        assert run.step() == ["+wf+a", "+wf+b"]
+        # When one of the two ends, the next starts in that very pass, beside the other
+        run.succeed("+wf+a")
+        assert run.tick() == ["+wf+c"]
+        assert run.in_flight() == ["+wf+b", "+wf+c"]
+        run.succeed("+wf+c")
+        assert run.tick() == ["+wf+d"]
+        assert run.in_flight() == ["+wf+b", "+wf+d"]
+        most = 2
+        while run.open:
+            run.succeed(sorted(run.open)[0])
+            run.step()
+            most = max(most, len(run.in_flight()))
+        assert most == 2
+        assert [m.full_name for m in run.agent.published] == [f"+wf+{n}" for n in "abcde"]
+        assert run.attempt_state() is AttemptState.SUCCESS
+
+    def test_after_orders_siblings_of_a_parallel_group(self, run: Scenario) -> None:
+        run.start("""
+            _parallel: true
+            +a:
+              echo>: a
+            +b:
+              _after: a
+              echo>: b
+            +c:
+              echo>: c
+            +d:
+              _after: [b, c]
+              echo>: d
+        """)
+        assert sorted(run.step()) == ["+wf+a", "+wf+c"]
+        run.succeed("+wf+c")
+        assert run.step() == []
+        run.succeed("+wf+a")
+        assert run.step() == ["+wf+b"]
+        run.succeed("+wf+b")
+        assert run.step() == ["+wf+d"]
+        assert run.run_to_end() is AttemptState.SUCCESS
+
+    def test_a_background_task_runs_beside_the_previous_one_and_the_next_waits(
+        self, run: Scenario
+    ) -> None:
+        run.start("""
+            +a:
+              echo>: a
+            +b:
+              _background: true
+              echo>: b
+            +c:
+              echo>: c
+        """)
+        assert sorted(run.step()) == ["+wf+a", "+wf+b"]
+        run.succeed("+wf+a")
+        assert run.step() == []  # +c waits for the background task too
+        run.succeed("+wf+b")
+        assert run.step() == ["+wf+c"]
+        assert run.run_to_end() is AttemptState.SUCCESS
+
+
+class TestFailure:
+    def test_a_failed_task_cancels_later_siblings_and_the_attempt_ends_in_error(
+        self, run: Scenario
+    ) -> None:
+        run.start("""
+            +a:
+              echo>: a
+            +b:
+              echo>: b
+            +c:
+              echo>: c
+        """)
+        run.step()
+        run.fail("+wf+a", "disk full")
+        assert run.step() == []
+        assert run.states() == {
+            "+wf": TaskState.ERROR,
+            "+wf+a": TaskState.ERROR,
+            "+wf+b": TaskState.CANCELED,
+            "+wf+c": TaskState.CANCELED,
+        }
+        assert run.task("+wf+a").error == {"message": "disk full"}
+        assert run.task("+wf").error == {"message": "disk full", "task": "+wf+a"}
+        assert run.attempt_state() is AttemptState.ERROR
+        assert run.finished_attempts == [(run.attempt_id, AttemptState.ERROR)]
+
+    def test_a_failure_in_a_parallel_group_waits_for_running_siblings(self, run: Scenario) -> None:
+        run.start("""
+            _parallel: true
+            +a:
+              echo>: a
+            +b:
+              echo>: b
+        """)
+        run.step()
+        run.fail("+wf+a")
+        run.step()
+        assert run.attempt_state() is AttemptState.RUNNING
+        assert run.in_flight() == ["+wf+b"]
+        run.succeed("+wf+b")
+        run.step()
+        assert run.attempt_state() is AttemptState.ERROR
+        assert run.states()["+wf+b"] is TaskState.SUCCESS
+
+    def test_an_undefined_variable_fails_the_task_naming_the_variable(self, run: Scenario) -> None:
+        run.start("""
+            +a:
+              sh>: echo ${x}
+            +b:
+              echo>: b
+        """)
+        assert run.step() == []  # nothing reaches an agent
+        task = run.task("+wf+a")
+        assert task.state is TaskState.ERROR
+        assert task.error is not None
+        assert "'x'" in task.error["message"]
+        assert "+wf+a" in task.error["message"]
+        assert run.states()["+wf+b"] is TaskState.CANCELED
+        assert run.attempt_state() is AttemptState.ERROR
+
+
+class TestRetry:
+    def test_retry_2_runs_three_times_then_ends_in_error(self, run: Scenario) -> None:
+        run.start("""
+            +a:
+              _retry: 2
+              echo>: a
+        """)
+        assert run.step() == ["+wf+a"]
+        run.fail("+wf+a", "first")
+        assert run.step() == ["+wf+a"]
+        run.fail("+wf+a", "second")
+        assert run.step() == ["+wf+a"]
+        run.fail("+wf+a", "third")
+        assert run.step() == []
+        task = run.task("+wf+a")
+        assert [m.lease_token for m in run.messages_for("+wf+a")] == [1, 2, 3]
+        assert [m.params["retry"] for m in run.messages_for("+wf+a")] == [0, 1, 2]
+        assert (task.state, task.retry_count, task.error) == (
+            TaskState.ERROR,
+            2,
+            {"message": "third"},
+        )
+        assert run.attempt_state() is AttemptState.ERROR
+
+    def test_a_retry_waits_until_its_interval_has_passed(self, run: Scenario) -> None:
+        run.start("""
+            +a:
+              _retry:
+                limit: 1
+                interval: 60
+              echo>: a
+        """)
+        run.step()
+        run.fail("+wf+a")
+        assert run.step() == []
+        failed_at = run.clock.now()
+        task = run.task("+wf+a")
+        assert task.state is TaskState.RETRY_WAITING
+        assert task.not_before == failed_at + timedelta(seconds=60)
+        assert run.step(after_seconds=59.9) == []
+        assert run.step(after_seconds=0.1) == ["+wf+a"]
+        run.succeed("+wf+a")
+        run.step()
+        assert run.attempt_state() is AttemptState.SUCCESS
+
+    def test_an_exponential_interval_doubles_up_to_max_interval(self, run: Scenario) -> None:
+        run.start("""
+            +a:
+              _retry:
+                limit: 3
+                interval: 10
+                interval_type: exponential
+                max_interval: 25
+              echo>: a
+        """)
+        run.step()
+        for delay in (10, 20, 25):
+            run.fail("+wf+a")
+            assert run.step() == []
+            assert run.step(after_seconds=delay - 1) == []
+            assert run.step(after_seconds=1) == ["+wf+a"]
+        run.fail("+wf+a")
+        run.step()
+        assert run.attempt_state() is AttemptState.ERROR
+        assert len(run.messages_for("+wf+a")) == 4
+
+    SUB = """
+        +x:
+          echo>: x
+    """
+
+    def test_a_group_retry_reruns_every_child_and_drops_generated_tasks(
+        self, run: Scenario
+    ) -> None:
+        run.start(
+            """
+            +g:
+              _retry: 1
+              _parallel: true
+              +a:
+                echo>: a
+              +b:
+                call>: sub.dig
+              +c:
+                echo>: c
+            """,
+            files={"sub.dig": self.SUB},
+        )
+        assert sorted(run.step()) == ["+wf+g+a", "+wf+g+b^sub+x", "+wf+g+c"]
+        generated_before = run.task("+wf+g+b^sub+x").id
+        run.succeed("+wf+g+a")
+        run.succeed("+wf+g+b^sub+x")
+        run.fail("+wf+g+c")
+        # When the group fails, every child runs again and ^sub is generated anew
+        assert sorted(run.step()) == ["+wf+g+a", "+wf+g+b^sub+x", "+wf+g+c"]
+        assert run.task("+wf+g").retry_count == 1
+        assert run.task("+wf+g+a").lease_token == 2  # static rows keep their growing token
+        assert run.task("+wf+g+b^sub+x").lease_token == 1
+        assert run.task("+wf+g+b^sub+x").is_generated
+        with run.engine.connect() as conn:
+            old = task_store.find_task(conn, generated_before)
+        assert old is None or old.full_name == "+wf+g+b^sub+x"  # deleted (an id may be reused)
+        assert run.run_to_end() is AttemptState.SUCCESS
+        assert len([t for t in run.tasks() if t.full_name == "+wf+g+b^sub+x"]) == 1
+        run.assert_every_task_terminal()
+
+    def test_a_retried_sequential_group_keeps_its_order(self, run: Scenario) -> None:
+        run.start("""
+            +g:
+              _retry: 1
+              +a:
+                echo>: a
+              +b:
+                echo>: b
+        """)
+        run.step()
+        run.succeed("+wf+g+a")
+        run.step()
+        run.fail("+wf+g+b")
+        assert run.step() == ["+wf+g+a"]
+
+    def test_a_late_result_of_a_task_deleted_by_a_retry_is_refused(
+        self, run: Scenario, request: pytest.FixtureRequest
+    ) -> None:
+        run.start(
+            """
+            +g:
+              _retry: 1
+              _parallel: true
+              +b:
+                call>: sub.dig
+              +c:
+                echo>: c
+            """,
+            files={"sub.dig": self.SUB},
+        )
+        run.step()
+        first = run.succeed("+wf+g+b^sub+x")
+        run.fail("+wf+g+c")
+        run.step()  # the group retries; ^sub+x is generated again and queued
+        # When the first run's result is delivered again
+        run.agent.report(finished(first))
+        run.step()
+        # Then it is refused and the new ^sub+x is still waiting for its own result
+        assert run.report.stale_results == 1
+        assert run.states()["+wf+g+b^sub+x"] is TaskState.QUEUED
+
+
+class TestHandlers:
+    def test_error_runs_after_the_retries_and_the_task_still_ends_in_error(
+        self, run: Scenario
+    ) -> None:
+        run.start("""
+            +a:
+              _retry: 1
+              echo>: a
+              _error:
+                echo>: handling ${error.message}
+        """)
+        run.step()
+        run.fail("+wf+a", "first")
+        assert run.step() == ["+wf+a"]
+        run.fail("+wf+a", "disk full")
+        assert run.step() == ["+wf+a^error"]
+        handler = run.open["+wf+a^error"]
+        assert handler.command == "handling disk full"
+        assert handler.params["error"]["message"] == "disk full"
+        assert run.task("+wf+a").state is TaskState.PLANNED
+        run.succeed("+wf+a^error")
+        run.step()
+        assert run.task("+wf+a").state is TaskState.ERROR
+        assert run.attempt_state() is AttemptState.ERROR
+        run.assert_every_task_terminal()
+
+    def test_a_workflow_error_handler_sees_the_failed_tasks_message(self, run: Scenario) -> None:
+        run.start("""
+            _error:
+              echo>: "workflow failed: ${error.message}"
+            +a:
+              echo>: a
+            +b:
+              echo>: b
+        """)
+        run.step()
+        run.fail("+wf+a", "no such table")
+        assert run.step() == ["+wf^error"]
+        assert run.open["+wf^error"].command == "workflow failed: no such table"
+        run.succeed("+wf^error")
+        run.step()
+        assert run.attempt_state() is AttemptState.ERROR
+        assert run.states()["+wf+b"] is TaskState.CANCELED
+
+    def test_check_runs_after_success_before_the_next_sibling(self, run: Scenario) -> None:
+        run.start("""
+            +a:
+              echo>: a
+              _check:
+                echo>: checking
+            +b:
+              echo>: b
+        """)
+        run.step()
+        run.succeed("+wf+a")
+        assert run.step() == ["+wf+a^check"]
+        assert run.task("+wf+a").state is TaskState.PLANNED
+        run.succeed("+wf+a^check")
+        assert run.step() == ["+wf+b"]
+        assert run.task("+wf+a").state is TaskState.SUCCESS
+        assert run.run_to_end() is AttemptState.SUCCESS
+
+    def test_a_failed_check_fails_its_task(self, run: Scenario) -> None:
+        run.start("""
+            +a:
+              echo>: a
+              _check:
+                echo>: checking
+            +b:
+              echo>: b
+        """)
+        run.step()
+        run.succeed("+wf+a")
+        run.step()
+        run.fail("+wf+a^check", "row count is 0")
+        assert run.step() == []
+        assert run.states() == {
+            "+wf": TaskState.ERROR,
+            "+wf+a": TaskState.ERROR,
+            "+wf+a^check": TaskState.ERROR,
+            "+wf+b": TaskState.CANCELED,
+        }
+        assert run.task("+wf+a").error == {"message": "row count is 0", "task": "+wf+a^check"}
+        assert run.attempt_state() is AttemptState.ERROR
+
+    def test_call_generates_a_sub_subtree_and_sends_no_message_for_itself(
+        self, run: Scenario
+    ) -> None:
+        run.start(
+            """
+            +c:
+              call>: sub.dig
+            +d:
+              echo>: d
+            """,
+            files={"sub.dig": "+x:\n  echo>: x\n+y:\n  echo>: y\n"},
+        )
+        assert run.step() == ["+wf+c^sub+x"]
+        run.succeed("+wf+c^sub+x")
+        assert run.step() == ["+wf+c^sub+y"]
+        run.succeed("+wf+c^sub+y")
+        assert run.step() == ["+wf+d"]
+        assert run.run_to_end() is AttemptState.SUCCESS
+        generated = {t.full_name: t.is_generated for t in run.tasks()}
+        assert generated == {
+            "+wf": False,
+            "+wf+c": False,
+            "+wf+d": False,
+            "+wf+c^sub": True,
+            "+wf+c^sub+x": True,
+            "+wf+c^sub+y": True,
+        }
+        assert run.messages_for("+wf+c") == []
+
+
+class TestResults:
+    def test_a_result_under_a_stale_lease_token_is_refused_and_changes_nothing(
+        self, run: Scenario
+    ) -> None:
+        run.start("""
+            +a:
+              _retry: 1
+              echo>: a
+        """)
+        run.step()
+        first = run.fail("+wf+a")
+        run.step()  # retried under token 2
+        before = run.task("+wf+a")
+        # When the first run wakes up late and reports under token 1
+        run.agent.report(
+            TaskStarted(first.task_id, first.lease_token, time.time()),
+            finished(first, store={"late": True}),
+        )
+        assert run.step() == []
+        assert run.report.stale_results == 2
+        assert run.report.events_applied == 0
+        assert run.task("+wf+a") == before
+        assert before.state is TaskState.QUEUED
+        assert before.lease_token == 2
+        run.succeed("+wf+a")
+        run.step()
+        assert run.attempt_state() is AttemptState.SUCCESS
+        assert run.task("+wf+a").output_params is None
+
+    def test_a_duplicated_result_is_applied_once(self, run: Scenario) -> None:
+        run.start("""
+            +a:
+              echo>: a
+            +b:
+              echo>: b
+        """)
+        run.step()
+        message = run.open.pop("+wf+a")
+        run.agent.report(finished(message), finished(message))
+        assert run.tick() == ["+wf+b"]
+        assert (run.report.events_applied, run.report.stale_results) == (1, 1)
+        run.agent.report(finished(message))  # once more, a tick later
+        assert run.step() == []
+        assert run.report.stale_results == 1
+        assert len(run.messages_for("+wf+b")) == 1
+
+    def test_a_duplicated_failure_retries_once(self, run: Scenario) -> None:
+        run.start("""
+            +a:
+              _retry: 3
+              echo>: a
+        """)
+        run.step()
+        message = run.open.pop("+wf+a")
+        failure = finished(message, Outcome.ERROR, error="boom")
+        run.agent.report(failure, failure)
+        assert run.tick() == ["+wf+a"]
+        assert run.task("+wf+a").retry_count == 1
+
+    def test_stored_params_reach_later_tasks_but_not_a_parallel_sibling(
+        self, run: Scenario
+    ) -> None:
+        run.start("""
+            +first:
+              echo>: first
+            +p:
+              _parallel:
+                limit: 1
+              +a:
+                echo>: a
+              +b:
+                echo>: b
+            +last:
+              echo>: x=${x} y=${y} deep=${nested.a},${nested.b}
+        """)
+        run.step()
+        run.succeed("+wf+first", store={"x": 1, "nested": {"a": 1}})
+        assert run.step() == ["+wf+p+a"]
+        assert run.open["+wf+p+a"].params["x"] == 1
+        run.succeed("+wf+p+a", store={"y": 2, "nested": {"b": 2}})
+        assert run.step() == ["+wf+p+b"]
+        sibling = run.open["+wf+p+b"].params
+        assert sibling["x"] == 1
+        assert "y" not in sibling
+        assert sibling["nested"] == {"a": 1}
+        run.succeed("+wf+p+b")
+        assert run.step() == ["+wf+last"]
+        assert run.open["+wf+last"].command == "x=1 y=2 deep=1,2"
+        assert run.run_to_end() is AttemptState.SUCCESS
+
+
+class TestResume:
+    WORKFLOW = """
+        +a:
+          echo>: a
+        +b:
+          echo>: b=${x}
+        +c:
+          echo>: c
+    """
+
+    def test_a_resumed_attempt_skips_tasks_that_succeeded(self, run: Scenario) -> None:
+        first = run.start(self.WORKFLOW)
+        run.step()
+        run.succeed("+wf+a", store={"x": 7})
+        run.step()
+        run.fail("+wf+b")
+        run.step()
+        assert run.attempt_state() is AttemptState.ERROR
+        # When the same session runs again
+        second = run.start(self.WORKFLOW)
+        assert second != first
+        assert run.step() == ["+wf+b"]
+        assert run.open["+wf+b"].command == "b=7"
+        assert run.run_to_end() is AttemptState.SUCCESS
+        assert len(run.messages_for("+wf+a")) == 1
+        assert run.task("+wf+a").result == {"resumed": True}
+
+    def test_resuming_a_finished_run_succeeds_without_running_anything(self, run: Scenario) -> None:
+        run.start(self.WORKFLOW)
+        run.step()
+        run.succeed("+wf+a", store={"x": 7})
+        assert run.run_to_end() is AttemptState.SUCCESS
+        published = len(run.agent.published)
+        run.start(self.WORKFLOW)
+        assert run.step() == []
+        assert run.attempt_state() is AttemptState.SUCCESS
+        assert len(run.agent.published) == published
+
+
+def _wide(name: str, size: int, shape: str) -> WorkflowDefinition:
+    children = tuple(
+        TaskSpec(f"+t{i}", operator="echo", command=f"{i} ${{session_date}}") for i in range(size)
+    )
+    parallel = shape != "sequential"
+    limit = 10 if shape == "parallel_limit" else None
+    group = TaskSpec("+wide", parallel=parallel, parallel_limit=limit, children=children)
+    return WorkflowDefinition(name, TaskSpec(f"+{name}", children=(group,)))
+
+
+class StatementCounter:
+    """Counts statements, and the values bound to them (an IN list of every sibling shows)."""
+
+    def __init__(self) -> None:
+        self.statements = 0
+        self.bound_values = 0
+
+    def listen(self) -> dict[str, Callable[..., None]]:
+        return {"before_cursor_execute": self._before}
+
+    def _before(
+        self, conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool
+    ) -> None:
+        self.statements += 1
+        rows = parameters if many else [parameters]
+        self.bound_values += sum(len(row or ()) for row in rows)
+
+
+class SqliteStepCounter:
+    """Counts SQLite virtual machine steps (in tens): it sees scans and sorts too."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def listen(self) -> dict[str, Callable[..., None]]:
+        return {"before_cursor_execute": self._before, "after_cursor_execute": self._after}
+
+    def _step(self) -> int:
+        self.steps += 1
+        return 0  # carry on
+
+    def _before(self, conn: Any, *args: Any) -> None:
+        conn.connection.driver_connection.set_progress_handler(self._step, 10)
+
+    def _after(self, conn: Any, *args: Any) -> None:
+        conn.connection.driver_connection.set_progress_handler(None, 10)
+
+
+def _work_for_one_task(
+    run: Scenario, shape: str, size: int, counter: StatementCounter | SqliteStepCounter
+) -> None:
+    """Start a ``size``-task group, end one (non-last) task, and count only that pass."""
+    run.start_definition(_wide(f"wide{size}", size, shape))
+    run.step()
+    run.succeed(f"+wide{size}+wide+t0")
+    listeners = counter.listen()
+    for name, listener in listeners.items():
+        event.listen(run.engine, name, listener)
+    try:
+        run.tick()
+    finally:
+        for name, listener in listeners.items():
+            event.remove(run.engine, name, listener)
+    assert run.report.events_applied == 2  # started and finished
+
+
+SHAPES = ["parallel", "parallel_limit", "sequential"]
+
+
+class TestScaling:
+    @pytest.mark.parametrize("shape", SHAPES)
+    def test_the_statements_for_one_task_do_not_grow_with_the_workflow(
+        self, run: Scenario, shape: str
+    ) -> None:
+        small, large = StatementCounter(), StatementCounter()
+        _work_for_one_task(run, shape, 50, small)
+        _work_for_one_task(run, shape, 500, large)
+        assert (large.statements, large.bound_values) == (small.statements, small.bound_values)
+
+    @pytest.mark.parametrize("shape", SHAPES)
+    def test_the_database_work_for_one_task_does_not_grow_with_the_workflow(
+        self, sqlite_url: str, tmp_path: Path, shape: str
+    ) -> None:
+        engine = create_store_engine(sqlite_url)
+        upgrade_database(engine)
+        run = Scenario(engine, tmp_path)
+        small, large = SqliteStepCounter(), SqliteStepCounter()
+        try:
+            _work_for_one_task(run, shape, 50, small)
+            _work_for_one_task(run, shape, 500, large)
+        finally:
+            engine.dispose()
+        assert large.steps <= small.steps * 1.2 + 10
