@@ -1,0 +1,226 @@
+"""Embedded-mode throughput: ``echo>`` tasks per second on SQLite, fanned out and chained.
+
+Each case runs in a fresh temporary state directory through ``services.embedded.run_workflow``
+with no display. Progress goes to stderr (a bar on a terminal, one line per case otherwise);
+the last stdout line is one JSON object of figures. A run that does not end in success, or
+runs a task other than exactly once, stops the benchmark with exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from sqlalchemy import Engine, event
+
+from services.embedded import RunRequest, default_session_time, open_store, run_workflow
+from shared.clock import SystemClock
+from shared.domain.states import AttemptState, TaskState
+from shared.dsl.parser import parse_workflow_text
+from shared.store.sessions import get_attempt
+from shared.store.tasks import list_attempt_tasks, list_task_logs
+
+# Targets on a 2-core machine; see bench/README.md.
+TARGET_PARALLEL_TASKS_PER_S = 500.0
+TARGET_CHAIN_TASKS_PER_S = 200.0
+TARGET_RATIO_2000_VS_500 = 0.8
+
+
+@dataclass(frozen=True)
+class Case:
+    """One workflow shape: ``tasks`` echo> tasks in one group, fanned out or chained."""
+
+    name: str
+    tasks: int
+    parallel: bool
+
+
+CASES = (
+    Case("parallel_500", 500, parallel=True),
+    Case("parallel_2000", 2000, parallel=True),
+    Case("chain_500", 500, parallel=False),
+)
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """How long one case took and how many SQL statements it ran."""
+
+    case: Case
+    attempt_seconds: float  # run_workflow(): attempt created -> its end seen by the loop
+    wall_seconds: float  # parse + store set-up (migrations) + the run
+    sql_statements: int  # sent to the driver during run_workflow(); an executemany is one
+
+    @property
+    def tasks_per_s(self) -> float:
+        return self.case.tasks / self.attempt_seconds
+
+
+class BenchFailed(Exception):
+    """A run ended in something other than success, or ran the wrong set of tasks."""
+
+
+def workflow_text(case: Case) -> str:
+    """A workflow whose one group holds ``case.tasks`` echo> tasks."""
+    lines = ["+all:"]
+    if case.parallel:
+        lines.append("  _parallel: true")
+    for index in range(case.tasks):
+        lines += [f"  +t{index:05d}:", f"    echo>: task {index}"]
+    return "\n".join(lines) + "\n"
+
+
+@contextmanager
+def counting_statements(engine: Engine) -> Iterator[list[int]]:
+    """Count the SQL statements ``engine`` runs inside the block (an executemany is one)."""
+    count = [0]
+
+    def on_execute(*_args: Any) -> None:
+        count[0] += 1
+
+    event.listen(engine, "before_cursor_execute", on_execute)
+    try:
+        yield count
+    finally:
+        event.remove(engine, "before_cursor_execute", on_execute)
+
+
+def run_case(case: Case) -> CaseResult:
+    """Run one case in a fresh state directory and check that every task ran once."""
+    with tempfile.TemporaryDirectory(prefix=f"tickwork-bench-{case.name}-") as raw_dir:
+        project_dir = Path(raw_dir)
+        started = time.perf_counter()
+        definition = parse_workflow_text(workflow_text(case), "bench.dig", project_dir)
+        request = RunRequest(
+            definition=definition,
+            project_dir=project_dir,
+            state_dir=project_dir / ".tickwork",
+            database_url=f"sqlite:///{project_dir / 'tickwork.db'}",
+            params={},
+            session_time=default_session_time(definition, SystemClock().now()),
+        )
+        engine = open_store(request.database_url)
+        run_started = time.perf_counter()
+        with counting_statements(engine) as statements:
+            outcome = run_workflow(request, engine=engine)
+        ended = time.perf_counter()
+        check_run(engine, case, outcome.attempt_id, outcome.state)
+        engine.dispose()
+    return CaseResult(
+        case=case,
+        attempt_seconds=ended - run_started,
+        wall_seconds=ended - started,
+        sql_statements=statements[0],
+    )
+
+
+def check_run(engine: Engine, case: Case, attempt_id: int, state: AttemptState) -> None:
+    """Fail unless the attempt succeeded and ran each of its tasks exactly once."""
+    with engine.connect() as conn:
+        attempt = get_attempt(conn, attempt_id)
+        operators = [t for t in list_attempt_tasks(conn, attempt_id) if not t.is_group]
+        logs = list_task_logs(conn, attempt_id)
+    problems = []
+    if state is not AttemptState.SUCCESS or attempt.state is not AttemptState.SUCCESS:
+        problems.append(f"attempt ended {state.value} (stored: {attempt.state.value})")
+    if len(operators) != case.tasks:
+        problems.append(f"{len(operators)} tasks stored, {case.tasks} expected")
+    not_done = [t.full_name for t in operators if t.state is not TaskState.SUCCESS]
+    if not_done:
+        problems.append(f"{len(not_done)} tasks not in success, e.g. {not_done[:3]}")
+    ran_again = [t.full_name for t in operators if t.lease_token != 1]
+    if len(logs) != case.tasks or len({name for name, _, _ in logs}) != case.tasks or ran_again:
+        problems.append(f"{len(logs)} runs logged for {case.tasks} tasks; rerun: {ran_again[:3]}")
+    if problems:
+        raise BenchFailed(f"{case.name}: " + "; ".join(problems))
+
+
+def median_result(results: list[CaseResult]) -> CaseResult:
+    """The run with the median attempt duration (the only run when there is one)."""
+    ordered = sorted(results, key=lambda r: r.attempt_seconds)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def describe(result: CaseResult) -> str:
+    """One human line about a case."""
+    return (
+        f"{result.case.name}: {result.tasks_per_s:,.0f} tasks/s "
+        f"({result.attempt_seconds:.2f} s run, {result.wall_seconds:.2f} s wall, "
+        f"{result.sql_statements / result.case.tasks:.1f} SQL statements/task)"
+    )
+
+
+def run_all(repeat: int, err: Console) -> dict[str, CaseResult]:
+    """Run every case ``repeat`` times, reporting on stderr; the median run of each."""
+    chosen: dict[str, CaseResult] = {}
+    columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
+    with Progress(
+        *columns, console=err, disable=not err.is_terminal, refresh_per_second=4
+    ) as progress:
+        bar = progress.add_task("starting", total=len(CASES) * repeat)
+        for case in CASES:
+            results = []
+            for round_number in range(1, repeat + 1):
+                progress.update(bar, description=f"{case.name} ({round_number}/{repeat})")
+                results.append(run_case(case))
+                progress.advance(bar)
+            chosen[case.name] = median_result(results)
+            progress.console.print(describe(chosen[case.name]), highlight=False, soft_wrap=True)
+    return chosen
+
+
+def figures(results: dict[str, CaseResult]) -> dict[str, Any]:
+    """The JSON figures: tasks/s per case, the 2000-vs-500 ratio, and the supporting times."""
+    parallel_500 = results["parallel_500"].tasks_per_s
+    parallel_2000 = results["parallel_2000"].tasks_per_s
+    chain = results["chain_500"]
+    out: dict[str, Any] = {
+        "parallel_500_tasks_per_s": round(parallel_500, 1),
+        "parallel_2000_tasks_per_s": round(parallel_2000, 1),
+        "chain_500_tasks_per_s": round(chain.tasks_per_s, 1),
+        "parallel_ratio_2000_vs_500": round(parallel_2000 / parallel_500, 3),
+        "chain_ms_per_task": round(1000 * chain.attempt_seconds / chain.case.tasks, 2),
+    }
+    for name, result in results.items():
+        out[f"{name}_wall_seconds"] = round(result.wall_seconds, 3)
+        out[f"{name}_attempt_seconds"] = round(result.attempt_seconds, 3)
+        out[f"{name}_sql_per_task"] = round(result.sql_statements / result.case.tasks, 1)
+    out["meets_targets"] = (
+        min(parallel_500, parallel_2000) >= TARGET_PARALLEL_TASKS_PER_S
+        and chain.tasks_per_s >= TARGET_CHAIN_TASKS_PER_S
+        and parallel_2000 / parallel_500 >= TARGET_RATIO_2000_VS_500
+    )
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=1, help="runs per case; the median counts")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    args = parser.parse_args()
+    err = Console(stderr=True)
+    try:
+        results = run_all(max(1, args.repeat), err)
+    except BenchFailed as exc:
+        err.print(f"error: {exc}", highlight=False)
+        return 1
+    out = figures(results)
+    print(json.dumps(out))
+    if args.check and not out["meets_targets"]:
+        err.print("error: a throughput target was missed (see bench/README.md)")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
