@@ -187,7 +187,7 @@ def _drive(
                 return state
         if on_progress:
             on_progress(engine, attempt_id, False)
-        if not report.did_work:
+        if not report.more_ready:
             executor.wait_for_work(
                 executor.seconds_until_due(executor.clock.now(), IDLE_WAIT_SECONDS)
             )

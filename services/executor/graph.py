@@ -34,10 +34,17 @@ log = logging.getLogger(__name__)
 class TaskGraph:
     """State transitions of task rows, applied with guarded updates in one transaction."""
 
-    def __init__(self, conn: Connection, now: datetime) -> None:
+    def __init__(
+        self, conn: Connection, now: datetime, limits: dict[int, int | None] | None = None
+    ) -> None:
         self.conn = conn
         self.now = now
         self.finished_attempts: list[tuple[int, AttemptState]] = []
+        self.ready_groups: list[int] = []  # groups that became READY: start them
+        self.operators_ready = False  # an operator task became READY: dispatch has work
+        self.earliest_retry: datetime | None = None  # soonest not_before this pass set
+        self._limits = {} if limits is None else limits  # parent id -> _parallel limit
+        self._unsettled: dict[int, None] = {}  # parents whose children may all have ended
 
     # -- moving to a state -------------------------------------------------------------
 
@@ -56,9 +63,13 @@ class TaskGraph:
 
     def promote(self, task_ids: Sequence[int]) -> list[int]:
         """BLOCKED -> READY for tasks that may start now."""
-        return task_store.update_tasks_state(
-            self.conn, task_ids, (TaskState.BLOCKED,), TaskState.READY, self.now
-        )
+        promoted = task_store.promote_tasks(self.conn, task_ids, self.now)
+        for task_id, is_group in promoted:
+            if is_group:
+                self.ready_groups.append(task_id)
+            else:
+                self.operators_ready = True
+        return [task_id for task_id, _ in promoted]
 
     # -- starting ----------------------------------------------------------------------
 
@@ -83,8 +94,7 @@ class TaskGraph:
 
     def _start_children(self, parent_id: int, limit: int | None) -> None:
         self._fill(parent_id, limit)
-        if not task_store.has_child_in(self.conn, parent_id, ACTIVE_TASK_STATES):
-            self.conclude(parent_id)
+        self._unsettled[parent_id] = None  # nothing to start (empty, all resumed) ends it
 
     def _fill(self, parent_id: int, limit: int | None) -> None:
         """Start every startable child, or as many as a ``_parallel: {limit}`` window allows.
@@ -119,7 +129,7 @@ class TaskGraph:
         generated = [s for s in (called, spec.check) if s is not None]
         if not generated:
             if self._move(task, TaskState.SUCCESS, finished_at=self.now, **values):
-                self.after_terminal(task.id)
+                self.after_terminal(task, TaskState.SUCCESS)
             return
         if not self._move(task, TaskState.PLANNED, params=params, **values):
             return
@@ -151,13 +161,16 @@ class TaskGraph:
         if spec.retry is not None and task.retry_count < spec.retry.limit:
             task_store.reset_descendants(self.conn, task.id, self.now)
             delay = spec.retry.delay_seconds(task.retry_count)
+            not_before = self.now + timedelta(seconds=delay)
             self._move(
                 task,
                 TaskState.RETRY_WAITING,
                 retry_count=task.retry_count + 1,
-                not_before=self.now + timedelta(seconds=delay),
+                not_before=not_before,
                 error=error,
             )
+            if self.earliest_retry is None or not_before < self.earliest_retry:
+                self.earliest_retry = not_before
             log.info("task %s will retry in %.1fs", task.full_name, delay)
             return
         if spec.error is not None and not (task.error or {}).get("handler"):
@@ -165,28 +178,43 @@ class TaskGraph:
                 self._generate(task, [spec.error], [], {"error": error})
             return
         if self._move(task, TaskState.ERROR, error=error, finished_at=self.now):
-            self.after_terminal(task.id)
+            self.after_terminal(task, TaskState.ERROR)
 
     # -- after a task ended ------------------------------------------------------------
 
-    def after_terminal(self, task_id: int) -> None:
-        """Promote what waited for the task, and conclude its parent when nothing runs."""
-        task = task_store.get_task(self.conn, task_id)
+    def after_terminal(self, task: TaskRow, state: TaskState) -> None:
+        """Promote what waited for the task; its parent is looked at in :meth:`settle`."""
         if task.parent_id is None:
-            self._finish_attempt(task)
+            self._finish_attempt(task.attempt_id, state)
             return
         parent_limit = self._parent_limit(task.parent_id)
         if parent_limit is not None:
             self._fill(task.parent_id, parent_limit)
-        elif task.state is TaskState.SUCCESS:
+        elif state is TaskState.SUCCESS:
             downstream = task_store.downstream_ids(self.conn, task.id)
-            self.promote(task_store.select_startable(self.conn, downstream))
-        if not task_store.has_child_in(self.conn, task.parent_id, ACTIVE_TASK_STATES):
-            self.conclude(task.parent_id)
+            if downstream:
+                self.promote(task_store.select_startable(self.conn, downstream))
+        self._unsettled[task.parent_id] = None
+
+    def settle(self) -> None:
+        """Conclude every parent touched by an ended child once none of its children runs.
+
+        Done once per batch rather than per child: a parent of many children is probed
+        once however many of them ended in the batch.
+        """
+        while self._unsettled:
+            parent_id = next(iter(self._unsettled))
+            del self._unsettled[parent_id]
+            if not task_store.has_child_in(self.conn, parent_id, ACTIVE_TASK_STATES):
+                self.conclude(parent_id)
 
     def _parent_limit(self, parent_id: int) -> int | None:
-        limit = task_store.get_task(self.conn, parent_id).config.get("parallel_limit")
-        return None if limit is None else int(limit)
+        if parent_id not in self._limits:
+            limit = task_store.get_task(self.conn, parent_id).config.get("parallel_limit")
+            if len(self._limits) > 100_000:
+                self._limits.clear()
+            self._limits[parent_id] = None if limit is None else int(limit)
+        return self._limits[parent_id]
 
     def conclude(self, parent_id: int) -> None:
         """Every child of a PLANNED task has ended: decide the task's own end."""
@@ -200,7 +228,7 @@ class TaskGraph:
         )
         if parent.error and parent.error.get("handler"):
             if self._move(parent, TaskState.ERROR, finished_at=self.now):
-                self.after_terminal(parent.id)
+                self.after_terminal(parent, TaskState.ERROR)
             return
         failed = next((c for c in children if c.state is TaskState.ERROR), None)
         if failed is not None:
@@ -215,17 +243,17 @@ class TaskGraph:
             return
         if any(c.state is TaskState.CANCELED for c in children if c.id not in blocked):
             if self._move(parent, TaskState.CANCELED, finished_at=self.now):
-                self.after_terminal(parent.id)
+                self.after_terminal(parent, TaskState.CANCELED)
             return
         base = parent.output_params or parent.params
         output = merge_outputs([base, *(c.output_params for c in children)])
         if self._move(parent, TaskState.SUCCESS, finished_at=self.now, output_params=output):
-            self.after_terminal(parent.id)
+            self.after_terminal(parent, TaskState.SUCCESS)
 
-    def _finish_attempt(self, root: TaskRow) -> None:
-        state = attempt_state_for(root.state)
+    def _finish_attempt(self, attempt_id: int, root_state: TaskState) -> None:
+        state = attempt_state_for(root_state)
         if set_attempt_state(
-            self.conn, root.attempt_id, state, self.now, from_states=(AttemptState.RUNNING,)
+            self.conn, attempt_id, state, self.now, from_states=(AttemptState.RUNNING,)
         ):
-            log.info("attempt finished attempt_id=%d state=%s", root.attempt_id, state.value)
-            self.finished_attempts.append((root.attempt_id, state))
+            log.info("attempt finished attempt_id=%d state=%s", attempt_id, state.value)
+            self.finished_attempts.append((attempt_id, state))

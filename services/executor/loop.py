@@ -6,7 +6,8 @@ import dataclasses
 import logging
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import Connection, Engine
 
@@ -26,6 +27,15 @@ from shared.store.projects import load_workflow_definition
 log = logging.getLogger(__name__)
 
 
+RESCAN_SECONDS = 1.0
+"""How often a pass looks at every waiting and ready task, not only at what it changed:
+this finds work that other processes made (other executors, a restart)."""
+
+STARTED_COALESCE_SECONDS = 0.005
+"""After only "started" events arrived, how long to wait for the matching results, so a
+short task costs one pass instead of two."""
+
+
 @dataclass
 class TickReport:
     """What one pass did."""
@@ -36,6 +46,7 @@ class TickReport:
     tasks_woken: int = 0
     groups_started: int = 0
     tasks_dispatched: int = 0
+    more_ready: bool = False  # a batch limit was hit: tick again without waiting
     finished_attempts: list[tuple[int, AttemptState]] = field(default_factory=list)
 
     @property
@@ -51,7 +62,12 @@ class TickReport:
 
 
 class WorkflowExecutor:
-    """Walks attempts' task graphs and hands ready operator tasks to a dispatcher."""
+    """Walks attempts' task graphs and hands ready operator tasks to a dispatcher.
+
+    Between full rescans (every :data:`RESCAN_SECONDS`) a pass only follows what it
+    changed itself: tasks it promoted, retries it scheduled. That keeps a pass for one
+    finished task down to a handful of statements.
+    """
 
     def __init__(
         self,
@@ -69,6 +85,9 @@ class WorkflowExecutor:
         self.task_timeout_seconds = task_timeout_seconds
         self._pending: list[TaskEvent] = []
         self._contexts: dict[int, AttemptContext] = {}
+        self._limits: dict[int, int | None] = {}
+        self._rescan_at: datetime | None = None
+        self._retry_due: datetime | None = None
         self._stop = threading.Event()
 
     # -- one pass ----------------------------------------------------------------------
@@ -78,24 +97,51 @@ class WorkflowExecutor:
         now = now or self.clock.now()
         report = TickReport()
         events, self._pending = self._pending + self.dispatcher.poll_events(0), []
+        rescan = self._rescan_at is None or now >= self._rescan_at
         with self.engine.begin() as conn:
-            graph = TaskGraph(conn, now)
+            graph = TaskGraph(conn, now, self._limits)
             report.attempts_started = self._start_created_attempts(conn, graph)
-            for event in events:
-                if self._apply_event(conn, graph, event, now):
-                    report.events_applied += 1
-                else:
-                    report.stale_results += 1
-            report.tasks_woken = self._wake_retry_waiting(conn, now)
-            report.groups_started = self._start_ready_groups(conn, graph, now)
-            messages = self._dispatch_ready_operators(conn, graph, now)
-            report.groups_started += self._start_ready_groups(conn, graph, now)
+            self._apply_events(conn, graph, events, now, report)
+            graph.settle()
+            due = [t for t in (self._retry_due, graph.earliest_retry) if t is not None]
+            if rescan or (due and min(due) <= now):
+                report.tasks_woken = self._wake_retry_waiting(conn, now)
+                rescan = rescan or report.tasks_woken > 0
+            messages = self._start_and_dispatch(conn, graph, now, rescan, report)
             report.finished_attempts = graph.finished_attempts
+        if rescan:
+            self._rescan_at = now + timedelta(seconds=RESCAN_SECONDS)
+        if graph.earliest_retry is not None:
+            self._retry_due = min(self._retry_due or graph.earliest_retry, graph.earliest_retry)
         self.dispatcher.publish(messages)
         report.tasks_dispatched = len(messages)
+        report.more_ready = report.more_ready or bool(self._pending)
         for attempt_id, _state in report.finished_attempts:
             self._contexts.pop(attempt_id, None)
         return report
+
+    def _start_and_dispatch(
+        self, conn: Connection, graph: TaskGraph, now: datetime, rescan: bool, report: TickReport
+    ) -> list[TaskMessage]:
+        """Start ready groups and dispatch ready operators until nothing new became ready."""
+        messages: list[TaskMessage] = []
+        scan = rescan
+        for _ in range(1000):  # each round goes one level deeper into new subtrees
+            if not (scan or graph.ready_groups or graph.operators_ready):
+                break
+            report.groups_started += self._start_ready_groups(conn, graph, now, scan)
+            graph.settle()
+            if scan or graph.operators_ready:
+                graph.operators_ready = False
+                room = self.dispatch_batch_size - len(messages)
+                batch = self._dispatch_ready_operators(conn, graph, now, room)
+                messages += batch
+                graph.settle()
+                if len(batch) >= room:
+                    report.more_ready = True
+                    break
+            scan = False
+        return messages
 
     def _start_created_attempts(self, conn: Connection, graph: TaskGraph) -> int:
         ids = session_store.list_attempt_ids_in_state(conn, AttemptState.CREATED, limit=100)
@@ -120,17 +166,42 @@ class WorkflowExecutor:
             )
             root = task_store.get_task(conn, root_id)
             if root.state is TaskState.SUCCESS:  # everything was resumed
-                graph.after_terminal(root.id)
+                graph.after_terminal(root, TaskState.SUCCESS)
             else:
                 graph.promote([root_id])
             log.info("attempt started attempt_id=%d workflow=%s", attempt.id, definition.name)
         return len(ids)
 
-    def _apply_event(
-        self, conn: Connection, graph: TaskGraph, event: TaskEvent, now: datetime
+    def _apply_events(
+        self,
+        conn: Connection,
+        graph: TaskGraph,
+        events: list[TaskEvent],
+        now: datetime,
+        report: TickReport,
+    ) -> None:
+        finished = {(e.task_id, e.lease_token) for e in events if isinstance(e, TaskFinished)}
+        logs: list[dict[str, Any]] = []
+        for event in events:
+            if isinstance(event, TaskStarted):
+                # A result in the same batch makes the RUNNING step moot.
+                if (event.task_id, event.lease_token) in finished:
+                    continue
+                if task_store.mark_task_running(conn, event.task_id, event.lease_token, now):
+                    report.events_applied += 1
+                else:
+                    report.stale_results += 1
+                continue
+            if self._apply_result(conn, graph, event, logs):
+                report.events_applied += 1
+            else:
+                report.stale_results += 1
+        task_store.insert_task_logs(conn, [{**row, "created_at": now} for row in logs])
+
+    @staticmethod
+    def _apply_result(
+        conn: Connection, graph: TaskGraph, event: TaskFinished, logs: list[dict[str, Any]]
     ) -> bool:
-        if isinstance(event, TaskStarted):
-            return task_store.mark_task_running(conn, event.task_id, event.lease_token, now)
         task = task_store.find_task(conn, event.task_id, lock=True)
         if (
             task is None
@@ -143,54 +214,54 @@ class WorkflowExecutor:
                 event.lease_token,
             )
             return False
-        self._record_log(conn, task, event, now)
+        if event.log_path is not None:
+            logs.append(
+                {
+                    "task_id": task.id,
+                    "attempt_id": task.attempt_id,
+                    "lease_token": event.lease_token,
+                    "path": event.log_path,
+                    "size_bytes": event.log_size_bytes,
+                }
+            )
         if event.outcome is Outcome.SUCCESS:
             graph.succeed_operator(task, event.store)
         else:
             graph.fail(task, {"message": event.error_message or "failed"})
         return True
 
-    @staticmethod
-    def _record_log(
-        conn: Connection, task: task_store.TaskRow, event: TaskFinished, now: datetime
-    ) -> None:
-        if event.log_path is not None:
-            task_store.insert_task_log(
-                conn,
-                task_id=task.id,
-                attempt_id=task.attempt_id,
-                lease_token=event.lease_token,
-                path=event.log_path,
-                size_bytes=event.log_size_bytes,
-                now=now,
-            )
-
     def _wake_retry_waiting(self, conn: Connection, now: datetime) -> int:
         due = task_store.select_tasks_due(conn, TaskState.RETRY_WAITING, now, limit=1000)
         woken = task_store.update_tasks_state(
             conn, [t.id for t in due], (TaskState.RETRY_WAITING,), TaskState.READY, now
         )
+        self._retry_due = task_store.earliest_not_before(conn, (TaskState.RETRY_WAITING,))
         return len(woken)
 
-    def _start_ready_groups(self, conn: Connection, graph: TaskGraph, now: datetime) -> int:
+    def _start_ready_groups(
+        self, conn: Connection, graph: TaskGraph, now: datetime, scan: bool
+    ) -> int:
         started = 0
         for _ in range(1000):  # nested groups start one level per round
-            groups = task_store.select_tasks_due(
-                conn, TaskState.READY, now, limit=1000, is_group=True
-            )
-            if not groups:
+            ids, graph.ready_groups = graph.ready_groups, []
+            if scan:
+                found = task_store.select_tasks_due(
+                    conn, TaskState.READY, now, limit=1000, is_group=True
+                )
+                ids = sorted({*ids, *(g.id for g in found)})
+                scan = False
+            if not ids:
                 break
-            for group in groups:
-                graph.start_group(group)
-            started += len(groups)
+            for group in task_store.get_tasks(conn, ids):
+                if group.state is TaskState.READY:
+                    graph.start_group(group)
+                    started += 1
         return started
 
     def _dispatch_ready_operators(
-        self, conn: Connection, graph: TaskGraph, now: datetime
+        self, conn: Connection, graph: TaskGraph, now: datetime, limit: int
     ) -> list[TaskMessage]:
-        ready = task_store.select_tasks_due(
-            conn, TaskState.READY, now, limit=self.dispatch_batch_size, is_group=False
-        )
+        ready = task_store.select_tasks_due(conn, TaskState.READY, now, limit=limit, is_group=False)
         if not ready:
             return []
         stored = graph.stored_params(ready)
@@ -226,15 +297,17 @@ class WorkflowExecutor:
 
     def wait_for_work(self, timeout_seconds: float) -> None:
         """Block until an agent reports something or ``timeout_seconds`` pass."""
-        self._pending.extend(self.dispatcher.poll_events(timeout_seconds))
+        events = self.dispatcher.poll_events(timeout_seconds)
+        if events and all(isinstance(e, TaskStarted) for e in events):
+            events += self.dispatcher.poll_events(STARTED_COALESCE_SECONDS)
+        self._pending.extend(events)
 
     def seconds_until_due(self, now: datetime, cap_seconds: float) -> float:
-        """How long the loop may sleep before a waiting task is due (at most ``cap_seconds``)."""
-        with self.engine.connect() as conn:
-            due = task_store.earliest_not_before(conn, (TaskState.RETRY_WAITING, TaskState.READY))
-        if due is None:
+        """How long the loop may sleep before a retry is due or a rescan (at most the cap)."""
+        due = [t for t in (self._retry_due, self._rescan_at) if t is not None]
+        if not due:
             return cap_seconds
-        return max(0.0, min(cap_seconds, (due - now).total_seconds()))
+        return max(0.0, min(cap_seconds, (min(due) - now).total_seconds()))
 
     def stop(self) -> None:
         """Ask :meth:`run_forever` to return after the current pass."""
@@ -245,9 +318,7 @@ class WorkflowExecutor:
         backoff = 0.05
         while not self._stop.is_set():
             report = self.tick()
-            if report.did_work:
-                backoff = 0.05
+            if report.more_ready:
                 continue
-            wait = self.seconds_until_due(self.clock.now(), backoff)
-            self.wait_for_work(wait)
-            backoff = min(backoff * 2, idle_cap_seconds)
+            backoff = 0.05 if report.did_work else min(backoff * 2, idle_cap_seconds)
+            self.wait_for_work(self.seconds_until_due(self.clock.now(), backoff))

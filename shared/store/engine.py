@@ -47,6 +47,8 @@ def _configure_sqlite(dbapi_connection: Any, _record: ConnectionPoolEntry) -> No
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA cache_size=-65536")  # 64 MiB: the task table stays in memory
+    cursor.execute("PRAGMA temp_store=MEMORY")
     cursor.close()
 
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, exists, func, select
+from sqlalchemy import Connection, bindparam, exists, func, select
 from sqlalchemy.orm import aliased
+from sqlalchemy.sql import Update
+from sqlalchemy.sql.elements import BindParameter
 
 from shared.domain.states import TERMINAL_TASK_STATES, TaskState
 from shared.store.tables import task_dependencies, task_logs, tasks
@@ -42,6 +45,28 @@ class TaskRow:
 _TASK_COLUMNS = tuple(tasks.c[name] for name in TaskRow.__dataclass_fields__)
 
 
+# Hot statements are built once; SQLAlchemy then reuses their compiled form.
+_BY_ID = select(*_TASK_COLUMNS).where(tasks.c.id == bindparam("task_id"))
+_BY_ID_LOCKED = _BY_ID.with_for_update()
+_UPSTREAM = aliased(tasks, name="upstream")
+_STATES: BindParameter[str] = bindparam("states", expanding=True)
+_HAS_CHILD_IN = select(
+    exists().where(tasks.c.parent_id == bindparam("parent_id"), tasks.c.state.in_(_STATES))
+)
+_DOWNSTREAM_IDS = select(task_dependencies.c.downstream_id).where(
+    task_dependencies.c.upstream_id == bindparam("task_id")
+)
+_MARK_RUNNING = (
+    tasks.update()
+    .where(
+        tasks.c.id == bindparam("task_id"),
+        tasks.c.lease_token == bindparam("token"),
+        tasks.c.state == TaskState.QUEUED.value,
+    )
+    .values(state=TaskState.RUNNING.value, updated_at=bindparam("now"))
+)
+
+
 def _task_from_row(row: Any) -> TaskRow:
     values = dict(row._mapping)
     values["state"] = TaskState(values["state"])
@@ -71,32 +96,20 @@ def insert_dependencies(conn: Connection, edges: Sequence[tuple[int, int]]) -> N
 
 def get_task(conn: Connection, task_id: int, *, lock: bool = False) -> TaskRow:
     """One task by id; ``lock`` takes its row lock (``FOR UPDATE``) on PostgreSQL."""
-    query = select(*_TASK_COLUMNS).where(tasks.c.id == task_id)
-    if lock:
-        query = query.with_for_update()
-    return _task_from_row(conn.execute(query).one())
+    query = _BY_ID_LOCKED if lock else _BY_ID
+    return _task_from_row(conn.execute(query, {"task_id": task_id}).one())
 
 
 def find_task(conn: Connection, task_id: int, *, lock: bool = False) -> TaskRow | None:
     """One task by id, or None if it no longer exists (a retry deleted it)."""
-    query = select(*_TASK_COLUMNS).where(tasks.c.id == task_id)
-    if lock:
-        query = query.with_for_update()
-    row = conn.execute(query).one_or_none()
+    query = _BY_ID_LOCKED if lock else _BY_ID
+    row = conn.execute(query, {"task_id": task_id}).one_or_none()
     return None if row is None else _task_from_row(row)
 
 
 def mark_task_running(conn: Connection, task_id: int, lease_token: int, now: datetime) -> bool:
     """QUEUED -> RUNNING, only under the task's current lease token."""
-    result = conn.execute(
-        tasks.update()
-        .where(
-            tasks.c.id == task_id,
-            tasks.c.lease_token == lease_token,
-            tasks.c.state == TaskState.QUEUED.value,
-        )
-        .values(state=TaskState.RUNNING.value, updated_at=now)
-    )
+    result = conn.execute(_MARK_RUNNING, {"task_id": task_id, "token": lease_token, "now": now})
     return result.rowcount == 1
 
 
@@ -152,12 +165,20 @@ def update_task(
     """Guarded update of one task: applied only while it is in ``from_states``."""
     if "state" in values and isinstance(values["state"], TaskState):
         values["state"] = values["state"].value
+    statement = _guarded_update(tuple(_states(from_states)), tuple(sorted(values)))
     result = conn.execute(
-        tasks.update()
-        .where(tasks.c.id == task_id, tasks.c.state.in_(_states(from_states)))
-        .values(**values)
+        statement, {"b_task_id": task_id, **{f"b_{k}": v for k, v in values.items()}}
     )
     return result.rowcount == 1
+
+
+@lru_cache(maxsize=256)
+def _guarded_update(from_states: tuple[str, ...], keys: tuple[str, ...]) -> Update:
+    return (
+        tasks.update()
+        .where(tasks.c.id == bindparam("b_task_id"), tasks.c.state.in_(from_states))
+        .values({key: bindparam(f"b_{key}") for key in keys})
+    )
 
 
 def update_tasks_state(
@@ -179,6 +200,21 @@ def update_tasks_state(
     return [int(i) for i in conn.execute(statement).scalars()]
 
 
+def promote_tasks(
+    conn: Connection, task_ids: Sequence[int], now: datetime
+) -> list[tuple[int, bool]]:
+    """BLOCKED -> READY; returns ``(id, is_group)`` of the tasks that moved."""
+    if not task_ids:
+        return []
+    statement = (
+        tasks.update()
+        .where(tasks.c.id.in_(list(task_ids)), tasks.c.state == TaskState.BLOCKED.value)
+        .values(state=TaskState.READY.value, updated_at=now)
+        .returning(tasks.c.id, tasks.c.is_group)
+    )
+    return [(int(i), bool(g)) for i, g in conn.execute(statement)]
+
+
 def mark_tasks_queued(
     conn: Connection, params_by_id: dict[int, dict[str, Any] | None], now: datetime
 ) -> dict[int, int]:
@@ -188,7 +224,26 @@ def mark_tasks_queued(
     refused. ``params`` records the stored params the task started with.
     """
     tokens: dict[int, int] = {}
+    plain = [task_id for task_id, params in params_by_id.items() if params is None]
+    for start in range(0, len(plain), 500):
+        statement = (
+            tasks.update()
+            .where(
+                tasks.c.id.in_(plain[start : start + 500]),
+                tasks.c.state == TaskState.READY.value,
+            )
+            .values(
+                state=TaskState.QUEUED.value,
+                lease_token=tasks.c.lease_token + 1,
+                started_at=func.coalesce(tasks.c.started_at, now),
+                updated_at=now,
+            )
+            .returning(tasks.c.id, tasks.c.lease_token)
+        )
+        tokens.update({int(i): int(t) for i, t in conn.execute(statement)})
     for task_id, params in params_by_id.items():
+        if params is None:
+            continue
         statement = (
             tasks.update()
             .where(tasks.c.id == task_id, tasks.c.state == TaskState.READY.value)
@@ -222,18 +277,14 @@ def cancel_unfinished_tasks(conn: Connection, attempt_id: int, now: datetime) ->
 
 def downstream_ids(conn: Connection, task_id: int) -> list[int]:
     """Ids of the tasks that wait for ``task_id``."""
-    query = select(task_dependencies.c.downstream_id).where(
-        task_dependencies.c.upstream_id == task_id
-    )
-    return [int(i) for i in conn.execute(query).scalars()]
+    return [int(i) for i in conn.execute(_DOWNSTREAM_IDS, {"task_id": task_id}).scalars()]
 
 
 def _all_upstreams_succeeded() -> Any:
-    upstream = aliased(tasks)
     return ~exists().where(
         task_dependencies.c.downstream_id == tasks.c.id,
-        upstream.c.id == task_dependencies.c.upstream_id,
-        upstream.c.state != TaskState.SUCCESS.value,
+        _UPSTREAM.c.id == task_dependencies.c.upstream_id,
+        _UPSTREAM.c.state != TaskState.SUCCESS.value,
     )
 
 
@@ -281,17 +332,15 @@ def count_children_in(conn: Connection, parent_id: int, states: Iterable[TaskSta
 
 def has_child_in(conn: Connection, parent_id: int, states: Iterable[TaskState]) -> bool:
     """Whether any child of a task is in ``states`` (an index probe, not a count)."""
-    query = select(
-        exists().where(tasks.c.parent_id == parent_id, tasks.c.state.in_(_states(states)))
-    )
-    return bool(conn.execute(query).scalar())
+    values = {"parent_id": parent_id, "states": _states(states)}
+    return bool(conn.execute(_HAS_CHILD_IN, values).scalar())
 
 
 def upstream_outputs(conn: Connection, task_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
     """For each task, the non-empty ``output_params`` of its upstreams in definition order."""
     if not task_ids:
         return {}
-    upstream = aliased(tasks)
+    upstream = _UPSTREAM
     query = (
         select(task_dependencies.c.downstream_id, upstream.c.output_params)
         .join(upstream, upstream.c.id == task_dependencies.c.upstream_id)
@@ -355,27 +404,11 @@ def reset_descendants(conn: Connection, task_id: int, now: datetime) -> None:
     )
 
 
-def insert_task_log(
-    conn: Connection,
-    *,
-    task_id: int,
-    attempt_id: int,
-    lease_token: int,
-    path: str,
-    size_bytes: int,
-    now: datetime,
-) -> None:
-    """Index the log file one run of a task wrote."""
-    conn.execute(
-        task_logs.insert().values(
-            task_id=task_id,
-            attempt_id=attempt_id,
-            lease_token=lease_token,
-            path=path,
-            size_bytes=size_bytes,
-            created_at=now,
-        )
-    )
+def insert_task_logs(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+    """Index the log files runs of tasks wrote: ``task_id, attempt_id, lease_token, path,
+    size_bytes, created_at`` per row."""
+    if rows:
+        conn.execute(task_logs.insert(), list(rows))
 
 
 def list_task_logs(conn: Connection, attempt_id: int) -> list[tuple[str, str, int]]:

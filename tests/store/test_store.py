@@ -372,16 +372,20 @@ class TestResetDescendants:
         task_store.insert_dependencies(
             conn, [(ids["+g+a"], ids["+g+b"]), (ids["^sub+x"], ids["^sub+y"])]
         )
-        for name in ("+g+a", "+g+a^check"):
-            task_store.insert_task_log(
-                conn,
-                task_id=ids[name],
-                attempt_id=attempt_id,
-                lease_token=3,
-                path=f"{name}.log",
-                size_bytes=1,
-                now=NOW,
-            )
+        task_store.insert_task_logs(
+            conn,
+            [
+                {
+                    "task_id": ids[name],
+                    "attempt_id": attempt_id,
+                    "lease_token": 3,
+                    "path": f"{name}.log",
+                    "size_bytes": 1,
+                    "created_at": NOW,
+                }
+                for name in ("+g+a", "+g+a^check")
+            ],
+        )
         return ids
 
     def test_generated_descendants_are_deleted(self, engine: Engine) -> None:
