@@ -357,6 +357,33 @@ class TestFailure:
         assert run.attempt_state() is AttemptState.ERROR
         assert run.states()["+wf+b"] is TaskState.SUCCESS
 
+    def test_a_limited_parallel_group_starts_no_new_child_after_a_failure(
+        self, run: Scenario
+    ) -> None:
+        # Given a window of 2 over four children
+        run.start("""
+            _parallel:
+              limit: 2
+            +a:
+              echo>: a
+            +b:
+              echo>: b
+            +c:
+              echo>: c
+            +d:
+              echo>: d
+        """)
+        assert run.step() == ["+wf+a", "+wf+b"]
+        # When one fails, its slot stays empty; the running sibling is waited for
+        run.fail("+wf+a")
+        assert run.step() == []
+        run.succeed("+wf+b")
+        assert run.step() == []
+        # Then the children that never started end canceled, and so does the attempt
+        states = run.states()
+        assert (states["+wf+c"], states["+wf+d"]) == (TaskState.CANCELED, TaskState.CANCELED)
+        assert run.attempt_state() is AttemptState.ERROR
+
     def test_an_undefined_variable_fails_the_task_naming_the_variable(self, run: Scenario) -> None:
         run.start("""
             +a:
