@@ -45,16 +45,29 @@ class _Base:
     def __init__(self) -> None:
         self._output: queue.SimpleQueue[TaskFinished] = queue.SimpleQueue()
         self._last_refresh = 0.0
+        self._names: dict[int, str] = {}
 
     def on_event(self, event: TaskEvent) -> None:
         if isinstance(event, TaskFinished) and event.output_lines:
             self._output.put(event)
 
-    def _drain_output(self) -> list[TaskFinished]:
-        finished: list[TaskFinished] = []
+    def _read(self, engine: Engine, attempt_id: int, final: bool) -> list[TaskRow] | None:
+        """The attempt's tasks, at most every REFRESH_SECONDS (always when final)."""
+        if not (self._due() or final):
+            return None
+        with engine.connect() as conn:
+            rows = list_attempt_tasks(conn, attempt_id)
+        self._names.update({r.id: r.full_name for r in rows})
+        return rows
+
+    def _output_lines(self) -> list[tuple[str, str]]:
+        """``(task name, line)`` of the output that finished tasks reported since last time."""
+        lines: list[tuple[str, str]] = []
         while not self._output.empty():
-            finished.append(self._output.get_nowait())
-        return finished
+            finished = self._output.get_nowait()
+            name = self._names.get(finished.task_id, str(finished.task_id))
+            lines.extend((name, line) for line in finished.output_lines)
+        return lines
 
     def _due(self) -> bool:
         now = time.monotonic()
@@ -71,23 +84,18 @@ class PlainDisplay(_Base):
         super().__init__()
         self.stream = stream or sys.stdout
         self._states: dict[int, TaskState] = {}
-        self._names: dict[int, str] = {}
 
     def refresh(self, engine: Engine, attempt_id: int, final: bool = False) -> None:
-        if not (self._due() or final):
+        rows = self._read(engine, attempt_id, final)
+        if rows is None:
             return
-        with engine.connect() as conn:
-            rows = list_attempt_tasks(conn, attempt_id)
         for row in rows:
-            self._names[row.id] = row.full_name
             if self._states.get(row.id) is not row.state:
                 self._states[row.id] = row.state
                 if row.state is not TaskState.BLOCKED:
                     self.stream.write(f"{_clock()} {row.full_name} {row.state.value}\n")
-        for finished in self._drain_output():
-            name = self._names.get(finished.task_id, str(finished.task_id))
-            for line in finished.output_lines:
-                self.stream.write(f"{_clock()} {name}: {line}\n")
+        for name, line in self._output_lines():
+            self.stream.write(f"{_clock()} {name}: {line}\n")
         self.stream.flush()
 
     def close(self) -> None:
@@ -102,18 +110,13 @@ class LiveDisplay(_Base):
         self.console = console or Console()
         self._live = Live(console=self.console, refresh_per_second=8, transient=False)
         self._live.start()
-        self._names: dict[int, str] = {}
 
     def refresh(self, engine: Engine, attempt_id: int, final: bool = False) -> None:
-        if not (self._due() or final):
+        rows = self._read(engine, attempt_id, final)
+        if rows is None:
             return
-        with engine.connect() as conn:
-            rows = list_attempt_tasks(conn, attempt_id)
-        self._names.update({r.id: r.full_name for r in rows})
-        for finished in self._drain_output():
-            name = self._names.get(finished.task_id, str(finished.task_id))
-            for line in finished.output_lines:
-                self.console.print(Text(f"{name}: ", style="dim") + Text(line))
+        for name, line in self._output_lines():
+            self.console.print(Text(f"{name}: ", style="dim") + Text(line))
         self._live.update(_render(rows))
 
     def close(self) -> None:

@@ -15,7 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine
 
+from shared.store.engine import create_store_engine
+from shared.store.migrate import upgrade_database
 from tests.support.servers import (
     RedisAddress,
     RespClient,
@@ -104,6 +107,15 @@ def database_url(request: pytest.FixtureRequest) -> str:
     fixture = "sqlite_url" if request.param == "sqlite" else "postgres_url"
     url: str = request.getfixturevalue(fixture)
     return url
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    """An engine on a fresh, migrated database (each backend in turn)."""
+    engine = create_store_engine(database_url)
+    upgrade_database(engine)
+    yield engine
+    engine.dispose()
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import textwrap
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -183,14 +183,6 @@ class Scenario:
     def assert_every_task_terminal(self) -> None:
         unfinished = {n: s for n, s in self.states().items() if not s.is_terminal}
         assert unfinished == {}
-
-
-@pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
-    engine = create_store_engine(database_url)
-    upgrade_database(engine)
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -21,14 +20,6 @@ from shared.store.tables import metadata, task_dependencies, task_logs, workflow
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 TOKYO = timezone(timedelta(hours=9))
-
-
-@pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
-    engine = create_store_engine(database_url)
-    upgrade_database(engine)
-    yield engine
-    engine.dispose()
 
 
 def _definition(command: str = "hello", name: str = "wf") -> WorkflowDefinition:
