@@ -139,7 +139,8 @@ def _render(rows: list[TaskRow]) -> Group:
         f"[{STATE_STYLES.get(s, 'white')}]{s.value}: {n}[/]" for s, n in sorted(counts.items())
     )
     shown = [r for r in rows if r.state not in (TaskState.BLOCKED, TaskState.SUCCESS)]
-    shown += [r for r in rows if r.state is TaskState.SUCCESS][-3:]
+    done = [r for r in rows if r.state is TaskState.SUCCESS and r.finished_at is not None]
+    shown += sorted(done, key=lambda r: (r.finished_at, r.id))[-3:]  # the latest to end
     table = Table(show_header=True, header_style="bold", expand=False)
     table.add_column("task")
     table.add_column("state")
