@@ -5,6 +5,7 @@ User errors end with one line on stderr and exit status 2; a failed workflow exi
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections import Counter
 from datetime import datetime
@@ -14,16 +15,18 @@ from zoneinfo import ZoneInfo
 
 import click
 
+from services.agent.operators.base import ResourceLimits
 from services.embedded import RunOutcome, RunRequest, default_session_time, open_store, run_workflow
 from services.progress import make_display
 from shared.clock import utc_now
 from shared.config import EmbeddedConfig
+from shared.domain.schedule import ScheduleSpec
 from shared.domain.states import AttemptState, TaskState
 from shared.domain.workflow import WorkflowDefinition
 from shared.dsl.parser import parse_workflow_file
 from shared.errors import InvalidInput, TickworkError
 from shared.logging import configure_logging
-from shared.store.engine import create_store_engine
+from shared.store.engine import create_store_engine, read_only
 from shared.store.migrate import current_revision, upgrade_database
 from shared.store.tasks import list_attempt_tasks
 
@@ -143,6 +146,7 @@ def run(
         rerun=rerun,
         max_task_threads=config.max_task_threads,
         task_timeout_seconds=config.task_timeout_seconds,
+        limits=ResourceLimits(config.task_max_memory_mb, config.task_max_open_files),
     )
     sys.exit(_run(request, quiet))
 
@@ -161,7 +165,14 @@ def _parse(path: Path, project_dir: Path) -> WorkflowDefinition:
         _fail(str(exc))
 
 
+def _exit_on_sigterm(_signum: int, _frame: object) -> None:
+    # SystemExit unwinds the run, which kills the commands it started (they have their own
+    # process groups, so the signal did not reach them).
+    sys.exit(128 + signal.SIGTERM)
+
+
 def _run(request: RunRequest, quiet: bool) -> int:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     display = make_display(quiet=quiet)
     try:
         engine = open_store(request.database_url)
@@ -181,7 +192,7 @@ def _run(request: RunRequest, quiet: bool) -> int:
 
 
 def _print_summary(engine: Any, request: RunRequest, outcome: RunOutcome) -> None:
-    with engine.connect() as conn:
+    with read_only(engine) as conn:
         rows = list_attempt_tasks(conn, outcome.attempt_id)
     skipped = [r.full_name for r in rows if (r.result or {}).get("resumed")]
     ran = [r for r in rows if not r.is_group and r.full_name not in skipped]
@@ -212,11 +223,17 @@ def _print_summary(engine: Any, request: RunRequest, outcome: RunOutcome) -> Non
 @click.option("--project", type=click.Path(file_okay=False, path_type=Path))
 def check(workflow_files: tuple[Path, ...], project: Path | None) -> None:
     """Validate workflow files without running anything."""
+    now = utc_now()
     for path in workflow_files:
         definition = _parse(path, (project or path.parent).resolve())
-        schedule = f", schedule {definition.schedule}" if definition.schedule else ""
         tasks = definition.root.count_tasks()
-        click.echo(f"{path}: ok ({tasks} tasks, timezone {definition.timezone}{schedule})")
+        click.echo(f"{path}: ok ({tasks} tasks, timezone {definition.timezone})")
+        if definition.schedule is not None:
+            spec = ScheduleSpec.from_config(definition.schedule)
+            session = spec.next_session_time(now)
+            click.echo(f"  schedule {spec.kind}>: {spec.value}")
+            click.echo(f"  next session time {session.isoformat()}")
+            click.echo(f"  next run time     {spec.run_time(session).isoformat()}")
 
 
 @main.group()

@@ -7,6 +7,7 @@ executor with the in-process dispatcher until the attempt ends.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -15,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
+from services.agent.operators.base import ResourceLimits
 from services.agent.operators.process import terminate_children
 from services.agent.runner import TaskRunner
 from services.executor.loop import WorkflowExecutor
@@ -24,13 +26,15 @@ from shared.dispatch.seam import EventSink, InProcessDispatcher
 from shared.domain.schedule import ScheduleSpec
 from shared.domain.states import AttemptState
 from shared.domain.workflow import WorkflowDefinition
+from shared.errors import Conflict
 from shared.store import projects as project_store
 from shared.store import sessions as session_store
 from shared.store import tasks as task_store
-from shared.store.engine import create_store_engine
+from shared.store.engine import create_store_engine, read_only
 from shared.store.migrate import upgrade_database
 
 IDLE_WAIT_SECONDS = 0.2
+ATTEMPT_CHECK_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,7 @@ class RunRequest:
     rerun: bool = False
     max_task_threads: int = 8
     task_timeout_seconds: float | None = None
+    limits: ResourceLimits = field(default_factory=ResourceLimits)
 
 
 @dataclass
@@ -125,7 +130,7 @@ def create_run_attempt(conn: Connection, request: RunRequest, now: datetime) -> 
         project_dir=str(request.project_dir),
     )
     if attempt_id is None:
-        raise RuntimeError("attempt name collision in a local run")
+        raise Conflict(f"another run of this session is starting (attempt run-{len(previous) + 1})")
     return RunOutcome(attempt_id, session_id, AttemptState.CREATED, resume_from)
 
 
@@ -157,13 +162,19 @@ def run_workflow(
     engine = engine or open_store(request.database_url)
     with engine.begin() as conn:
         outcome = create_run_attempt(conn, request, clock.now())
-    runner = TaskRunner(request.state_dir / "logs")
+    runner = TaskRunner(request.state_dir / "logs", request.limits)
     dispatcher = _TeeDispatcher(runner, request.max_task_threads, on_event or (lambda _e: None))
     executor = WorkflowExecutor(
-        engine, dispatcher, clock=clock, task_timeout_seconds=request.task_timeout_seconds
+        engine,
+        dispatcher,
+        clock=clock,
+        task_timeout_seconds=request.task_timeout_seconds,
+        attempt_ids={outcome.attempt_id},
     )
     try:
         outcome.state = _drive(executor, outcome.attempt_id, engine, on_progress)
+        if outcome.state is AttemptState.CANCELED:
+            terminate_children()  # canceled from outside: its commands must stop too
     except BaseException:
         terminate_children()  # an interrupted run must not leave commands running
         raise
@@ -178,6 +189,7 @@ def _drive(
     engine: Engine,
     on_progress: Callable[[Engine, int, bool], None] | None,
 ) -> AttemptState:
+    checked_at = time.monotonic()
     while True:
         report = executor.tick()
         for finished_id, state in report.finished_attempts:
@@ -187,10 +199,16 @@ def _drive(
                 return state
         if on_progress:
             on_progress(engine, attempt_id, False)
-        if not report.more_ready:
-            executor.wait_for_work(
-                executor.seconds_until_due(executor.clock.now(), IDLE_WAIT_SECONDS)
-            )
+        if report.more_ready:
+            continue
+        if time.monotonic() - checked_at >= ATTEMPT_CHECK_SECONDS:
+            # Another run of the same session cancels this attempt when it starts.
+            checked_at = time.monotonic()
+            with read_only(engine) as conn:
+                state = session_store.get_attempt_state(conn, attempt_id)
+            if state.is_done:
+                return state
+        executor.wait_for_work(executor.seconds_until_due(executor.clock.now(), IDLE_WAIT_SECONDS))
 
 
 def finished_outputs(events: list[TaskEvent]) -> Mapping[int, list[str]]:

@@ -16,6 +16,7 @@ from sqlalchemy import Engine
 
 from shared.dispatch.messages import TaskEvent, TaskFinished
 from shared.domain.states import TaskState
+from shared.store.engine import read_only
 from shared.store.tasks import TaskRow, list_attempt_tasks
 
 REFRESH_SECONDS = 0.25
@@ -55,7 +56,7 @@ class _Base:
         """The attempt's tasks, at most every REFRESH_SECONDS (always when final)."""
         if not (self._due() or final):
             return None
-        with engine.connect() as conn:
+        with read_only(engine) as conn:
             rows = list_attempt_tasks(conn, attempt_id)
         self._names.update({r.id: r.full_name for r in rows})
         return rows

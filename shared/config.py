@@ -28,6 +28,8 @@ EMBEDDED_SETTINGS = (
     Setting("TICKWORK_DATABASE_URL", "", "database URL (default: SQLite in the state dir)"),
     Setting("TICKWORK_MAX_TASK_THREADS", "8", "tasks run at once by the embedded agent"),
     Setting("TICKWORK_TASK_TIMEOUT_SECONDS", "86400", "time limit of one operator run"),
+    Setting("TICKWORK_TASK_MAX_MEMORY_MB", "0", "address-space limit of a task's process; 0: none"),
+    Setting("TICKWORK_TASK_MAX_OPEN_FILES", "0", "open-file limit of a task's process; 0: none"),
     Setting("TICKWORK_LOG_LEVEL", "WARNING", "level of tickwork's own log lines"),
 )
 
@@ -40,6 +42,8 @@ class EmbeddedConfig:
     database_url: str | None
     max_task_threads: int
     task_timeout_seconds: float
+    task_max_memory_mb: int
+    task_max_open_files: int
     log_level: str
 
     @classmethod
@@ -53,17 +57,28 @@ class EmbeddedConfig:
             database_url=values["TICKWORK_DATABASE_URL"] or None,
             max_task_threads=_positive_int(values, "TICKWORK_MAX_TASK_THREADS"),
             task_timeout_seconds=float(_positive_int(values, "TICKWORK_TASK_TIMEOUT_SECONDS")),
+            task_max_memory_mb=_count(values, "TICKWORK_TASK_MAX_MEMORY_MB"),
+            task_max_open_files=_count(values, "TICKWORK_TASK_MAX_OPEN_FILES"),
             log_level=values["TICKWORK_LOG_LEVEL"].upper(),
         )
 
 
 def _positive_int(values: Mapping[str, str], name: str) -> int:
+    return _integer(values, name, minimum=1)
+
+
+def _count(values: Mapping[str, str], name: str) -> int:
+    return _integer(values, name, minimum=0)
+
+
+def _integer(values: Mapping[str, str], name: str, *, minimum: int) -> int:
     raw = values[name]
     try:
         number = int(raw)
     except ValueError:
-        number = 0
-    if number <= 0:
-        problem = Problem(name, None, f"expected a positive integer, got {raw!r}")
+        number = minimum - 1
+    if number < minimum:
+        kind = "a positive integer" if minimum > 0 else "a whole number >= 0"
+        problem = Problem(name, None, f"expected {kind}, got {raw!r}")
         raise InvalidConfig(str(problem))
     return number

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from services.agent.operators import OPERATORS
-from services.agent.operators.base import OperatorContext, OperatorFailed
+from services.agent.operators.base import OperatorContext, OperatorFailed, ResourceLimits
 from shared.dispatch.messages import Outcome, TaskFinished, TaskMessage, TaskStarted
 from shared.dispatch.seam import EventSink
 
@@ -28,8 +28,9 @@ def log_path_for(message: TaskMessage) -> Path:
 class TaskRunner:
     """Runs task messages, writing logs under ``log_root``; thread-safe."""
 
-    def __init__(self, log_root: Path) -> None:
+    def __init__(self, log_root: Path, limits: ResourceLimits | None = None) -> None:
         self.log_root = log_root.resolve()
+        self.limits = limits or ResourceLimits()
 
     def __call__(self, message: TaskMessage, report: EventSink) -> None:
         report(TaskStarted(message.task_id, message.lease_token, time.time()))
@@ -39,7 +40,7 @@ class TaskRunner:
         store: dict[str, object] = {}
         error: str | None = None
         with path.open("w", encoding="utf-8") as log_file:
-            context = OperatorContext(message=message, log_file=log_file, log_path=path)
+            context = OperatorContext(message, log_file, path, self.limits)
             try:
                 store = OPERATORS[message.operator](context)
             except OperatorFailed as exc:

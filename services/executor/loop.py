@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -64,6 +65,8 @@ class TickReport:
 class WorkflowExecutor:
     """Walks attempts' task graphs and hands ready operator tasks to a dispatcher.
 
+    ``attempt_ids`` limits it to those attempts (an embedded run); None means all of them.
+
     Between full rescans (every :data:`RESCAN_SECONDS`) a pass only follows what it
     changed itself: tasks it promoted, retries it scheduled. That keeps a pass for one
     finished task down to a handful of statements.
@@ -77,12 +80,14 @@ class WorkflowExecutor:
         clock: Clock | None = None,
         dispatch_batch_size: int = 1000,
         task_timeout_seconds: float | None = None,
+        attempt_ids: Collection[int] | None = None,
     ) -> None:
         self.engine = engine
         self.dispatcher = dispatcher
         self.clock = clock or SystemClock()
         self.dispatch_batch_size = dispatch_batch_size
         self.task_timeout_seconds = task_timeout_seconds
+        self.attempt_ids = None if attempt_ids is None else frozenset(attempt_ids)
         self._pending: list[TaskEvent] = []
         self._contexts: dict[int, AttemptContext] = {}
         self._limits: dict[int, int | None] = {}
@@ -144,7 +149,9 @@ class WorkflowExecutor:
         return messages
 
     def _start_created_attempts(self, conn: Connection, graph: TaskGraph) -> int:
-        ids = session_store.list_attempt_ids_in_state(conn, AttemptState.CREATED, limit=100)
+        ids = session_store.list_attempt_ids_in_state(
+            conn, AttemptState.CREATED, limit=100, among=self.attempt_ids
+        )
         for attempt_id in ids:
             attempt = session_store.get_attempt(conn, attempt_id)
             definition = load_workflow_definition(conn, attempt.workflow_definition_id)
@@ -231,11 +238,15 @@ class WorkflowExecutor:
         return True
 
     def _wake_retry_waiting(self, conn: Connection, now: datetime) -> int:
-        due = task_store.select_tasks_due(conn, TaskState.RETRY_WAITING, now, limit=1000)
+        due = task_store.select_tasks_due(
+            conn, TaskState.RETRY_WAITING, now, limit=1000, attempt_ids=self.attempt_ids
+        )
         woken = task_store.update_tasks_state(
             conn, [t.id for t in due], (TaskState.RETRY_WAITING,), TaskState.READY, now
         )
-        self._retry_due = task_store.earliest_not_before(conn, (TaskState.RETRY_WAITING,))
+        self._retry_due = task_store.earliest_not_before(
+            conn, (TaskState.RETRY_WAITING,), attempt_ids=self.attempt_ids
+        )
         return len(woken)
 
     def _start_ready_groups(
@@ -246,7 +257,12 @@ class WorkflowExecutor:
             ids, graph.ready_groups = graph.ready_groups, []
             if scan:
                 found = task_store.select_tasks_due(
-                    conn, TaskState.READY, now, limit=1000, is_group=True
+                    conn,
+                    TaskState.READY,
+                    now,
+                    limit=1000,
+                    is_group=True,
+                    attempt_ids=self.attempt_ids,
                 )
                 ids = sorted({*ids, *(g.id for g in found)})
                 scan = False
@@ -261,7 +277,9 @@ class WorkflowExecutor:
     def _dispatch_ready_operators(
         self, conn: Connection, graph: TaskGraph, now: datetime, limit: int
     ) -> list[TaskMessage]:
-        ready = task_store.select_tasks_due(conn, TaskState.READY, now, limit=limit, is_group=False)
+        ready = task_store.select_tasks_due(
+            conn, TaskState.READY, now, limit=limit, is_group=False, attempt_ids=self.attempt_ids
+        )
         if not ready:
             return []
         stored = graph.stored_params(ready)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import ConnectionPoolEntry
+
+READ_ONLY_OPTION = "tickwork_read_only"
 
 
 def _json_dumps(value: Any) -> str:
@@ -52,7 +56,18 @@ def _configure_sqlite(dbapi_connection: Any, _record: ConnectionPoolEntry) -> No
     cursor.close()
 
 
-def _begin_immediate(connection: Any) -> None:
-    # Take the write lock at BEGIN so two writers queue on busy_timeout instead of failing
-    # with "database is locked" when a read transaction tries to upgrade.
-    connection.exec_driver_sql("BEGIN IMMEDIATE")
+def _begin_immediate(connection: Connection) -> None:
+    # Writers take the write lock at BEGIN, so two of them queue on busy_timeout instead of
+    # failing with "database is locked" when a read transaction tries to upgrade. Readers
+    # (see read_only) need no lock at all in WAL mode.
+    if connection.get_execution_options().get(READ_ONLY_OPTION):
+        connection.exec_driver_sql("BEGIN")
+    else:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+@contextmanager
+def read_only(engine: Engine) -> Iterator[Connection]:
+    """A connection for reads only: on SQLite it never waits for (or blocks) a writer."""
+    with engine.connect() as conn:
+        yield conn.execution_options(**{READ_ONLY_OPTION: True})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -139,15 +140,25 @@ def list_session_attempts(conn: Connection, session_id: int) -> list[AttemptRow]
     return [_attempt_from_row(row) for row in conn.execute(query)]
 
 
-def list_attempt_ids_in_state(conn: Connection, state: AttemptState, limit: int) -> list[int]:
-    """Ids of attempts in ``state``, oldest first."""
-    query = (
-        select(attempts.c.id)
-        .where(attempts.c.state == state.value)
-        .order_by(attempts.c.id)
-        .limit(limit)
-    )
+def list_attempt_ids_in_state(
+    conn: Connection,
+    state: AttemptState,
+    limit: int,
+    *,
+    among: Collection[int] | None = None,
+) -> list[int]:
+    """Ids of attempts in ``state``, oldest first; only those in ``among`` if given."""
+    query = select(attempts.c.id).where(attempts.c.state == state.value)
+    if among is not None:
+        query = query.where(attempts.c.id.in_(list(among)))
+    query = query.order_by(attempts.c.id).limit(limit)
     return [int(i) for i in conn.execute(query).scalars()]
+
+
+def get_attempt_state(conn: Connection, attempt_id: int) -> AttemptState:
+    """The state of one attempt."""
+    query = select(attempts.c.state).where(attempts.c.id == attempt_id)
+    return AttemptState(conn.execute(query).scalar_one())
 
 
 def set_attempt_state(

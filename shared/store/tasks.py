@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -139,22 +139,40 @@ def list_children(conn: Connection, parent_id: int) -> list[TaskRow]:
 
 
 def select_tasks_due(
-    conn: Connection, state: TaskState, now: datetime, limit: int, *, is_group: bool | None = None
+    conn: Connection,
+    state: TaskState,
+    now: datetime,
+    limit: int,
+    *,
+    is_group: bool | None = None,
+    attempt_ids: Collection[int] | None = None,
 ) -> list[TaskRow]:
-    """Tasks in ``state`` whose ``not_before`` has passed, oldest first."""
+    """Tasks in ``state`` whose ``not_before`` has passed, oldest first.
+
+    ``attempt_ids`` keeps the search to those attempts (an embedded run drives only its own).
+    """
     query = select(*_TASK_COLUMNS).where(
         tasks.c.state == state.value,
         (tasks.c.not_before.is_(None)) | (tasks.c.not_before <= now),
     )
     if is_group is not None:
         query = query.where(tasks.c.is_group == is_group)
+    if attempt_ids is not None:
+        query = query.where(tasks.c.attempt_id.in_(list(attempt_ids)))
     query = query.order_by(tasks.c.id).limit(limit)
     return [_task_from_row(row) for row in conn.execute(query)]
 
 
-def earliest_not_before(conn: Connection, states: Iterable[TaskState]) -> datetime | None:
+def earliest_not_before(
+    conn: Connection,
+    states: Iterable[TaskState],
+    *,
+    attempt_ids: Collection[int] | None = None,
+) -> datetime | None:
     """The soonest ``not_before`` among tasks in ``states``: when a waiting task is due."""
     query = select(func.min(tasks.c.not_before)).where(tasks.c.state.in_(_states(states)))
+    if attempt_ids is not None:
+        query = query.where(tasks.c.attempt_id.in_(list(attempt_ids)))
     value: datetime | None = conn.execute(query).scalar_one_or_none()
     return value
 

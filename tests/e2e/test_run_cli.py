@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -478,3 +480,83 @@ def test_a_run_on_postgresql_succeeds_and_resumes(project: Project, postgres_url
     finally:
         engine.dispose()
     assert not project.database_path.exists()
+
+
+class TestLimits:
+    def test_a_command_past_its_time_limit_is_killed_with_its_whole_process_group(
+        self, project: Project
+    ) -> None:
+        # Given a command that starts a background child and then sleeps past the limit
+        project.write(
+            "slow.dig",
+            """
+            +stuck:
+              sh>: sleep 60 & echo $! > child.pid; sleep 60
+            """,
+        )
+
+        # When it runs with a 1 s time limit
+        run = project.run("slow.dig", env={"TICKWORK_TASK_TIMEOUT_SECONDS": "1"})
+
+        # Then the task fails naming the limit, and the background child is gone too
+        assert run.exit_code == 1, run.explain()
+        assert "failed +slow+stuck: timed out after 1s" in run.summary
+        child = int(project.read("child.pid"))
+        assert _gone_within(child, seconds=10)
+
+    def test_a_command_over_its_memory_limit_fails(self, project: Project) -> None:
+        # Given a command that allocates 300 MiB
+        project.write(
+            "hog.dig",
+            """
+            +hog:
+              sh>: python3 -c "x = bytearray(300 * 1024 * 1024); print('allocated')"
+            """,
+        )
+
+        # When it runs under a 100 MiB limit, and then without one
+        limited = project.run("hog.dig", "-t", SESSION, env={"TICKWORK_TASK_MAX_MEMORY_MB": "100"})
+        unlimited = project.run("hog.dig", "-t", "2026-01-31")
+
+        # Then only the limited run fails
+        assert limited.exit_code == 1, limited.explain()
+        assert unlimited.exit_code == 0, unlimited.explain()
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        if Path(f"/proc/{pid}/stat").exists() and " Z " in Path(f"/proc/{pid}/stat").read_text():
+            return True  # a zombie waiting for its reaper is dead
+        time.sleep(0.05)
+    return False
+
+
+def test_a_second_run_of_the_same_session_cancels_the_first(project: Project) -> None:
+    # Given a run whose task takes a while
+    project.write(
+        "slow.dig",
+        """
+        +work:
+          sh>: echo started >> work.runs && sleep 2 && echo finished >> work.runs
+        """,
+    )
+    first = project.start("slow.dig", "-t", SESSION)
+    try:
+        project.wait_for_line("work.runs", "started", timeout_seconds=30)
+
+        # When the same session is run again meanwhile
+        second = project.run("slow.dig", "-t", SESSION)
+        stdout, _ = first.communicate(timeout=30)
+    finally:
+        first.kill()
+
+    # Then the first run ends canceled (it does not hang), and the second one succeeds
+    assert first.returncode == 1
+    assert "attempt 1: canceled" in stdout
+    assert second.exit_code == 0, second.explain()
+    assert f"session {SESSION}  attempt 2: success" in second.summary

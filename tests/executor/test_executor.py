@@ -881,3 +881,24 @@ class TestScaling:
         finally:
             engine.dispose()
         assert large.steps <= small.steps * 1.2 + 10
+
+
+class TestScope:
+    def test_an_executor_scoped_to_attempts_leaves_other_attempts_alone(
+        self, run: Scenario
+    ) -> None:
+        # Given two attempts of different workflows in one store
+        other = run.start("""
+            +other:
+              echo>: other
+        """)
+        mine = run.start_definition(
+            parse_workflow_text("+mine:\n  echo>: mine\n", "mine.dig", run.project_dir)
+        )
+        # When an executor scoped to one of them ticks
+        run.executor = WorkflowExecutor(run.engine, run.agent, clock=run.clock, attempt_ids={mine})
+        published = run.step()
+        # Then only that attempt's tasks run; the other attempt is not even started
+        assert published == ["+mine+mine"]
+        with run.engine.connect() as conn:
+            assert session_store.get_attempt_state(conn, other) is AttemptState.CREATED

@@ -2,11 +2,30 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
 from shared.dispatch.messages import TaskMessage
+
+
+@dataclass(frozen=True)
+class ResourceLimits:
+    """Limits on each operator's child process; zero means no limit."""
+
+    max_memory_mb: int = 0
+    max_open_files: int = 0
+
+    def as_rlimits(self) -> dict[str, int]:
+        """``resource`` limit names and values to set; empty when nothing is limited."""
+        limits: dict[str, int] = {}
+        if self.max_memory_mb:
+            limits["RLIMIT_AS"] = self.max_memory_mb * 1024 * 1024
+        if self.max_open_files:
+            limits["RLIMIT_NOFILE"] = self.max_open_files
+        if limits:
+            limits["RLIMIT_CORE"] = 0  # a limited child that crashes leaves no core file
+        return limits
 
 
 class OperatorFailed(Exception):
@@ -20,6 +39,7 @@ class OperatorContext:
     message: TaskMessage
     log_file: IO[str]
     log_path: Path
+    limits: ResourceLimits = field(default_factory=ResourceLimits)
 
     @property
     def project_dir(self) -> Path:

@@ -3,15 +3,38 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 
-from services.agent.operators.base import OperatorContext, OperatorFailed
+from services.agent.operators.base import OperatorContext, OperatorFailed, ResourceLimits
 
 KILL_GRACE_SECONDS = 5.0
+
+# Sets the limits in the child, then becomes the command (isolated mode: no site, no env).
+_APPLY_LIMITS = (
+    "import json, os, resource, sys\n"
+    "for name, value in json.loads(sys.argv[1]).items():\n"
+    "    resource.setrlimit(getattr(resource, name), (value, value))\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def limited(argv: Sequence[str], limits: ResourceLimits) -> list[str]:
+    """``argv`` wrapped so that it runs under ``limits`` (unchanged when there are none).
+
+    The limits are set in the child by a tiny Python start-up, not by ``preexec_fn``,
+    which is unsafe in a threaded agent.
+    """
+    rlimits = limits.as_rlimits()
+    if not rlimits:
+        return list(argv)
+    return [sys.executable, "-I", "-S", "-c", _APPLY_LIMITS, json.dumps(rlimits), *argv]
+
 
 _running: set[subprocess.Popen[str]] = set()
 _running_lock = threading.Lock()
@@ -31,7 +54,7 @@ def run_child(
     timeout = context.message.timeout_seconds
     try:
         child = subprocess.Popen(
-            list(argv),
+            limited(argv, context.limits),
             cwd=context.project_dir,
             env=dict(env),
             stdin=subprocess.PIPE if stdin_text is not None else subprocess.DEVNULL,
