@@ -58,12 +58,13 @@ class TaskRunner:
                 error_message=error,
                 log_path=str(relative),
                 log_size_bytes=path.stat().st_size,
-                output_lines=_head(path),
+                output_lines=_head(path) if context.child_wrote else _lines(context.written),
             )
         )
 
 
 def _head(path: Path) -> list[str]:
+    """The first lines of a log file that a child process wrote."""
     lines: list[str] = []
     with path.open(encoding="utf-8", errors="replace") as log_file:
         for line in log_file:
@@ -71,3 +72,9 @@ def _head(path: Path) -> list[str]:
             if len(lines) >= OUTPUT_HEAD_LINES:
                 break
     return lines
+
+
+def _lines(written: list[str]) -> list[str]:
+    """The first lines of what the operator itself wrote (no need to read the file back)."""
+    lines = "".join(written).splitlines()[:OUTPUT_HEAD_LINES]
+    return [line[:OUTPUT_LINE_CHARS] for line in lines]

@@ -46,10 +46,14 @@ class OperatorContext:
         """The directory the task runs in."""
         return Path(self.message.project_dir)
 
+    written: list[str] = field(default_factory=list)  # what write_log wrote
+    child_wrote: bool = False  # a child process wrote into the log file too
+
     def write_log(self, text: str) -> None:
         """Append text to the task's log."""
         self.log_file.write(text)
         self.log_file.flush()
+        self.written.append(text)
 
 
 class Operator(Protocol):

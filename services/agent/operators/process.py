@@ -52,6 +52,7 @@ def run_child(
     The child leads its own process group, so a timeout kills everything it started.
     """
     timeout = context.message.timeout_seconds
+    context.child_wrote = True
     try:
         child = subprocess.Popen(
             limited(argv, context.limits),
