@@ -91,7 +91,7 @@ def create_run_attempt(conn: Connection, request: RunRequest, now: datetime) -> 
     ``rerun`` is set, tasks that succeeded in the latest attempt are not run again.
     """
     definition = request.definition
-    project_id = project_store.ensure_project(conn, request.project_dir.name or "default", now)
+    project_id = project_store.ensure_local_project(conn, request.project_dir, now)
     revision_id = project_store.ensure_revision(
         conn, project_id, revision_name(definition), {}, now
     )

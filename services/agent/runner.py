@@ -21,8 +21,10 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.=-]+")
 
 def log_path_for(message: TaskMessage) -> Path:
     """The log file of one run of a task, relative to the log root; never escapes it."""
-    name = _UNSAFE.sub("_", message.full_name).strip("._") or "task"
-    return Path(str(int(message.attempt_id))) / f"{name[:200]}.{int(message.lease_token)}.log"
+    # The name is only for people; the task id makes the file unique.
+    name = _UNSAFE.sub("_", message.full_name).strip("._")[:120] or "task"
+    file_name = f"{name}.{int(message.task_id)}.{int(message.lease_token)}.log"
+    return Path(str(int(message.attempt_id))) / file_name
 
 
 class TaskRunner:

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from services.executor.materialize import Placement, materialize_children
+from shared.domain.expressions import escape
 from shared.domain.params import merge_outputs, merge_params
 from shared.domain.states import (
     ACTIVE_TASK_STATES,
@@ -25,7 +26,7 @@ from shared.domain.states import (
 )
 from shared.domain.workflow import TaskSpec
 from shared.store import tasks as task_store
-from shared.store.sessions import set_attempt_state
+from shared.store.sessions import get_attempt, set_attempt_state
 from shared.store.tasks import TaskRow
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,10 @@ class TaskGraph:
     def stored_params(self, rows: Sequence[TaskRow]) -> dict[int, dict[str, Any] | None]:
         """Params stored by earlier tasks that each task sees: its parent's, then upstreams'."""
         parent_ids = {r.parent_id for r in rows if r.parent_id is not None}
-        parents = {p.id: p.params for p in task_store.get_tasks(self.conn, parent_ids)}
+        # An operator waiting for its subtasks passes on what it stored itself, too.
+        parents = {
+            p.id: p.output_params or p.params for p in task_store.get_tasks(self.conn, parent_ids)
+        }
         upstream = task_store.upstream_outputs(self.conn, [r.id for r in rows])
         return {
             r.id: merge_outputs(
@@ -134,7 +138,9 @@ class TaskGraph:
         if not self._move(task, TaskState.PLANNED, params=params, **values):
             return
         edges = [(0, 1)] if len(generated) == 2 else []
-        self._generate(task, generated, edges, output)
+        # A called workflow gets the call> task's own keys as params, and resumes like the
+        # rest of the attempt: what succeeded in the attempt resumed from is not run again.
+        self._generate(task, generated, edges, spec.params, resume=called is not None)
 
     def _generate(
         self,
@@ -142,14 +148,20 @@ class TaskGraph:
         specs: Sequence[TaskSpec],
         edges: Sequence[tuple[int, int]],
         extra_export: dict[str, Any] | None = None,
+        *,
+        resume: bool = False,
     ) -> None:
         inherited = merge_params(task.inherited_export, task.config.get("export"), extra_export)
+        resume_from = None
+        if resume:
+            resume_from = get_attempt(self.conn, task.attempt_id).resume_from_attempt_id
         placement = Placement(
             attempt_id=task.attempt_id,
             parent_id=task.id,
             parent_full_name=task.full_name,
             inherited_export=inherited or None,
             generated=True,
+            resume_from_attempt_id=resume_from,
             first_position=task_store.count_children(self.conn, task.id),
         )
         materialize_children(self.conn, placement, specs, edges, self.now)
@@ -175,7 +187,7 @@ class TaskGraph:
             return
         if spec.error is not None and not (task.error or {}).get("handler"):
             if self._move(task, TaskState.PLANNED, error={**error, "handler": True}):
-                self._generate(task, [spec.error], [], {"error": error})
+                self._generate(task, [spec.error], [], {"error": escape(error)})
             return
         if self._move(task, TaskState.ERROR, error=error, finished_at=self.now):
             self.after_terminal(task, TaskState.ERROR)
@@ -245,9 +257,14 @@ class TaskGraph:
             if self._move(parent, TaskState.CANCELED, finished_at=self.now):
                 self.after_terminal(parent, TaskState.CANCELED)
             return
-        base = parent.output_params or parent.params
-        output = merge_outputs([base, *(c.output_params for c in children)])
-        if self._move(parent, TaskState.SUCCESS, finished_at=self.now, output_params=output):
+        # What the task and its subtree stored, children in definition order: at a join the
+        # later-defined sibling wins, whatever each child had seen from its upstreams.
+        stored = merge_outputs([_stored_by(parent), *(_stored_by(c) for c in children)])
+        output = merge_outputs([parent.params, stored])
+        result = {**(parent.result or {}), "store": stored} if stored else parent.result
+        if self._move(
+            parent, TaskState.SUCCESS, finished_at=self.now, output_params=output, result=result
+        ):
             self.after_terminal(parent, TaskState.SUCCESS)
 
     def _finish_attempt(self, attempt_id: int, root_state: TaskState) -> None:
@@ -257,3 +274,9 @@ class TaskGraph:
         ):
             log.info("attempt finished attempt_id=%d state=%s", attempt_id, state.value)
             self.finished_attempts.append((attempt_id, state))
+
+
+def _stored_by(task: TaskRow) -> dict[str, Any] | None:
+    """What a task and its subtree stored (not what it passed on from its upstreams)."""
+    stored = (task.result or {}).get("store")
+    return stored if isinstance(stored, dict) else None

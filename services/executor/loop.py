@@ -295,7 +295,7 @@ class WorkflowExecutor:
                     task, context, stored[task.id], 0, self.task_timeout_seconds
                 )
             except InvalidExpression as exc:
-                graph.fail(task, {"message": f"{task.full_name}: {exc}"})
+                graph.fail(task, {"message": str(exc)})
         tokens = task_store.mark_tasks_queued(
             conn, {task_id: stored[task_id] for task_id in drafts}, now
         )

@@ -49,8 +49,10 @@ def materialize_children(
     ]
     ids = insert_tasks(conn, rows)
     insert_dependencies(conn, [(ids[up], ids[down]) for up, down in edges])
+    # A resumed group gets its children's rows too (resumed as well): a retry of an
+    # enclosing group resets them and runs them again.
     for task_id, spec, name in zip(ids, specs, names, strict=True):
-        if spec.children and name not in resumed:
+        if spec.children:
             child_placement = Placement(
                 attempt_id=placement.attempt_id,
                 parent_id=task_id,
@@ -74,10 +76,11 @@ def _row(
     spec: TaskSpec,
     full_name: str,
     position: int,
-    resumed: dict[str, dict[str, Any] | None],
+    resumed: dict[str, tuple[dict[str, Any] | None, dict[str, Any] | None]],
     now: datetime,
 ) -> dict[str, Any]:
     done = full_name in resumed
+    result, output = resumed.get(full_name, (None, None))
     return {
         "attempt_id": placement.attempt_id,
         "parent_id": placement.parent_id,
@@ -92,8 +95,8 @@ def _row(
         "lease_token": 0,
         "not_before": None,
         "params": None,
-        "result": {"resumed": True} if done else None,
-        "output_params": resumed.get(full_name),
+        "result": {**(result or {}), "resumed": True} if done else None,
+        "output_params": output,
         "error": None,
         "created_at": now,
         "started_at": None,
@@ -104,12 +107,13 @@ def _row(
 
 def _resumed_outputs(
     conn: Connection, attempt_id: int | None, names: list[str]
-) -> dict[str, dict[str, Any] | None]:
+) -> dict[str, tuple[dict[str, Any] | None, dict[str, Any] | None]]:
+    """``full name -> (result, output_params)`` of the tasks that succeeded in ``attempt_id``."""
     if attempt_id is None or not names:
         return {}
-    query = select(tasks.c.full_name, tasks.c.output_params).where(
+    query = select(tasks.c.full_name, tasks.c.result, tasks.c.output_params).where(
         tasks.c.attempt_id == attempt_id,
         tasks.c.full_name.in_(names),
         tasks.c.state == TaskState.SUCCESS.value,
     )
-    return {str(name): output for name, output in conn.execute(query)}
+    return {str(name): (result, output) for name, result, output in conn.execute(query)}

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.dispatch.messages import TaskMessage
-from shared.domain.expressions import render
+from shared.domain.expressions import escape, render
 from shared.domain.params import session_variables, task_params
 from shared.store.sessions import AttemptRow
 from shared.store.tasks import TaskRow
@@ -34,7 +34,7 @@ class AttemptContext:
         }
         return cls(
             attempt_id=attempt.id,
-            session_params=attempt.params,
+            session_params=escape(attempt.params),
             builtins=builtins,
             project_dir=attempt.project_dir or ".",
         )
@@ -49,12 +49,16 @@ def build_task_message(
 ) -> TaskMessage:
     """The message for one operator task; raises InvalidExpression on a bad ``${...}``."""
     config = task.config
+    # Only what the workflow file wrote is a template; the rest is data, escaped so that
+    # rendering gives it back as it is.
     params = task_params(
         session_params=context.session_params,
         inherited_export=task.inherited_export,
-        stored=stored,
+        stored=escape(stored),
         own_export=config.get("export"),
-        builtins={**context.builtins, "task_name": task.full_name, "retry": task.retry_count},
+        builtins=escape(
+            {**context.builtins, "task_name": task.full_name, "retry": task.retry_count}
+        ),
         local=config.get("params"),
     )
     rendered = render(params, params)

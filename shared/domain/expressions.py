@@ -353,7 +353,12 @@ class _Parser:
 @lru_cache(maxsize=4096)
 def _compile(source: str) -> tuple[Node, frozenset[str]]:
     parser = _Parser(source)
-    node = parser.parse()
+    try:
+        node = parser.parse()
+    except RecursionError:
+        raise InvalidExpression("expression is nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer literal of thousands of digits
+        raise InvalidExpression(f"invalid number in expression: {exc}") from None
     return node, frozenset(parser.names)
 
 
@@ -483,3 +488,18 @@ def check_template(text: str) -> None:
 def find_names(text: str) -> set[str]:
     """The top-level variable names the expressions in ``text`` refer to."""
     return set(_split(text)[2]) if "$" in text else set()
+
+
+def escape(value: Any) -> Any:
+    """``value`` with every ``$`` doubled, so that :func:`render` gives it back unchanged.
+
+    Data that did not come from a workflow file (stored params, ``--param`` values) is
+    escaped before it joins a rendering context: it is never evaluated as a template.
+    """
+    if isinstance(value, str):
+        return value.replace("$", "$$") if "$" in value else value
+    if isinstance(value, Mapping):
+        return {key: escape(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [escape(item) for item in value]
+    return value

@@ -42,6 +42,7 @@ ALLOWED_TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
         {
             TaskState.QUEUED,
             TaskState.PLANNED,
+            TaskState.RETRY_WAITING,  # its params could not be evaluated, and it has retries
             TaskState.SUCCESS,
             TaskState.ERROR,
             TaskState.CANCELED,

@@ -10,6 +10,10 @@ OPERATORS = ("echo", "sh", "py", "call", "fail")
 """Operator types this version runs; `call` is expanded by the executor, the rest by agents."""
 
 
+MAX_INTERVAL_SECONDS = 7 * 24 * 3600
+"""The longest wait between retries: an exponential interval stops growing here."""
+
+
 class IntervalType(StrEnum):
     """How the wait between retries grows."""
 
@@ -34,7 +38,7 @@ class RetryPolicy:
             delay = self.interval_seconds
         if self.max_interval_seconds is not None:
             delay = min(delay, self.max_interval_seconds)
-        return delay
+        return min(delay, MAX_INTERVAL_SECONDS)
 
     def to_config(self) -> dict[str, Any]:
         """The JSON form stored with a task."""

@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from shared.domain.schedule import suggest
-from shared.domain.workflow import IntervalType, RetryPolicy
+from shared.domain.workflow import MAX_INTERVAL_SECONDS, IntervalType, RetryPolicy
 from shared.dsl.loader import LineMap
 
 RETRY_OPTIONS = ("limit", "interval", "interval_type", "max_interval")
+MAX_PARALLEL_LIMIT = 10_000
+MAX_RETRY_LIMIT = 1_000
 
 
 def flag(value: Any) -> bool | None:
@@ -28,6 +30,7 @@ class Bad(Exception):
 
 
 def is_count(value: Any) -> bool:
+    """A whole number >= 0 (booleans are not numbers here)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
@@ -38,9 +41,9 @@ def parallel_value(value: Any, line: int) -> tuple[bool, int | None]:
     if not isinstance(value, LineMap) or set(value) != {"limit"}:
         raise Bad(f"'_parallel' must be true, false or {{limit: N}}, got {value!r}", line)
     limit = value["limit"]
-    if not is_count(limit) or limit < 1:
-        message = f"'_parallel' limit must be a whole number >= 1, got {limit!r}"
-        raise Bad(message, value.line_of("limit"))
+    if not is_count(limit) or not 1 <= limit <= MAX_PARALLEL_LIMIT:
+        message = f"'_parallel' limit must be a whole number from 1 to {MAX_PARALLEL_LIMIT}"
+        raise Bad(f"{message}, got {limit!r}", value.line_of("limit"))
     return True, int(limit)
 
 
@@ -48,18 +51,19 @@ def retry_policy(value: Any, line: int) -> RetryPolicy:
     """``_retry``: a count, or ``{limit, interval, interval_type, max_interval}``."""
     if "${" in repr(value):  # a retry policy is fixed when the workflow is pushed
         raise Bad("'_retry' cannot use ${...} expressions", line)
-    if is_count(value):
+    if is_count(value) and value <= MAX_RETRY_LIMIT:
         return RetryPolicy(limit=int(value))
     if not isinstance(value, LineMap):
-        raise Bad(f"'_retry' must be a whole number >= 0 or {{limit: N, ...}}, got {value!r}", line)
+        expected = f"a whole number from 0 to {MAX_RETRY_LIMIT} or {{limit: N, ...}}"
+        raise Bad(f"'_retry' must be {expected}, got {value!r}", line)
     for key in value:
         if key not in RETRY_OPTIONS:
             hint = suggest(str(key), RETRY_OPTIONS)
             raise Bad(f"unknown '_retry' option '{key}'{hint}", value.line_of(key))
     limit: Any = value.get("limit")
-    if not is_count(limit):
-        message = f"'_retry' limit must be a whole number >= 0, got {limit!r}"
-        raise Bad(message, value.line_of("limit"))
+    if not is_count(limit) or limit > MAX_RETRY_LIMIT:
+        message = f"'_retry' limit must be a whole number from 0 to {MAX_RETRY_LIMIT}"
+        raise Bad(f"{message}, got {limit!r}", value.line_of("limit"))
     interval_type = value.get("interval_type", "constant")
     if interval_type not in tuple(IntervalType):
         message = f"'_retry' interval_type must be constant or exponential, got {interval_type!r}"
@@ -72,9 +76,13 @@ def _seconds(value: LineMap, key: str) -> float | None:
     seconds = value.get(key)
     if seconds is None:
         return None
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
-        message = f"'_retry' {key} must be a number of seconds >= 0, got {seconds!r}"
-        raise Bad(message, value.line_of(key))
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not 0 <= seconds <= MAX_INTERVAL_SECONDS
+    ):
+        message = f"'_retry' {key} must be from 0 to {MAX_INTERVAL_SECONDS} seconds"
+        raise Bad(f"{message}, got {seconds!r}", value.line_of(key))
     return float(seconds)
 
 

@@ -58,6 +58,8 @@ class _WorkflowLoader(yaml.SafeLoader):
         super().__init__(text)
         self.filename = filename
         self.problems: list[Problem] = []
+        self.expanded_nodes = 0  # nodes that aliases repeat, counted once per use
+        self.node_sizes: dict[int, int] = {}
 
     def check_duplicates(self, node: yaml.MappingNode) -> None:
         first_lines: dict[Any, int] = {}
@@ -101,6 +103,38 @@ def _without_sexagesimal_numbers_and_dates() -> dict[Any, list[tuple[str, re.Pat
     }
 
 
+MAX_EXPANDED_NODES = 200_000
+"""Aliases may repeat a node many times ("billion laughs"); past this many nodes once
+expanded, a file is refused rather than exhausting memory."""
+
+
+def _compose_counting_aliases(loader: _WorkflowLoader, parent: Any, index: Any) -> Any:
+    is_alias = loader.check_event(yaml.AliasEvent)
+    mark = loader.peek_event().start_mark  # type: ignore[no-untyped-call]
+    node = yaml.SafeLoader.compose_node(loader, parent, index)
+    if is_alias and node is not None:
+        loader.expanded_nodes += _node_size(node, loader.node_sizes)
+        if loader.expanded_nodes > MAX_EXPANDED_NODES:
+            message = f"aliases expand this file past {MAX_EXPANDED_NODES} values"
+            raise yaml.composer.ComposerError(None, None, message, mark)
+    return node
+
+
+def _node_size(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """How many nodes ``node`` stands for once every alias in it is expanded."""
+    known = sizes.get(id(node))
+    if known is not None:
+        return known
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        size += sum(_node_size(item, sizes) for item in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size += sum(_node_size(k, sizes) + _node_size(v, sizes) for k, v in node.value)
+    sizes[id(node)] = size
+    return size
+
+
+_WorkflowLoader.compose_node = _compose_counting_aliases  # type: ignore[assignment,method-assign]
 _WorkflowLoader.yaml_implicit_resolvers = _without_sexagesimal_numbers_and_dates()
 _WorkflowLoader.add_implicit_resolver(_INT_TAG, _INT, list("-+0123456789"))
 _WorkflowLoader.add_implicit_resolver(_FLOAT_TAG, _FLOAT, list("-+0123456789."))
@@ -113,7 +147,11 @@ def load_yaml(text: str, filename: str) -> Any:
     Raises :class:`InvalidWorkflow` with every duplicate key, or with the line of a YAML
     syntax error.
     """
-    loader = _WorkflowLoader(text, filename)
+    try:
+        loader = _WorkflowLoader(text, filename)
+    except yaml.YAMLError as exc:  # e.g. a NUL byte: not a text file
+        reason = " ".join(str(exc).split())
+        raise InvalidWorkflow([Problem(filename, 1, f"invalid YAML: {reason}")]) from None
     try:
         data = loader.get_single_data()
     except yaml.MarkedYAMLError as exc:
@@ -123,6 +161,10 @@ def load_yaml(text: str, filename: str) -> Any:
         raise InvalidWorkflow([Problem(filename, line, f"invalid YAML: {reason}")]) from None
     except yaml.YAMLError as exc:
         raise InvalidWorkflow([Problem(filename, 1, f"invalid YAML: {exc}")]) from None
+    except RecursionError:
+        raise InvalidWorkflow([Problem(filename, 1, "YAML is nested too deeply")]) from None
+    except ValueError as exc:  # e.g. an integer of thousands of digits
+        raise InvalidWorkflow([Problem(filename, 1, f"invalid value: {exc}")]) from None
     finally:
         loader.dispose()
     if loader.problems:

@@ -28,6 +28,8 @@ from shared.errors import InvalidExpression, InvalidWorkflow, Problem
 TOP_LEVEL_KEYS = ("timezone", "schedule", "_export", "_error", "_check", "_retry", "_parallel")
 GROUP_DIRECTIVES = ("_parallel", "_background", "_after", "_error", "_check", "_retry", "_export")
 OPERATOR_DIRECTIVES = (*GROUP_DIRECTIVES[1:], "_type", "_command")
+# '+' and '^' join the parts of a full name (+wf+group^error); the rest cannot be shown.
+_BAD_NAME_CHARACTER = re.compile(r"[+^\x00-\x1f\x7f]")
 PY_TARGET = re.compile(r"^[A-Za-z_][\w.]*\.[A-Za-z_]\w*$")
 _OPERATOR_KEYS = tuple(f"{name}>" for name in OPERATORS)
 
@@ -209,6 +211,9 @@ class _ProjectParser:
         line = parent.line_of(key)
         if key == "+":
             self.report(where, line, "a task needs a name after '+'")
+        elif bad := _BAD_NAME_CHARACTER.search(key[1:]):
+            character = bad.group()
+            self.report(where, line, f"task name '{key}' cannot contain {character!r}")
         elif not isinstance(value, LineMap):
             self.report(where, line, f"task '{key}' must be a mapping, got {_describe(value)}")
         else:

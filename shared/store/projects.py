@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, select
@@ -23,6 +24,24 @@ from shared.store.tables import (
 def ensure_project(conn: Connection, name: str, now: datetime) -> int:
     """The id of project ``name``, creating it if it does not exist."""
     insert_ignoring_conflict(conn, projects, {"name": name, "created_at": now})
+    return int(conn.execute(select(projects.c.id).where(projects.c.name == name)).scalar_one())
+
+
+def ensure_local_project(conn: Connection, directory: Path, now: datetime) -> int:
+    """The project of a directory run locally, named after it.
+
+    Two directories with the same name (``a/etl`` and ``b/etl``) sharing one store are two
+    projects: the second is named ``etl-<hash of its path>``.
+    """
+    source = str(directory.resolve())
+    name = directory.name or "default"
+    query = select(projects.c.id, projects.c.source_dir).where(projects.c.name == name)
+    found = conn.execute(query).one_or_none()
+    if found is not None and found.source_dir not in (None, source):
+        name = f"{name}-{hashlib.sha256(source.encode()).hexdigest()[:8]}"
+    insert_ignoring_conflict(
+        conn, projects, {"name": name, "source_dir": source, "created_at": now}
+    )
     return int(conn.execute(select(projects.c.id).where(projects.c.name == name)).scalar_one())
 
 

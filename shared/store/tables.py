@@ -64,6 +64,7 @@ projects = Table(
     metadata,
     Column("id", Id, primary_key=True, autoincrement=True),
     Column("name", String(255), nullable=False, unique=True),
+    Column("source_dir", Text),  # where `tickwork run` found the project; null once pushed
     Column("created_at", Timestamp, nullable=False),
     Column("deleted_at", Timestamp),
 )

@@ -94,8 +94,10 @@ class TestStatesBefore:
     def test_blocked_comes_only_from_terminal_states(self) -> None:
         assert set(states_before(TaskState.BLOCKED)) == TERMINAL_TASK_STATES
 
-    def test_a_retry_wait_is_entered_only_by_a_started_task(self) -> None:
+    def test_a_retry_wait_is_entered_only_by_a_task_that_was_due_to_start(self) -> None:
+        # READY: its ${...} could not be evaluated at dispatch, and it has retries left
         assert set(states_before(TaskState.RETRY_WAITING)) == {
+            TaskState.READY,
             TaskState.QUEUED,
             TaskState.RUNNING,
             TaskState.PLANNED,

@@ -472,8 +472,12 @@ class TestParallelAndBackground:
         ("value", "line", "message"),
         [
             ("yes please", 2, "'_parallel' must be true, false or {limit: N}, got 'yes please'"),
-            ("{limit: 0}", 2, "'_parallel' limit must be a whole number >= 1, got 0"),
-            ("{limit: '${n}'}", 2, "'_parallel' limit must be a whole number >= 1, got '${n}'"),
+            ("{limit: 0}", 2, "'_parallel' limit must be a whole number from 1 to 10000, got 0"),
+            (
+                "{limit: '${n}'}",
+                2,
+                "'_parallel' limit must be a whole number from 1 to 10000, got '${n}'",
+            ),
             ("{max: 2}", 2, "'_parallel' must be true, false or {limit: N}, got {'max': 2}"),
         ],
     )
@@ -486,7 +490,7 @@ class TestParallelAndBackground:
     def test_a_parallel_limit_on_its_own_line(self, tmp_path: Path) -> None:
         text = "+g:\n  _parallel:\n    limit: -1\n  +a: {echo>: a}\n"
         assert problems(tmp_path, text) == [
-            "wf.dig:3: '_parallel' limit must be a whole number >= 1, got -1"
+            "wf.dig:3: '_parallel' limit must be a whole number from 1 to 10000, got -1"
         ]
 
     def test_background_inside_a_parallel_group_is_rejected(self, tmp_path: Path) -> None:
@@ -544,13 +548,13 @@ class TestRetryErrors:
     @pytest.mark.parametrize(
         ("value", "message"),
         [
-            ("-1", "'_retry' must be a whole number >= 0 or {limit: N, ...}, got -1"),
-            ("'3'", "'_retry' must be a whole number >= 0 or {limit: N, ...}, got '3'"),
-            ("true", "'_retry' must be a whole number >= 0 or {limit: N, ...}, got True"),
-            ("{interval: 5}", "'_retry' limit must be a whole number >= 0, got None"),
+            ("-1", "'_retry' must be a whole number from 0 to 1000 or {limit: N, ...}, got -1"),
+            ("'3'", "'_retry' must be a whole number from 0 to 1000 or {limit: N, ...}, got '3'"),
+            ("true", "'_retry' must be a whole number from 0 to 1000 or {limit: N, ...}, got True"),
+            ("{interval: 5}", "'_retry' limit must be a whole number from 0 to 1000, got None"),
             (
                 "{limit: 2, interval: -5}",
-                "'_retry' interval must be a number of seconds >= 0, got -5",
+                "'_retry' interval must be from 0 to 604800 seconds, got -5",
             ),
             (
                 "{limit: 2, interval_type: linear}",
@@ -558,7 +562,7 @@ class TestRetryErrors:
             ),
             (
                 "{limit: 2, max_interval: x}",
-                "'_retry' max_interval must be a number of seconds >= 0, got 'x'",
+                "'_retry' max_interval must be from 0 to 604800 seconds, got 'x'",
             ),
             (
                 "{limit: 2, intervall: 1}",

@@ -773,7 +773,7 @@ class TestResume:
         assert run.open["+wf+b"].command == "b=7"
         assert run.run_to_end() is AttemptState.SUCCESS
         assert len(run.messages_for("+wf+a")) == 1
-        assert run.task("+wf+a").result == {"resumed": True}
+        assert run.task("+wf+a").result == {"store": {"x": 7}, "resumed": True}
 
     def test_resuming_a_finished_run_succeeds_without_running_anything(self, run: Scenario) -> None:
         run.start(self.WORKFLOW)
