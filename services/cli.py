@@ -8,12 +8,13 @@ from __future__ import annotations
 import signal
 import sys
 from collections import Counter
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 from zoneinfo import ZoneInfo
 
 import click
+from sqlalchemy.exc import SQLAlchemyError
 
 from services.agent.operators.base import ResourceLimits
 from services.embedded import RunOutcome, RunRequest, default_session_time, open_store, run_workflow
@@ -24,9 +25,9 @@ from shared.domain.schedule import ScheduleSpec
 from shared.domain.states import AttemptState, TaskState
 from shared.domain.workflow import WorkflowDefinition
 from shared.dsl.parser import parse_workflow_file
-from shared.errors import InvalidInput, TickworkError
+from shared.errors import InvalidInput, StoreUnavailable, TickworkError
 from shared.logging import configure_logging
-from shared.store.engine import create_store_engine, read_only
+from shared.store.engine import create_store_engine, describe_store_error, read_only
 from shared.store.migrate import current_revision, upgrade_database
 from shared.store.tasks import list_attempt_tasks
 
@@ -76,6 +77,12 @@ def parse_session_time(raw: str, timezone: str) -> datetime:
         ) from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=ZoneInfo(timezone))
+    try:
+        parsed.astimezone(UTC)
+    except OverflowError:
+        raise click.BadParameter(
+            f"{raw!r} is out of range", param_hint="'--session-time'"
+        ) from None
     return parsed
 
 
@@ -90,7 +97,7 @@ def main() -> None:
 @click.option(
     "--project",
     "project",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Project directory (default: the workflow file's directory).",
 )
 @click.option(
@@ -135,7 +142,10 @@ def run(
         else default_session_time(definition, utc_now())
     )
     state_dir = config.state_dir or project_dir / ".tickwork"
-    state_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _fail(f"error: cannot use state directory {state_dir}: {exc.strerror or exc}")
     request = RunRequest(
         definition=definition,
         project_dir=project_dir,
@@ -220,7 +230,7 @@ def _print_summary(engine: Any, request: RunRequest, outcome: RunOutcome) -> Non
     required=True,
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
 )
-@click.option("--project", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--project", type=click.Path(exists=True, file_okay=False, path_type=Path))
 def check(workflow_files: tuple[Path, ...], project: Path | None) -> None:
     """Validate workflow files without running anything."""
     now = utc_now()
@@ -250,10 +260,15 @@ def db() -> None:
 )
 def upgrade(database_url: str) -> None:
     """Migrate the database to the newest schema."""
-    engine = create_store_engine(database_url)
-    before = current_revision(engine)
-    upgrade_database(engine)
-    after = current_revision(engine)
+    try:
+        engine = create_store_engine(database_url)
+        before = current_revision(engine)
+        upgrade_database(engine)
+        after = current_revision(engine)
+    except StoreUnavailable as exc:
+        _fail(f"error: {exc}")
+    except SQLAlchemyError as exc:
+        _fail(f"error: {describe_store_error(database_url, exc)}")
     click.echo(f"database at revision {after} (was {before or 'empty'})")
 
 

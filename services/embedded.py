@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from services.agent.operators.base import ResourceLimits
 from services.agent.operators.process import terminate_children
@@ -26,11 +27,11 @@ from shared.dispatch.seam import EventSink, InProcessDispatcher
 from shared.domain.schedule import ScheduleSpec
 from shared.domain.states import AttemptState
 from shared.domain.workflow import WorkflowDefinition
-from shared.errors import Conflict
+from shared.errors import Conflict, StoreUnavailable
 from shared.store import projects as project_store
 from shared.store import sessions as session_store
 from shared.store import tasks as task_store
-from shared.store.engine import create_store_engine, read_only
+from shared.store.engine import create_store_engine, describe_store_error, read_only
 from shared.store.migrate import upgrade_database
 
 IDLE_WAIT_SECONDS = 0.2
@@ -78,9 +79,13 @@ def revision_name(definition: WorkflowDefinition) -> str:
 
 
 def open_store(database_url: str) -> Engine:
-    """An engine on a migrated database."""
+    """An engine on a migrated database; StoreUnavailable if it cannot be reached or used."""
     engine = create_store_engine(database_url)
-    upgrade_database(engine)
+    try:
+        upgrade_database(engine)
+    except SQLAlchemyError as exc:
+        engine.dispose()
+        raise StoreUnavailable(describe_store_error(database_url, exc)) from exc
     return engine
 
 

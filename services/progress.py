@@ -90,11 +90,11 @@ class PlainDisplay(_Base):
         rows = self._read(engine, attempt_id, final)
         if rows is None:
             return
-        for row in rows:
-            if self._states.get(row.id) is not row.state:
-                self._states[row.id] = row.state
-                if row.state is not TaskState.BLOCKED:
-                    self.stream.write(f"{_clock()} {row.full_name} {row.state.value}\n")
+        changed = [r for r in rows if self._states.get(r.id) is not r.state]
+        for row in sorted(changed, key=lambda r: (r.updated_at, r.id)):  # in the order seen
+            self._states[row.id] = row.state
+            if row.state is not TaskState.BLOCKED:
+                self.stream.write(f"{_clock()} {row.full_name} {row.state.value}\n")
         for name, line in self._output_lines():
             self.stream.write(f"{_clock()} {name}: {line}\n")
         self.stream.flush()
@@ -148,7 +148,8 @@ def _render(rows: list[TaskRow]) -> Group:
     table.add_column("retries", justify="right")
     for row in shown[-LIVE_ROWS:]:
         style = STATE_STYLES.get(row.state, "white")
-        table.add_row(row.full_name, Text(row.state.value, style=style), str(row.retry_count))
+        # Text, not a markup string: a task named "+load[/x]" is shown as it is.
+        table.add_row(Text(row.full_name), Text(row.state.value, style=style), str(row.retry_count))
     return Group(table, Text.from_markup(summary or "starting"))
 
 

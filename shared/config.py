@@ -7,11 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.errors import Problem, TickworkError
-
-
-class InvalidConfig(TickworkError):
-    """Raised when an environment variable holds a value of the wrong form."""
+from shared.errors import InvalidConfig, Problem
 
 
 @dataclass(frozen=True)
@@ -59,8 +55,21 @@ class EmbeddedConfig:
             task_timeout_seconds=float(_positive_int(values, "TICKWORK_TASK_TIMEOUT_SECONDS")),
             task_max_memory_mb=_count(values, "TICKWORK_TASK_MAX_MEMORY_MB"),
             task_max_open_files=_count(values, "TICKWORK_TASK_MAX_OPEN_FILES"),
-            log_level=values["TICKWORK_LOG_LEVEL"].upper(),
+            log_level=_log_level(values, "TICKWORK_LOG_LEVEL"),
         )
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _log_level(values: Mapping[str, str], name: str) -> str:
+    level = values[name].strip().upper()
+    if level not in LOG_LEVELS:
+        problem = Problem(
+            name, None, f"expected one of {', '.join(LOG_LEVELS)}, got {values[name]!r}"
+        )
+        raise InvalidConfig(str(problem))
+    return level
 
 
 def _positive_int(values: Mapping[str, str], name: str) -> int:

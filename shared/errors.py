@@ -10,7 +10,7 @@ class TickworkError(Exception):
 
 
 class NotFound(TickworkError):
-    """Raised when a project, workflow, session, attempt or task does not exist."""
+    """Raised when a project, workflow, session, attempt or task does not exist (API, CLI)."""
 
 
 class Conflict(TickworkError):
@@ -50,8 +50,13 @@ class InvalidExpression(TickworkError):
     """Raised when a ``${...}`` expression cannot be parsed or refers to an unknown name."""
 
 
+class InvalidConfig(TickworkError):
+    """Raised when an environment variable holds a value of the wrong form."""
+
+
 class LeaseLost(TickworkError):
-    """Raised when a task result arrives under a lease token that is no longer current."""
+    """Raised by an agent whose lease on a task was taken over: it must stop and report
+    nothing (the executor itself refuses late results by their fencing token)."""
 
 
 class StoreUnavailable(TickworkError):

@@ -9,9 +9,19 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.pool import ConnectionPoolEntry
 
+from shared.errors import StoreUnavailable
+
 READ_ONLY_OPTION = "tickwork_read_only"
+
+
+def describe_store_error(url: str, error: SQLAlchemyError) -> str:
+    """One line on why a database could not be used, without the URL's password."""
+    safe_url = make_url(url).render_as_string(hide_password=True)
+    reason = " ".join(str(getattr(error, "orig", None) or error).split())
+    return f"cannot use database {safe_url}: {reason[:300]}"
 
 
 def _json_dumps(value: Any) -> str:
@@ -22,8 +32,16 @@ def create_store_engine(url: str, *, pool_size: int = 5) -> Engine:
     """An engine for ``url``; SQLite gets WAL, foreign keys and a busy timeout.
 
     ``postgresql://`` URLs are read as ``postgresql+psycopg://`` so psycopg 3 is always used.
+    Raises StoreUnavailable for a URL that is malformed or names another kind of database.
     """
-    parsed = make_url(url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise StoreUnavailable(f"cannot read database URL {url!r}") from None
+    if parsed.get_backend_name() not in ("sqlite", "postgresql", "postgres"):
+        raise StoreUnavailable(
+            f"unsupported database {parsed.get_backend_name()!r}: use sqlite:/// or postgresql://"
+        )
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.get_backend_name() == "sqlite":
@@ -40,6 +58,7 @@ def create_store_engine(url: str, *, pool_size: int = 5) -> Engine:
         json_serializer=_json_dumps,
         pool_size=pool_size,
         pool_pre_ping=True,
+        connect_args={"connect_timeout": 10},  # an unreachable server fails, not hangs
     )
 
 

@@ -40,6 +40,7 @@ class TaskRow:
     error: dict[str, Any] | None
     started_at: datetime | None
     finished_at: datetime | None
+    updated_at: datetime
 
 
 _TASK_COLUMNS = tuple(tasks.c[name] for name in TaskRow.__dataclass_fields__)

@@ -40,6 +40,12 @@ _running: set[subprocess.Popen[str]] = set()
 _running_lock = threading.Lock()
 
 
+def task_environment() -> dict[str, str]:
+    """The agent's environment without tickwork's own settings (a database URL, say):
+    what a task's process starts from."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
+
+
 def run_child(
     context: OperatorContext,
     argv: Sequence[str],
@@ -79,6 +85,9 @@ def run_child(
     finally:
         with _running_lock:
             _running.discard(child)
+    # Whatever the command left running in its group (`cmd &`) ends with the task.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.pid, signal.SIGKILL)
     return child.returncode
 
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from services.agent.operators.base import OperatorContext, OperatorFailed
-from services.agent.operators.process import run_child
+from services.agent.operators.process import run_child, task_environment
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -25,7 +25,7 @@ def params_as_environment(params: Mapping[str, Any]) -> dict[str, str]:
 
 def run_sh(context: OperatorContext) -> dict[str, Any]:
     """Run ``/bin/sh -c command``; a non-zero exit fails the task."""
-    env = {**os.environ, **params_as_environment(context.message.params)}
+    env = {**task_environment(), **params_as_environment(context.message.params)}
     env["PATH"] = f"{env.get('PATH', '')}{os.pathsep}{context.project_dir}"
     code = run_child(context, ["/bin/sh", "-c", str(context.message.command)], env)
     if code < 0:
