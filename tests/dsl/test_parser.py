@@ -659,3 +659,58 @@ class TestFilesAndProjects:
         assert [str(p) for p in caught.value.problems] == [
             "c.dig:2: unknown operator 'ech>' (did you mean 'echo>'?)"
         ]
+
+
+class TestHostileInput:
+    def test_a_task_name_with_a_full_name_separator_is_rejected(self, tmp_path: Path) -> None:
+        found = problems(
+            tmp_path,
+            """
+            +a+b:
+              echo>: one
+            +c^error:
+              echo>: two
+            """,
+        )
+        assert found == [
+            "wf.dig:2: task name '+a+b' cannot contain '+'",
+            "wf.dig:4: task name '+c^error' cannot contain '^'",
+        ]
+
+    def test_a_merge_key_alias_is_fine_but_an_alias_bomb_is_refused(self, tmp_path: Path) -> None:
+        merged = load_yaml("base: &b {x: 1}\nuse:\n  <<: *b\n", "wf.dig")
+        assert merged["use"] == {"x": 1}
+        lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+        previous = "a"
+        for name in "bcdefghi":
+            lines.append(f"{name}: &{name} [" + ",".join([f"*{previous}"] * 9) + "]")
+            previous = name
+        with pytest.raises(InvalidWorkflow) as caught:
+            load_yaml("\n".join(lines) + "\n", "wf.dig")
+        assert "aliases expand this file past 200000 values" in str(caught.value)
+
+    def test_a_file_with_a_nul_byte_is_one_problem_on_line_1(self) -> None:
+        with pytest.raises(InvalidWorkflow) as caught:
+            load_yaml("+a:\n  echo>: hi\x00\n", "wf.dig")
+        (problem,) = caught.value.problems
+        assert (problem.line, problem.message.startswith("invalid YAML:")) == (1, True)
+        assert "\n" not in problem.message
+
+    def test_deeply_nested_yaml_and_expressions_are_problems_not_crashes(
+        self, tmp_path: Path
+    ) -> None:
+        with pytest.raises(InvalidWorkflow) as nested_yaml:
+            load_yaml("a: " + "[" * 5000 + "]" * 5000 + "\n", "wf.dig")
+        assert "nested too deeply" in str(nested_yaml.value)
+        deep = "(" * 3000 + "1" + ")" * 3000
+        assert problems(tmp_path, f"+a:\n  echo>: ${{{deep}}}\n") == [
+            "wf.dig:2: expression is nested too deeply"
+        ]
+
+    def test_a_retry_interval_beyond_a_week_is_rejected(self, tmp_path: Path) -> None:
+        found = problems(
+            tmp_path, "+a:\n  _retry: {limit: 1, interval: 999999999999}\n  echo>: x\n"
+        )
+        assert found == [
+            "wf.dig:2: '_retry' interval must be from 0 to 604800 seconds, got 999999999999"
+        ]

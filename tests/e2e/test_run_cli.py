@@ -560,3 +560,110 @@ def test_a_second_run_of_the_same_session_cancels_the_first(project: Project) ->
     assert "attempt 1: canceled" in stdout
     assert second.exit_code == 0, second.explain()
     assert f"session {SESSION}  attempt 2: success" in second.summary
+
+
+class TestUnusableSurroundings:
+    @pytest.mark.parametrize(
+        ("url", "expected"),
+        [
+            ("postgresql://nobody@127.0.0.1:1/x", "error: cannot use database"),
+            ("foo://", "error: unsupported database 'foo'"),
+            ("not a url", "error: cannot read database URL 'not a url'"),
+            ("sqlite:////nonexistent/dir/x.db", "error: cannot use database"),
+        ],
+    )
+    def test_a_database_that_cannot_be_used_is_one_line_and_status_2(
+        self, project: Project, url: str, expected: str
+    ) -> None:
+        project.write("wf.dig", "+a:\n  echo>: hi\n")
+        run = project.run("wf.dig", env={"TICKWORK_DATABASE_URL": url})
+        assert run.exit_code == 2, run.explain()
+        assert run.stderr.startswith(expected)
+        assert len(run.stderr.strip().splitlines()) == 1
+        assert "Traceback" not in run.stderr
+
+    def test_a_database_password_is_not_shown(self, project: Project) -> None:
+        project.write("wf.dig", "+a:\n  echo>: hi\n")
+        url = "postgresql://nobody:hunter2@127.0.0.1:1/x"
+        run = project.run("wf.dig", env={"TICKWORK_DATABASE_URL": url})
+        assert run.exit_code == 2
+        assert "hunter2" not in run.stderr
+
+    def test_a_missing_project_directory_is_refused(self, project: Project) -> None:
+        project.write("wf.dig", "+a:\n  echo>: hi\n")
+        run = project.run("wf.dig", "--project", str(project.root / "nowhere"))
+        assert run.exit_code == 2
+        assert "'--project'" in run.stderr
+        assert not (project.root / "nowhere").exists()
+
+    def test_a_state_directory_that_is_a_file_is_one_line_and_status_2(
+        self, project: Project
+    ) -> None:
+        project.write("wf.dig", "+a:\n  echo>: hi\n")
+        blocker = project.write("state-file", "not a directory\n")
+        run = project.run("wf.dig", env={"TICKWORK_STATE_DIR": str(blocker)})
+        assert run.exit_code == 2
+        assert run.stderr.startswith("error: cannot use state directory")
+
+
+class TestTaskProcesses:
+    def test_py_finds_the_projects_own_packages_even_named_like_tickworks(
+        self, project: Project
+    ) -> None:
+        project.write("services/__init__.py", "")
+        project.write("services/etl.py", "def count(rows):\n    return {'n': int(rows) * 2}\n")
+        project.write(
+            "wf.dig",
+            """
+            +count:
+              py>: services.etl.count
+              rows: 21
+            +show:
+              sh>: echo "n=${n}" > n.txt
+            """,
+        )
+        run = project.run("wf.dig")
+        assert run.exit_code == 0, run.explain()
+        assert project.lines("n.txt") == ["n=42"]
+
+    def test_a_commands_background_processes_end_with_its_task(self, project: Project) -> None:
+        project.write(
+            "wf.dig",
+            """
+            +start:
+              sh>: sleep 60 & echo $! > child.pid
+            """,
+        )
+        run = project.run("wf.dig")
+        assert run.exit_code == 0, run.explain()
+        assert _gone_within(int(project.read("child.pid")), seconds=10)
+
+    def test_tasks_get_no_tickwork_settings_in_their_environment(self, project: Project) -> None:
+        project.write("wf.dig", "+env:\n  sh>: env > env.txt\n")
+        run = project.run("wf.dig", env={"TICKWORK_MAX_TASK_THREADS": "3"})
+        assert run.exit_code == 0, run.explain()
+        assert not [line for line in project.lines("env.txt") if line.startswith("TICKWORK_")]
+
+    def test_a_param_with_a_dollar_sign_reaches_the_command_unchanged(
+        self, project: Project
+    ) -> None:
+        project.write("wf.dig", '+show:\n  sh>: printf "%s" "$pw" > pw.txt\n')
+        run = project.run("wf.dig", "-p", "pw=a$$b${c}")
+        assert run.exit_code == 0, run.explain()
+        assert project.read("pw.txt") == "a$$b${c}"
+
+    def test_tasks_whose_names_look_alike_keep_separate_logs(self, project: Project) -> None:
+        project.write(
+            "wf.dig",
+            """
+            _parallel: true
+            +タスク:
+              echo>: first
+            +データ:
+              echo>: second
+            """,
+        )
+        run = project.run("wf.dig")
+        assert run.exit_code == 0, run.explain()
+        logs = sorted(path.read_text() for path in (project.state_dir / "logs").rglob("*.log"))
+        assert logs == ["first\n", "second\n"]

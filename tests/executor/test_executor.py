@@ -901,3 +901,109 @@ class TestScope:
         assert published == ["+mine+mine"]
         with run.engine.connect() as conn:
             assert session_store.get_attempt_state(conn, other) is AttemptState.CREATED
+
+
+class TestParamsAreDataOrTemplates:
+    def test_a_stored_value_that_looks_like_a_template_is_passed_on_as_it_is(
+        self, run: Scenario
+    ) -> None:
+        run.start("""
+            +a:
+              echo>: a
+            +b:
+              echo>: note=${note}
+        """)
+        run.step()
+        run.succeed("+wf+a", store={"note": "price is ${amount} $$"})
+        assert run.step() == ["+wf+b"]
+        assert run.open["+wf+b"].command == "note=price is ${amount} $$"
+        assert run.open["+wf+b"].params["note"] == "price is ${amount} $$"
+
+    def test_a_task_whose_params_cannot_be_evaluated_uses_its_retries_then_fails(
+        self, run: Scenario
+    ) -> None:
+        run.start("""
+            +a:
+              _retry: 2
+              echo>: ${nope}
+        """)
+        for _ in range(3):
+            assert run.step() == []
+        task = run.task("+wf+a")
+        assert (task.state, task.retry_count) == (TaskState.ERROR, 2)
+        assert run.attempt_state() is AttemptState.ERROR
+
+    def test_at_a_join_the_later_defined_sibling_wins_whatever_others_saw(
+        self, run: Scenario
+    ) -> None:
+        # Given a stores x, b stores x, and c (after a) stores nothing
+        run.start("""
+            +p:
+              _parallel: true
+              +a:
+                echo>: a
+              +b:
+                echo>: b
+              +c:
+                _after: [+a]
+                echo>: c sees ${x}
+            +after:
+              echo>: after sees ${x}
+        """)
+        run.step()
+        run.succeed("+wf+p+a", store={"x": "from-a"})
+        run.succeed("+wf+p+b", store={"x": "from-b"})
+        assert run.step() == ["+wf+p+c"]
+        assert run.open["+wf+p+c"].command == "c sees from-a"
+        run.succeed("+wf+p+c")
+        # Then the task after the group sees b's value: b is defined after a
+        assert run.step() == ["+wf+after"]
+        assert run.open["+wf+after"].command == "after sees from-b"
+
+
+class TestResumeAcrossSubtrees:
+    def test_a_group_retry_after_a_resume_runs_the_resumed_subgroup_again(
+        self, run: Scenario
+    ) -> None:
+        workflow = """
+            +g:
+              _retry: 1
+              +h:
+                +p:
+                  echo>: p
+              +q:
+                echo>: q sees ${x}
+        """
+        # Given a first attempt where +h succeeded (storing x) and +q failed, twice
+        run.start(workflow)
+        for _ in range(2):
+            assert run.step() == ["+wf+g+h+p"]
+            run.succeed("+wf+g+h+p", store={"x": 41})
+            assert run.step() == ["+wf+g+q"]
+            run.fail("+wf+g+q")
+        run.step()
+        assert run.attempt_state() is AttemptState.ERROR
+        # When the session is resumed and +q fails once more, retrying the group
+        run.start(workflow)
+        assert run.step() == ["+wf+g+q"]
+        run.fail("+wf+g+q")
+        # Then the retried group runs the resumed +h again, and +q sees what it stores
+        assert run.step() == ["+wf+g+h+p"]
+        run.succeed("+wf+g+h+p", store={"x": 42})
+        assert run.step() == ["+wf+g+q"]
+        assert run.open["+wf+g+q"].command == "q sees 42"
+
+    def test_a_resumed_call_runs_only_what_failed_in_the_called_workflow(
+        self, run: Scenario
+    ) -> None:
+        workflow = """
+            +c:
+              call>: sub.dig
+        """
+        sub = {"sub.dig": "+s1:\n  echo>: s1\n+s2:\n  echo>: s2\n"}
+        run.start(workflow, sub)
+        assert run.run_to_end(fail=["+wf+c^sub+s2"]) is AttemptState.ERROR
+        run.start(workflow, sub)
+        assert run.step() == ["+wf+c^sub+s2"]
+        assert run.run_to_end() is AttemptState.SUCCESS
+        assert len(run.messages_for("+wf+c^sub+s1")) == 1
