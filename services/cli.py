@@ -191,7 +191,9 @@ def _run(request: RunRequest, quiet: bool) -> int:
         )
     except KeyboardInterrupt:
         display.close()
-        click.echo("interrupted: run the same command again to resume", err=True)
+        click.echo(
+            f"interrupted: to resume, run it again with {_session_option(request)}", err=True
+        )
         return 130
     except TickworkError as exc:
         display.close()
@@ -221,6 +223,13 @@ def _print_summary(engine: Any, request: RunRequest, outcome: RunOutcome) -> Non
         if row.state is TaskState.ERROR and not row.is_group:
             click.echo(f"  failed {row.full_name}: {(row.error or {}).get('message', '')}")
     click.echo(f"  logs: {request.state_dir / 'logs' / str(outcome.attempt_id)}")
+    if outcome.state is not AttemptState.SUCCESS:
+        click.echo(f"  to resume, run it again with {_session_option(request)}")
+
+
+def _session_option(request: RunRequest) -> str:
+    """The option that names this run's session, so a later run resumes it."""
+    return f"-t {request.session_time.isoformat()}"
 
 
 @main.command()

@@ -96,14 +96,7 @@ def create_run_attempt(conn: Connection, request: RunRequest, now: datetime) -> 
     ``rerun`` is set, tasks that succeeded in the latest attempt are not run again.
     """
     definition = request.definition
-    project_id = project_store.ensure_local_project(conn, request.project_dir, now)
-    revision_id = project_store.ensure_revision(
-        conn, project_id, revision_name(definition), {}, now
-    )
-    definition_id = project_store.ensure_workflow_definition(conn, revision_id, definition)
-    project_store.upsert_schedule(
-        conn, project_id=project_id, definition_id=definition_id, definition=definition, now=now
-    )
+    project_id, definition_id = _store_workflow(conn, request, now)
     session_id = session_store.ensure_session(
         conn,
         project_id=project_id,
@@ -137,6 +130,20 @@ def create_run_attempt(conn: Connection, request: RunRequest, now: datetime) -> 
     if attempt_id is None:
         raise Conflict(f"another run of this session is starting (attempt run-{len(previous) + 1})")
     return RunOutcome(attempt_id, session_id, AttemptState.CREATED, resume_from)
+
+
+def _store_workflow(conn: Connection, request: RunRequest, now: datetime) -> tuple[int, int]:
+    """The project and workflow definition ids of a local run, stored if new."""
+    definition = request.definition
+    project_id = project_store.ensure_local_project(conn, request.project_dir, now)
+    revision_id = project_store.ensure_revision(
+        conn, project_id, revision_name(definition), {}, now
+    )
+    definition_id = project_store.ensure_workflow_definition(conn, revision_id, definition)
+    project_store.upsert_schedule(
+        conn, project_id=project_id, definition_id=definition_id, definition=definition, now=now
+    )
+    return project_id, definition_id
 
 
 class _TeeDispatcher(InProcessDispatcher):

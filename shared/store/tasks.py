@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -240,44 +241,32 @@ def mark_tasks_queued(
     """READY -> QUEUED under a new lease token each; returns ``{task_id: lease_token}``.
 
     The token is the fencing token: it only grows, so a result carrying an older one is
-    refused. ``params`` records the stored params the task started with.
+    refused. ``params`` records the stored params the task started with; tasks that start
+    with the same params (siblings of one group, typically) are updated together.
     """
-    tokens: dict[int, int] = {}
-    plain = [task_id for task_id, params in params_by_id.items() if params is None]
-    for start in range(0, len(plain), 500):
-        statement = (
-            tasks.update()
-            .where(
-                tasks.c.id.in_(plain[start : start + 500]),
-                tasks.c.state == TaskState.READY.value,
-            )
-            .values(
-                state=TaskState.QUEUED.value,
-                lease_token=tasks.c.lease_token + 1,
-                started_at=func.coalesce(tasks.c.started_at, now),
-                updated_at=now,
-            )
-            .returning(tasks.c.id, tasks.c.lease_token)
-        )
-        tokens.update({int(i): int(t) for i, t in conn.execute(statement)})
+    groups: dict[str, tuple[dict[str, Any] | None, list[int]]] = {}
     for task_id, params in params_by_id.items():
-        if params is None:
-            continue
-        statement = (
-            tasks.update()
-            .where(tasks.c.id == task_id, tasks.c.state == TaskState.READY.value)
-            .values(
-                state=TaskState.QUEUED.value,
-                lease_token=tasks.c.lease_token + 1,
-                params=params,
-                started_at=func.coalesce(tasks.c.started_at, now),
-                updated_at=now,
+        key = json.dumps(params, sort_keys=True, default=str)
+        groups.setdefault(key, (params, []))[1].append(task_id)
+    tokens: dict[int, int] = {}
+    for params, ids in groups.values():
+        for start in range(0, len(ids), 500):
+            statement = (
+                tasks.update()
+                .where(
+                    tasks.c.id.in_(ids[start : start + 500]),
+                    tasks.c.state == TaskState.READY.value,
+                )
+                .values(
+                    state=TaskState.QUEUED.value,
+                    lease_token=tasks.c.lease_token + 1,
+                    params=params,
+                    started_at=func.coalesce(tasks.c.started_at, now),
+                    updated_at=now,
+                )
+                .returning(tasks.c.id, tasks.c.lease_token)
             )
-            .returning(tasks.c.lease_token)
-        )
-        token = conn.execute(statement).scalar_one_or_none()
-        if token is not None:
-            tokens[task_id] = int(token)
+            tokens.update({int(i): int(t) for i, t in conn.execute(statement)})
     return tokens
 
 

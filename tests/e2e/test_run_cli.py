@@ -223,7 +223,7 @@ class TestResume:
         finally:
             running.kill()
         assert running.returncode == 130
-        assert "run the same command again to resume" in stderr
+        assert f"interrupted: to resume, run it again with -t {SESSION}" in stderr
 
         # When the same command runs again
         run = project.run("slow.dig", "-t", SESSION)
