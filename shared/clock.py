@@ -17,6 +17,7 @@ class SystemClock:
     """The wall clock."""
 
     def now(self) -> datetime:
+        """The current aware UTC time."""
         return datetime.now(UTC)
 
 
@@ -30,6 +31,7 @@ class ManualClock:
         self._lock = threading.Lock()
 
     def now(self) -> datetime:
+        """The time the clock was last set to."""
         with self._lock:
             return self._now
 

@@ -41,10 +41,12 @@ class InProcessDispatcher:
         self._closed = threading.Event()
 
     def publish(self, messages: Sequence[TaskMessage]) -> None:
+        """Queue each message on the pool; its events arrive through :meth:`poll_events`."""
         for message in messages:
             self._pool.submit(self._runner, message, self._events.put)
 
     def poll_events(self, timeout_seconds: float) -> list[TaskEvent]:
+        """Every event the pool's tasks reported, waiting up to the timeout for the first."""
         events: list[TaskEvent] = []
         try:
             events.append(self._events.get(timeout=max(timeout_seconds, 0.0)))
@@ -57,5 +59,6 @@ class InProcessDispatcher:
                 return events
 
     def close(self) -> None:
+        """Drop queued messages and wait for the running ones to finish."""
         self._closed.set()
         self._pool.shutdown(wait=True, cancel_futures=True)
