@@ -7,7 +7,6 @@ behind the same :class:`Dispatcher` Protocol.
 from __future__ import annotations
 
 import queue
-import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
@@ -38,7 +37,6 @@ class InProcessDispatcher:
         self._runner = runner
         self._events: queue.SimpleQueue[TaskEvent] = queue.SimpleQueue()
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="agent")
-        self._closed = threading.Event()
 
     def publish(self, messages: Sequence[TaskMessage]) -> None:
         """Queue each message on the pool; its events arrive through :meth:`poll_events`."""
@@ -60,5 +58,4 @@ class InProcessDispatcher:
 
     def close(self) -> None:
         """Drop queued messages and wait for the running ones to finish."""
-        self._closed.set()
         self._pool.shutdown(wait=True, cancel_futures=True)
