@@ -258,7 +258,8 @@ class TestResume:
         # Then the group was skipped, and the summary says tasks were skipped
         assert run.exit_code == 0, run.explain()
         assert project.lines("extract.runs") == ["ran"]
-        assert "skipped" in run.summary, run.summary
+        # (the group stands for its children: they are not listed one by one)
+        assert "skipped (succeeded before; --rerun runs them): +grouped+prepare\n" in run.summary
 
 
 class TestParams:
@@ -503,6 +504,25 @@ class TestLimits:
         assert "failed +slow+stuck: timed out after 1s" in run.summary
         child = int(project.read("child.pid"))
         assert _gone_within(child, seconds=10)
+
+    def test_a_child_that_ignores_sigterm_is_killed_too_when_the_limit_passes(
+        self, project: Project
+    ) -> None:
+        # Given a background child deaf to SIGTERM, and a shell that exits on it
+        project.write(
+            "deaf.dig",
+            """
+            +stuck:
+              sh>: sh -c 'trap "" TERM; exec sleep 60' & echo $! > child.pid; sleep 60
+            """,
+        )
+
+        # When the time limit passes
+        run = project.run("deaf.dig", env={"TICKWORK_TASK_TIMEOUT_SECONDS": "1"})
+
+        # Then the task fails, and the deaf child is gone as well
+        assert run.exit_code == 1, run.explain()
+        assert _gone_within(int(project.read("child.pid")), seconds=10)
 
     def test_a_command_over_its_memory_limit_fails(self, project: Project) -> None:
         # Given a command that allocates 300 MiB

@@ -77,17 +77,17 @@ def run_child(
     try:
         child.communicate(stdin_text, timeout=timeout)
     except subprocess.TimeoutExpired:
-        _kill_group(child)
+        _stop_leader(child)
         raise OperatorFailed(f"timed out after {timeout:g}s") from None
     except BaseException:
-        _kill_group(child)
+        _stop_leader(child)
         raise
     finally:
         with _running_lock:
             _running.discard(child)
-    # Whatever the command left running in its group (`cmd &`) ends with the task.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(child.pid, signal.SIGKILL)
+        # Whatever is left in the group (`cmd &`, a child that ignored SIGTERM) ends with
+        # the task, however the task ended.
+        _signal_group(child, signal.SIGKILL)
     return child.returncode
 
 
@@ -96,16 +96,19 @@ def terminate_children() -> None:
     with _running_lock:
         children = list(_running)
     for child in children:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(child.pid, signal.SIGKILL)
+        _signal_group(child, signal.SIGKILL)
 
 
-def _kill_group(child: subprocess.Popen[str]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(child.pid, signal.SIGTERM)
+def _stop_leader(child: subprocess.Popen[str]) -> None:
+    """SIGTERM to the group, then SIGKILL if its leader has not exited within the grace."""
+    _signal_group(child, signal.SIGTERM)
     try:
         child.wait(timeout=KILL_GRACE_SECONDS)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.pid, signal.SIGKILL)
+        _signal_group(child, signal.SIGKILL)
         child.wait()
+
+
+def _signal_group(child: subprocess.Popen[str], signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.pid, signum)
