@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 from zoneinfo import ZoneInfo
 
 import click
+from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from services.agent.operators.base import ResourceLimits
@@ -185,29 +186,31 @@ def _run(request: RunRequest, quiet: bool) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     display = make_display(quiet=quiet)
     try:
-        engine = open_store(request.database_url)
-        outcome = run_workflow(
-            request, on_progress=display.refresh, on_event=display.on_event, engine=engine
-        )
+        try:
+            engine = open_store(request.database_url)
+            outcome = run_workflow(
+                request, on_progress=display.refresh, on_event=display.on_event, engine=engine
+            )
+        finally:
+            display.close()  # before any message, and on SystemExit (SIGTERM) too
     except KeyboardInterrupt:
-        display.close()
         click.echo(
             f"interrupted: to resume, run it again with {_session_option(request)}", err=True
         )
         return 130
     except TickworkError as exc:
-        display.close()
         _fail(f"error: {exc}")
-    display.close()
     _print_summary(engine, request, outcome)
     return 0 if outcome.state is AttemptState.SUCCESS else 1
 
 
-def _print_summary(engine: Any, request: RunRequest, outcome: RunOutcome) -> None:
+def _print_summary(engine: Engine, request: RunRequest, outcome: RunOutcome) -> None:
     with read_only(engine) as conn:
         rows = list_attempt_tasks(conn, outcome.attempt_id)
-    skipped = [r.full_name for r in rows if (r.result or {}).get("resumed")]
-    ran = [r for r in rows if not r.is_group and r.full_name not in skipped]
+    resumed = {r.id for r in rows if (r.result or {}).get("resumed")}
+    # Name the outermost skipped tasks: a skipped group stands for its children.
+    skipped = [r.full_name for r in rows if r.id in resumed and r.parent_id not in resumed]
+    ran = [r for r in rows if not r.is_group and r.id not in resumed]
     counts = Counter(r.state.value for r in ran)
     session = request.session_time.isoformat()
     click.echo(f"session {session}  attempt {outcome.attempt_id}: {outcome.state.value}")

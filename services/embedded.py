@@ -6,9 +6,8 @@ executor with the in-process dispatcher until the attempt ends.
 
 from __future__ import annotations
 
-import hashlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -22,7 +21,7 @@ from services.agent.operators.process import terminate_children
 from services.agent.runner import TaskRunner
 from services.executor.loop import WorkflowExecutor
 from shared.clock import SystemClock
-from shared.dispatch.messages import TaskEvent, TaskFinished, TaskMessage
+from shared.dispatch.messages import TaskEvent, TaskMessage
 from shared.dispatch.seam import EventSink, InProcessDispatcher
 from shared.domain.schedule import ScheduleSpec
 from shared.domain.states import AttemptState
@@ -62,7 +61,6 @@ class RunOutcome:
     session_id: int
     state: AttemptState
     resumed_from_attempt_id: int | None
-    output: list[tuple[str, str]] = field(default_factory=list)
 
 
 def default_session_time(definition: WorkflowDefinition, now: datetime) -> datetime:
@@ -74,8 +72,7 @@ def default_session_time(definition: WorkflowDefinition, now: datetime) -> datet
 
 def revision_name(definition: WorkflowDefinition) -> str:
     """Local runs name their revision after the workflow's content."""
-    digest = hashlib.sha256(repr(sorted(definition.to_config().items())).encode()).hexdigest()
-    return f"local-{digest[:16]}"
+    return f"local-{project_store.config_digest(definition.to_config())[:16]}"
 
 
 def open_store(database_url: str) -> Engine:
@@ -146,20 +143,17 @@ def _store_workflow(conn: Connection, request: RunRequest, now: datetime) -> tup
     return project_id, definition_id
 
 
-class _TeeDispatcher(InProcessDispatcher):
-    """The in-process dispatcher, also handing each finished task's output to a watcher."""
+def _watched(runner: TaskRunner, watch: EventSink) -> Callable[[TaskMessage, EventSink], None]:
+    """``runner``, also handing every event it reports to ``watch`` (the display)."""
 
-    def __init__(
-        self, runner: Callable[[TaskMessage, EventSink], None], workers: int, watch: EventSink
-    ) -> None:
-        def observed(message: TaskMessage, report: EventSink) -> None:
-            def tee(event: TaskEvent) -> None:
-                watch(event)
-                report(event)
+    def run(message: TaskMessage, report: EventSink) -> None:
+        def tee(event: TaskEvent) -> None:
+            watch(event)
+            report(event)
 
-            runner(message, tee)
+        runner(message, tee)
 
-        super().__init__(observed, workers)
+    return run
 
 
 def run_workflow(
@@ -175,7 +169,10 @@ def run_workflow(
     with engine.begin() as conn:
         outcome = create_run_attempt(conn, request, clock.now())
     runner = TaskRunner(request.state_dir / "logs", request.limits)
-    dispatcher = _TeeDispatcher(runner, request.max_task_threads, on_event or (lambda _e: None))
+    if on_event is not None:
+        dispatcher = InProcessDispatcher(_watched(runner, on_event), request.max_task_threads)
+    else:
+        dispatcher = InProcessDispatcher(runner, request.max_task_threads)
     executor = WorkflowExecutor(
         engine,
         dispatcher,
@@ -221,8 +218,3 @@ def _drive(
             if state.is_done:
                 return state
         executor.wait_for_work(executor.seconds_until_due(executor.clock.now(), IDLE_WAIT_SECONDS))
-
-
-def finished_outputs(events: list[TaskEvent]) -> Mapping[int, list[str]]:
-    """Output lines of finished tasks by task id (for summaries)."""
-    return {e.task_id: e.output_lines for e in events if isinstance(e, TaskFinished)}

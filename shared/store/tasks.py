@@ -15,6 +15,7 @@ from sqlalchemy.sql import Update
 from sqlalchemy.sql.elements import BindParameter
 
 from shared.domain.states import TERMINAL_TASK_STATES, TaskState
+from shared.errors import NotFound
 from shared.store.tables import task_dependencies, task_logs, tasks
 
 
@@ -96,17 +97,20 @@ def insert_dependencies(conn: Connection, edges: Sequence[tuple[int, int]]) -> N
         )
 
 
-def get_task(conn: Connection, task_id: int, *, lock: bool = False) -> TaskRow:
-    """One task by id; ``lock`` takes its row lock (``FOR UPDATE``) on PostgreSQL."""
-    query = _BY_ID_LOCKED if lock else _BY_ID
-    return _task_from_row(conn.execute(query, {"task_id": task_id}).one())
-
-
 def find_task(conn: Connection, task_id: int, *, lock: bool = False) -> TaskRow | None:
-    """One task by id, or None if it no longer exists (a retry deleted it)."""
+    """One task by id, or None if it no longer exists (a retry deleted it); ``lock`` takes
+    its row lock (``FOR UPDATE``) on PostgreSQL."""
     query = _BY_ID_LOCKED if lock else _BY_ID
     row = conn.execute(query, {"task_id": task_id}).one_or_none()
     return None if row is None else _task_from_row(row)
+
+
+def get_task(conn: Connection, task_id: int, *, lock: bool = False) -> TaskRow:
+    """One task by id; raises NotFound if there is none."""
+    task = find_task(conn, task_id, lock=lock)
+    if task is None:
+        raise NotFound(f"no task {task_id}")
+    return task
 
 
 def mark_task_running(conn: Connection, task_id: int, lease_token: int, now: datetime) -> bool:

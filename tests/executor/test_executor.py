@@ -190,11 +190,6 @@ def run(engine: Engine, tmp_path: Path) -> Scenario:
     return Scenario(engine, tmp_path)
 
 
-def _xfail_on_sqlite(request: pytest.FixtureRequest, reason: str) -> None:
-    if request.node.callspec.params.get("database_url") == "sqlite":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
-
-
 class TestOrdering:
     def test_a_sequential_group_dispatches_one_task_at_a_time_in_order(self, run: Scenario) -> None:
         run.start("""
