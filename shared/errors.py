@@ -42,8 +42,17 @@ class InvalidWorkflow(InvalidInput):
     """Raised when a workflow file cannot be parsed or fails validation."""
 
 
-class InvalidSchedule(InvalidInput):
-    """Raised when a schedule spec (cron, interval, time zone, window) is malformed."""
+class InvalidSchedule(TickworkError):
+    """Raised when a schedule spec (cron, interval, time zone, window) is malformed.
+
+    ``key`` names the offending field of the ``schedule:`` mapping ("" for the mapping
+    itself), so a workflow file can report its line.
+    """
+
+    def __init__(self, message: str, key: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.key = key
 
 
 class InvalidExpression(TickworkError):

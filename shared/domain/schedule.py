@@ -18,15 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
-
-class InvalidScheduleSpec(Exception):
-    """Raised by :func:`parse_schedule` for a malformed schedule; ``key`` names the bad key."""
-
-    def __init__(self, message: str, key: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.key = key
-
+from shared.errors import InvalidSchedule
 
 CRON_ALIASES = {
     "@hourly": "0 * * * *",
@@ -110,27 +102,25 @@ def _aware(now: datetime) -> datetime:
 def parse_schedule(raw: Mapping[str, Any], timezone: str) -> ScheduleSpec:
     """Validate a ``schedule:`` mapping in ``timezone`` and compile it to a :class:`ScheduleSpec`.
 
-    Raises :class:`InvalidScheduleSpec` naming the offending key.
+    Raises :class:`InvalidSchedule` naming the offending key.
     """
     if not isinstance(raw, Mapping):
-        raise InvalidScheduleSpec("'schedule' must be a mapping such as {daily>: 07:00:00}", "")
+        raise InvalidSchedule("'schedule' must be a mapping such as {daily>: 07:00:00}", "")
     zone_name = resolve_timezone(timezone)
     form = _form_key(raw)
     kind = form[:-1]
     value = raw[form]
     if isinstance(value, bool) or not isinstance(value, str | int):
-        raise InvalidScheduleSpec(f"'{form}' must be a string, got {value!r}", form)
+        raise InvalidSchedule(f"'{form}' must be a string, got {value!r}", form)
     cron, delay = _FORMS[kind](str(value).strip(), form)
     if "delay" in raw:
         if kind not in ("cron", "minutes_interval"):
-            raise InvalidScheduleSpec(
-                "'delay' is only valid with cron> or minutes_interval>", "delay"
-            )
+            raise InvalidSchedule("'delay' is only valid with cron> or minutes_interval>", "delay")
         delay = _non_negative_int(raw["delay"], "delay")
     start = _date_option(raw, "start")
     end = _date_option(raw, "end")
     if start is not None and end is not None and end < start:
-        raise InvalidScheduleSpec(f"'end' ({end}) is before 'start' ({start})", "end")
+        raise InvalidSchedule(f"'end' ({end}) is before 'start' ({start})", "end")
     return ScheduleSpec(kind, str(value), zone_name, cron, delay, start, end)
 
 
@@ -138,20 +128,18 @@ def _form_key(raw: Mapping[str, Any]) -> str:
     forms = [key for key in raw if str(key).endswith(">")]
     for key in raw:
         if key not in forms and key not in OPTIONS:
-            raise InvalidScheduleSpec(
+            raise InvalidSchedule(
                 f"unknown schedule option '{key}'{suggest(str(key), OPTIONS)}", str(key)
             )
     if not forms:
         names = ", ".join(f"{kind}>" for kind in _FORMS)
-        raise InvalidScheduleSpec(f"'schedule' needs one of {names}", "")
+        raise InvalidSchedule(f"'schedule' needs one of {names}", "")
     for key in forms:
         if key[:-1] not in _FORMS:
             known = [f"{kind}>" for kind in _FORMS]
-            raise InvalidScheduleSpec(f"unknown schedule '{key}'{suggest(key, known)}", key)
+            raise InvalidSchedule(f"unknown schedule '{key}'{suggest(key, known)}", key)
     if len(forms) > 1:
-        raise InvalidScheduleSpec(
-            f"'schedule' has two forms: '{forms[0]}' and '{forms[1]}'", forms[1]
-        )
+        raise InvalidSchedule(f"'schedule' has two forms: '{forms[0]}' and '{forms[1]}'", forms[1])
     return str(forms[0])
 
 
@@ -163,7 +151,7 @@ def suggest(word: str, candidates: Any) -> str:
 
 def _non_negative_int(value: Any, key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidScheduleSpec(f"'{key}' must be a whole number of seconds >= 0", key)
+        raise InvalidSchedule(f"'{key}' must be a whole number of seconds >= 0", key)
     return value
 
 
@@ -179,23 +167,23 @@ def _date_option(raw: Mapping[str, Any], key: str) -> str | None:
             return date.fromisoformat(text).isoformat()
     except ValueError:
         pass
-    raise InvalidScheduleSpec(f"'{key}' must be a date YYYY-MM-DD, got {value!r}", key)
+    raise InvalidSchedule(f"'{key}' must be a date YYYY-MM-DD, got {value!r}", key)
 
 
 def _cron_form(value: str, key: str) -> tuple[str, int]:
     if value.startswith("@"):
         if value not in CRON_ALIASES:
             aliases = ", ".join(CRON_ALIASES)
-            raise InvalidScheduleSpec(f"unknown cron alias '{value}' (use one of {aliases})", key)
+            raise InvalidSchedule(f"unknown cron alias '{value}' (use one of {aliases})", key)
         return CRON_ALIASES[value], 0
     fields = value.split()
     if len(fields) != 5:
-        raise InvalidScheduleSpec(
+        raise InvalidSchedule(
             f"cron '{value}' must have 5 fields ({_FIELD_NAMES}), got {len(fields)}", key
         )
     for field in fields:
         if not all(_CRON_TOKEN.match(token) for token in re.split(r"[,/#-]", field)):
-            raise InvalidScheduleSpec(f"cron '{value}' has an invalid field '{field}'", key)
+            raise InvalidSchedule(f"cron '{value}' has an invalid field '{field}'", key)
     _check_cron(value, key)
     return " ".join(fields), 0
 
@@ -204,9 +192,9 @@ def _check_cron(expression: str, key: str) -> None:
     try:
         croniter(expression, datetime(2000, 1, 1)).get_next(datetime)
     except CroniterBadDateError:
-        raise InvalidScheduleSpec(f"cron '{expression}' never fires", key) from None
+        raise InvalidSchedule(f"cron '{expression}' never fires", key) from None
     except (CroniterError, ValueError, KeyError) as exc:
-        raise InvalidScheduleSpec(f"invalid cron '{expression}': {exc}", key) from None
+        raise InvalidSchedule(f"invalid cron '{expression}': {exc}", key) from None
 
 
 def _clock_seconds(text: str, units: tuple[int, ...], key: str, example: str) -> int:
@@ -214,10 +202,10 @@ def _clock_seconds(text: str, units: tuple[int, ...], key: str, example: str) ->
     parts = text.split(":")
     limits = {3600: 24, 60: 60, 1: 60}
     if len(parts) != len(units) or not all(p.isdigit() and len(p) <= 2 for p in parts):
-        raise InvalidScheduleSpec(f"'{key}' must look like {example}, got '{text}'", key)
+        raise InvalidSchedule(f"'{key}' must look like {example}, got '{text}'", key)
     numbers = [int(p) for p in parts]
     if any(n >= limits[unit] for n, unit in zip(numbers, units, strict=True)):
-        raise InvalidScheduleSpec(f"'{key}' has an out-of-range time '{text}'", key)
+        raise InvalidSchedule(f"'{key}' has an out-of-range time '{text}'", key)
     return sum(n * unit for n, unit in zip(numbers, units, strict=True))
 
 
@@ -237,7 +225,7 @@ def _weekly_form(value: str, key: str) -> tuple[str, int]:
     elif name in WEEKDAYS or name in FULL_WEEKDAYS:
         weekday = WEEKDAYS.index(name[:3])
     else:
-        raise InvalidScheduleSpec(f"'{key}' needs a weekday Sun..Sat, got '{day}'", key)
+        raise InvalidSchedule(f"'{key}' needs a weekday Sun..Sat, got '{day}'", key)
     delay = _clock_seconds(clock.strip(), (3600, 60, 1), key, "Sun,HH:MM:SS")
     return f"0 0 * * {weekday}", delay
 
@@ -245,14 +233,14 @@ def _weekly_form(value: str, key: str) -> tuple[str, int]:
 def _monthly_form(value: str, key: str) -> tuple[str, int]:
     day, _, clock = value.partition(",")
     if not day.strip().isdigit() or not 1 <= int(day) <= 31:
-        raise InvalidScheduleSpec(f"'{key}' needs a day of the month 1..31, got '{day}'", key)
+        raise InvalidSchedule(f"'{key}' needs a day of the month 1..31, got '{day}'", key)
     delay = _clock_seconds(clock.strip(), (3600, 60, 1), key, "1,HH:MM:SS")
     return f"0 0 {int(day)} * *", delay
 
 
 def _minutes_interval_form(value: str, key: str) -> tuple[str, int]:
     if not value.isdigit() or not 1 <= int(value) <= 59:
-        raise InvalidScheduleSpec(
+        raise InvalidSchedule(
             f"'{key}' must be a number of minutes 1..59 (use hourly> for longer), got '{value}'",
             key,
         )
@@ -277,10 +265,10 @@ def _zone_names() -> frozenset[str]:
 def resolve_timezone(name: str) -> str:
     """The IANA name for ``name``; a whole-hour offset ``+09:00`` becomes ``Etc/GMT-9``.
 
-    Raises :class:`InvalidScheduleSpec` (key ``timezone``) for an unknown zone.
+    Raises :class:`InvalidSchedule` (key ``timezone``) for an unknown zone.
     """
     if not isinstance(name, str):
-        raise InvalidScheduleSpec(f"'timezone' must be a string, got {name!r}", "timezone")
+        raise InvalidSchedule(f"'timezone' must be a string, got {name!r}", "timezone")
     offset = _UTC_OFFSET.match(name)
     if offset is not None and int(offset.group(2)) <= 14:
         hours = int(offset.group(2))
@@ -289,7 +277,7 @@ def resolve_timezone(name: str) -> str:
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise InvalidScheduleSpec(
+        raise InvalidSchedule(
             f"unknown timezone '{name}'{suggest(name, _zone_names())}", "timezone"
         ) from None
     return name

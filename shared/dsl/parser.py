@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.domain.expressions import check_template
-from shared.domain.schedule import InvalidScheduleSpec, parse_schedule, resolve_timezone, suggest
+from shared.domain.schedule import parse_schedule, resolve_timezone, suggest
 from shared.domain.workflow import (
     OPERATORS,
     RetryPolicy,
@@ -23,7 +23,7 @@ from shared.domain.workflow import (
 )
 from shared.dsl.directives import Bad, find_cycle, flag, parallel_value, retry_policy
 from shared.dsl.loader import LineMap, load_yaml
-from shared.errors import InvalidExpression, InvalidWorkflow, Problem
+from shared.errors import InvalidExpression, InvalidSchedule, InvalidWorkflow, Problem
 
 TOP_LEVEL_KEYS = ("timezone", "schedule", "_export", "_error", "_check", "_retry", "_parallel")
 GROUP_DIRECTIVES = ("_parallel", "_background", "_after", "_error", "_check", "_retry", "_export")
@@ -160,7 +160,7 @@ class _ProjectParser:
             return "UTC"
         try:
             return resolve_timezone(data["timezone"])
-        except InvalidScheduleSpec as exc:
+        except InvalidSchedule as exc:
             self.report(where, data.line_of("timezone"), exc.message)
             return "UTC"
 
@@ -174,7 +174,7 @@ class _ProjectParser:
             return None
         try:
             return parse_schedule(raw, timezone).to_config()
-        except InvalidScheduleSpec as exc:
+        except InvalidSchedule as exc:
             line = raw.line_of(exc.key) if exc.key else data.line_of("schedule")
             self.report(where, line, exc.message)
             return None

@@ -9,18 +9,18 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from shared.domain.schedule import (
-    InvalidScheduleSpec,
     ScheduleSpec,
     parse_schedule,
     resolve_timezone,
 )
+from shared.errors import InvalidSchedule
 
 TOKYO = ZoneInfo("Asia/Tokyo")
 LOS_ANGELES = ZoneInfo("America/Los_Angeles")
 
 
-def rejected(raw: Any, timezone: str = "UTC") -> InvalidScheduleSpec:
-    with pytest.raises(InvalidScheduleSpec) as caught:
+def rejected(raw: Any, timezone: str = "UTC") -> InvalidSchedule:
+    with pytest.raises(InvalidSchedule) as caught:
         parse_schedule(raw, timezone)
     return caught.value
 
