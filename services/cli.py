@@ -21,7 +21,7 @@ from services.agent.operators.base import ResourceLimits
 from services.embedded import RunOutcome, RunRequest, default_session_time, open_store, run_workflow
 from services.progress import make_display
 from shared.clock import utc_now
-from shared.config import EmbeddedConfig
+from shared.config import EMBEDDED_SETTINGS, EmbeddedConfig
 from shared.domain.schedule import ScheduleSpec
 from shared.domain.states import AttemptState, TaskState
 from shared.domain.workflow import WorkflowDefinition
@@ -93,7 +93,15 @@ def main() -> None:
     """tickwork: workflows of tasks, run once per scheduled time."""
 
 
-@main.command()
+def _settings_epilog() -> str:
+    lines = [
+        f"{s.name}: {s.doc}" + (f" (default {s.default})" if s.default else "")
+        for s in EMBEDDED_SETTINGS
+    ]
+    return "\b\nEnvironment:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+@main.command(epilog=_settings_epilog())
 @click.argument("workflow_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
     "--project",

@@ -129,8 +129,8 @@ class TaskGraph:
         params = task.params if params is None else params
         output = merge_params(params, store) or None
         values = {"result": {"store": store} if store else None, "output_params": output}
-        spec = TaskSpec.from_config(task.config)
-        generated = [s for s in (called, spec.check) if s is not None]
+        check = task.config.get("check")  # read from the row: no full spec on the hot path
+        generated = [s for s in (called, check and TaskSpec.from_config(check)) if s]
         if not generated:
             if self._move(task, TaskState.SUCCESS, finished_at=self.now, **values):
                 self.after_terminal(task, TaskState.SUCCESS)
@@ -140,7 +140,8 @@ class TaskGraph:
         edges = [(0, 1)] if len(generated) == 2 else []
         # A called workflow gets the call> task's own keys as params, and resumes like the
         # rest of the attempt: what succeeded in the attempt resumed from is not run again.
-        self._generate(task, generated, edges, spec.params, resume=called is not None)
+        own_keys = task.config.get("params")
+        self._generate(task, generated, edges, own_keys, resume=called is not None)
 
     def _generate(
         self,
@@ -171,16 +172,17 @@ class TaskGraph:
         """A task failed: retry it, run its ``_error`` handler, or end it in ERROR."""
         spec = TaskSpec.from_config(task.config)
         if spec.retry is not None and task.retry_count < spec.retry.limit:
-            task_store.reset_descendants(self.conn, task.id, self.now)
             delay = spec.retry.delay_seconds(task.retry_count)
             not_before = self.now + timedelta(seconds=delay)
-            self._move(
+            if not self._move(
                 task,
                 TaskState.RETRY_WAITING,
                 retry_count=task.retry_count + 1,
                 not_before=not_before,
                 error=error,
-            )
+            ):
+                return
+            task_store.reset_descendants(self.conn, task.id, self.now)
             if self.earliest_retry is None or not_before < self.earliest_retry:
                 self.earliest_retry = not_before
             log.info("task %s will retry in %.1fs", task.full_name, delay)

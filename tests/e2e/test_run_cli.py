@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from datetime import datetime
 from pathlib import Path
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from tests.e2e._run import PROBLEM_LINE, Project
+from shared.config import EMBEDDED_SETTINGS
+from tests.e2e._run import PROBLEM_LINE, Project, tickwork_command
 
 pytestmark = pytest.mark.e2e
 
@@ -687,3 +689,12 @@ class TestTaskProcesses:
         assert run.exit_code == 0, run.explain()
         logs = sorted(path.read_text() for path in (project.state_dir / "logs").rglob("*.log"))
         assert logs == ["first\n", "second\n"]
+
+
+def test_run_help_lists_every_setting_it_reads() -> None:
+    completed = subprocess.run(
+        [*tickwork_command(), "run", "--help"], capture_output=True, text=True, timeout=30
+    )
+    assert completed.returncode == 0
+    for setting in EMBEDDED_SETTINGS:
+        assert f"{setting.name}: {setting.doc}" in completed.stdout
