@@ -87,24 +87,20 @@ class TestInvalidInput:
         assert project.count_rows("sessions") == 0
         assert project.count_rows("attempts") == 0
 
-    def test_a_bad_param_exits_2_naming_the_option(self, project: Project) -> None:
+    @pytest.mark.parametrize(
+        ("option", "value", "named"),
+        [("-p", "region", "'--param'"), ("-t", "yesterday", "'--session-time'")],
+    )
+    def test_a_bad_option_value_exits_2_naming_the_option(
+        self, project: Project, option: str, value: str, named: str
+    ) -> None:
         project.write("good.dig", "+extract:\n  echo>: extracting\n")
 
-        run = project.run("good.dig", "-p", "region")
+        run = project.run("good.dig", option, value)
 
         assert run.exit_code == 2, run.explain()
-        assert "'--param'" in run.stderr
-        assert "'region'" in run.stderr
-        assert project.count_rows("sessions") == 0
-
-    def test_a_bad_session_time_exits_2_naming_the_option(self, project: Project) -> None:
-        project.write("good.dig", "+extract:\n  echo>: extracting\n")
-
-        run = project.run("good.dig", "-t", "yesterday")
-
-        assert run.exit_code == 2, run.explain()
-        assert "'--session-time'" in run.stderr
-        assert "'yesterday'" in run.stderr
+        assert named in run.stderr
+        assert f"'{value}'" in run.stderr
         assert project.count_rows("sessions") == 0
 
     def test_a_missing_workflow_file_exits_2(self, project: Project) -> None:
