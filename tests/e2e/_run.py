@@ -45,7 +45,6 @@ class Run:
     exit_code: int
     stdout: str
     stderr: str
-    seconds: float
 
     @property
     def summary(self) -> str:
@@ -133,7 +132,6 @@ class Project:
 
     def run(self, *args: str, env: Mapping[str, str] | None = None) -> Run:
         """``tickwork run ARGS`` in the project directory; its output piped, so plain."""
-        started = time.monotonic()
         completed = subprocess.run(
             [*tickwork_command(), "run", *args],
             cwd=self.root,
@@ -143,8 +141,7 @@ class Project:
             timeout=RUN_TIMEOUT_SECONDS,
             check=False,
         )
-        seconds = time.monotonic() - started
-        return Run(completed.returncode, completed.stdout, completed.stderr, seconds)
+        return Run(completed.returncode, completed.stdout, completed.stderr)
 
     def start(self, *args: str) -> subprocess.Popen[str]:
         """``tickwork run ARGS`` in the background, with SIGINT handled as on a terminal."""
