@@ -62,9 +62,13 @@ class TaskGraph:
             log.debug("task %s -> %s task_id=%d", task.full_name, target.value, task.id)
         return moved
 
-    def promote(self, task_ids: Sequence[int]) -> list[int]:
-        """BLOCKED -> READY for tasks that may start now."""
-        promoted = task_store.promote_tasks(self.conn, task_ids, self.now)
+    def promote(
+        self, task_ids: Sequence[int], from_state: TaskState = TaskState.BLOCKED
+    ) -> list[int]:
+        """-> READY for tasks that may start now (BLOCKED ones, or retries that are due)."""
+        promoted = task_store.update_tasks_state(
+            self.conn, task_ids, (from_state,), TaskState.READY, self.now
+        )
         for task_id, is_group in promoted:
             if is_group:
                 self.ready_groups.append(task_id)

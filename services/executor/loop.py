@@ -110,8 +110,7 @@ class WorkflowExecutor:
             graph.settle()
             due = [t for t in (self._retry_due, graph.earliest_retry) if t is not None]
             if rescan or (due and min(due) <= now):
-                report.tasks_woken = self._wake_retry_waiting(conn, now)
-                rescan = rescan or report.tasks_woken > 0
+                report.tasks_woken = self._wake_retry_waiting(conn, graph, now)
             messages = self._start_and_dispatch(conn, graph, now, rescan, report)
             report.finished_attempts = graph.finished_attempts
         if rescan:
@@ -237,13 +236,11 @@ class WorkflowExecutor:
             graph.fail(task, {"message": event.error_message or "failed"})
         return True
 
-    def _wake_retry_waiting(self, conn: Connection, now: datetime) -> int:
+    def _wake_retry_waiting(self, conn: Connection, graph: TaskGraph, now: datetime) -> int:
         due = task_store.select_tasks_due(
             conn, TaskState.RETRY_WAITING, now, limit=1000, attempt_ids=self.attempt_ids
         )
-        woken = task_store.update_tasks_state(
-            conn, [t.id for t in due], (TaskState.RETRY_WAITING,), TaskState.READY, now
-        )
+        woken = graph.promote([t.id for t in due], from_state=TaskState.RETRY_WAITING)
         self._retry_due = task_store.earliest_not_before(
             conn, (TaskState.RETRY_WAITING,), attempt_ids=self.attempt_ids
         )

@@ -211,29 +211,14 @@ def update_tasks_state(
     from_states: Iterable[TaskState],
     state: TaskState,
     now: datetime,
-) -> list[int]:
-    """Move many tasks to ``state``; returns the ids that were in ``from_states`` and moved."""
+) -> list[tuple[int, bool]]:
+    """Move many tasks to ``state``; ``(id, is_group)`` of those that were in ``from_states``."""
     if not task_ids:
         return []
     statement = (
         tasks.update()
         .where(tasks.c.id.in_(list(task_ids)), tasks.c.state.in_(_states(from_states)))
         .values(state=state.value, updated_at=now)
-        .returning(tasks.c.id)
-    )
-    return [int(i) for i in conn.execute(statement).scalars()]
-
-
-def promote_tasks(
-    conn: Connection, task_ids: Sequence[int], now: datetime
-) -> list[tuple[int, bool]]:
-    """BLOCKED -> READY; returns ``(id, is_group)`` of the tasks that moved."""
-    if not task_ids:
-        return []
-    statement = (
-        tasks.update()
-        .where(tasks.c.id.in_(list(task_ids)), tasks.c.state == TaskState.BLOCKED.value)
-        .values(state=TaskState.READY.value, updated_at=now)
         .returning(tasks.c.id, tasks.c.is_group)
     )
     return [(int(i), bool(g)) for i, g in conn.execute(statement)]

@@ -272,12 +272,12 @@ class TestTaskRows:
     def test_update_tasks_state_moves_only_tasks_in_the_given_states(self, engine: Engine) -> None:
         with engine.begin() as conn:
             attempt_id = _attempt(conn)
-            a = _insert(conn, attempt_id, "+a", state=TaskState.BLOCKED)
+            a = _insert(conn, attempt_id, "+a", state=TaskState.BLOCKED, is_group=True)
             b = _insert(conn, attempt_id, "+b", state=TaskState.SUCCESS)
             moved = task_store.update_tasks_state(
                 conn, [a, b], (TaskState.BLOCKED,), TaskState.CANCELED, NOW
             )
-            assert moved == [a]
+            assert moved == [(a, True)]  # with whether it is a group
             assert task_store.get_task(conn, b).state is TaskState.SUCCESS
 
     def test_a_task_is_startable_once_every_upstream_succeeded(self, engine: Engine) -> None:
