@@ -388,19 +388,20 @@ class TestParams:
         assert project.read("batch.txt").strip() == "b-42"
 
 
+# An echo> and a sh> task, each printing one line.
+GREET_WORKFLOW = """
+    +greet:
+      echo>: hello from the warehouse
+    +count:
+      sh>: echo "42 rows"
+"""
+
+
 class TestOutput:
     def test_piped_output_shows_plain_progress_lines_and_echo_output(
         self, project: Project
     ) -> None:
-        project.write(
-            "greet.dig",
-            """
-            +greet:
-              echo>: hello from the warehouse
-            +count:
-              sh>: echo "42 rows"
-            """,
-        )
+        project.write("greet.dig", GREET_WORKFLOW)
 
         run = project.run("greet.dig")
 
@@ -427,15 +428,7 @@ class TestOutput:
         assert run.stdout == run.summary + "\n"
 
     def test_each_task_writes_a_log_file_under_the_state_dir(self, project: Project) -> None:
-        project.write(
-            "greet.dig",
-            """
-            +greet:
-              echo>: hello from the warehouse
-            +count:
-              sh>: echo "42 rows"
-            """,
-        )
+        project.write("greet.dig", GREET_WORKFLOW)
 
         run = project.run("greet.dig")
 
