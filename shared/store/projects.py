@@ -21,9 +21,13 @@ from shared.store.tables import (
 )
 
 
-def ensure_project(conn: Connection, name: str, now: datetime) -> int:
-    """The id of project ``name``, creating it if it does not exist."""
-    insert_ignoring_conflict(conn, projects, {"name": name, "created_at": now})
+def ensure_project(
+    conn: Connection, name: str, now: datetime, *, source_dir: str | None = None
+) -> int:
+    """The id of project ``name``, creating it (from ``source_dir``) if it does not exist."""
+    insert_ignoring_conflict(
+        conn, projects, {"name": name, "source_dir": source_dir, "created_at": now}
+    )
     return int(conn.execute(select(projects.c.id).where(projects.c.name == name)).scalar_one())
 
 
@@ -35,14 +39,11 @@ def ensure_local_project(conn: Connection, directory: Path, now: datetime) -> in
     """
     source = str(directory.resolve())
     name = directory.name or "default"
-    query = select(projects.c.id, projects.c.source_dir).where(projects.c.name == name)
+    query = select(projects.c.source_dir).where(projects.c.name == name)
     found = conn.execute(query).one_or_none()
     if found is not None and found.source_dir not in (None, source):
         name = f"{name}-{hashlib.sha256(source.encode()).hexdigest()[:8]}"
-    insert_ignoring_conflict(
-        conn, projects, {"name": name, "source_dir": source, "created_at": now}
-    )
-    return int(conn.execute(select(projects.c.id).where(projects.c.name == name)).scalar_one())
+    return ensure_project(conn, name, now, source_dir=source)
 
 
 def ensure_revision(

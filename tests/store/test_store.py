@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +17,13 @@ from shared.store import sessions as session_store
 from shared.store import tasks as task_store
 from shared.store.engine import create_store_engine
 from shared.store.migrate import current_revision, head_revision, is_up_to_date, upgrade_database
-from shared.store.tables import metadata, task_dependencies, task_logs, workflow_configs
+from shared.store.tables import (
+    metadata,
+    projects,
+    task_dependencies,
+    task_logs,
+    workflow_configs,
+)
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 TOKYO = timezone(timedelta(hours=9))
@@ -105,6 +112,19 @@ class TestMigrations:
 
 
 class TestProjects:
+    def test_two_local_directories_with_one_name_are_two_projects(
+        self, engine: Engine, tmp_path: Path
+    ) -> None:
+        first, second = tmp_path / "a" / "etl", tmp_path / "b" / "etl"
+        with engine.begin() as conn:
+            first_id = project_store.ensure_local_project(conn, first, NOW)
+            second_id = project_store.ensure_local_project(conn, second, NOW)
+            assert first_id != second_id
+            assert project_store.ensure_local_project(conn, first, NOW) == first_id
+            assert project_store.ensure_local_project(conn, second, NOW) == second_id
+            names = conn.execute(select(projects.c.name).order_by(projects.c.id)).scalars()
+            assert [n.split("-")[0] for n in names] == ["etl", "etl"]
+
     def test_ensure_project_and_revision_are_idempotent(self, engine: Engine) -> None:
         with engine.begin() as conn:
             project_id = project_store.ensure_project(conn, "p", NOW)
