@@ -125,7 +125,10 @@ class LiveDisplay(_Base):
 
 
 class QuietDisplay(_Base):
-    """Shows nothing (benchmarks, ``--quiet``)."""
+    """Shows nothing (benchmarks, ``--quiet``), and keeps nothing of what it is told."""
+
+    def on_event(self, event: TaskEvent) -> None:
+        return None
 
     def refresh(self, engine: Engine, attempt_id: int, final: bool = False) -> None:
         return None
