@@ -68,7 +68,10 @@ def materialize_children(
 
 
 def _inherit(inherited: dict[str, Any] | None, export: dict[str, Any]) -> dict[str, Any] | None:
-    return merge_params(inherited, export) or None if export else inherited
+    """What a group's children inherit: the enclosing exports, then the group's own."""
+    if not export:
+        return inherited
+    return merge_params(inherited, export) or None
 
 
 def _row(
