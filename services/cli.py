@@ -8,18 +8,24 @@ from __future__ import annotations
 import signal
 import sys
 from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn
-from zoneinfo import ZoneInfo
+from typing import Any
 
 import click
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from services.agent.operators.base import ResourceLimits
+from services.cli_support import fail as _fail
+from services.cli_support import parse_session_time
 from services.embedded import RunOutcome, RunRequest, default_session_time, open_store, run_workflow
 from services.progress import make_display
+from services.schedule_cli import (
+    backfill_command,
+    preview_lines,
+    scheduler_command,
+    schedules_group,
+)
 from shared.clock import utc_now
 from shared.config import EMBEDDED_SETTINGS, EmbeddedConfig
 from shared.domain.schedule import ScheduleSpec
@@ -31,13 +37,6 @@ from shared.logging import configure_logging
 from shared.store.engine import create_store_engine, describe_store_error, read_only
 from shared.store.migrate import current_revision, upgrade_database
 from shared.store.tasks import list_attempt_tasks
-
-EXIT_INVALID = 2
-
-
-def _fail(message: str) -> NoReturn:
-    click.echo(message, err=True)
-    sys.exit(EXIT_INVALID)
 
 
 def parse_param(raw: str) -> tuple[list[str], str]:
@@ -65,26 +64,6 @@ def build_params(raw_params: tuple[str, ...]) -> dict[str, Any]:
             target = nested
         target[path[-1]] = value
     return params
-
-
-def parse_session_time(raw: str, timezone: str) -> datetime:
-    """ISO 8601, ``YYYY-MM-DD`` or ``YYYY-MM-DD HH:MM:SS``; naive times are in ``timezone``."""
-    try:
-        parsed = datetime.fromisoformat(raw.strip())
-    except ValueError:
-        raise click.BadParameter(
-            f"expected a time like 2026-01-30 or 2026-01-30T07:00:00+09:00, got {raw!r}",
-            param_hint="'--session-time'",
-        ) from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=ZoneInfo(timezone))
-    try:
-        parsed.astimezone(UTC)
-    except OverflowError:
-        raise click.BadParameter(
-            f"{raw!r} is out of range", param_hint="'--session-time'"
-        ) from None
-    return parsed
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -260,10 +239,11 @@ def check(workflow_files: tuple[Path, ...], project: Path | None) -> None:
         click.echo(f"{path}: ok ({tasks} tasks, timezone {definition.timezone})")
         if definition.schedule is not None:
             spec = ScheduleSpec.from_config(definition.schedule)
-            session = spec.next_session_time(now)
-            click.echo(f"  schedule {spec.kind}>: {spec.value}")
-            click.echo(f"  next session time {session.isoformat()}")
-            click.echo(f"  next run time     {spec.run_time(session).isoformat()}")
+            click.echo(f"  schedule {spec.describe()} ({spec.timezone})")
+            lines = preview_lines(spec, now, 5)
+            click.echo("  next session times:" if lines else "  no session time after now")
+            for line in lines:
+                click.echo(f"    {line}")
 
 
 @main.group()
@@ -290,6 +270,12 @@ def upgrade(database_url: str) -> None:
     except SQLAlchemyError as exc:
         _fail(f"error: {describe_store_error(database_url, exc)}")
     click.echo(f"database at revision {after} (was {before or 'empty'})")
+
+
+main.add_command(scheduler_command)
+main.add_command(schedules_group)
+main.add_command(schedules_group, name="schedule")
+main.add_command(backfill_command)
 
 
 if __name__ == "__main__":

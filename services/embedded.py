@@ -28,6 +28,7 @@ from shared.domain.states import AttemptState
 from shared.domain.workflow import WorkflowDefinition
 from shared.errors import Conflict, StoreUnavailable
 from shared.store import projects as project_store
+from shared.store import schedules as schedule_store
 from shared.store import sessions as session_store
 from shared.store import tasks as task_store
 from shared.store.engine import create_store_engine, describe_store_error, read_only
@@ -66,7 +67,9 @@ class RunOutcome:
 def default_session_time(definition: WorkflowDefinition, now: datetime) -> datetime:
     """Now, truncated to the last scheduled time when the workflow has a schedule."""
     if definition.schedule is not None:
-        return ScheduleSpec.from_config(definition.schedule).last_session_time(now)
+        last = ScheduleSpec.from_config(definition.schedule).last_session_time(now)
+        if last is not None:
+            return last
     return now.replace(microsecond=0)
 
 
@@ -110,7 +113,7 @@ def create_run_attempt(conn: Connection, request: RunRequest, now: datetime) -> 
                 attempt.id,
                 AttemptState.CANCELED,
                 now,
-                from_states=(AttemptState.CREATED, AttemptState.RUNNING),
+                from_states=(AttemptState.WAITING, AttemptState.CREATED, AttemptState.RUNNING),
             )
     resume_from = previous[-1].id if previous and not request.rerun else None
     attempt_id = session_store.insert_attempt(
@@ -137,7 +140,7 @@ def _store_workflow(conn: Connection, request: RunRequest, now: datetime) -> tup
         conn, project_id, revision_name(definition), {}, now
     )
     definition_id = project_store.ensure_workflow_definition(conn, revision_id, definition)
-    project_store.upsert_schedule(
+    schedule_store.upsert_schedule(
         conn, project_id=project_id, definition_id=definition_id, definition=definition, now=now
     )
     return project_id, definition_id

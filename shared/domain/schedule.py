@@ -1,23 +1,30 @@
 """Schedule specs: a workflow's ``schedule:`` block, validated, and its session-time arithmetic.
 
-Every form compiles to a five-field cron pattern of *session times* plus a delay, as in
-Digdag: ``daily>: 07:00:00`` is ``0 0 * * *`` with a 7-hour delay, so the session time is
-midnight and the run time 07:00. Times are computed in the schedule's own time zone.
+Every cron-like form compiles to a five-field cron pattern of *session times* plus a delay,
+as in Digdag: ``daily>: 07:00:00`` is ``0 0 * * *`` with a 7-hour delay, so the session
+time is midnight and the run time 07:00. ``cron>: "@every 1h30m"`` is a fixed rate instead:
+instants a whole number of periods after the Unix epoch (plus ``offset``). Times are
+computed in the schedule's own time zone with the daylight-saving rules of
+:mod:`shared.domain.session_times`. The spec also carries the scheduler's policies:
+catch-up after downtime, overlap with running sessions, and jitter.
 """
 
 from __future__ import annotations
 
 import difflib
+import hashlib
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
-from datetime import date, datetime, timedelta
-from functools import lru_cache
+from dataclasses import asdict, dataclass, fields
+from datetime import UTC, date, datetime, time, timedelta
+from functools import cached_property, lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
+from shared.domain.durations import BadDuration, parse_duration
+from shared.domain.session_times import CronTimes, IntervalTimes, TimeSource
 from shared.errors import InvalidSchedule
 
 CRON_ALIASES = {
@@ -31,19 +38,41 @@ CRON_ALIASES = {
 }
 WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 FULL_WEEKDAYS = ("sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday")
-OPTIONS = ("delay", "start", "end")
-_CRON_TOKEN = re.compile(r"^(\*|\d+|\d*L|[A-Za-z]{3})$")
+CATCHUP_POLICIES = ("all", "latest", "none")
+OVERLAP_POLICIES = ("allow", "skip", "buffer_one")
+OPTIONS = (
+    "delay",
+    "start",
+    "end",
+    "offset",
+    "jitter",
+    "catchup",
+    "catchup_window",
+    "max_catchup",
+    "overlap",
+    "max_active",
+    "skip_delayed_by",
+    "skip_on_overtime",
+)
+DEFAULT_CATCHUP_WINDOW = 86400
+DEFAULT_MAX_ACTIVE = 16
+MAX_ACTIVE_LIMIT = 10_000
+MAX_CATCHUP_LIMIT = 1_000_000
+_YEAR_SECONDS = 366 * 86400
+_CRON_TOKEN = re.compile(r"^(\*|\d+|\d*L|\d+W|LW|[A-Za-z]{3})$")
 _UTC_OFFSET = re.compile(r"^([+-])(\d{2}):00$")
 _FIELD_NAMES = "minute hour day-of-month month day-of-week"
 
 
 @dataclass(frozen=True)
 class ScheduleSpec:
-    """A validated schedule: the form as written, its cron of session times, and its delay.
+    """A validated schedule: the form as written, its session times, delay and policies.
 
     ``kind`` is the form without ``>`` (``cron``, ``daily``, ``minutes_interval``, ...) and
-    ``value`` its value as written; ``delay_seconds`` is run time minus session time.
-    ``start`` and ``end`` are ``YYYY-MM-DD`` dates in ``timezone``, kept for the scheduler.
+    ``value`` its value as written; ``cron`` is the pattern of session times (empty for
+    ``@every``, which uses ``interval_seconds`` and ``offset_seconds``); ``delay_seconds``
+    is run time minus session time, before jitter. ``start`` and ``end`` are inclusive
+    ``YYYY-MM-DD`` dates in ``timezone``.
     """
 
     kind: str
@@ -53,50 +82,140 @@ class ScheduleSpec:
     delay_seconds: int = 0
     start: str | None = None
     end: str | None = None
+    interval_seconds: int | None = None
+    offset_seconds: int = 0
+    jitter_seconds: int = 0
+    catchup: str = "all"
+    catchup_window_seconds: int | None = DEFAULT_CATCHUP_WINDOW
+    max_catchup: int | None = None
+    overlap: str = "allow"
+    max_active: int = DEFAULT_MAX_ACTIVE
 
     @property
     def zone(self) -> ZoneInfo:
         """The schedule's time zone."""
         return ZoneInfo(self.timezone)
 
-    def last_session_time(self, now: datetime) -> datetime:
-        """The latest session time at or before ``now`` (aware, in the schedule's zone)."""
-        local = _aware(now).astimezone(self.zone)
-        found: datetime = croniter(self.cron, local + timedelta(microseconds=1)).get_prev(datetime)
+    @cached_property
+    def _times(self) -> TimeSource:
+        if self.interval_seconds is not None:
+            return IntervalTimes(self.interval_seconds, self.offset_seconds, self.zone)
+        return CronTimes(self.cron, self.zone)
+
+    @cached_property
+    def _first_instant(self) -> datetime | None:
+        if self.start is None:
+            return None
+        return _local_midnight(date.fromisoformat(self.start), self.zone)
+
+    @cached_property
+    def _after_end(self) -> datetime | None:
+        if self.end is None:
+            return None
+        day = date.fromisoformat(self.end)
+        return None if day == date.max else _local_midnight(day + timedelta(days=1), self.zone)
+
+    def next_session_time(self, now: datetime) -> datetime | None:
+        """The earliest session time strictly after ``now`` (UTC), or None after ``end``."""
+        now = _aware(now)
+        if self._first_instant is not None and now < self._first_instant:
+            now = self._first_instant - timedelta(microseconds=1)
+        found = _cached_after(self, now)
+        if found is None or (self._after_end is not None and found >= self._after_end):
+            return None
         return found
 
-    def next_session_time(self, now: datetime) -> datetime:
-        """The earliest session time strictly after ``now`` (aware, in the schedule's zone)."""
-        local = _aware(now).astimezone(self.zone)
-        found: datetime = croniter(self.cron, local).get_next(datetime)
+    def last_session_time(self, now: datetime) -> datetime | None:
+        """The latest session time at or before ``now`` (UTC), or None before ``start``."""
+        now = _aware(now)
+        if self._after_end is not None and now >= self._after_end:
+            now = self._after_end - timedelta(microseconds=1)
+        found = self._times.at_or_before(now)
+        if found is None or (self._first_instant is not None and found < self._first_instant):
+            return None
         return found
 
-    def run_time(self, session_time: datetime) -> datetime:
-        """When the session at ``session_time`` is due to start."""
-        return session_time + timedelta(seconds=self.delay_seconds)
+    def session_times(self, after: datetime, count: int) -> list[datetime]:
+        """Up to ``count`` session times strictly after ``after``, in order."""
+        found: list[datetime] = []
+        current = after
+        while len(found) < count:
+            following = self.next_session_time(current)
+            if following is None:
+                break
+            found.append(following)
+            current = following
+        return found
+
+    def run_time(self, session_time: datetime, seed: str = "") -> datetime:
+        """When the session at ``session_time`` is due to start: delay plus jitter.
+
+        The jitter is a hash of ``seed`` (the schedule's identity) and the session time, so
+        every scheduler replica computes the same run time.
+        """
+        run = session_time + timedelta(seconds=self.delay_seconds)
+        if self.jitter_seconds:
+            key = f"{seed}|{session_time.astimezone(UTC).isoformat()}"
+            digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+            run += timedelta(seconds=int.from_bytes(digest, "big") % (self.jitter_seconds + 1))
+        return run
+
+    def count_between(self, first: datetime, last: datetime, cap: int) -> int | None:
+        """How many session times lie in ``[first, last]``; None when more than ``cap``."""
+        if isinstance(self._times, IntervalTimes):
+            return self._times.count_between(first, last)
+        count, current = 1, first
+        while count <= cap:
+            following = self.next_session_time(current)
+            if following is None or following > last:
+                return count
+            count, current = count + 1, following
+        return None
+
+    def local(self, instant: datetime) -> datetime:
+        """``instant`` in the schedule's zone, for display (compare instants in UTC only)."""
+        return instant.astimezone(self.zone)
+
+    def describe(self) -> str:
+        """The schedule as written, for listings: ``daily>: 07:00:00``."""
+        return f"{self.kind}>: {self.value}"
 
     def to_config(self) -> dict[str, Any]:
-        """The JSON form stored with a workflow definition."""
-        return {key: value for key, value in asdict(self).items() if value is not None}
+        """The JSON form stored with a workflow definition (defaults left out)."""
+        defaults = {f.name: f.default for f in fields(self)}
+        return {
+            key: value
+            for key, value in asdict(self).items()
+            if key in ("kind", "value", "timezone", "cron") or value != defaults[key]
+        }
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> ScheduleSpec:
         """Inverse of :meth:`to_config`."""
-        return cls(
-            kind=str(config["kind"]),
-            value=str(config["value"]),
-            timezone=str(config["timezone"]),
-            cron=str(config["cron"]),
-            delay_seconds=int(config.get("delay_seconds", 0)),
-            start=config.get("start"),
-            end=config.get("end"),
-        )
+        return _spec_from_config(tuple(sorted(config.items(), key=lambda item: item[0])))
+
+
+@lru_cache(maxsize=4096)
+def _spec_from_config(items: tuple[tuple[str, Any], ...]) -> ScheduleSpec:
+    known = {f.name for f in fields(ScheduleSpec)}
+    return ScheduleSpec(**{key: value for key, value in items if key in known})
+
+
+@lru_cache(maxsize=65536)
+def _cached_after(spec: ScheduleSpec, now: datetime) -> datetime | None:
+    # Thousands of schedules share a handful of specs and fire at the same instants.
+    return spec._times.after(now)
+
+
+def _local_midnight(day: date, zone: ZoneInfo) -> datetime:
+    """The first instant of ``day`` in ``zone`` (after the gap if midnight is skipped)."""
+    return datetime.combine(day, time(0), tzinfo=zone).astimezone(UTC)
 
 
 def _aware(now: datetime) -> datetime:
     if now.tzinfo is None:
         raise TypeError("session times are computed from an aware datetime")
-    return now
+    return now.astimezone(UTC)
 
 
 def parse_schedule(raw: Mapping[str, Any], timezone: str) -> ScheduleSpec:
@@ -112,16 +231,97 @@ def parse_schedule(raw: Mapping[str, Any], timezone: str) -> ScheduleSpec:
     value = raw[form]
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise InvalidSchedule(f"'{form}' must be a string, got {value!r}", form)
-    cron, delay = _FORMS[kind](str(value).strip(), form)
+    text = str(value).strip()
+    interval = _every(text, form) if kind == "cron" and text.startswith("@every") else None
+    cron, delay = ("", 0) if interval is not None else _FORMS[kind](text, form)
     if "delay" in raw:
         if kind not in ("cron", "minutes_interval"):
             raise InvalidSchedule("'delay' is only valid with cron> or minutes_interval>", "delay")
-        delay = _non_negative_int(raw["delay"], "delay")
+        delay = _duration(raw, "delay", maximum=_YEAR_SECONDS)
+    if "offset" in raw and interval is None:
+        raise InvalidSchedule("'offset' is only valid with cron>: \"@every ...\"", "offset")
     start = _date_option(raw, "start")
     end = _date_option(raw, "end")
     if start is not None and end is not None and end < start:
         raise InvalidSchedule(f"'end' ({end}) is before 'start' ({start})", "end")
-    return ScheduleSpec(kind, str(value), zone_name, cron, delay, start, end)
+    spec = ScheduleSpec(
+        kind,
+        str(value),
+        zone_name,
+        cron,
+        delay,
+        start,
+        end,
+        interval_seconds=interval,
+        offset_seconds=_duration(raw, "offset", maximum=interval) if "offset" in raw else 0,
+        jitter_seconds=_duration(raw, "jitter", maximum=86400) if "jitter" in raw else 0,
+        **_policies(raw),
+    )
+    if spec.next_session_time(_first_instant_of(spec)) is None:
+        raise InvalidSchedule(f"'{form}' never fires between 'start' and 'end'", "end")
+    return spec
+
+
+def _first_instant_of(spec: ScheduleSpec) -> datetime:
+    if spec.start is not None:
+        return _local_midnight(date.fromisoformat(spec.start), spec.zone) - timedelta(seconds=1)
+    return datetime(2000, 1, 1, tzinfo=UTC)
+
+
+def _every(text: str, key: str) -> int:
+    """The period of ``@every 1h30m`` in seconds."""
+    period = text[len("@every") :].strip()
+    if not period:
+        raise InvalidSchedule(f"'{key}' needs a period after @every, such as @every 1h30m", key)
+    try:
+        return parse_duration(period, minimum=1, maximum=_YEAR_SECONDS)
+    except BadDuration as exc:
+        raise InvalidSchedule(f"'{key}' @every period {exc}", key) from None
+
+
+def _duration(raw: Mapping[str, Any], key: str, *, maximum: int | None = None) -> int:
+    try:
+        return parse_duration(raw[key], maximum=maximum)
+    except BadDuration as exc:
+        raise InvalidSchedule(f"'{key}' {exc}", key) from None
+
+
+def _policies(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The catch-up and overlap options, with Digdag's spellings accepted."""
+    policies: dict[str, Any] = {}
+    if "catchup" in raw:
+        policies["catchup"] = _choice(raw, "catchup", CATCHUP_POLICIES)
+    for key in ("catchup_window", "skip_delayed_by"):
+        if key in raw:
+            window = raw[key]
+            none = window is None or str(window).lower() in ("none", "unlimited")
+            policies["catchup_window_seconds"] = None if none else _duration(raw, key)
+    if "max_catchup" in raw:
+        policies["max_catchup"] = _count(raw, "max_catchup", 0, MAX_CATCHUP_LIMIT)
+    if "overlap" in raw:
+        policies["overlap"] = _choice(raw, "overlap", OVERLAP_POLICIES)
+    if raw.get("skip_on_overtime") is True:
+        policies["overlap"] = "skip"
+    elif "skip_on_overtime" in raw and raw["skip_on_overtime"] is not False:
+        raise InvalidSchedule("'skip_on_overtime' must be true or false", "skip_on_overtime")
+    if "max_active" in raw:
+        policies["max_active"] = _count(raw, "max_active", 1, MAX_ACTIVE_LIMIT)
+    return policies
+
+
+def _choice(raw: Mapping[str, Any], key: str, choices: tuple[str, ...]) -> str:
+    value = raw[key]
+    if value not in choices:
+        names = " | ".join(choices)
+        raise InvalidSchedule(f"'{key}' must be one of {names}, got {value!r}", key)
+    return str(value)
+
+
+def _count(raw: Mapping[str, Any], key: str, low: int, high: int) -> int:
+    value = raw[key]
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidSchedule(f"'{key}' must be a whole number from {low} to {high}", key)
+    return value
 
 
 def _form_key(raw: Mapping[str, Any]) -> str:
@@ -149,12 +349,6 @@ def suggest(word: str, candidates: Any) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-def _non_negative_int(value: Any, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidSchedule(f"'{key}' must be a whole number of seconds >= 0", key)
-    return value
-
-
 def _date_option(raw: Mapping[str, Any], key: str) -> str | None:
     value = raw.get(key)
     if value is None:
@@ -173,7 +367,7 @@ def _date_option(raw: Mapping[str, Any], key: str) -> str | None:
 def _cron_form(value: str, key: str) -> tuple[str, int]:
     if value.startswith("@"):
         if value not in CRON_ALIASES:
-            aliases = ", ".join(CRON_ALIASES)
+            aliases = ", ".join([*CRON_ALIASES, "@every <period>"])
             raise InvalidSchedule(f"unknown cron alias '{value}' (use one of {aliases})", key)
         return CRON_ALIASES[value], 0
     fields = value.split()

@@ -98,6 +98,7 @@ def states_before(target: TaskState) -> tuple[TaskState, ...]:
 class AttemptState(StrEnum):
     """Where one attempt of a session stands."""
 
+    WAITING = "waiting"  # held back by its schedule's overlap policy or a serial backfill
     CREATED = "created"  # inserted; its task tree is not materialized yet
     RUNNING = "running"
     SUCCESS = "success"

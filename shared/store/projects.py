@@ -15,7 +15,6 @@ from shared.store.sql import insert_ignoring_conflict
 from shared.store.tables import (
     projects,
     revisions,
-    schedules,
     workflow_configs,
     workflow_definitions,
 )
@@ -102,36 +101,3 @@ def load_workflow_definition(conn: Connection, definition_id: int) -> WorkflowDe
         .where(workflow_definitions.c.id == definition_id)
     )
     return WorkflowDefinition.from_config(conn.execute(query).scalar_one())
-
-
-def upsert_schedule(
-    conn: Connection,
-    *,
-    project_id: int,
-    definition_id: int,
-    definition: WorkflowDefinition,
-    now: datetime,
-) -> None:
-    """Store (or update) the schedule of a workflow; its firing belongs to the scheduler."""
-    if definition.schedule is None:
-        return
-    existing = conn.execute(
-        select(schedules.c.id).where(
-            schedules.c.project_id == project_id,
-            schedules.c.workflow_name == definition.name,
-        )
-    ).scalar_one_or_none()
-    values = {
-        "workflow_definition_id": definition_id,
-        "spec": definition.schedule,
-        "timezone": definition.timezone,
-        "updated_at": now,
-    }
-    if existing is None:
-        conn.execute(
-            schedules.insert().values(
-                project_id=project_id, workflow_name=definition.name, created_at=now, **values
-            )
-        )
-    else:
-        conn.execute(schedules.update().where(schedules.c.id == existing).values(**values))

@@ -107,13 +107,57 @@ schedules = Table(
     Column("workflow_definition_id", Id, ForeignKey("workflow_definitions.id"), nullable=False),
     Column("spec", JSON, nullable=False),
     Column("timezone", String(64), nullable=False),
+    # When a scheduler should look at this schedule next (null: nothing to do until a
+    # change); the run time of next_schedule_time, or a retry time after a failure.
     Column("next_run_time", Timestamp),
-    Column("next_schedule_time", Timestamp),
-    Column("last_session_time", Timestamp),
-    Column("disabled_at", Timestamp),
+    Column("next_schedule_time", Timestamp),  # the first session time not dealt with yet
+    Column("last_session_time", Timestamp),  # the checkpoint: every time up to it is handled
+    Column("disabled_at", Timestamp),  # the workflow was removed from the project
+    Column("paused_at", Timestamp),
+    Column("failures", Integer, nullable=False, server_default="0"),
+    Column("last_error", Text),
     Column("created_at", Timestamp, nullable=False),
     Column("updated_at", Timestamp, nullable=False),
     UniqueConstraint("project_id", "workflow_name"),
+    Index("ix_schedules_next_run_time", "next_run_time"),
+)
+
+# Closed spans when a schedule was paused or removed: runs due then never happen.
+schedule_inactive_spans = Table(
+    "schedule_inactive_spans",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("schedule_id", Id, ForeignKey("schedules.id", ondelete="CASCADE"), nullable=False),
+    Column("started_at", Timestamp, nullable=False),
+    Column("ended_at", Timestamp, nullable=False),
+    Column("reason", String(16), nullable=False),  # paused | removed
+    Index("ix_schedule_inactive_spans_schedule", "schedule_id", "ended_at"),
+)
+
+# Session times a schedule did not emit because of its policy; a backfill can run them.
+schedule_missed = Table(
+    "schedule_missed",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("schedule_id", Id, ForeignKey("schedules.id", ondelete="CASCADE"), nullable=False),
+    Column("first_session_time", Timestamp, nullable=False),
+    Column("last_session_time", Timestamp, nullable=False),
+    Column("count", Integer),  # null when too many to count
+    Column("reason", String(16), nullable=False),  # catchup | overlap | skipped | edited
+    Column("recorded_at", Timestamp, nullable=False),
+    Index("ix_schedule_missed_schedule_first", "schedule_id", "first_session_time"),
+)
+
+backfills = Table(
+    "backfills",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("project_id", Id, ForeignKey("projects.id"), nullable=False),
+    Column("workflow_name", String(255), nullable=False),
+    Column("first_session_time", Timestamp, nullable=False),
+    Column("last_session_time", Timestamp, nullable=False),
+    Column("parallel", Boolean, nullable=False),
+    Column("created_at", Timestamp, nullable=False),
 )
 
 sessions = Table(
@@ -124,8 +168,10 @@ sessions = Table(
     Column("workflow_name", String(255), nullable=False),
     Column("session_time", Timestamp, nullable=False),
     Column("session_uuid", String(36), nullable=False, unique=True),
+    Column("schedule_id", Id, ForeignKey("schedules.id", ondelete="SET NULL")),
     Column("created_at", Timestamp, nullable=False),
     UniqueConstraint("project_id", "workflow_name", "session_time", name="uq_sessions_idempotency"),
+    Index("ix_sessions_schedule_time", "schedule_id", "session_time"),
     sqlite_autoincrement=True,
 )
 
@@ -141,6 +187,7 @@ attempts = Table(
     Column("params", JSON, nullable=False),
     Column("resume_from_attempt_id", Id, ForeignKey("attempts.id")),
     Column("project_dir", Text),
+    Column("backfill_id", Id, ForeignKey("backfills.id")),
     Column("created_at", Timestamp, nullable=False),
     Column("finished_at", Timestamp),
     UniqueConstraint("session_id", "name", name="uq_attempts_session_name"),

@@ -1,0 +1,326 @@
+"""``tickwork scheduler``, ``schedule(s)`` and ``backfill``: the scheduler and its controls.
+
+These commands work on the store directly (``--database-url``, env
+``TICKWORK_DATABASE_URL``); the REST API offers the same operations over HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import Connection
+from sqlalchemy.exc import SQLAlchemyError
+
+from services.cli_support import fail, parse_session_time
+from services.embedded import open_store
+from services.scheduler.loop import Scheduler
+from services.scheduler.metrics import SchedulerMetrics
+from shared.clock import utc_now
+from shared.domain.schedule import ScheduleSpec, parse_schedule
+from shared.dsl.parser import parse_workflow_file
+from shared.errors import InvalidInput, InvalidSchedule, StoreUnavailable, TickworkError
+from shared.logging import configure_logging
+from shared.store import schedules as schedule_store
+from shared.store.engine import describe_store_error
+
+DATABASE_OPTION = click.option(
+    "--database-url",
+    envvar="TICKWORK_DATABASE_URL",
+    required=True,
+    help="The store (env TICKWORK_DATABASE_URL).",
+)
+
+
+@contextmanager
+def _store(database_url: str, *, write: bool = True) -> Iterator[Connection]:
+    """A transaction on the store; store and user errors end the command with one line."""
+    try:
+        engine = open_store(database_url)
+    except StoreUnavailable as exc:
+        fail(f"error: {exc}")
+    try:
+        with engine.begin() if write else engine.connect() as conn:
+            yield conn
+    except TickworkError as exc:
+        fail(f"error: {exc}")
+    except SQLAlchemyError as exc:
+        fail(f"error: {describe_store_error(database_url, exc)}")
+    finally:
+        engine.dispose()
+
+
+@click.command("scheduler")
+@DATABASE_OPTION
+@click.option(
+    "--metrics-port",
+    envvar="TICKWORK_METRICS_PORT",
+    type=click.IntRange(0, 65535),
+    default=0,
+    help="Serve Prometheus metrics on this port (env TICKWORK_METRICS_PORT; 0: off).",
+)
+@click.option("--log-level", envvar="TICKWORK_LOG_LEVEL", default="INFO", show_default=True)
+def scheduler_command(database_url: str, metrics_port: int, log_level: str) -> None:
+    """Run the scheduler: emit one session per scheduled time until SIGTERM."""
+    configure_logging(log_level.upper())
+    try:
+        engine = open_store(database_url)
+    except StoreUnavailable as exc:
+        fail(f"error: {exc}")
+    metrics = SchedulerMetrics()
+    if metrics_port:
+        metrics.serve(metrics_port)
+    scheduler = Scheduler(engine, metrics=metrics)
+
+    def stop(_signum: int, _frame: object) -> None:
+        scheduler.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    scheduler.run_forever()
+    engine.dispose()
+
+
+def _spec_from(cron: str | None, workflow_file: Path | None, timezone: str | None) -> ScheduleSpec:
+    if (cron is None) == (workflow_file is None):
+        raise click.UsageError("give either --cron EXPR or a workflow FILE")
+    if cron is not None:
+        try:
+            return parse_schedule({"cron>": cron}, timezone or "UTC")
+        except InvalidSchedule as exc:
+            fail(f"error: --cron: {exc.message}")
+    assert workflow_file is not None
+    try:
+        definition = parse_workflow_file(workflow_file, workflow_file.parent.resolve())
+    except InvalidInput as exc:
+        fail(str(exc).splitlines()[0] if str(exc) else "error: invalid workflow")
+    if definition.schedule is None:
+        fail(f"error: {workflow_file}: the workflow has no 'schedule:'")
+    spec = ScheduleSpec.from_config(definition.schedule)
+    if timezone is not None:
+        try:
+            return parse_schedule(_raw_form(spec), timezone)
+        except InvalidSchedule as exc:
+            fail(f"error: --timezone: {exc.message}")
+    return spec
+
+
+def _raw_form(spec: ScheduleSpec) -> dict[str, Any]:
+    raw: dict[str, Any] = {f"{spec.kind}>": spec.value}
+    if spec.kind in ("cron", "minutes_interval") and spec.delay_seconds:
+        raw["delay"] = spec.delay_seconds
+    if spec.interval_seconds is not None and spec.offset_seconds:
+        raw["offset"] = spec.offset_seconds
+    for key in ("start", "end"):
+        if getattr(spec, key) is not None:
+            raw[key] = getattr(spec, key)
+    return raw
+
+
+def preview_lines(spec: ScheduleSpec, after: datetime, count: int, seed: str = "") -> list[str]:
+    """One line per upcoming session: its time, then its run time where that differs."""
+    lines = []
+    for session_time in spec.session_times(after, count):
+        run = spec.run_time(session_time, seed)
+        line = spec.local(session_time).isoformat()
+        if run != session_time:
+            line += f"  runs at {spec.local(run).isoformat()}"
+        lines.append(line)
+    return lines
+
+
+@click.group("schedules", invoke_without_command=True)
+@click.pass_context
+def schedules_group(ctx: click.Context) -> None:
+    """List schedules, preview times, and pause, resume or skip a schedule."""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(list_command)
+
+
+@schedules_group.command("preview")
+@click.argument(
+    "workflow_file", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option("--cron", help='A schedule expression, e.g. "0 7 * * 1-5" or "@every 90m".')
+@click.option("--timezone", help="IANA time zone (default: the workflow's, or UTC).")
+@click.option("--from", "raw_from", help="Start after this time (default: now).")
+@click.option("--count", type=click.IntRange(1, 10_000), default=10, show_default=True)
+def preview_command(
+    workflow_file: Path | None,
+    cron: str | None,
+    timezone: str | None,
+    raw_from: str | None,
+    count: int,
+) -> None:
+    """Print the next session times of a cron expression or a workflow's schedule."""
+    spec = _spec_from(cron, workflow_file, timezone)
+    after = parse_session_time(raw_from, spec.timezone, "'--from'") if raw_from else utc_now()
+    lines = preview_lines(spec, after, count)
+    if not lines:
+        click.echo(f"no session time after {spec.local(after).isoformat()}", err=True)
+    for line in lines:
+        click.echo(line)
+
+
+@schedules_group.command("list")
+@DATABASE_OPTION
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+def list_command(database_url: str, as_json: bool) -> None:
+    """List active schedules with their next session time."""
+    with _store(database_url, write=False) as conn:
+        rows = schedule_store.list_schedules(conn)
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(_row_json(row)))
+        return
+    table = Table("id", "project", "workflow", "schedule", "next session", "next run", "state")
+    for row in rows:
+        spec = row.schedule
+        state = "paused" if row.paused_at else ("failing" if row.failures else "active")
+        table.add_row(
+            str(row.id),
+            row.project_name,
+            row.workflow_name,
+            spec.describe(),
+            _local(spec, row.next_schedule_time),
+            _local(spec, row.next_run_time),
+            state,
+        )
+    Console().print(table)
+
+
+def _local(spec: ScheduleSpec, instant: datetime | None) -> str:
+    return "-" if instant is None else spec.local(instant).isoformat()
+
+
+def _row_json(row: schedule_store.ScheduleRow) -> dict[str, Any]:
+    spec = row.schedule
+    return {
+        "id": str(row.id),
+        "project": row.project_name,
+        "workflow": row.workflow_name,
+        "schedule": spec.describe(),
+        "timezone": spec.timezone,
+        "next_session_time": _local(spec, row.next_schedule_time),
+        "next_run_time": _local(spec, row.next_run_time),
+        "checkpoint": _local(spec, row.last_session_time),
+        "paused": row.paused_at is not None,
+        "failures": row.failures,
+        "last_error": row.last_error,
+    }
+
+
+def _find(conn: Connection, project: str, workflow: str) -> schedule_store.ScheduleRow:
+    return schedule_store.find_schedule(conn, project, workflow)
+
+
+@schedules_group.command("pause")
+@click.argument("project")
+@click.argument("workflow")
+@DATABASE_OPTION
+def pause_command(project: str, workflow: str, database_url: str) -> None:
+    """Pause a schedule: runs due from now on do not happen until it is resumed."""
+    with _store(database_url) as conn:
+        changed = schedule_store.pause_schedule(conn, _find(conn, project, workflow).id, utc_now())
+    click.echo(f"{project}/{workflow}: {'paused' if changed else 'was already paused'}")
+
+
+@schedules_group.command("resume")
+@click.argument("project")
+@click.argument("workflow")
+@click.option("--replay", is_flag=True, help="Also run the times due while it was paused.")
+@DATABASE_OPTION
+def resume_command(project: str, workflow: str, replay: bool, database_url: str) -> None:
+    """Resume a paused schedule (the paused span is skipped unless --replay)."""
+    with _store(database_url) as conn:
+        row = _find(conn, project, workflow)
+        changed = schedule_store.resume_schedule(conn, row.id, utc_now(), replay=replay)
+    click.echo(f"{project}/{workflow}: {'resumed' if changed else 'was not paused'}")
+
+
+@schedules_group.command("skip")
+@click.argument("project")
+@click.argument("workflow")
+@click.option("--to", "raw_to", help="Skip every session time before this one.")
+@click.option("--count", type=click.IntRange(1, 10_000), help="Skip the next N session times.")
+@DATABASE_OPTION
+def skip_command(
+    project: str, workflow: str, raw_to: str | None, count: int | None, database_url: str
+) -> None:
+    """Skip upcoming session times (recorded as missed, so a backfill can still run them)."""
+    if (raw_to is None) == (count is None):
+        raise click.UsageError("give either --to TIME or --count N")
+    with _store(database_url) as conn:
+        row = _find(conn, project, workflow)
+        to = parse_session_time(raw_to, row.timezone, "'--to'") if raw_to else None
+        skipped = schedule_store.skip_schedule(conn, row.id, utc_now(), to=to, count=count)
+    if not skipped:
+        click.echo(f"{project}/{workflow}: nothing to skip")
+        return
+    spec = row.schedule
+    first, last = spec.local(skipped[0]).isoformat(), spec.local(skipped[-1]).isoformat()
+    click.echo(f"{project}/{workflow}: skipped {len(skipped)} session time(s), {first} .. {last}")
+
+
+@schedules_group.command("missed")
+@click.argument("project")
+@click.argument("workflow")
+@DATABASE_OPTION
+def missed_command(project: str, workflow: str, database_url: str) -> None:
+    """Show the session times a schedule did not emit, and why."""
+    with _store(database_url, write=False) as conn:
+        row = _find(conn, project, workflow)
+        missed = schedule_store.list_missed(conn, row.id)
+    spec = row.schedule
+    for item in missed:
+        count = "many" if item.count is None else str(item.count)
+        click.echo(
+            f"{spec.local(item.first_session_time).isoformat()} .. "
+            f"{spec.local(item.last_session_time).isoformat()}  {count} time(s)  {item.reason}"
+        )
+
+
+@click.command("backfill")
+@click.argument("project")
+@click.argument("workflow")
+@click.option("--from", "raw_from", required=True, help="First session time (inclusive).")
+@click.option("--to", "raw_to", required=True, help="Last session time (inclusive).")
+@click.option("--parallel", is_flag=True, help="Let the sessions run side by side.")
+@click.option("--dry-run", is_flag=True, help="Only print the session times.")
+@DATABASE_OPTION
+def backfill_command(
+    project: str,
+    workflow: str,
+    raw_from: str,
+    raw_to: str,
+    parallel: bool,
+    dry_run: bool,
+    database_url: str,
+) -> None:
+    """Create sessions for every scheduled time in a range; existing ones are kept."""
+    with _store(database_url) as conn:
+        row = _find(conn, project, workflow)
+        first = parse_session_time(raw_from, row.timezone, "'--from'")
+        last = parse_session_time(raw_to, row.timezone, "'--to'")
+        if last < first:
+            raise click.BadParameter("ends before --from", param_hint="'--to'")
+        plan = schedule_store.backfill(
+            conn, row, first, last, utc_now(), parallel=parallel, dry_run=dry_run
+        )
+    spec = row.schedule
+    for session_time in plan.created:
+        click.echo(
+            f"{'would create' if dry_run else 'created'} {spec.local(session_time).isoformat()}"
+        )
+    order = "side by side" if parallel else "one after another"
+    verb = "would create" if dry_run else "created"
+    summary = f"{verb} {len(plan.created)} session(s), {order}; {len(plan.existing)} existed"
+    click.echo(summary)

@@ -1,0 +1,335 @@
+"""The scheduler's loop: each ``tick()`` emits the sessions that schedules have due.
+
+A tick claims due schedules in batches (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so
+replicas share the work and never handle one schedule at once), plans each one from its
+checkpoint with :func:`shared.domain.catchup.plan_pass`, applies the overlap policy, and
+in one transaction per batch inserts the sessions (``ON CONFLICT DO NOTHING`` on the
+session's idempotency key) and advances the checkpoints. A crash before the commit
+changes nothing; a crash after it left nothing undone. Either way, every session time is
+emitted once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from services.scheduler.metrics import SchedulerMetrics
+from shared.clock import Clock, SystemClock
+from shared.domain.catchup import MissedRange, Pass, Span, plan_pass
+from shared.domain.states import AttemptState
+from shared.store import schedules as schedule_store
+from shared.store.schedules import NewSession, Progress, ScheduleRow
+from shared.store.tables import backfills, schedules
+
+log = logging.getLogger(__name__)
+
+BATCH_SCHEDULES = 500
+"""Schedules claimed per transaction."""
+
+TIMES_PER_PASS = 1000
+"""Session times one schedule emits per batch: a long catch-up yields to other schedules
+between batches instead of holding them up."""
+
+IDLE_SECONDS = 1.0
+"""The longest sleep between ticks: how soon a new or changed schedule is noticed."""
+
+MAX_BACKOFF_SECONDS = 300.0
+
+
+@dataclass
+class TickReport:
+    """What one tick did."""
+
+    due: int = 0
+    schedules: int = 0
+    emitted: int = 0
+    duplicates: int = 0
+    missed: int = 0
+    failures: int = 0
+    started_waiting: int = 0
+    lags: list[float] = field(default_factory=list)
+
+
+@dataclass
+class _Emission:
+    """One schedule's share of a batch."""
+
+    row: ScheduleRow
+    plan: Pass
+    new: list[NewSession] = field(default_factory=list)
+    missed: list[MissedRange] = field(default_factory=list)
+
+
+class Scheduler:
+    """Turns schedules into sessions; any number of instances may run against one store."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        clock: Clock | None = None,
+        metrics: SchedulerMetrics | None = None,
+        batch_size: int = BATCH_SCHEDULES,
+        times_per_pass: int = TIMES_PER_PASS,
+    ) -> None:
+        self.engine = engine
+        self.clock = clock
+        self.metrics = metrics or SchedulerMetrics()
+        self.batch_size = batch_size
+        self.times_per_pass = times_per_pass
+        self._stop = threading.Event()
+
+    def now(self, conn: Connection) -> datetime:
+        """What time it is: the given clock, else the database's, else this machine's."""
+        if self.clock is not None:
+            return self.clock.now()
+        return schedule_store.database_now(conn) or SystemClock().now()
+
+    def tick(self, now: datetime | None = None) -> TickReport:
+        """Emit everything due (at ``now``, default the database's clock), batch by batch."""
+        started = time.perf_counter()
+        report = TickReport()
+        with self.engine.connect() as conn:
+            report.due = schedule_store.count_due(conn, now or self.now(conn))
+        self.metrics.due_schedules.set(report.due)
+        while not self._stop.is_set():
+            claimed = self._batch(now, report)
+            if claimed < self.batch_size:
+                break
+        report.started_waiting = self._start_waiting(now)
+        self.metrics.tick_duration.observe(time.perf_counter() - started)
+        return report
+
+    def _batch(self, now: datetime | None, report: TickReport) -> int:
+        """Claim and handle one batch of due schedules; returns how many were claimed."""
+        rows: list[ScheduleRow] = []
+        try:
+            with self.engine.begin() as conn:
+                at = now or self.now(conn)
+                rows = schedule_store.claim_due(conn, at, self.batch_size)
+                self._emit(conn, rows, at, report)
+            return len(rows)
+        except SQLAlchemyError as exc:
+            if not rows:
+                raise
+            # One schedule broke the batch: handle them one by one to find it.
+            log.warning("scheduler batch failed (%s); retrying schedule by schedule", exc)
+            return self._one_by_one(now, report)
+
+    def _one_by_one(self, now: datetime | None, report: TickReport) -> int:
+        with self.engine.connect() as conn:
+            at = now or self.now(conn)
+            ids = [row.id for row in schedule_store.claim_due(conn, at, self.batch_size)]
+        for schedule_id in ids:
+            try:
+                with self.engine.begin() as conn:
+                    self._emit(conn, _claim_one(conn, schedule_id, at), at, report)
+            except SQLAlchemyError as exc:
+                self._fail(schedule_id, at, str(exc).splitlines()[0], report)
+        return len(ids)
+
+    def _emit(
+        self, conn: Connection, rows: Sequence[ScheduleRow], now: datetime, report: TickReport
+    ) -> None:
+        """Plan every claimed schedule and write the outcome in the caller's transaction."""
+        report.schedules += len(rows)
+        spans = schedule_store.inactive_spans(conn, [row.id for row in rows])
+        emissions: list[_Emission] = []
+        for row in rows:
+            try:
+                emissions.append(self._plan(row, now, spans.get(row.id, [])))
+            except Exception as exc:
+                log.exception("schedule %s/%s failed", row.project_name, row.workflow_name)
+                self._record_failure(conn, row.id, now, f"{type(exc).__name__}: {exc}", report)
+        wanting = [e.row.id for e in emissions if e.plan.emit]
+        counts = schedule_store.active_counts(conn, wanting)
+        for emission in emissions:
+            _apply_overlap(emission, counts.get(emission.row.id, (0, 0)))
+        new = [item for emission in emissions for item in emission.new]
+        created = schedule_store.insert_sessions(conn, new, now)
+        for emission in emissions:
+            report.missed += schedule_store.record_missed(
+                conn, emission.row.id, emission.missed, now
+            )
+        schedule_store.save_progress(conn, [_progress(e) for e in emissions], now)
+        self._count(emissions, new, len(created), now, report)
+
+    def _plan(self, row: ScheduleRow, now: datetime, spans: list[Span]) -> _Emission:
+        spec = row.schedule
+        checkpoint = row.last_session_time or now
+        inactive = row.inactive_since
+        all_spans = [*spans, Span(inactive)] if inactive is not None else spans
+        plan = plan_pass(
+            spec, checkpoint, now, seed=row.seed, spans=all_spans, limit=self.times_per_pass
+        )
+        return _Emission(row, plan, missed=list(plan.missed))
+
+    def _count(
+        self,
+        emissions: Sequence[_Emission],
+        new: Sequence[NewSession],
+        created: int,
+        now: datetime,
+        report: TickReport,
+    ) -> None:
+        report.emitted += created
+        report.duplicates += len(new) - created
+        self.metrics.sessions_emitted.inc(created)
+        self.metrics.duplicates_suppressed.inc(len(new) - created)
+        for emission in emissions:
+            spec = emission.row.schedule
+            for missed in emission.missed:
+                self.metrics.missed.labels(missed.reason).inc(missed.count or 1)
+            for item in emission.new:
+                lag = (now - spec.run_time(item.session_time, emission.row.seed)).total_seconds()
+                self.metrics.emission_lag.observe(max(lag, 0.0))
+                report.lags.append(lag)
+
+    def _record_failure(
+        self, conn: Connection, schedule_id: int, now: datetime, error: str, report: TickReport
+    ) -> None:
+        failures = schedule_store.record_failure(
+            conn, schedule_id, error, now, max_backoff_seconds=MAX_BACKOFF_SECONDS
+        )
+        log.warning("schedule %s failed %d time(s) in a row: %s", schedule_id, failures, error)
+        report.failures += 1
+        self.metrics.failures.inc()
+
+    def _fail(self, schedule_id: int, now: datetime, error: str, report: TickReport) -> None:
+        log.error("schedule %s failed: %s", schedule_id, error)
+        with self.engine.begin() as conn:
+            self._record_failure(conn, schedule_id, now, error, report)
+
+    def _start_waiting(self, now: datetime | None) -> int:
+        """Release waiting attempts as running ones finish, oldest session time first."""
+        with self.engine.begin() as conn:
+            waiting = schedule_store.waiting_attempts(conn, limit=5000)
+            if not waiting:
+                return 0
+            schedule_ids = {w.schedule_id for w in waiting if w.schedule_id and not w.backfill_id}
+            backfill_ids = {w.backfill_id for w in waiting if w.backfill_id}
+            held_schedules = schedule_store.lock_rows(conn, schedules, schedule_ids)
+            held_backfills = schedule_store.lock_rows(conn, backfills, backfill_ids)
+            room = _room(conn, held_schedules, held_backfills)
+            chosen: list[int] = []
+            for item in waiting:
+                key = ("b", item.backfill_id) if item.backfill_id else ("s", item.schedule_id)
+                if room.get(key, 0) > 0:
+                    room[key] -= 1
+                    chosen.append(item.attempt_id)
+            started = schedule_store.start_waiting(conn, chosen)
+        self.metrics.attempts_started.inc(started)
+        return started
+
+    def stop(self) -> None:
+        """Make :meth:`run_forever` return after the current tick."""
+        self._stop.set()
+
+    def seconds_until_due(self) -> float:
+        """How long to sleep: until the soonest due schedule, at most :data:`IDLE_SECONDS`."""
+        with self.engine.connect() as conn:
+            due = schedule_store.earliest_due(conn)
+            now = self.now(conn)
+        if due is None:
+            return IDLE_SECONDS
+        return min(max((due - now).total_seconds(), 0.0), IDLE_SECONDS)
+
+    def run_forever(self) -> None:
+        """Tick until stopped; a store that is down is retried with backoff."""
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                report = self.tick()
+                if report.emitted or report.missed:
+                    log.info(
+                        "emitted %d sessions (%d missed by policy, %d already there)",
+                        report.emitted,
+                        report.missed,
+                        report.duplicates,
+                    )
+                backoff = 0.5
+                self._stop.wait(self.seconds_until_due())
+            except SQLAlchemyError as exc:
+                log.error("store unavailable, retrying in %.1fs: %s", backoff, exc)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+
+def _claim_one(conn: Connection, schedule_id: int, now: datetime) -> list[ScheduleRow]:
+    if not schedule_store.lock_rows(conn, schedules, [schedule_id]):
+        return []  # another replica has it
+    row = schedule_store.get_schedule(conn, schedule_id)
+    due = row.next_run_time is not None and row.next_run_time <= now
+    return [row] if due else []
+
+
+def _apply_overlap(emission: _Emission, counts: tuple[int, int]) -> None:
+    """Decide each due time: start it, let it wait, or record it as missed."""
+    row, spec = emission.row, emission.row.schedule
+    active, waiting = counts
+    skipped: list[datetime] = []
+    for session_time in emission.plan.emit:
+        if spec.overlap == "allow":
+            start = active < spec.max_active and waiting == 0
+        elif spec.overlap == "skip":
+            start = active + waiting == 0
+            if not start:
+                skipped.append(session_time)
+                continue
+        else:  # buffer_one
+            start = active == 0 and waiting == 0
+            if not start and waiting > 0:
+                skipped.append(session_time)
+                continue
+        state = AttemptState.CREATED if start else AttemptState.WAITING
+        active, waiting = (active + 1, waiting) if start else (active, waiting + 1)
+        emission.new.append(
+            NewSession(
+                row.id,
+                row.project_id,
+                row.workflow_name,
+                session_time,
+                row.workflow_definition_id,
+                row.timezone,
+                row.project_dir,
+                state,
+            )
+        )
+    if skipped:
+        emission.missed.extend(_ranges(skipped, "overlap"))
+
+
+def _ranges(times: Sequence[datetime], reason: str) -> list[MissedRange]:
+    """Missed times as one range each (overlap skips are rarely consecutive)."""
+    return [MissedRange(t, t, 1, reason) for t in times]
+
+
+def _progress(emission: _Emission) -> Progress:
+    plan = emission.plan
+    return Progress(emission.row.id, plan.checkpoint, plan.next_session_time, plan.next_run_time)
+
+
+def _room(
+    conn: Connection, schedule_ids: set[int], backfill_ids: set[int]
+) -> dict[tuple[str, int | None], int]:
+    """How many more attempts each schedule and backfill may start now."""
+    room: dict[tuple[str, int | None], int] = {}
+    counts = schedule_store.active_counts(conn, schedule_ids)
+    for schedule_id in schedule_ids:
+        spec = schedule_store.get_schedule(conn, schedule_id).schedule
+        limit = spec.max_active if spec.overlap == "allow" else 1
+        room[("s", schedule_id)] = limit - counts.get(schedule_id, (0, 0))[0]
+    active = schedule_store.backfill_active_counts(conn, backfill_ids)
+    parallel = schedule_store.backfill_parallel(conn, backfill_ids)
+    for backfill_id in backfill_ids:
+        limit = 16 if parallel.get(backfill_id) else 1
+        room[("b", backfill_id)] = limit - active.get(backfill_id, 0)
+    return room

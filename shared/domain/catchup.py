@@ -1,0 +1,144 @@
+"""What one scheduler pass does with one schedule: which session times to emit, which are missed.
+
+A schedule's checkpoint is the last session time it has dealt with (emitted, or recorded
+as missed). A pass looks at the times after the checkpoint whose run time has come,
+drops the late ones the catch-up policy does not want (recording them as missed), skips
+the ones inside spans when the schedule was inactive, and emits the rest in order, at
+most ``limit`` per pass so that a long catch-up interleaves with other schedules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from shared.domain.schedule import ScheduleSpec
+
+# A time at most this far past its run time is live, not a catch-up.
+LIVE_GRACE = timedelta(seconds=60)
+# Counting the times in a very long missed range stops here (the count is then unknown).
+COUNT_CAP = 100_000
+
+
+@dataclass(frozen=True)
+class MissedRange:
+    """Consecutive session times not emitted, and why (``catchup``, ``overlap``, ...)."""
+
+    first: datetime
+    last: datetime
+    count: int | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class Span:
+    """A time when the schedule was inactive: runs due in ``[start, end)`` never happen.
+
+    ``end`` is None while the schedule is still inactive.
+    """
+
+    start: datetime
+    end: datetime | None = None
+
+
+@dataclass
+class Pass:
+    """The outcome of one pass over one schedule."""
+
+    emit: list[datetime] = field(default_factory=list)
+    missed: list[MissedRange] = field(default_factory=list)
+    checkpoint: datetime | None = None
+    next_session_time: datetime | None = None  # the first time not dealt with yet
+    next_run_time: datetime | None = None  # when to look again; None: never (inactive, ended)
+
+
+def plan_pass(
+    spec: ScheduleSpec,
+    checkpoint: datetime,
+    now: datetime,
+    *,
+    seed: str = "",
+    spans: Sequence[Span] = (),
+    limit: int = 1000,
+) -> Pass:
+    """Everything due after ``checkpoint`` at ``now``, per the schedule's catch-up policy."""
+    result = Pass(checkpoint=checkpoint)
+    current: datetime | None = _drop_late(spec, checkpoint, now, seed, result)
+    while current is not None:
+        following = spec.next_session_time(current)
+        if following is None:
+            break
+        run = spec.run_time(following, seed)
+        span = _span_of(spans, run)
+        if span is not None and span.end is None:
+            # Inactive from span.start on: nothing more is due until reactivation.
+            result.next_session_time = following
+            return result
+        if run > now or len(result.emit) >= limit:
+            result.next_session_time = following
+            result.next_run_time = run if run > now else now
+            return result
+        if span is not None and span.end is not None:
+            # Inactive then: those times never happen (they are not missed either).
+            current = max(_last_before(spec, span.end) or following, following)
+            result.checkpoint = current
+            continue
+        result.emit.append(following)
+        result.checkpoint = current = following
+    return result
+
+
+def _span_of(spans: Sequence[Span], run: datetime) -> Span | None:
+    for span in spans:
+        if span.start <= run and (span.end is None or run < span.end):
+            return span
+    return None
+
+
+def _last_before(spec: ScheduleSpec, instant: datetime) -> datetime | None:
+    """The last session time whose run time (without jitter) is before ``instant``."""
+    return spec.last_session_time(
+        instant - timedelta(seconds=spec.delay_seconds) - timedelta(microseconds=1)
+    )
+
+
+def _drop_late(
+    spec: ScheduleSpec, checkpoint: datetime, now: datetime, seed: str, result: Pass
+) -> datetime:
+    """Record the late times the policy will not emit; the checkpoint after them."""
+    first = spec.next_session_time(checkpoint)
+    if first is None or spec.run_time(first, seed) >= now - LIVE_GRACE:
+        return checkpoint
+    bound = _oldest_wanted_run(spec, checkpoint, now, seed)
+    if bound is None:
+        return checkpoint
+    last = _last_before(spec, bound)
+    if last is None or last < first:
+        return checkpoint
+    count = spec.count_between(first, last, COUNT_CAP)
+    result.missed.append(MissedRange(first, last, count, "catchup"))
+    result.checkpoint = last
+    return last
+
+
+def _oldest_wanted_run(
+    spec: ScheduleSpec, checkpoint: datetime, now: datetime, seed: str
+) -> datetime | None:
+    """Run times before this one are dropped by the catch-up policy (None: keep all)."""
+    bounds: list[datetime] = []
+    if spec.catchup_window_seconds is not None:
+        bounds.append(now - timedelta(seconds=spec.catchup_window_seconds))
+    if spec.catchup == "none":
+        bounds.append(now - LIVE_GRACE)
+    keep = 1 if spec.catchup == "latest" else spec.max_catchup
+    if keep is not None:
+        # The newest `keep` due times are wanted: walk back to the first one not kept.
+        current = spec.last_session_time(now - timedelta(seconds=spec.delay_seconds))
+        for _ in range(keep):
+            if current is None or current <= checkpoint:
+                break
+            current = spec.last_session_time(current - timedelta(microseconds=1))
+        if current is not None and current > checkpoint:
+            bounds.append(spec.run_time(current, seed) + timedelta(microseconds=1))
+    return max(bounds) if bounds else None

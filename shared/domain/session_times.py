@@ -1,0 +1,204 @@
+"""Session-time arithmetic on cron patterns and fixed intervals, with daylight-saving rules.
+
+Croniter alone, given aware datetimes, fires a fixed-time job twice in a repeated hour and
+adds runs around a change for stepped hours. tickwork walks the pattern in *wall* time and
+maps each matching wall time to instants by these rules:
+
+- A fixed-time pattern (no ``*`` or step in the minute and hour fields, like
+  ``30 2 * * *``) fires once per matching wall time: a wall time that does not exist (the
+  spring-forward gap) fires at the first instant after the gap, and one that happens twice
+  (the autumn repeated hour) fires on the first pass only.
+- A pattern with a wildcard or step in the minute or hour field (``*/15 * * * *``,
+  ``0 * * * *``) follows real time: it fires at every instant whose local wall time
+  matches, so both passes of a repeated hour fire and a skipped hour has nothing to fire.
+
+Every function takes and returns UTC instants, strictly ordered, never the same instant
+twice. (Two aware datetimes sharing one zone compare by wall time, ignoring ``fold``: the
+two passes of a repeated hour would look equal. UTC has no such trap.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+from zoneinfo import ZoneInfo
+
+from croniter import CroniterBadDateError, croniter
+
+# No zone shifts its clock by more than this; walls further apart than it keep their order.
+MAX_SHIFT = timedelta(hours=3)
+# Equal offsets at both ends of a step this short mean no change happened in between.
+_SAFE_SPAN = timedelta(days=7)
+_MAX_WALLS = 20_000
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class TimeSource(Protocol):
+    """Anything that can step through session times."""
+
+    def after(self, instant: datetime) -> datetime | None: ...
+
+    def at_or_before(self, instant: datetime) -> datetime | None: ...
+
+
+def follows_real_time(cron: str) -> bool:
+    """True when the minute or hour field has a wildcard or a step."""
+    minute, hour = cron.split()[:2]
+    return any(mark in field for field in (minute, hour) for mark in "*/")
+
+
+def wall_instants(wall: datetime, zone: ZoneInfo) -> tuple[list[datetime], bool]:
+    """The instants (UTC) at which local ``wall`` time happens, and whether it is in a gap.
+
+    One instant normally, two in a repeated hour (first pass first), none in a gap.
+    """
+    first = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
+    second = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
+    if first == second:
+        return [first], False
+    if first < second:
+        return [first, second], False
+    return [], True
+
+
+def gap_end(wall: datetime, zone: ZoneInfo) -> datetime:
+    """The first instant after the daylight-saving gap that swallows ``wall``."""
+    low = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)  # before the change
+    high = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)  # after the change
+    offset = low.astimezone(zone).utcoffset()
+    while high - low > timedelta(seconds=1):
+        middle = low + (high - low) / 2
+        if middle.astimezone(zone).utcoffset() == offset:
+            low = middle
+        else:
+            high = middle
+    return high.replace(microsecond=0)
+
+
+def _wall(instant: datetime, zone: ZoneInfo) -> datetime:
+    return instant.astimezone(zone).replace(tzinfo=None)
+
+
+def _walls(cron: str, start: datetime, forward: bool) -> Iterator[datetime]:
+    """Matching wall times strictly after (or before) naive ``start``, at most _MAX_WALLS."""
+    iterator = croniter(cron, start)
+    step = iterator.get_next if forward else iterator.get_prev
+    for _ in range(_MAX_WALLS):
+        try:
+            found: datetime = step(datetime)
+        except (CroniterBadDateError, OverflowError, ValueError):
+            return
+        yield found
+
+
+class CronTimes:
+    """Session times of a five-field cron pattern in a time zone."""
+
+    def __init__(self, cron: str, zone: ZoneInfo) -> None:
+        self.cron = cron
+        self.zone = zone
+        self.real_time = follows_real_time(cron)
+
+    def _fixed_instant(self, wall: datetime) -> datetime:
+        instants, in_gap = wall_instants(wall, self.zone)
+        return gap_end(wall, self.zone) if in_gap else instants[0]
+
+    def after(self, instant: datetime) -> datetime | None:
+        """The first session time strictly after ``instant``."""
+        if self.real_time:
+            return self._real_after(instant)
+        for wall in _walls(self.cron, _wall(instant, self.zone), forward=True):
+            found = self._fixed_instant(wall)
+            if found > instant:
+                return found
+        return None
+
+    def at_or_before(self, instant: datetime) -> datetime | None:
+        """The last session time at or before ``instant``."""
+        if self.real_time:
+            return self._real_at_or_before(instant)
+        start = _wall(instant, self.zone) + MAX_SHIFT
+        for wall in _walls(self.cron, start, forward=False):
+            found = self._fixed_instant(wall)
+            if found <= instant:
+                return found
+        return None
+
+    def _simple(self, wall: datetime, reference: datetime) -> datetime | None:
+        """``wall``'s one instant when no offset change lies between it and ``reference``."""
+        instants, in_gap = wall_instants(wall, self.zone)
+        if in_gap or len(instants) != 1:
+            return None
+        found = instants[0]
+        same_offset = (
+            found.astimezone(self.zone).utcoffset() == reference.astimezone(self.zone).utcoffset()
+        )
+        return found if same_offset and abs(found - reference) <= _SAFE_SPAN else None
+
+    def _real_after(self, instant: datetime) -> datetime | None:
+        for wall in _walls(self.cron, _wall(instant, self.zone), forward=True):
+            simple = self._simple(wall, instant)
+            if simple is not None:
+                return simple
+            break
+        return self._search(instant, forward=True)
+
+    def _real_at_or_before(self, instant: datetime) -> datetime | None:
+        start = _wall(instant, self.zone) + timedelta(microseconds=1)
+        for wall in _walls(self.cron, start, forward=False):
+            simple = self._simple(wall, instant)
+            if simple is not None and simple <= instant:
+                return simple
+            break
+        return self._search(instant, forward=False)
+
+    def _search(self, instant: datetime, *, forward: bool) -> datetime | None:
+        """Near an offset change: scan walls around ``instant`` and keep the nearest match."""
+        shift = MAX_SHIFT if forward else -MAX_SHIFT
+        best: datetime | None = None
+        for wall in _walls(self.cron, _wall(instant, self.zone) - shift, forward):
+            if best is not None and (
+                wall > _wall(best, self.zone) + MAX_SHIFT
+                if forward
+                else wall < _wall(best, self.zone) - MAX_SHIFT
+            ):
+                break
+            for found in wall_instants(wall, self.zone)[0]:
+                if (found > instant if forward else found <= instant) and (
+                    best is None or (found < best if forward else found > best)
+                ):
+                    best = found
+        return best
+
+
+class IntervalTimes:
+    """``@every``: instants ``offset + k * period`` after the Unix epoch (absolute time)."""
+
+    def __init__(self, period_seconds: int, offset_seconds: int, zone: ZoneInfo) -> None:
+        self.period = period_seconds
+        self.offset = offset_seconds % period_seconds
+        self.zone = zone
+
+    def _instant(self, k: int) -> datetime | None:
+        try:
+            return EPOCH + timedelta(seconds=k * self.period + self.offset)
+        except OverflowError:
+            return None
+
+    def index_at_or_before(self, instant: datetime) -> int:
+        """k of the last tick at or before ``instant``."""
+        elapsed = (instant - EPOCH) // timedelta(microseconds=1) - self.offset * 1_000_000
+        return elapsed // (self.period * 1_000_000)
+
+    def after(self, instant: datetime) -> datetime | None:
+        """The first tick strictly after ``instant``."""
+        return self._instant(self.index_at_or_before(instant) + 1)
+
+    def at_or_before(self, instant: datetime) -> datetime | None:
+        """The last tick at or before ``instant``."""
+        return self._instant(self.index_at_or_before(instant))
+
+    def count_between(self, first: datetime, last: datetime) -> int:
+        """How many ticks lie in ``[first, last]`` (both ticks)."""
+        return self.index_at_or_before(last) - self.index_at_or_before(first) + 1
