@@ -642,8 +642,14 @@ def backfill(
     if last < first:
         raise Conflict("the backfill range ends before it starts")
     spec = row.schedule
-    times = spec.session_times(first - _EPSILON, MAX_BACKFILL + 1)
-    times = [t for t in times if t <= last]
+    times: list[datetime] = []
+    current = first - _EPSILON
+    while len(times) <= MAX_BACKFILL:
+        following = spec.next_session_time(current)
+        if following is None or following > last:
+            break
+        times.append(following)
+        current = following
     if len(times) > MAX_BACKFILL:
         raise Conflict(f"the backfill range holds more than {MAX_BACKFILL} session times")
     existing = _existing_session_times(conn, row, first, last)
