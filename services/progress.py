@@ -6,6 +6,7 @@ import queue
 import sys
 import time
 from collections import Counter
+from datetime import datetime
 from typing import IO, Protocol
 
 from rich.console import Console, Group
@@ -15,7 +16,7 @@ from rich.text import Text
 from sqlalchemy import Engine
 
 from shared.dispatch.messages import TaskEvent, TaskFinished
-from shared.domain.states import TaskState
+from shared.domain.states import TIMED_TASK_STATES, TaskState
 from shared.store.engine import read_only
 from shared.store.tasks import TaskRow, list_attempt_tasks
 
@@ -26,6 +27,7 @@ STATE_STYLES = {
     TaskState.RUNNING: "cyan",
     TaskState.QUEUED: "blue",
     TaskState.RETRY_WAITING: "yellow",
+    TaskState.DELAYED: "yellow",
     TaskState.CANCELED: "magenta",
     TaskState.PLANNED: "cyan",
 }
@@ -94,7 +96,7 @@ class PlainDisplay(_Base):
         for row in sorted(changed, key=lambda r: (r.updated_at, r.id)):  # in the order seen
             self._states[row.id] = row.state
             if row.state is not TaskState.BLOCKED:
-                self.stream.write(f"{_clock()} {row.full_name} {row.state.value}\n")
+                self.stream.write(f"{_clock()} {row.full_name} {_state(row)}\n")
         for name, line in self._output_lines():
             self.stream.write(f"{_clock()} {name}: {line}\n")
         self.stream.flush()
@@ -152,12 +154,21 @@ def _render(rows: list[TaskRow]) -> Group:
     for row in shown[-LIVE_ROWS:]:
         style = STATE_STYLES.get(row.state, "white")
         # Text, not a markup string: a task named "+load[/x]" is shown as it is.
-        table.add_row(Text(row.full_name), Text(row.state.value, style=style), str(row.retry_count))
+        table.add_row(Text(row.full_name), Text(_state(row), style=style), str(row.retry_count))
     return Group(table, Text.from_markup(summary or "starting"))
 
 
 def _clock() -> str:
     return time.strftime("%H:%M:%S")
+
+
+def _state(row: TaskRow) -> str:
+    """The state as shown: a waiting task says until when (local time, like the clock)."""
+    if row.state not in TIMED_TASK_STATES or row.not_before is None:
+        return row.state.value
+    until = row.not_before.astimezone()
+    today = until.date() == datetime.now(until.tzinfo).date()
+    return f"{row.state.value} until {until.strftime('%H:%M:%S' if today else '%Y-%m-%d %H:%M:%S')}"
 
 
 def make_display(*, quiet: bool = False, stream: IO[str] | None = None) -> RunDisplay:

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from services.executor.materialize import Placement, materialize_children
+from shared.domain.delays import StartRule
 from shared.domain.expressions import escape
 from shared.domain.params import merge_outputs, merge_params
 from shared.domain.states import (
@@ -26,7 +27,7 @@ from shared.domain.states import (
 )
 from shared.domain.workflow import TaskSpec
 from shared.store import tasks as task_store
-from shared.store.sessions import get_attempt, set_attempt_state
+from shared.store.sessions import AttemptRow, get_attempt, set_attempt_state
 from shared.store.tasks import TaskRow
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,8 @@ class TaskGraph:
         self.finished_attempts: list[tuple[int, AttemptState]] = []
         self.ready_groups: list[int] = []  # groups that became READY: start them
         self.operators_ready = False  # an operator task became READY: dispatch has work
-        self.earliest_retry: datetime | None = None  # soonest not_before this pass set
+        self.earliest_wake: datetime | None = None  # soonest not_before this pass set
+        self._attempts: dict[int, AttemptRow] = {}  # session time and zone, for delays
         self._limits = {} if limits is None else limits  # parent id -> _parallel limit
         self._unsettled: dict[int, None] = {}  # parents whose children may all have ended
 
@@ -65,16 +67,62 @@ class TaskGraph:
     def promote(
         self, task_ids: Sequence[int], from_state: TaskState = TaskState.BLOCKED
     ) -> list[int]:
-        """-> READY for tasks that may start now (BLOCKED ones, or retries that are due)."""
+        """-> READY for tasks that may start now (BLOCKED ones, or waits that are due).
+
+        A BLOCKED task with ``_delay``/``_start_at`` gets its ``not_before`` now, once: it
+        goes to DELAYED until then, or straight to READY if that time has passed.
+        """
+        first_time = from_state is TaskState.BLOCKED
         promoted = task_store.update_tasks_state(
-            self.conn, task_ids, (from_state,), TaskState.READY, self.now
+            self.conn, task_ids, (from_state,), TaskState.READY, self.now, skip_delayed=first_time
         )
+        if first_time and len(promoted) < len(task_ids):
+            moved = {task_id for task_id, _ in promoted}
+            promoted += self._start_delayed([i for i in task_ids if i not in moved])
         for task_id, is_group in promoted:
             if is_group:
                 self.ready_groups.append(task_id)
             else:
                 self.operators_ready = True
         return [task_id for task_id, _ in promoted]
+
+    def _start_delayed(self, task_ids: Sequence[int]) -> list[tuple[int, bool]]:
+        """BLOCKED tasks with a start rule -> DELAYED, or READY (returned) if already due."""
+        started: list[tuple[int, bool]] = []
+        for task in task_store.get_tasks(self.conn, task_ids):
+            rule = task.config.get("start")
+            if task.state is not TaskState.BLOCKED or rule is None:
+                continue  # another executor moved it meanwhile
+            attempt = self._attempt(task.attempt_id)
+            start = StartRule.from_config(rule)
+            not_before = start.not_before(self.now, attempt.session_time, attempt.timezone)
+            target = TaskState.DELAYED if not_before > self.now else TaskState.READY
+            # Guarded on BLOCKED alone: a task another executor delayed stays delayed.
+            if not task_store.update_task(
+                self.conn,
+                task.id,
+                (TaskState.BLOCKED,),
+                state=target,
+                not_before=not_before,
+                updated_at=self.now,
+            ):
+                continue
+            if target is TaskState.READY:
+                started.append((task.id, task.is_group))
+            else:
+                self.wake_at(not_before)
+                log.info("task %s delayed until %s", task.full_name, not_before.isoformat())
+        return started
+
+    def _attempt(self, attempt_id: int) -> AttemptRow:
+        if attempt_id not in self._attempts:
+            self._attempts[attempt_id] = get_attempt(self.conn, attempt_id)
+        return self._attempts[attempt_id]
+
+    def wake_at(self, not_before: datetime) -> None:
+        """Note that a waiting task becomes due at ``not_before``, for the loop's sleep."""
+        if self.earliest_wake is None or not_before < self.earliest_wake:
+            self.earliest_wake = not_before
 
     # -- starting ----------------------------------------------------------------------
 
@@ -187,8 +235,7 @@ class TaskGraph:
             ):
                 return
             task_store.reset_descendants(self.conn, task.id, self.now)
-            if self.earliest_retry is None or not_before < self.earliest_retry:
-                self.earliest_retry = not_before
+            self.wake_at(not_before)
             log.info("task %s will retry in %.1fs", task.full_name, delay)
             return
         if spec.error is not None and not (task.error or {}).get("handler"):

@@ -18,7 +18,7 @@ from services.executor.messages import AttemptContext, build_task_message
 from shared.clock import Clock, SystemClock
 from shared.dispatch.messages import Outcome, TaskEvent, TaskFinished, TaskMessage, TaskStarted
 from shared.dispatch.seam import Dispatcher
-from shared.domain.states import AttemptState, TaskState
+from shared.domain.states import TIMED_TASK_STATES, AttemptState, TaskState
 from shared.domain.workflow import TaskSpec
 from shared.errors import InvalidExpression
 from shared.store import sessions as session_store
@@ -92,7 +92,7 @@ class WorkflowExecutor:
         self._contexts: dict[int, AttemptContext] = {}
         self._limits: dict[int, int | None] = {}
         self._rescan_at: datetime | None = None
-        self._retry_due: datetime | None = None
+        self._wake_due: datetime | None = None  # soonest not_before of a waiting task
         self._stop = threading.Event()
 
     # -- one pass ----------------------------------------------------------------------
@@ -108,15 +108,15 @@ class WorkflowExecutor:
             report.attempts_started = self._start_created_attempts(conn, graph)
             self._apply_events(conn, graph, events, now, report)
             graph.settle()
-            due = [t for t in (self._retry_due, graph.earliest_retry) if t is not None]
+            due = [t for t in (self._wake_due, graph.earliest_wake) if t is not None]
             if rescan or (due and min(due) <= now):
-                report.tasks_woken = self._wake_retry_waiting(conn, graph, now)
+                report.tasks_woken = self._wake_due_tasks(conn, graph, now)
             messages = self._start_and_dispatch(conn, graph, now, rescan, report)
             report.finished_attempts = graph.finished_attempts
         if rescan:
             self._rescan_at = now + timedelta(seconds=RESCAN_SECONDS)
-        if graph.earliest_retry is not None:
-            self._retry_due = min(self._retry_due or graph.earliest_retry, graph.earliest_retry)
+        if graph.earliest_wake is not None:
+            self._wake_due = min(self._wake_due or graph.earliest_wake, graph.earliest_wake)
         self.dispatcher.publish(messages)
         report.tasks_dispatched = len(messages)
         report.more_ready = report.more_ready or bool(self._pending)
@@ -236,15 +236,18 @@ class WorkflowExecutor:
             graph.fail(task, {"message": event.error_message or "failed"})
         return True
 
-    def _wake_retry_waiting(self, conn: Connection, graph: TaskGraph, now: datetime) -> int:
-        due = task_store.select_tasks_due(
-            conn, TaskState.RETRY_WAITING, now, limit=1000, attempt_ids=self.attempt_ids
+    def _wake_due_tasks(self, conn: Connection, graph: TaskGraph, now: datetime) -> int:
+        """Retries and delayed tasks whose ``not_before`` has come -> READY."""
+        woken = 0
+        for state in TIMED_TASK_STATES:
+            due = task_store.select_tasks_due(
+                conn, state, now, limit=1000, attempt_ids=self.attempt_ids
+            )
+            woken += len(graph.promote([t.id for t in due], from_state=state))
+        self._wake_due = task_store.earliest_not_before(
+            conn, TIMED_TASK_STATES, attempt_ids=self.attempt_ids
         )
-        woken = graph.promote([t.id for t in due], from_state=TaskState.RETRY_WAITING)
-        self._retry_due = task_store.earliest_not_before(
-            conn, (TaskState.RETRY_WAITING,), attempt_ids=self.attempt_ids
-        )
-        return len(woken)
+        return woken
 
     def _start_ready_groups(
         self, conn: Connection, graph: TaskGraph, now: datetime, scan: bool
@@ -318,8 +321,8 @@ class WorkflowExecutor:
         self._pending.extend(events)
 
     def seconds_until_due(self, now: datetime, cap_seconds: float) -> float:
-        """How long the loop may sleep before a retry is due or a rescan (at most the cap)."""
-        due = [t for t in (self._retry_due, self._rescan_at) if t is not None]
+        """How long the loop may sleep before a wait ends or a rescan is due (at most the cap)."""
+        due = [t for t in (self._wake_due, self._rescan_at) if t is not None]
         if not due:
             return cap_seconds
         return max(0.0, min(cap_seconds, (min(due) - now).total_seconds()))

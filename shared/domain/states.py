@@ -9,6 +9,7 @@ class TaskState(StrEnum):
     """Where one task row stands; stored as its string value."""
 
     BLOCKED = "blocked"  # waiting for its parent to start or an upstream sibling to succeed
+    DELAYED = "delayed"  # could start but for its _delay/_start_at; ready at not_before
     READY = "ready"  # may start: an operator task waits for dispatch, a group for its children
     QUEUED = "queued"  # handed to the dispatch seam under a fresh lease token
     RUNNING = "running"  # an agent reported that the operator started
@@ -27,6 +28,7 @@ class TaskState(StrEnum):
 TERMINAL_TASK_STATES = frozenset({TaskState.SUCCESS, TaskState.ERROR, TaskState.CANCELED})
 ACTIVE_TASK_STATES = frozenset(
     {
+        TaskState.DELAYED,
         TaskState.READY,
         TaskState.QUEUED,
         TaskState.RUNNING,
@@ -36,8 +38,14 @@ ACTIVE_TASK_STATES = frozenset(
 )
 """States of a task that has started and not ended: its parent must wait for it."""
 
+TIMED_TASK_STATES = (TaskState.RETRY_WAITING, TaskState.DELAYED)
+"""States a task leaves for READY once its ``not_before`` time has come."""
+
 ALLOWED_TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
-    TaskState.BLOCKED: frozenset({TaskState.READY, TaskState.SUCCESS, TaskState.CANCELED}),
+    TaskState.BLOCKED: frozenset(
+        {TaskState.DELAYED, TaskState.READY, TaskState.SUCCESS, TaskState.CANCELED}
+    ),
+    TaskState.DELAYED: frozenset({TaskState.READY, TaskState.CANCELED}),
     TaskState.READY: frozenset(
         {
             TaskState.QUEUED,

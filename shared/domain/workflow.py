@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from shared.domain.delays import StartRule
+
 OPERATORS = ("echo", "sh", "py", "call", "fail")
 """Operator types this version runs; `call` is expanded by the executor, the rest by agents."""
 
@@ -66,7 +68,8 @@ class TaskSpec:
 
     ``name`` is the local name (``+load``, or ``^error``/``^check``/``^sub`` for generated
     ones); ``params`` are the operator task's local keys; ``called`` is the root of the
-    workflow a ``call>`` task embeds, resolved when the file was parsed.
+    workflow a ``call>`` task embeds, resolved when the file was parsed. ``start`` holds
+    ``_delay``/``_start_at``: when the task may start once it is ready.
     """
 
     name: str
@@ -79,6 +82,7 @@ class TaskSpec:
     after: tuple[str, ...] = ()
     background: bool = False
     retry: RetryPolicy | None = None
+    start: StartRule | None = None
     error: TaskSpec | None = None
     check: TaskSpec | None = None
     children: tuple[TaskSpec, ...] = ()
@@ -106,6 +110,8 @@ class TaskSpec:
         config.update({k: v for k, v in optional.items() if v})
         if self.retry is not None:
             config["retry"] = self.retry.to_config()
+        if self.start is not None:
+            config["start"] = self.start.to_config()
         for key, spec in (("error", self.error), ("check", self.check), ("called", self.called)):
             if spec is not None:
                 config[key] = spec.to_config()
@@ -121,7 +127,7 @@ class TaskSpec:
             value = config.get(key)
             return None if value is None else cls.from_config(value)
 
-        retry = config.get("retry")
+        retry, start = config.get("retry"), config.get("start")
         return cls(
             name=config["name"],
             operator=config.get("operator"),
@@ -133,6 +139,7 @@ class TaskSpec:
             after=tuple(config.get("after", ())),
             background=bool(config.get("background", False)),
             retry=None if retry is None else RetryPolicy.from_config(retry),
+            start=None if start is None else StartRule.from_config(start),
             error=sub("error"),
             check=sub("check"),
             children=tuple(cls.from_config(c) for c in config.get("children", ())),

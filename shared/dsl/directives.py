@@ -1,9 +1,11 @@
-"""Checking the values of directives (``_parallel``, ``_retry``, ``_after`` cycles)."""
+"""Checking the values of directives (``_parallel``, ``_retry``, delays, ``_after`` cycles)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from shared.domain.delays import BadStartAt, parse_start_at
+from shared.domain.durations import BadDuration, parse_duration
 from shared.domain.schedule import suggest
 from shared.domain.workflow import MAX_INTERVAL_SECONDS, IntervalType, RetryPolicy
 from shared.dsl.loader import LineMap
@@ -84,6 +86,30 @@ def _seconds(value: LineMap, key: str) -> float | None:
         message = f"'_retry' {key} must be from 0 to {MAX_INTERVAL_SECONDS} seconds"
         raise Bad(f"{message}, got {seconds!r}", value.line_of(key))
     return float(seconds)
+
+
+def delay_seconds(value: Any, line: int) -> int:
+    """``_delay``: whole seconds or a duration such as ``1h30m``, at most a week."""
+    _no_expression("_delay", value, line)
+    try:
+        return parse_duration(value, maximum=MAX_INTERVAL_SECONDS)
+    except BadDuration as exc:
+        raise Bad(f"'_delay' {exc}", line) from None
+
+
+def start_at(value: Any, line: int) -> str:
+    """``_start_at``: a wall time ``HH:MM[:SS]`` or an ISO 8601 instant with an offset."""
+    _no_expression("_start_at", value, line, " (07:00 means 07:00 on the session's date)")
+    try:
+        return parse_start_at(value)
+    except BadStartAt as exc:
+        raise Bad(f"'_start_at' {exc}", line) from None
+
+
+def _no_expression(key: str, value: Any, line: int, hint: str = "") -> None:
+    # The time is decided when the task becomes ready, before any of its params exist.
+    if isinstance(value, str) and "${" in value:
+        raise Bad(f"'{key}' cannot use ${{...}} expressions{hint}", line)
 
 
 def find_cycle(graph: dict[str, list[str]]) -> list[str]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from shared.domain.delays import StartRule
 from shared.domain.expressions import check_template
 from shared.domain.schedule import parse_schedule, resolve_timezone, suggest
 from shared.domain.workflow import (
@@ -21,12 +22,39 @@ from shared.domain.workflow import (
     TaskSpec,
     WorkflowDefinition,
 )
-from shared.dsl.directives import Bad, find_cycle, flag, parallel_value, retry_policy
+from shared.dsl.directives import (
+    Bad,
+    delay_seconds,
+    find_cycle,
+    flag,
+    parallel_value,
+    retry_policy,
+    start_at,
+)
 from shared.dsl.loader import LineMap, load_yaml
 from shared.errors import InvalidExpression, InvalidSchedule, InvalidWorkflow, Problem
 
-TOP_LEVEL_KEYS = ("timezone", "schedule", "_export", "_error", "_check", "_retry", "_parallel")
-GROUP_DIRECTIVES = ("_parallel", "_background", "_after", "_error", "_check", "_retry", "_export")
+DELAY_DIRECTIVES = ("_delay", "_start_at")
+TOP_LEVEL_KEYS = (
+    "timezone",
+    "schedule",
+    "_export",
+    "_error",
+    "_check",
+    "_retry",
+    "_parallel",
+    *DELAY_DIRECTIVES,
+)
+GROUP_DIRECTIVES = (
+    "_parallel",
+    "_background",
+    "_after",
+    "_error",
+    "_check",
+    "_retry",
+    "_export",
+    *DELAY_DIRECTIVES,
+)
 OPERATOR_DIRECTIVES = (*GROUP_DIRECTIVES[1:], "_type", "_command")
 # '+' and '^' join the parts of a full name (+wf+group^error); the rest cannot be shown.
 _BAD_NAME_CHARACTER = re.compile(r"[+^\x00-\x1f\x7f]")
@@ -328,6 +356,8 @@ class _ProjectParser:
             common["export"] = self._export(body, where)
         if "_retry" in body:
             common["retry"] = self._retry(body["_retry"], body.line_of("_retry"), where)
+        if any(key in body for key in DELAY_DIRECTIVES):
+            common["start"] = self._start(body, where)
         if "_error" in body:
             common["error"] = self._body("^error", "_error", body, plain)
         if "_check" in body and is_group:
@@ -428,6 +458,21 @@ class _ProjectParser:
         if cycle:
             line = bodies[cycle[0]].line_of("_after")
             self.report(where, line, f"'_after' cycle: {' -> '.join([*cycle, cycle[0]])}")
+
+    def _start(self, body: LineMap, where: _Where) -> StartRule | None:
+        """``_delay`` and ``_start_at``; None when neither holds the task back."""
+        delay, at = 0, None
+        try:
+            if "_delay" in body:
+                delay = delay_seconds(body["_delay"], body.line_of("_delay"))
+        except Bad as bad:
+            self.report(where, bad.line, bad.message)
+        try:
+            if "_start_at" in body:
+                at = start_at(body["_start_at"], body.line_of("_start_at"))
+        except Bad as bad:
+            self.report(where, bad.line, bad.message)
+        return StartRule(delay, at) if delay or at is not None else None
 
     def _retry(self, value: Any, line: int, where: _Where) -> RetryPolicy | None:
         try:

@@ -56,6 +56,8 @@ _STATES: BindParameter[str] = bindparam("states", expanding=True)
 _HAS_CHILD_IN = select(
     exists().where(tasks.c.parent_id == bindparam("parent_id"), tasks.c.state.in_(_STATES))
 )
+# The "start" key of a task's config is its _delay/_start_at (TaskSpec.to_config).
+_HAS_NO_START_RULE = tasks.c.config["start"].as_string().is_(None)
 _DOWNSTREAM_IDS = select(task_dependencies.c.downstream_id).where(
     task_dependencies.c.upstream_id == bindparam("task_id")
 )
@@ -211,8 +213,14 @@ def update_tasks_state(
     from_states: Iterable[TaskState],
     state: TaskState,
     now: datetime,
+    *,
+    skip_delayed: bool = False,
 ) -> list[tuple[int, bool]]:
-    """Move many tasks to ``state``; ``(id, is_group)`` of those that were in ``from_states``."""
+    """Move many tasks to ``state``; ``(id, is_group)`` of those that were in ``from_states``.
+
+    ``skip_delayed`` leaves tasks with a ``_delay``/``_start_at`` where they are: their
+    time has to be worked out first.
+    """
     if not task_ids:
         return []
     statement = (
@@ -221,6 +229,8 @@ def update_tasks_state(
         .values(state=state.value, updated_at=now)
         .returning(tasks.c.id, tasks.c.is_group)
     )
+    if skip_delayed:
+        statement = statement.where(_HAS_NO_START_RULE)
     return [(int(i), bool(g)) for i, g in conn.execute(statement)]
 
 

@@ -10,6 +10,7 @@ from shared.domain.states import (
     ACTIVE_TASK_STATES,
     ALLOWED_TASK_TRANSITIONS,
     TERMINAL_TASK_STATES,
+    TIMED_TASK_STATES,
     AttemptState,
     TaskState,
     attempt_state_for,
@@ -70,6 +71,16 @@ class TestTransitionTable:
             TaskState.CANCELED,
         }
 
+    def test_a_delayed_task_waits_before_it_is_ready(self) -> None:
+        assert ALLOWED_TASK_TRANSITIONS[TaskState.DELAYED] == {
+            TaskState.READY,
+            TaskState.CANCELED,
+        }
+
+    def test_the_timed_states_are_the_waits_that_end_at_not_before(self) -> None:
+        assert set(TIMED_TASK_STATES) == {TaskState.RETRY_WAITING, TaskState.DELAYED}
+        assert set(TIMED_TASK_STATES) <= ACTIVE_TASK_STATES
+
     def test_a_finished_task_cannot_change_its_outcome(self) -> None:
         for state in TERMINAL_TASK_STATES:
             for other in TERMINAL_TASK_STATES:
@@ -85,8 +96,16 @@ class TestStatesBefore:
         assert set(before) == {s for s in TaskState if can_transition(s, target)}
         assert len(before) == len(set(before))
 
-    def test_ready_comes_from_blocked_or_a_retry_wait(self) -> None:
-        assert set(states_before(TaskState.READY)) == {TaskState.BLOCKED, TaskState.RETRY_WAITING}
+    def test_ready_comes_from_blocked_a_retry_wait_or_a_delay(self) -> None:
+        assert set(states_before(TaskState.READY)) == {
+            TaskState.BLOCKED,
+            TaskState.RETRY_WAITING,
+            TaskState.DELAYED,
+        }
+
+    def test_only_a_blocked_task_is_delayed_as_it_becomes_ready(self) -> None:
+        # a retry waits for its _retry interval, never for _delay/_start_at again
+        assert states_before(TaskState.DELAYED) == (TaskState.BLOCKED,)
 
     def test_running_comes_only_from_queued(self) -> None:
         assert states_before(TaskState.RUNNING) == (TaskState.QUEUED,)

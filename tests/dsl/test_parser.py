@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from shared.domain.delays import StartRule
 from shared.domain.workflow import IntervalType, RetryPolicy, TaskSpec, WorkflowDefinition
 from shared.dsl.loader import LineMap, load_yaml
 from shared.dsl.parser import load_project, parse_workflow_file, parse_workflow_text
@@ -573,6 +574,120 @@ class TestRetryErrors:
     def test_a_bad_retry_names_the_key(self, tmp_path: Path, value: str, message: str) -> None:
         assert problems(tmp_path, f"+a:\n  echo>: x\n  _retry: {value}\n") == [
             f"wf.dig:3: {message}"
+        ]
+
+
+class TestDelays:
+    @pytest.mark.parametrize(
+        ("value", "seconds"),
+        [("90", 90), ("'90'", 90), ("30s", 30), ("10m", 600), ("1h30m", 5400), ("7d", 604800)],
+    )
+    def test_a_delay_is_seconds_or_a_duration(
+        self, tmp_path: Path, value: str, seconds: int
+    ) -> None:
+        workflow = parse(tmp_path, f"+a:\n  echo>: x\n  _delay: {value}\n")
+        assert child(workflow.root, "+a").start == StartRule(delay_seconds=seconds)
+
+    @pytest.mark.parametrize(
+        ("value", "stored"),
+        [
+            ("07:00", "07:00:00"),
+            ("'7:30:15'", "07:30:15"),
+            ("2026-12-01T07:00:00+09:00", "2026-12-01T07:00:00+09:00"),
+            ("2026-12-01T07:00:00Z", "2026-12-01T07:00:00+00:00"),
+        ],
+    )
+    def test_a_start_time_is_a_wall_time_or_an_instant(
+        self, tmp_path: Path, value: str, stored: str
+    ) -> None:
+        workflow = parse(tmp_path, f"+a:\n  echo>: x\n  _start_at: {value}\n")
+        assert child(workflow.root, "+a").start == StartRule(start_at=stored)
+
+    def test_the_keys_hold_the_workflow_a_group_or_a_task(self, tmp_path: Path) -> None:
+        workflow = parse(
+            tmp_path,
+            """
+            timezone: Asia/Tokyo
+            _start_at: 07:00
+            _delay: 1h
+            +group:
+              _delay: 2m
+              +inner:
+                echo>: x
+            +task:
+              _start_at: 2026-12-01T07:00:00+09:00
+              _error:
+                _delay: 5s
+                echo>: failed
+              sh>: ./load.sh
+            """,
+        )
+        assert workflow.root.start == StartRule(3600, "07:00:00")
+        assert child(workflow.root, "+group").start == StartRule(120)
+        task = child(workflow.root, "+task")
+        assert task.start == StartRule(start_at="2026-12-01T07:00:00+09:00")
+        assert task.params == {}
+        assert task.error is not None and task.error.start == StartRule(5)
+
+    def test_a_zero_delay_holds_nothing_back(self, tmp_path: Path) -> None:
+        workflow = parse(tmp_path, "+a:\n  echo>: x\n  _delay: 0s\n")
+        assert child(workflow.root, "+a").start is None
+
+    def test_the_rule_is_stored_with_the_task_config(self, tmp_path: Path) -> None:
+        workflow = parse(tmp_path, "_delay: 10m\n+a:\n  echo>: x\n  _start_at: 07:00\n")
+        config = workflow.to_config()
+        assert config["root"]["start"] == {"delay": 600}
+        assert config["root"]["children"][0]["start"] == {"at": "07:00:00"}
+        assert WorkflowDefinition.from_config(config) == workflow
+
+    @pytest.mark.parametrize(
+        ("key", "value", "message"),
+        [
+            ("_delay", "8d", "'_delay' must be at most 7d, got '8d'"),
+            ("_delay", "-5", "'_delay' must be at least 0s, got -5"),
+            (
+                "_delay",
+                "soon",
+                "'_delay' expected a duration such as 30s, 10m or 1h30m, got 'soon'",
+            ),
+            ("_delay", "1.5", "'_delay' expected a duration such as 30s, 10m or 1h30m, got 1.5"),
+            ("_delay", "true", "'_delay' expected a duration such as 30s, 10m or 1h30m, got True"),
+            ("_delay", "${wait}", "'_delay' cannot use ${...} expressions"),
+            ("_start_at", "25:00", "'_start_at' has an out-of-range time of day '25:00'"),
+            (
+                "_start_at",
+                "2026-12-01T07:00:00",
+                "'_start_at' needs a UTC offset such as +09:00 or Z (or a time of day HH:MM), "
+                "got '2026-12-01T07:00:00'",
+            ),
+            (
+                "_start_at",
+                "noon",
+                "'_start_at' must be a time of day HH:MM[:SS] or a date and time with a UTC "
+                "offset, such as 07:00 or 2026-12-01T07:00:00+09:00, got 'noon'",
+            ),
+            (
+                "_start_at",
+                "${session_date}T07:00:00+09:00",
+                "'_start_at' cannot use ${...} expressions "
+                "(07:00 means 07:00 on the session's date)",
+            ),
+        ],
+    )
+    def test_a_bad_value_is_reported_at_its_line(
+        self, tmp_path: Path, key: str, value: str, message: str
+    ) -> None:
+        text = f"+a:\n  echo>: x\n  {key}: {value}\n"
+        assert problems(tmp_path, text) == [f"wf.dig:3: {message}"]
+        assert problems(tmp_path, f"{key}: {value}\n+a:\n  echo>: x\n") == [f"wf.dig:1: {message}"]
+
+    def test_both_bad_keys_are_reported(self, tmp_path: Path) -> None:
+        text = "+g:\n  _delay: 1w\n  _start_at: 7am\n  +a:\n    echo>: x\n"
+        assert [p.split(": ")[0] for p in problems(tmp_path, text)] == ["wf.dig:2", "wf.dig:3"]
+
+    def test_a_misspelled_key_gets_a_suggestion(self, tmp_path: Path) -> None:
+        assert problems(tmp_path, "+a:\n  echo>: x\n  _dealy: 5\n") == [
+            "wf.dig:3: unknown directive '_dealy' (did you mean '_delay'?)"
         ]
 
 

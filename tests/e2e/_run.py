@@ -26,7 +26,10 @@ RUN_TIMEOUT_SECONDS = 60
 NOTES_DIR = Path(".tickwork") / "out"
 """Where the examples' tasks note that they ran, relative to the project directory."""
 
-PROGRESS_LINE = re.compile(r"^\d\d:\d\d:\d\d (?P<task>\+\S+) (?P<state>[a-z_]+)$")
+PROGRESS_LINE = re.compile(
+    r"^\d\d:\d\d:\d\d (?P<task>\+\S+) (?P<state>[a-z_]+)(?: until (?P<until>[\d: -]+))?$"
+)
+"""A task's new state; a waiting one (delayed, retry_waiting) says until when."""
 OUTPUT_LINE = re.compile(r"^\d\d:\d\d:\d\d (?P<task>\+\S+): (?P<text>.*)$")
 PROBLEM_LINE = re.compile(r"^(?P<file>[^:\s]+\.dig):(?P<line>\d+): (?P<message>.+)$")
 ATTEMPT_LINE = re.compile(r"^session (?P<session>\S+)  attempt (?P<attempt>\d+): (?P<state>\w+)$")

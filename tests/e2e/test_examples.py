@@ -193,6 +193,25 @@ def test_background_task_runs_alongside_the_one_before_and_load_waits(
     assert "success: 3" in run.summary
 
 
+def test_delay_starts_publish_a_second_after_export_and_report_does_not_wait(
+    run_example: RunExample,
+) -> None:
+    examples, run = run_example("delay.dig")
+
+    assert run.exit_code == 0, run.explain()
+    assert examples.notes("delay") == ["export", "publish", "report"]
+    assert ("+delay+publish", "delayed") in run.progress()
+    assert "+delay+publish delayed until " in run.stdout
+    assert ("+delay+report", "delayed") not in run.progress()
+    # +publish's log was written at least a second after +export's
+    logs = examples.state_dir / "logs" / str(run.attempt_id)
+    export, publish = (
+        max(path.stat().st_mtime for path in logs.glob(f"*{name}*.log"))
+        for name in ("export", "publish")
+    )
+    assert publish - export >= 1.0
+
+
 class TestTheExamplesDirectory:
     def test_every_example_passes_tickwork_check(self) -> None:
         workflows = sorted(str(p) for p in EXAMPLES_DIR.glob("*.dig"))

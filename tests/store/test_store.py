@@ -300,6 +300,24 @@ class TestTaskRows:
             assert moved == [(a, True)]  # with whether it is a group
             assert task_store.get_task(conn, b).state is TaskState.SUCCESS
 
+    def test_update_tasks_state_can_leave_tasks_with_a_start_rule_alone(
+        self, engine: Engine
+    ) -> None:
+        with engine.begin() as conn:
+            attempt_id = _attempt(conn)
+            plain = _insert(conn, attempt_id, "+a")
+            delayed = _insert(conn, attempt_id, "+b", config={"name": "+b", "start": {"delay": 5}})
+            moved = task_store.update_tasks_state(
+                conn,
+                [plain, delayed],
+                (TaskState.BLOCKED,),
+                TaskState.READY,
+                NOW,
+                skip_delayed=True,
+            )
+            assert moved == [(plain, False)]
+            assert task_store.get_task(conn, delayed).state is TaskState.BLOCKED
+
     def test_a_task_is_startable_once_every_upstream_succeeded(self, engine: Engine) -> None:
         with engine.begin() as conn:
             attempt_id = _attempt(conn)
