@@ -410,3 +410,18 @@ class TestBackfill:
         store.finish_all()
         scheduler.tick(T0)
         assert store.attempt_states()[T0 - timedelta(hours=1)] == "created"
+
+
+class TestMetrics:
+    def test_emissions_misses_and_lag_are_counted(self, store: Store) -> None:
+        store.push("cron>: '0 * * * *'\ncatchup: latest", now=T0 - timedelta(hours=3))
+        scheduler = Scheduler(store.engine)
+        run_until_idle(scheduler, T0 + timedelta(seconds=5))
+        registry = scheduler.metrics.registry
+        assert registry.get_sample_value("tickwork_scheduler_sessions_emitted_total") == 1
+        missed = registry.get_sample_value("tickwork_scheduler_missed_total", {"reason": "catchup"})
+        assert missed == 2
+        lag_count = registry.get_sample_value("tickwork_scheduler_emission_lag_seconds_count")
+        lag_sum = registry.get_sample_value("tickwork_scheduler_emission_lag_seconds_sum")
+        assert (lag_count, lag_sum) == (1, 5.0)
+        assert registry.get_sample_value("tickwork_scheduler_due_schedules") == 0
