@@ -96,7 +96,8 @@ def _spec_from(cron: str | None, workflow_file: Path | None, timezone: str | Non
         try:
             return parse_schedule({"cron>": cron}, timezone or "UTC")
         except InvalidSchedule as exc:
-            fail(f"error: --cron: {exc.message}")
+            option = "--timezone" if exc.key == "timezone" else "--cron"
+            fail(f"error: {option}: {exc.message}")
     assert workflow_file is not None
     try:
         definition = parse_workflow_file(workflow_file, workflow_file.parent.resolve())
@@ -138,11 +139,20 @@ def preview_lines(spec: ScheduleSpec, after: datetime, count: int, seed: str = "
 
 
 @click.group("schedules", invoke_without_command=True)
+@click.option(
+    "--database-url",
+    envvar="TICKWORK_DATABASE_URL",
+    help="The store, for the listing without a command (env TICKWORK_DATABASE_URL).",
+)
+@click.option("--json", "as_json", is_flag=True, help="List as one JSON object per line.")
 @click.pass_context
-def schedules_group(ctx: click.Context) -> None:
-    """List schedules, preview times, and pause, resume or skip a schedule."""
+def schedules_group(ctx: click.Context, database_url: str | None, as_json: bool) -> None:
+    """List schedules (the default), preview times, and pause, resume or skip a schedule."""
     if ctx.invoked_subcommand is None:
-        ctx.invoke(list_command)
+        if database_url is None:
+            raise click.UsageError("Missing option '--database-url' (or TICKWORK_DATABASE_URL).")
+        # ctx.invoke fills in only the defaults, not the environment: pass the options on.
+        ctx.invoke(list_command, database_url=database_url, as_json=as_json)
 
 
 @schedules_group.command("preview")
