@@ -11,16 +11,17 @@ import uuid
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, func, select
-from sqlalchemy.dialects import postgresql, sqlite
 
 from shared.domain.catchup import MissedRange, Span
 from shared.domain.schedule import ScheduleSpec
 from shared.domain.states import AttemptState
 from shared.domain.workflow import WorkflowDefinition
 from shared.errors import Conflict, NotFound
+from shared.store.sql import insert_rows, is_in, unnest_rows
 from shared.store.tables import (
     attempts,
     backfills,
@@ -56,7 +57,7 @@ class ScheduleRow:
     failures: int
     last_error: str | None
 
-    @property
+    @cached_property
     def schedule(self) -> ScheduleSpec:
         """The parsed spec."""
         return ScheduleSpec.from_config(self.spec)
@@ -171,7 +172,7 @@ def inactive_spans(conn: Connection, schedule_ids: Collection[int]) -> dict[int,
         schedule_inactive_spans.c.schedule_id,
         schedule_inactive_spans.c.started_at,
         schedule_inactive_spans.c.ended_at,
-    ).where(schedule_inactive_spans.c.schedule_id.in_(list(schedule_ids)))
+    ).where(is_in(conn, schedule_inactive_spans.c.schedule_id, schedule_ids))
     for row in conn.execute(query):
         spans.setdefault(row.schedule_id, []).append(Span(row.started_at, row.ended_at))
     return spans
@@ -187,7 +188,7 @@ def active_counts(conn: Connection, schedule_ids: Collection[int]) -> dict[int, 
         .select_from(attempts.join(sessions))
         .where(
             attempts.c.state.in_([*ACTIVE, AttemptState.WAITING.value]),
-            sessions.c.schedule_id.in_(list(schedule_ids)),
+            is_in(conn, sessions.c.schedule_id, schedule_ids),
         )
         .group_by(sessions.c.schedule_id, attempts.c.state)
     )
@@ -215,10 +216,6 @@ class NewSession:
     backfill_id: int | None = None
 
 
-def _insert_ignoring(conn: Connection) -> Any:
-    return (postgresql if conn.dialect.name == "postgresql" else sqlite).insert
-
-
 def insert_sessions(conn: Connection, new: Sequence[NewSession], now: datetime) -> list[int]:
     """Insert sessions with their first attempt; existing sessions are left alone.
 
@@ -226,14 +223,6 @@ def insert_sessions(conn: Connection, new: Sequence[NewSession], now: datetime) 
     """
     if not new:
         return []
-    insert = _insert_ignoring(conn)
-    statement = (
-        insert(sessions)
-        .on_conflict_do_nothing()
-        .returning(
-            sessions.c.id, sessions.c.project_id, sessions.c.workflow_name, sessions.c.session_time
-        )
-    )
     session_rows = [
         {
             "project_id": item.project_id,
@@ -246,7 +235,13 @@ def insert_sessions(conn: Connection, new: Sequence[NewSession], now: datetime) 
         for item in new
     ]
     by_key = {(i.project_id, i.workflow_name, i.session_time): i for i in new}
-    created = conn.execute(statement, session_rows).all()
+    returned = (
+        sessions.c.id,
+        sessions.c.project_id,
+        sessions.c.workflow_name,
+        sessions.c.session_time,
+    )
+    created = insert_rows(conn, sessions, session_rows, returned, ignore_conflicts=True)
     if not created:
         return []
     attempt_rows = []
@@ -266,8 +261,7 @@ def insert_sessions(conn: Connection, new: Sequence[NewSession], now: datetime) 
                 "created_at": now,
             }
         )
-    result = conn.execute(attempts.insert().returning(attempts.c.id), attempt_rows)
-    return [int(attempt_id) for attempt_id in result.scalars()]
+    return [int(row.id) for row in insert_rows(conn, attempts, attempt_rows, (attempts.c.id,))]
 
 
 def record_missed(
@@ -333,29 +327,42 @@ def save_progress(conn: Connection, progress: Sequence[Progress], now: datetime)
     """Advance checkpoints and due times of many schedules at once; clears failures."""
     if not progress:
         return
+    rows = [
+        {
+            "id": item.schedule_id,
+            "last_session_time": item.checkpoint,
+            "next_schedule_time": item.next_session_time,
+            "next_run_time": item.next_run_time,
+        }
+        for item in progress
+    ]
+    if conn.dialect.name == "postgresql":
+        # One UPDATE ... FROM unnest(...) instead of one UPDATE per schedule.
+        source = unnest_rows(schedules, rows)
+        conn.execute(
+            schedules.update()
+            .where(schedules.c.id == source.c.id)
+            .values(
+                last_session_time=source.c.last_session_time,
+                next_schedule_time=source.c.next_schedule_time,
+                next_run_time=source.c.next_run_time,
+                failures=0,
+                last_error=None,
+            )
+        )
+        return
     statement = (
         schedules.update()
         .where(schedules.c.id == bindparam("b_id"))
         .values(
-            last_session_time=bindparam("b_checkpoint"),
-            next_schedule_time=bindparam("b_next_session"),
-            next_run_time=bindparam("b_next_run"),
+            last_session_time=bindparam("b_last_session_time"),
+            next_schedule_time=bindparam("b_next_schedule_time"),
+            next_run_time=bindparam("b_next_run_time"),
             failures=0,
             last_error=None,
         )
     )
-    conn.execute(
-        statement,
-        [
-            {
-                "b_id": item.schedule_id,
-                "b_checkpoint": item.checkpoint,
-                "b_next_session": item.next_session_time,
-                "b_next_run": item.next_run_time,
-            }
-            for item in progress
-        ],
-    )
+    conn.execute(statement, [{f"b_{key}": value for key, value in row.items()} for row in rows])
 
 
 def record_failure(
@@ -406,6 +413,7 @@ def upsert_schedule(
         "timezone": definition.timezone,
         "updated_at": now,
     }
+    spec = ScheduleSpec.from_config(definition.schedule)
     if existing is None:
         start = now if schedule_from is None else schedule_from - _EPSILON
         conn.execute(
@@ -414,6 +422,7 @@ def upsert_schedule(
                 workflow_name=definition.name,
                 created_at=now,
                 last_session_time=start,
+                next_schedule_time=spec.next_session_time(start),
                 next_run_time=now,
                 **values,
             )
@@ -425,8 +434,10 @@ def upsert_schedule(
     if existing.spec != definition.schedule:
         _record_edit(conn, existing, now)
         checkpoint = existing.last_session_time
+        checkpoint = now if checkpoint is None else max(checkpoint, now)
         values.update(
-            last_session_time=now if checkpoint is None else max(checkpoint, now),
+            last_session_time=checkpoint,
+            next_schedule_time=spec.next_session_time(checkpoint),
             next_run_time=now,
         )
     conn.execute(schedules.update().where(schedules.c.id == existing.id).values(**values))
