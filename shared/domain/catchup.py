@@ -64,13 +64,15 @@ def plan_pass(
 ) -> Pass:
     """Everything due after ``checkpoint`` at ``now``, per the schedule's catch-up policy."""
     result = Pass(checkpoint=checkpoint)
-    current: datetime | None = _drop_late(spec, checkpoint, now, seed, result)
+    current: datetime | None = _drop_late(spec, checkpoint, now, seed, spans, result)
     while current is not None:
         following = spec.next_session_time(current)
         if following is None:
             break
         run = spec.run_time(following, seed)
-        span = _span_of(spans, run)
+        # Whether a time fell in an inactive span goes by its run time without jitter, as
+        # every bound here does, so that skipped and missed times never overlap.
+        span = _span_of(spans, following + timedelta(seconds=spec.delay_seconds))
         if span is not None and span.end is None:
             # Inactive from span.start on: nothing more is due until reactivation.
             result.next_session_time = following
@@ -104,26 +106,55 @@ def _last_before(spec: ScheduleSpec, instant: datetime) -> datetime | None:
 
 
 def _drop_late(
-    spec: ScheduleSpec, checkpoint: datetime, now: datetime, seed: str, result: Pass
+    spec: ScheduleSpec,
+    checkpoint: datetime,
+    now: datetime,
+    seed: str,
+    spans: Sequence[Span],
+    result: Pass,
 ) -> datetime:
     """Record the late times the policy will not emit; the checkpoint after them."""
     first = spec.next_session_time(checkpoint)
     if first is None or spec.run_time(first, seed) >= now - LIVE_GRACE:
         return checkpoint
-    bound = _oldest_wanted_run(spec, checkpoint, now, seed)
+    bound = _oldest_wanted_run(spec, checkpoint, now, seed, spans)
     if bound is None:
         return checkpoint
-    last = _last_before(spec, bound)
+    last = _newest_due(spec, _last_before(spec, bound), now, seed)
     if last is None or last < first:
         return checkpoint
-    count = spec.count_between(first, last, COUNT_CAP)
-    result.missed.append(MissedRange(first, last, count, "catchup"))
+    # Times due while the schedule was inactive never happen: they are not missed.
+    for low, high in _active_ranges(spec, first, last, spans):
+        count = spec.count_between(low, high, COUNT_CAP)
+        result.missed.append(MissedRange(low, high, count, "catchup"))
     result.checkpoint = last
     return last
 
 
+def _active_ranges(
+    spec: ScheduleSpec, first: datetime, last: datetime, spans: Sequence[Span]
+) -> list[tuple[datetime, datetime]]:
+    """The session times in ``[first, last]`` due outside every span, as (first, last) pairs."""
+    ranges: list[tuple[datetime, datetime]] = []
+    low: datetime | None = first
+    for span in sorted(spans, key=lambda span: span.start):
+        if low is None or low > last:
+            return ranges
+        high = _last_before(spec, span.start)
+        if high is not None and high >= low:
+            ranges.append((low, min(high, last)))
+        if span.end is None:
+            return ranges
+        inactive_last = _last_before(spec, span.end)
+        if inactive_last is not None and inactive_last >= low:
+            low = spec.next_session_time(inactive_last)
+    if low is not None and low <= last:
+        ranges.append((low, last))
+    return ranges
+
+
 def _oldest_wanted_run(
-    spec: ScheduleSpec, checkpoint: datetime, now: datetime, seed: str
+    spec: ScheduleSpec, checkpoint: datetime, now: datetime, seed: str, spans: Sequence[Span]
 ) -> datetime | None:
     """Run times before this one are dropped by the catch-up policy (None: keep all)."""
     bounds: list[datetime] = []
@@ -133,12 +164,46 @@ def _oldest_wanted_run(
         bounds.append(now - LIVE_GRACE)
     keep = 1 if spec.catchup == "latest" else spec.max_catchup
     if keep is not None:
-        # The newest `keep` due times are wanted: walk back to the first one not kept.
-        current = spec.last_session_time(now - timedelta(seconds=spec.delay_seconds))
-        for _ in range(keep):
-            if current is None or current <= checkpoint:
-                break
-            current = spec.last_session_time(current - timedelta(microseconds=1))
+        current = _newest_not_kept(spec, checkpoint, now, seed, spans, keep)
         if current is not None and current > checkpoint:
             bounds.append(spec.run_time(current, seed) + timedelta(microseconds=1))
     return max(bounds) if bounds else None
+
+
+def _newest_due(
+    spec: ScheduleSpec, session_time: datetime | None, now: datetime, seed: str
+) -> datetime | None:
+    """``session_time`` or the nearest one before it whose run time, jitter included, has come.
+
+    Bounds are computed without jitter; this keeps a time whose jitter puts its run time
+    after ``now`` from being counted as due (or dropped as missed) before it is.
+    """
+    current = session_time
+    while current is not None and spec.run_time(current, seed) > now:
+        current = spec.last_session_time(current - timedelta(microseconds=1))
+    return current
+
+
+def _newest_not_kept(
+    spec: ScheduleSpec,
+    checkpoint: datetime,
+    now: datetime,
+    seed: str,
+    spans: Sequence[Span],
+    keep: int,
+) -> datetime | None:
+    """Walking back from the newest due time, the first after the ``keep`` newest active ones.
+
+    Times due inside an inactive span are passed over, not counted: they never happen.
+    """
+    newest = spec.last_session_time(now - timedelta(seconds=spec.delay_seconds))
+    current = _newest_due(spec, newest, now, seed)
+    kept = 0
+    while current is not None and current > checkpoint and kept < keep:
+        span = _span_of(spans, current + timedelta(seconds=spec.delay_seconds))
+        if span is None:
+            kept += 1
+            current = spec.last_session_time(current - timedelta(microseconds=1))
+        else:
+            current = _last_before(spec, span.start)
+    return current

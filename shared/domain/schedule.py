@@ -59,7 +59,7 @@ DEFAULT_MAX_ACTIVE = 16
 MAX_ACTIVE_LIMIT = 10_000
 MAX_CATCHUP_LIMIT = 1_000_000
 _YEAR_SECONDS = 366 * 86400
-_CRON_TOKEN = re.compile(r"^(\*|\d+|\d*L|\d+W|LW|[A-Za-z]{3})$")
+_CRON_TOKEN = re.compile(r"^(\*|\d+|\d*L|L\d|\d+W|LW|[A-Za-z]{3})$")
 _UTC_OFFSET = re.compile(r"^([+-])(\d{2}):00$")
 _FIELD_NAMES = "minute hour day-of-month month day-of-week"
 
@@ -161,7 +161,10 @@ class ScheduleSpec:
         return run
 
     def count_between(self, first: datetime, last: datetime, cap: int) -> int | None:
-        """How many session times lie in ``[first, last]``; None when more than ``cap``."""
+        """How many session times lie in ``[first, last]``; None when more than ``cap``.
+
+        ``first`` must be a session time. An interval is counted exactly, whatever ``cap``.
+        """
         if isinstance(self._times, IntervalTimes):
             return self._times.count_between(first, last)
         count, current = 1, first
@@ -209,7 +212,10 @@ def _cached_after(spec: ScheduleSpec, now: datetime) -> datetime | None:
 
 def _local_midnight(day: date, zone: ZoneInfo) -> datetime:
     """The first instant of ``day`` in ``zone`` (after the gap if midnight is skipped)."""
-    return datetime.combine(day, time(0), tzinfo=zone).astimezone(UTC)
+    try:
+        return datetime.combine(day, time(0), tzinfo=zone).astimezone(UTC)
+    except OverflowError:  # midnight of 0001-01-01 east of UTC is before year 1 UTC
+        return datetime.min.replace(tzinfo=UTC)
 
 
 def _aware(now: datetime) -> datetime:
@@ -264,7 +270,8 @@ def parse_schedule(raw: Mapping[str, Any], timezone: str) -> ScheduleSpec:
 
 def _first_instant_of(spec: ScheduleSpec) -> datetime:
     if spec.start is not None:
-        return _local_midnight(date.fromisoformat(spec.start), spec.zone) - timedelta(seconds=1)
+        # next_session_time moves any earlier instant up to just before ``start``.
+        return datetime.min.replace(tzinfo=UTC)
     return datetime(2000, 1, 1, tzinfo=UTC)
 
 
@@ -295,7 +302,9 @@ def _policies(raw: Mapping[str, Any]) -> dict[str, Any]:
         if key in raw:
             window = raw[key]
             none = window is None or str(window).lower() in ("none", "unlimited")
-            policies["catchup_window_seconds"] = None if none else _duration(raw, key)
+            # Longer than a year is "none"; the bound keeps now - window a valid datetime.
+            seconds = None if none else _duration(raw, key, maximum=_YEAR_SECONDS)
+            policies["catchup_window_seconds"] = seconds
     if "max_catchup" in raw:
         policies["max_catchup"] = _count(raw, "max_catchup", 0, MAX_CATCHUP_LIMIT)
     if "overlap" in raw:

@@ -4,13 +4,15 @@ Croniter alone, given aware datetimes, fires a fixed-time job twice in a repeate
 adds runs around a change for stepped hours. tickwork walks the pattern in *wall* time and
 maps each matching wall time to instants by these rules:
 
-- A fixed-time pattern (no ``*`` or step in the minute and hour fields, like
-  ``30 2 * * *``) fires once per matching wall time: a wall time that does not exist (the
-  spring-forward gap) fires at the first instant after the gap, and one that happens twice
-  (the autumn repeated hour) fires on the first pass only.
-- A pattern with a wildcard or step in the minute or hour field (``*/15 * * * *``,
-  ``0 * * * *``) follows real time: it fires at every instant whose local wall time
-  matches, so both passes of a repeated hour fire and a skipped hour has nothing to fire.
+- A pattern that fires every hour (hour field ``*``, like ``0 * * * *`` or
+  ``*/15 * * * *``) follows real time: it fires at every instant whose local wall time
+  matches. Both passes of a repeated hour fire (an hourly job runs 25 times that day) and
+  an hour the clock skips has nothing to fire (23 times that day), so runs stay evenly
+  spaced in real time: no extra run, none missing.
+- Any other pattern (``30 2 * * *``, ``0 */2 * * *``, ``*/15 1 * * *``) fires once per
+  matching wall time: a wall time that does not exist (the spring-forward gap) fires at
+  the first instant after the gap, once however many of its wall times fell in the gap,
+  and one that happens twice (the autumn repeated hour) fires on the first pass only.
 
 Every function takes and returns UTC instants, strictly ordered, never the same instant
 twice. (Two aware datetimes sharing one zone compare by wall time, ignoring ``fold``: the
@@ -19,8 +21,10 @@ two passes of a repeated hour would look equal. UTC has no such trap.)
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
@@ -32,6 +36,8 @@ MAX_SHIFT = timedelta(hours=3)
 _SAFE_SPAN = timedelta(days=7)
 _MAX_WALLS = 20_000
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# The latest wall time croniter can step from (it rounds microseconds up to a second).
+_LAST_WALL = datetime(9999, 12, 31, 23, 59, 59)
 
 
 class TimeSource(Protocol):
@@ -43,18 +49,21 @@ class TimeSource(Protocol):
 
 
 def follows_real_time(cron: str) -> bool:
-    """True when the minute or hour field has a wildcard or a step."""
-    minute, hour = cron.split()[:2]
-    return any(mark in field for field in (minute, hour) for mark in "*/")
+    """True when the pattern fires in every hour (its hour field is ``*``)."""
+    return cron.split()[1] in ("*", "*/1")
 
 
 def wall_instants(wall: datetime, zone: ZoneInfo) -> tuple[list[datetime], bool]:
     """The instants (UTC) at which local ``wall`` time happens, and whether it is in a gap.
 
-    One instant normally, two in a repeated hour (first pass first), none in a gap.
+    One instant normally, two in a repeated hour (first pass first), none in a gap or
+    outside years 1..9999 UTC.
     """
-    first = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
-    second = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
+    try:
+        first = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
+        second = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
+    except OverflowError:
+        return [], False
     if first == second:
         return [first], False
     if first < second:
@@ -77,12 +86,46 @@ def gap_end(wall: datetime, zone: ZoneInfo) -> datetime:
 
 
 def _wall(instant: datetime, zone: ZoneInfo) -> datetime:
-    return instant.astimezone(zone).replace(tzinfo=None)
+    """``instant``'s local wall time, within the range croniter can step from."""
+    try:
+        return min(instant.astimezone(zone).replace(tzinfo=None), _LAST_WALL)
+    except OverflowError:  # the zone's wall clock is past year 9999 or before year 1
+        return _LAST_WALL if instant.year > 1 else datetime.min
+
+
+def _shift(wall: datetime, delta: timedelta) -> datetime:
+    """``wall + delta``, clamped to the range croniter can step from."""
+    try:
+        return min(wall + delta, _LAST_WALL)
+    except OverflowError:
+        return _LAST_WALL if delta > timedelta(0) else datetime.min
+
+
+@lru_cache(maxsize=4096)
+def _parsed(cron: str) -> croniter:
+    # Parsing a pattern costs as much as a step through it; each walk starts from a copy.
+    return croniter(cron, datetime(2000, 1, 1))
+
+
+def _croniter_at(cron: str, start: datetime) -> croniter:
+    """A fresh croniter on ``cron`` at naive ``start``, as ``croniter(cron, start)`` but faster.
+
+    The copy shares the parsed fields, which stepping only reads; the per-weekday sets it
+    may update are copied too, so walks in several threads never touch the same set.
+    """
+    iterator = copy.copy(_parsed(cron))
+    iterator.nth_weekday_of_month = {
+        key: set(value) for key, value in iterator.nth_weekday_of_month.items()
+    }
+    iterator.set_current(start, force=True)
+    return iterator
 
 
 def _walls(cron: str, start: datetime, forward: bool) -> Iterator[datetime]:
     """Matching wall times strictly after (or before) naive ``start``, at most _MAX_WALLS."""
-    iterator = croniter(cron, start)
+    # Croniter rounds microseconds up to the next second, which overflows on 9999-12-31;
+    # matches are whole minutes, so dropping them changes no answer going forward.
+    iterator = _croniter_at(cron, start.replace(microsecond=0) if forward else start)
     step = iterator.get_next if forward else iterator.get_prev
     for _ in range(_MAX_WALLS):
         try:
@@ -100,9 +143,12 @@ class CronTimes:
         self.zone = zone
         self.real_time = follows_real_time(cron)
 
-    def _fixed_instant(self, wall: datetime) -> datetime:
+    def _fixed_instant(self, wall: datetime) -> datetime | None:
+        """``wall``'s one instant under the fixed-time rules; None past year 9999."""
         instants, in_gap = wall_instants(wall, self.zone)
-        return gap_end(wall, self.zone) if in_gap else instants[0]
+        if in_gap:
+            return gap_end(wall, self.zone)
+        return instants[0] if instants else None
 
     def after(self, instant: datetime) -> datetime | None:
         """The first session time strictly after ``instant``."""
@@ -110,7 +156,7 @@ class CronTimes:
             return self._real_after(instant)
         for wall in _walls(self.cron, _wall(instant, self.zone), forward=True):
             found = self._fixed_instant(wall)
-            if found > instant:
+            if found is not None and found > instant:
                 return found
         return None
 
@@ -118,10 +164,10 @@ class CronTimes:
         """The last session time at or before ``instant``."""
         if self.real_time:
             return self._real_at_or_before(instant)
-        start = _wall(instant, self.zone) + MAX_SHIFT
+        start = _shift(_wall(instant, self.zone), MAX_SHIFT)
         for wall in _walls(self.cron, start, forward=False):
             found = self._fixed_instant(wall)
-            if found <= instant:
+            if found is not None and found <= instant:
                 return found
         return None
 
@@ -131,9 +177,13 @@ class CronTimes:
         if in_gap or len(instants) != 1:
             return None
         found = instants[0]
-        same_offset = (
-            found.astimezone(self.zone).utcoffset() == reference.astimezone(self.zone).utcoffset()
-        )
+        try:
+            same_offset = (
+                found.astimezone(self.zone).utcoffset()
+                == reference.astimezone(self.zone).utcoffset()
+            )
+        except OverflowError:  # the reference's wall clock is past year 9999
+            return None
         return found if same_offset and abs(found - reference) <= _SAFE_SPAN else None
 
     def _real_after(self, instant: datetime) -> datetime | None:
@@ -145,7 +195,7 @@ class CronTimes:
         return self._search(instant, forward=True)
 
     def _real_at_or_before(self, instant: datetime) -> datetime | None:
-        start = _wall(instant, self.zone) + timedelta(microseconds=1)
+        start = _shift(_wall(instant, self.zone), timedelta(microseconds=1))
         for wall in _walls(self.cron, start, forward=False):
             simple = self._simple(wall, instant)
             if simple is not None and simple <= instant:
@@ -157,11 +207,11 @@ class CronTimes:
         """Near an offset change: scan walls around ``instant`` and keep the nearest match."""
         shift = MAX_SHIFT if forward else -MAX_SHIFT
         best: datetime | None = None
-        for wall in _walls(self.cron, _wall(instant, self.zone) - shift, forward):
+        for wall in _walls(self.cron, _shift(_wall(instant, self.zone), -shift), forward):
             if best is not None and (
-                wall > _wall(best, self.zone) + MAX_SHIFT
+                wall > _shift(_wall(best, self.zone), MAX_SHIFT)
                 if forward
-                else wall < _wall(best, self.zone) - MAX_SHIFT
+                else wall < _shift(_wall(best, self.zone), -MAX_SHIFT)
             ):
                 break
             for found in wall_instants(wall, self.zone)[0]:

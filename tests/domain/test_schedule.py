@@ -98,10 +98,10 @@ class TestInvalidSchedules:
             ({"cron>": "0 0 31 4 *"}, "cron>", "cron '0 0 31 4 *' never fires"),
             ({"cron>": "H * * * *"}, "cron>", "cron 'H * * * *' has an invalid field 'H'"),
             (
-                {"cron>": "@every 1h"},
+                {"cron>": "@reboot"},
                 "cron>",
-                "unknown cron alias '@every 1h' (use one of @hourly, @daily, @midnight, "
-                "@weekly, @monthly, @yearly, @annually)",
+                "unknown cron alias '@reboot' (use one of @hourly, @daily, @midnight, "
+                "@weekly, @monthly, @yearly, @annually, @every <period>)",
             ),
             ({"daily>": "25:00:00"}, "daily>", "'daily>' has an out-of-range time '25:00:00'"),
             ({"daily>": "7:00"}, "daily>", "'daily>' must look like HH:MM:SS, got '7:00'"),
@@ -146,7 +146,7 @@ class TestInvalidSchedules:
             (
                 {"cron>": "0 * * * *", "delay": -1},
                 "delay",
-                "'delay' must be a whole number of seconds >= 0",
+                "'delay' must be at least 0s, got -1",
             ),
             (
                 {"daily>": "01:00:00", "dela": 1},
@@ -194,12 +194,13 @@ class TestSessionTimes:
         assert spec.last_session_time(now) == now
         assert spec.next_session_time(now) == now + timedelta(minutes=15)
 
-    def test_session_times_are_computed_and_returned_in_the_schedule_zone(self) -> None:
+    def test_session_times_are_computed_in_the_schedule_zone_and_returned_in_utc(self) -> None:
         spec = parse_schedule({"daily>": "07:00:00"}, "Asia/Tokyo")
         now = datetime(2024, 5, 1, 16, 0, tzinfo=UTC)  # 01:00 on May 2nd in Tokyo
         last = spec.last_session_time(now)
         assert last == datetime(2024, 5, 2, tzinfo=TOKYO)
-        assert last.utcoffset() == timedelta(hours=9)
+        assert last is not None and last.tzinfo is UTC
+        assert spec.local(last).isoformat() == "2024-05-02T00:00:00+09:00"
 
     def test_daylight_saving_days_keep_local_midnight(self) -> None:
         spec = parse_schedule({"cron>": "@daily"}, "America/Los_Angeles")
@@ -225,3 +226,262 @@ class TestSessionTimes:
         spec = parse_schedule({"cron>": "@daily"}, "UTC")
         with pytest.raises(TypeError):
             spec.last_session_time(datetime(2024, 1, 1))
+
+
+class TestValidation:
+    @pytest.mark.parametrize(
+        ("raw", "key", "message"),
+        [
+            ({"cron>": "0 0 * *"}, "cron>", "cron '0 0 * *' must have 5 fields"),
+            ({"cron>": "61 * * * *"}, "cron>", "invalid cron '61 * * * *'"),
+            ({"cron>": "*/0 * * * *"}, "cron>", "invalid cron '*/0 * * * *'"),
+            ({"cron>": "0 0 * * MON#6"}, "cron>", "invalid cron '0 0 * * MON#6'"),
+            ({"cron>": "0 0 ? * *"}, "cron>", "has an invalid field '?'"),
+            (
+                {"cron>": "0 0 29 2 *", "start": "2025-01-01", "end": "2027-12-31"},
+                "end",
+                "never fires between",
+            ),
+            ({"daily>": "01:00:00", "start": "10000-01-01"}, "start", "got '10000-01-01'"),
+            ({"daily>": "01:00:00", "end": "10000-01-01"}, "end", "got '10000-01-01'"),
+            ({"daily>": "01:00:00", "end": "2026-02-30"}, "end", "got '2026-02-30'"),
+            ({"daily>": "01:00:00", "jitter": "2d"}, "jitter", "'jitter' must be at most 1d"),
+            ({"daily>": "01:00:00", "jitter": "soon"}, "jitter", "expected a duration such as"),
+            (
+                {"daily>": "01:00:00", "catchup_window": "1x"},
+                "catchup_window",
+                "'catchup_window' expected a duration such as 30s, 10m or 1h30m, got '1x'",
+            ),
+            (
+                {"daily>": "01:00:00", "catchup_window": "999999999d"},
+                "catchup_window",
+                "'catchup_window' must be at most 366d, got '999999999d'",
+            ),
+            (
+                {"daily>": "01:00:00", "skip_delayed_by": -5},
+                "skip_delayed_by",
+                "'skip_delayed_by' must be at least 0s, got -5",
+            ),
+            (
+                {"cron>": "@every 1h", "offset": "2h"},
+                "offset",
+                "'offset' must be at most 1h, got '2h'",
+            ),
+            (
+                {"cron>": "0 * * * *", "offset": "5m"},
+                "offset",
+                "'offset' is only valid with cron>: \"@every ...\"",
+            ),
+            ({"cron>": "@every 0s"}, "cron>", "'cron>' @every period must be at least 1s"),
+            ({"cron>": "@every"}, "cron>", "needs a period after @every"),
+            ({"cron>": "@every soon"}, "cron>", "'cron>' @every period expected a duration"),
+            (
+                {"daily>": "01:00:00", "jiter": "5m"},
+                "jiter",
+                "unknown schedule option 'jiter' (did you mean 'jitter'?)",
+            ),
+            (
+                {"daily>": "01:00:00", "catchup": "some"},
+                "catchup",
+                "'catchup' must be one of all | latest | none, got 'some'",
+            ),
+            (
+                {"daily>": "01:00:00", "overlap": "queue"},
+                "overlap",
+                "'overlap' must be one of allow | skip | buffer_one, got 'queue'",
+            ),
+            (
+                {"daily>": "01:00:00", "max_active": 0},
+                "max_active",
+                "'max_active' must be a whole number from 1 to 10000",
+            ),
+            ({"daily>": "01:00:00", "max_active": True}, "max_active", "whole number"),
+            ({"daily>": "01:00:00", "max_catchup": -1}, "max_catchup", "from 0 to 1000000"),
+            (
+                {"daily>": "01:00:00", "skip_on_overtime": "yes"},
+                "skip_on_overtime",
+                "'skip_on_overtime' must be true or false",
+            ),
+        ],
+    )
+    def test_each_error_names_the_offending_key(
+        self, raw: dict[str, Any], key: str, message: str
+    ) -> None:
+        error = rejected(raw)
+        assert error.key == key
+        assert message in error.message
+
+    def test_an_unknown_time_zone_is_named_with_the_closest_one(self) -> None:
+        error = rejected({"cron>": "0 * * * *"}, "Europe/Berln")
+        assert (error.key, error.message) == (
+            "timezone",
+            "unknown timezone 'Europe/Berln' (did you mean 'Europe/Berlin'?)",
+        )
+
+    def test_the_last_friday_of_the_month_is_croniters_l5(self) -> None:
+        spec = parse_schedule({"cron>": "0 9 * * L5"}, "UTC")
+        assert spec.session_times(datetime(2026, 1, 1, tzinfo=UTC), 2) == [
+            datetime(2026, 1, 30, 9, tzinfo=UTC),
+            datetime(2026, 2, 27, 9, tzinfo=UTC),
+        ]
+
+    def test_skip_on_overtime_is_the_skip_overlap_policy(self) -> None:
+        assert parse_schedule({"daily>": "01:00:00", "skip_on_overtime": True}, "UTC").overlap == (
+            "skip"
+        )
+        assert parse_schedule({"daily>": "01:00:00", "skip_on_overtime": False}, "UTC").overlap == (
+            "allow"
+        )
+
+    def test_skip_delayed_by_is_the_catchup_window(self) -> None:
+        spec = parse_schedule({"daily>": "01:00:00", "skip_delayed_by": "1h"}, "UTC")
+        assert spec.catchup_window_seconds == 3600
+
+    @pytest.mark.parametrize("window", [None, "none", "unlimited", "None"])
+    def test_a_catchup_window_of_none_means_no_age_limit(self, window: Any) -> None:
+        spec = parse_schedule({"daily>": "01:00:00", "catchup_window": window}, "UTC")
+        assert spec.catchup_window_seconds is None
+
+    def test_the_default_policies_are_all_within_a_day_and_sixteen_active(self) -> None:
+        spec = parse_schedule({"daily>": "01:00:00"}, "UTC")
+        assert (spec.catchup, spec.catchup_window_seconds, spec.max_catchup) == ("all", 86400, None)
+        assert (spec.overlap, spec.max_active, spec.jitter_seconds) == ("allow", 16, 0)
+
+    def test_the_policies_and_interval_survive_the_stored_config(self) -> None:
+        spec = parse_schedule(
+            {
+                "cron>": "@every 1h30m",
+                "offset": "10m",
+                "jitter": "30s",
+                "catchup": "latest",
+                "catchup_window": "none",
+                "max_catchup": 3,
+                "overlap": "buffer_one",
+                "max_active": 2,
+                "end": "2030-01-01",
+            },
+            "Europe/Berlin",
+        )
+        assert ScheduleSpec.from_config(spec.to_config()) == spec
+        assert spec.to_config()["interval_seconds"] == 5400
+        assert spec.to_config()["catchup_window_seconds"] is None
+
+
+class TestEvery:
+    def test_every_is_a_fixed_rate_in_seconds(self) -> None:
+        spec = parse_schedule({"cron>": "@every 1h30m"}, "UTC")
+        assert (spec.kind, spec.value, spec.cron, spec.interval_seconds) == (
+            "cron",
+            "@every 1h30m",
+            "",
+            5400,
+        )
+        assert spec.describe() == "cron>: @every 1h30m"
+
+    @pytest.mark.parametrize("zone", ["UTC", "Asia/Kolkata", "America/New_York"])
+    def test_every_is_aligned_to_the_unix_epoch_whatever_the_zone(self, zone: str) -> None:
+        spec = parse_schedule({"cron>": "@every 1h30m"}, zone)
+        times = spec.session_times(datetime(2026, 5, 4, 3, 2, 1, tzinfo=UTC), 50)
+        assert all(t.timestamp() % 5400 == 0 for t in times)
+        assert times[0] == datetime(2026, 5, 4, 4, 30, tzinfo=UTC)
+
+    def test_the_offset_moves_every_tick_by_that_much(self) -> None:
+        spec = parse_schedule({"cron>": "@every 1h", "offset": "15m"}, "UTC")
+        assert spec.session_times(datetime(2026, 1, 1, 0, 15, tzinfo=UTC), 2) == [
+            datetime(2026, 1, 1, 1, 15, tzinfo=UTC),
+            datetime(2026, 1, 1, 2, 15, tzinfo=UTC),
+        ]
+        assert spec.last_session_time(datetime(2026, 1, 1, 0, 14, tzinfo=UTC)) == datetime(
+            2025, 12, 31, 23, 15, tzinfo=UTC
+        )
+
+    def test_an_interval_counts_its_ticks_in_a_range(self) -> None:
+        spec = parse_schedule({"cron>": "@every 10m"}, "UTC")
+        first = datetime(2026, 1, 1, tzinfo=UTC)
+        assert spec.count_between(first, first + timedelta(hours=1), 100) == 7
+
+
+class TestStartAndEnd:
+    def test_start_and_end_are_inclusive_dates_in_the_schedule_zone(self) -> None:
+        # 2026-03-08 is New York's spring-forward day: 23 hours long.
+        spec = parse_schedule(
+            {"cron>": "0 * * * *", "start": "2026-03-08", "end": "2026-03-08"},
+            "America/New_York",
+        )
+        times = spec.session_times(datetime(2026, 1, 1, tzinfo=UTC), 100)
+        assert len(times) == 23
+        assert spec.local(times[0]).isoformat() == "2026-03-08T00:00:00-05:00"
+        assert spec.local(times[-1]).isoformat() == "2026-03-08T23:00:00-04:00"
+
+    def test_nothing_comes_after_the_end(self) -> None:
+        spec = parse_schedule({"daily>": "07:00:00", "end": "2026-03-31"}, "Asia/Tokyo")
+        last = datetime(2026, 3, 30, 15, tzinfo=UTC)  # 2026-03-31T00:00+09:00
+        assert spec.next_session_time(last - timedelta(seconds=1)) == last
+        assert spec.next_session_time(last) is None
+        assert spec.next_session_time(datetime(2027, 1, 1, tzinfo=UTC)) is None
+        assert spec.last_session_time(datetime(2027, 1, 1, tzinfo=UTC)) == last
+
+    def test_nothing_comes_before_the_start(self) -> None:
+        spec = parse_schedule({"daily>": "07:00:00", "start": "2026-04-01"}, "Asia/Tokyo")
+        first = datetime(2026, 3, 31, 15, tzinfo=UTC)  # 2026-04-01T00:00+09:00
+        assert spec.last_session_time(first - timedelta(seconds=1)) is None
+        assert spec.next_session_time(datetime(2020, 1, 1, tzinfo=UTC)) == first
+
+    def test_a_start_day_whose_midnight_is_skipped_starts_after_the_gap(self) -> None:
+        # Santiago springs forward at midnight: 2026-09-06 begins at 01:00.
+        spec = parse_schedule({"cron>": "@daily", "start": "2026-09-06"}, "America/Santiago")
+        first = spec.next_session_time(datetime(2026, 1, 1, tzinfo=UTC))
+        assert first is not None
+        assert spec.local(first).isoformat() == "2026-09-06T01:00:00-03:00"
+
+    @pytest.mark.parametrize(
+        "zone", ["UTC", "Asia/Tokyo", "America/New_York", "Pacific/Kiritimati"]
+    )
+    @pytest.mark.parametrize("expression", ["0 23 * * *", "*/5 * * * *", "@every 1h"])
+    def test_the_far_future_has_no_next_session_and_does_not_crash(
+        self, zone: str, expression: str
+    ) -> None:
+        spec = parse_schedule({"cron>": expression}, zone)
+        assert spec.next_session_time(datetime.max.replace(tzinfo=UTC)) is None
+        last = spec.last_session_time(datetime.max.replace(tzinfo=UTC))
+        assert last is not None and last.year == 9999
+
+    @pytest.mark.parametrize("day", ["0001-01-01", "9999-12-31"])
+    def test_the_first_and_last_representable_days_are_accepted(self, day: str) -> None:
+        for zone in ("UTC", "Asia/Tokyo", "America/New_York"):
+            spec = parse_schedule({"cron>": "@daily", "start": day}, zone)
+            assert spec.next_session_time(datetime(1, 1, 1, tzinfo=UTC)) is not None
+
+    def test_a_cron_counts_its_times_up_to_a_cap(self) -> None:
+        spec = parse_schedule({"cron>": "*/15 * * * *"}, "UTC")
+        first = datetime(2026, 1, 1, tzinfo=UTC)
+        assert spec.count_between(first, first + timedelta(hours=1), 5) == 5
+        assert spec.count_between(first, first + timedelta(hours=1), 4) is None
+
+
+class TestJitter:
+    SPEC = parse_schedule({"cron>": "*/5 * * * *", "delay": 60, "jitter": "10m"}, "UTC")
+    TIMES = SPEC.session_times(datetime(2026, 1, 1, tzinfo=UTC), 300)
+
+    def test_every_replica_computes_the_same_run_time(self) -> None:
+        replica = parse_schedule({"cron>": "*/5 * * * *", "delay": 60, "jitter": "10m"}, "UTC")
+        for session_time in self.TIMES[:50]:
+            run = self.SPEC.run_time(session_time, "project/42")
+            assert replica.run_time(session_time, "project/42") == run
+            assert self.SPEC.run_time(session_time, "project/42") == run
+
+    def test_the_run_time_is_the_delay_plus_at_most_the_jitter(self) -> None:
+        offsets = {self.SPEC.run_time(t, "seed") - t for t in self.TIMES}
+        assert min(offsets) >= timedelta(seconds=60)
+        assert max(offsets) <= timedelta(seconds=60 + 600)
+        assert len(offsets) > 100  # spread over the window, not one fixed shift
+
+    def test_different_schedules_spread_the_same_session_time(self) -> None:
+        session_time = self.TIMES[0]
+        runs = {self.SPEC.run_time(session_time, f"schedule-{n}") for n in range(20)}
+        assert len(runs) > 10
+
+    def test_without_jitter_the_run_time_is_session_time_plus_delay(self) -> None:
+        spec = parse_schedule({"daily>": "07:00:00"}, "America/New_York")
+        session_time = datetime(2026, 3, 8, 5, tzinfo=UTC)  # midnight, the spring-forward day
+        assert spec.run_time(session_time, "any") == session_time + timedelta(hours=7)
