@@ -34,6 +34,7 @@ test: install lint
 	$(BIN)/pytest
 
 # Every bench/*.py (helpers named _*.py excepted) prints its figure as JSON on its last line.
+# bench/scheduler.py needs PostgreSQL: TICKWORK_BENCH_DATABASE_URL, default the local server.
 bench: install
 	@set -e; for script in bench/*.py; do \
 	  case "$$(basename "$$script")" in _*) continue ;; esac; \

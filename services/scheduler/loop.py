@@ -1,20 +1,22 @@
 """The scheduler's loop: each ``tick()`` emits the sessions that schedules have due.
 
 A tick claims due schedules in batches (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so
-replicas share the work and never handle one schedule at once), plans each one from its
-checkpoint with :func:`shared.domain.catchup.plan_pass`, applies the overlap policy, and
-in one transaction per batch inserts the sessions (``ON CONFLICT DO NOTHING`` on the
-session's idempotency key) and advances the checkpoints. A crash before the commit
-changes nothing; a crash after it left nothing undone. Either way, every session time is
-emitted once.
+replicas, and a tick's own workers, share the work and never handle one schedule at
+once), plans each one from its checkpoint with :func:`shared.domain.catchup.plan_pass`,
+applies the overlap policy, and in one transaction per batch inserts the sessions
+(``ON CONFLICT DO NOTHING`` on the session's idempotency key) and advances the
+checkpoints. A crash before the commit changes nothing; a crash after it left nothing
+undone. Either way, every session time is emitted once.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -24,6 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from services.scheduler.metrics import SchedulerMetrics
 from shared.clock import Clock, SystemClock
 from shared.domain.catchup import MissedRange, Pass, Span, plan_pass
+from shared.domain.schedule import ScheduleSpec
 from shared.domain.states import AttemptState
 from shared.store import schedules as schedule_store
 from shared.store.schedules import NewSession, Progress, ScheduleRow
@@ -37,6 +40,11 @@ BATCH_SCHEDULES = 500
 TIMES_PER_PASS = 1000
 """Session times one schedule emits per batch: a long catch-up yields to other schedules
 between batches instead of holding them up."""
+
+WORKERS = 2
+"""Batches handled at once on PostgreSQL when more than one is due, each in its own
+transaction and connection: while one batch waits for the database the next is planned.
+They share the due schedules as replicas do, through ``SKIP LOCKED``."""
 
 IDLE_SECONDS = 1.0
 """The longest sleep between ticks: how soon a new or changed schedule is noticed."""
@@ -56,6 +64,15 @@ class TickReport:
     failures: int = 0
     started_waiting: int = 0
     lags: list[float] = field(default_factory=list)
+
+    def add(self, other: TickReport) -> None:
+        """Count in what another worker of the same tick did."""
+        self.schedules += other.schedules
+        self.emitted += other.emitted
+        self.duplicates += other.duplicates
+        self.missed += other.missed
+        self.failures += other.failures
+        self.lags.extend(other.lags)
 
 
 @dataclass
@@ -79,12 +96,15 @@ class Scheduler:
         metrics: SchedulerMetrics | None = None,
         batch_size: int = BATCH_SCHEDULES,
         times_per_pass: int = TIMES_PER_PASS,
+        workers: int = WORKERS,
     ) -> None:
         self.engine = engine
         self.clock = clock
         self.metrics = metrics or SchedulerMetrics()
         self.batch_size = batch_size
         self.times_per_pass = times_per_pass
+        # SQLite has one writer at a time: a second worker would only wait for the first.
+        self.workers = workers if engine.dialect.name == "postgresql" else 1
         self._stop = threading.Event()
 
     def now(self, conn: Connection) -> datetime:
@@ -100,13 +120,25 @@ class Scheduler:
         with self.engine.connect() as conn:
             report.due = schedule_store.count_due(conn, now or self.now(conn))
         self.metrics.due_schedules.set(report.due)
-        while not self._stop.is_set():
-            claimed = self._batch(now, report)
-            if claimed < self.batch_size:
-                break
+        workers = min(self.workers, -(-report.due // self.batch_size))
+        if workers <= 1:
+            self._drain(now, report)
+        else:
+            parts = [TickReport() for _ in range(workers)]
+            with ThreadPoolExecutor(workers, thread_name_prefix="scheduler-batch") as pool:
+                for done in [pool.submit(self._drain, now, part) for part in parts]:
+                    done.result()
+            for part in parts:
+                report.add(part)
         report.started_waiting = self._start_waiting(now)
         self.metrics.tick_duration.observe(time.perf_counter() - started)
         return report
+
+    def _drain(self, now: datetime | None, report: TickReport) -> None:
+        """Handle batch after batch until one comes back short: nothing more is due."""
+        while not self._stop.is_set():
+            if self._batch(now, report) < self.batch_size:
+                return
 
     def _batch(self, now: datetime | None, report: TickReport) -> int:
         """Claim and handle one batch of due schedules; returns how many were claimed."""
@@ -143,9 +175,10 @@ class Scheduler:
         report.schedules += len(rows)
         spans = schedule_store.inactive_spans(conn, [row.id for row in rows])
         emissions: list[_Emission] = []
+        plans: dict[tuple[ScheduleSpec, datetime], Pass] = {}
         for row in rows:
             try:
-                emissions.append(self._plan(row, now, spans.get(row.id, [])))
+                emissions.append(self._plan(row, now, spans.get(row.id, []), plans))
             except Exception as exc:
                 log.exception("schedule %s/%s failed", row.project_name, row.workflow_name)
                 self._record_failure(conn, row.id, now, f"{type(exc).__name__}: {exc}", report)
@@ -162,14 +195,28 @@ class Scheduler:
         schedule_store.save_progress(conn, [_progress(e) for e in emissions], now)
         self._count(emissions, new, len(created), now, report)
 
-    def _plan(self, row: ScheduleRow, now: datetime, spans: list[Span]) -> _Emission:
+    def _plan(
+        self,
+        row: ScheduleRow,
+        now: datetime,
+        spans: list[Span],
+        plans: dict[tuple[ScheduleSpec, datetime], Pass],
+    ) -> _Emission:
+        """The schedule's pass; ``plans`` holds those of its batch to share (read-only)."""
         spec = row.schedule
         checkpoint = row.last_session_time or now
         inactive = row.inactive_since
         all_spans = [*spans, Span(inactive)] if inactive is not None else spans
-        plan = plan_pass(
-            spec, checkpoint, now, seed=row.seed, spans=all_spans, limit=self.times_per_pass
-        )
+        # Thousands of schedules share a spec and a checkpoint at a busy minute, and their
+        # passes are the same: the seed only matters with jitter, the spans when there are.
+        key = (spec, checkpoint) if not all_spans and not spec.jitter_seconds else None
+        plan = plans.get(key) if key is not None else None
+        if plan is None:
+            plan = plan_pass(
+                spec, checkpoint, now, seed=row.seed, spans=all_spans, limit=self.times_per_pass
+            )
+            if key is not None:
+                plans[key] = plan
         return _Emission(row, plan, missed=list(plan.missed))
 
     def _count(
@@ -244,6 +291,9 @@ class Scheduler:
 
     def run_forever(self) -> None:
         """Tick until stopped; a store that is down is retried with backoff."""
+        # What is loaded by now (modules, the engine) lives as long as the process: the
+        # collector need not scan it again every time a busy minute allocates a lot.
+        gc.freeze()
         backoff = 0.5
         while not self._stop.is_set():
             try:

@@ -7,21 +7,23 @@ again; any change made here sets it to now so that the next scheduler pass re-pl
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, func, select
+from sqlalchemy import Connection, Text, and_, bindparam, cast, func, literal, select
+from sqlalchemy.dialects import postgresql
 
 from shared.domain.catchup import MissedRange, Span
 from shared.domain.schedule import ScheduleSpec
 from shared.domain.states import AttemptState
 from shared.domain.workflow import WorkflowDefinition
 from shared.errors import Conflict, NotFound
-from shared.store.sql import insert_rows, is_in, unnest_rows
+from shared.store.sql import column_types, in_ids, insert_rows, rows_select
 from shared.store.tables import (
     attempts,
     backfills,
@@ -74,27 +76,35 @@ class ScheduleRow:
         return min(marks) if marks else None
 
 
-_COLUMNS = (
-    schedules.c.id,
-    schedules.c.project_id,
-    projects.c.name.label("project_name"),
-    projects.c.source_dir.label("project_dir"),
-    schedules.c.workflow_name,
-    schedules.c.workflow_definition_id,
-    schedules.c.spec,
-    schedules.c.timezone,
-    schedules.c.next_run_time,
-    schedules.c.next_schedule_time,
-    schedules.c.last_session_time,
-    schedules.c.disabled_at,
-    schedules.c.paused_at,
-    schedules.c.failures,
-    schedules.c.last_error,
-)
+def _columns(source: Any, spec: Any = None) -> tuple[Any, ...]:
+    """What a ScheduleRow holds, read from ``source`` (``schedules`` or a subquery of it)."""
+    return (
+        source.c.id,
+        source.c.project_id,
+        projects.c.name.label("project_name"),
+        projects.c.source_dir.label("project_dir"),
+        source.c.workflow_name,
+        source.c.workflow_definition_id,
+        source.c.spec if spec is None else spec.label("spec"),
+        source.c.timezone,
+        source.c.next_run_time,
+        source.c.next_schedule_time,
+        source.c.last_session_time,
+        source.c.disabled_at,
+        source.c.paused_at,
+        source.c.failures,
+        source.c.last_error,
+    )
+
+
+_COLUMNS = _columns(schedules)
+# Rows are built by position: the columns name ScheduleRow's fields, in order.
+assert [c.name for c in _COLUMNS] == [f.name for f in fields(ScheduleRow)]
+_SPEC_INDEX = [f.name for f in fields(ScheduleRow)].index("spec")
 
 
 def _rows(conn: Connection, query: Any) -> list[ScheduleRow]:
-    return [ScheduleRow(**row._mapping) for row in conn.execute(query)]
+    return [ScheduleRow(*row) for row in conn.execute(query).all()]
 
 
 def _select() -> Any:
@@ -140,15 +150,44 @@ def find_schedule(conn: Connection, project: str, workflow: str) -> ScheduleRow:
 
 def claim_due(conn: Connection, now: datetime, limit: int) -> list[ScheduleRow]:
     """Due schedules, oldest first, locked for this transaction (skipping others' locks)."""
-    query = (
-        _select()
+    if conn.dialect.name != "postgresql":
+        query = (
+            _select()
+            .where(schedules.c.next_run_time <= now)
+            .order_by(schedules.c.next_run_time, schedules.c.id)
+            .limit(limit)
+        )
+        return _rows(conn, query)
+    # Lock first, join projects after: sorting the due schedules (all of them, when
+    # thousands share one minute) then costs a third. The locked rows' own (latest)
+    # versions are what the outer query reads.
+    claimed = (
+        select(schedules)
         .where(schedules.c.next_run_time <= now)
         .order_by(schedules.c.next_run_time, schedules.c.id)
         .limit(limit)
+        .with_for_update(skip_locked=True)
+        .cte("claimed")
     )
-    if conn.dialect.name == "postgresql":
-        query = query.with_for_update(skip_locked=True, of=schedules)
-    return _rows(conn, query)
+    query = (
+        select(*_columns(claimed, spec=cast(claimed.c.spec, Text)))
+        .select_from(claimed.join(projects, projects.c.id == claimed.c.project_id))
+        .order_by(claimed.c.next_run_time, claimed.c.id)
+    )
+    # The spec comes as text, decoded once per distinct text: at a busy minute thousands
+    # of claimed schedules share a handful of specs.
+    claimed_rows = []
+    for row in conn.execute(query).all():
+        values = list(row)
+        values[_SPEC_INDEX] = dict(_decoded_spec(values[_SPEC_INDEX]))
+        claimed_rows.append(ScheduleRow(*values))
+    return claimed_rows
+
+
+@lru_cache(maxsize=4096)
+def _decoded_spec(text: str) -> dict[str, Any]:
+    decoded: dict[str, Any] = json.loads(text)
+    return decoded  # callers copy it: a row's spec is its own
 
 
 def count_due(conn: Connection, now: datetime) -> int:
@@ -172,7 +211,7 @@ def inactive_spans(conn: Connection, schedule_ids: Collection[int]) -> dict[int,
         schedule_inactive_spans.c.schedule_id,
         schedule_inactive_spans.c.started_at,
         schedule_inactive_spans.c.ended_at,
-    ).where(is_in(conn, schedule_inactive_spans.c.schedule_id, schedule_ids))
+    ).where(in_ids(conn, schedule_inactive_spans.c.schedule_id, schedule_ids))
     for row in conn.execute(query):
         spans.setdefault(row.schedule_id, []).append(Span(row.started_at, row.ended_at))
     return spans
@@ -188,7 +227,7 @@ def active_counts(conn: Connection, schedule_ids: Collection[int]) -> dict[int, 
         .select_from(attempts.join(sessions))
         .where(
             attempts.c.state.in_([*ACTIVE, AttemptState.WAITING.value]),
-            is_in(conn, sessions.c.schedule_id, schedule_ids),
+            in_ids(conn, sessions.c.schedule_id, schedule_ids),
         )
         .group_by(sessions.c.schedule_id, attempts.c.state)
     )
@@ -223,6 +262,8 @@ def insert_sessions(conn: Connection, new: Sequence[NewSession], now: datetime) 
     """
     if not new:
         return []
+    if conn.dialect.name == "postgresql":
+        return _insert_sessions_at_once(conn, new, now)
     session_rows = [
         {
             "project_id": item.project_id,
@@ -262,6 +303,78 @@ def insert_sessions(conn: Connection, new: Sequence[NewSession], now: datetime) 
             }
         )
     return [int(row.id) for row in insert_rows(conn, attempts, attempt_rows, (attempts.c.id,))]
+
+
+_SESSION_COLUMNS = ("project_id", "workflow_name", "session_time", "session_uuid", "schedule_id")
+_ATTEMPT_COLUMNS = (
+    "name",
+    "workflow_definition_id",
+    "state",
+    "timezone",
+    "project_dir",
+    "backfill_id",
+)
+
+
+def _insert_sessions_at_once(
+    conn: Connection, new: Sequence[NewSession], now: datetime
+) -> list[int]:
+    """PostgreSQL: :func:`insert_sessions` in one statement, sessions and attempts together.
+
+    ``WITH new AS (unnest ...), inserted AS (INSERT INTO sessions ... ON CONFLICT DO
+    NOTHING RETURNING ...) INSERT INTO attempts SELECT ... FROM inserted JOIN new``: the
+    sessions created never travel back to be turned into attempts.
+    """
+    by_key = {(i.project_id, i.workflow_name, i.session_time): i for i in new}
+    rows = [
+        {
+            "project_id": item.project_id,
+            "workflow_name": item.workflow_name,
+            "session_time": item.session_time,
+            "session_uuid": str(uuid.uuid4()),
+            "schedule_id": item.schedule_id,
+            "name": (
+                SCHEDULED_ATTEMPT if item.backfill_id is None else f"backfill-{item.backfill_id}"
+            ),
+            "workflow_definition_id": item.workflow_definition_id,
+            "state": item.state.value,
+            "timezone": item.timezone,
+            "project_dir": item.project_dir,
+            "backfill_id": item.backfill_id,
+        }
+        for item in by_key.values()  # one per session, as the unique key allows
+    ]
+    wanted = rows_select(rows, column_types(sessions, attempts)).cte("new_sessions")
+    created_at = literal(now, sessions.c.created_at.type)
+    inserted = (
+        postgresql.insert(sessions)
+        .from_select(
+            [*_SESSION_COLUMNS, "created_at"],
+            select(*(wanted.c[name] for name in _SESSION_COLUMNS), created_at),
+        )
+        .on_conflict_do_nothing()
+        .returning(
+            *(sessions.c[name] for name in ("id", "project_id", "workflow_name", "session_time"))
+        )
+        .cte("inserted")
+    )
+    matching = and_(
+        inserted.c.project_id == wanted.c.project_id,
+        inserted.c.workflow_name == wanted.c.workflow_name,
+        inserted.c.session_time == wanted.c.session_time,
+    )
+    attempt_rows = select(
+        inserted.c.id,
+        *(wanted.c[name] for name in _ATTEMPT_COLUMNS),
+        literal({}, attempts.c.params.type),
+        created_at,
+    ).select_from(inserted.join(wanted, matching))
+    statement = (
+        attempts.insert()
+        .from_select(["session_id", *_ATTEMPT_COLUMNS, "params", "created_at"], attempt_rows)
+        .returning(attempts.c.id)
+    )
+    return [int(attempt_id) for attempt_id in conn.execute(statement).scalars()]
 
 
 def record_missed(
@@ -338,7 +451,7 @@ def save_progress(conn: Connection, progress: Sequence[Progress], now: datetime)
     ]
     if conn.dialect.name == "postgresql":
         # One UPDATE ... FROM unnest(...) instead of one UPDATE per schedule.
-        source = unnest_rows(schedules, rows)
+        source = rows_select(rows, column_types(schedules)).subquery()
         conn.execute(
             schedules.update()
             .where(schedules.c.id == source.c.id)

@@ -1,0 +1,462 @@
+"""Scheduler emission on PostgreSQL: a 10,000-session minute burst among 100,000 schedules.
+
+Three parts, one after another so that none disturbs another's timing:
+
+(b) catch-up: one every-minute schedule pushed with ``schedule_from`` 3 days back (4,320
+    due times, ``catchup_window: 7d``), emitted by ``Scheduler.tick()`` in this process;
+(a) burst: 100,000 schedules of mixed forms and zones, 10,000 of them every minute, with
+    a real ``tickwork scheduler`` subprocess on the database's clock. The lag of a session
+    is the moment its transaction committed (seen by a ``LISTEN`` connection) minus its
+    run time; the subprocess's peak RSS is its ``VmHWM``;
+(c) baseline: APScheduler 3 with 10,000 every-minute jobs, in a child process.
+
+Everything runs in a throwaway database on TICKWORK_BENCH_DATABASE_URL (default: the
+local server), dropped at the end. Progress goes to stderr; the last stdout line is one
+JSON object of figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import IO, Any
+
+import psycopg
+from _schedule_fleet import MINUTELY_PREFIX, arm_minutely, load_fleet, plan_fleet
+from psycopg import sql
+from rich.console import Console
+from sqlalchemy import Engine, func, select, text
+from sqlalchemy.engine import make_url
+
+from services.scheduler.loop import Scheduler
+from shared.domain.schedule import ScheduleSpec
+from shared.dsl.parser import parse_workflow_text
+from shared.store import projects as project_store
+from shared.store import schedules as schedule_store
+from shared.store.engine import create_store_engine
+from shared.store.migrate import upgrade_database
+from shared.store.tables import schedules, sessions
+
+DEFAULT_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+TOTAL_SCHEDULES = 100_000
+MINUTELY_SCHEDULES = 10_000
+CATCHUP_MINUTES = 3 * 24 * 60
+BURST_LEAD_SECONDS = 5.0  # the burst minute is at least this far after the scheduler is up
+BURST_TIMEOUT_SECONDS = 60.0
+NOTIFY_CHANNEL = "tickwork_bench_commit"
+BENCH_DIR = Path(__file__).resolve().parent
+
+# Targets; see bench/README.md.
+TARGET_P99_LAG_S = 1.0
+TARGET_CATCHUP_SESSIONS_PER_S = 2000.0
+TARGET_PEAK_RSS_MB = 500.0
+
+
+class BenchFailed(Exception):
+    """A part did not emit what it should have, or a process misbehaved."""
+
+
+@dataclass(frozen=True)
+class BurstResult:
+    """The every-minute burst: each session's lag, and the scheduler's peak memory."""
+
+    lags_s: list[float]
+    transactions: int  # that committed the burst's sessions
+    peak_rss_mb: float
+    clock_offset_s: float  # database clock minus this machine's, subtracted from lags
+
+
+@dataclass(frozen=True)
+class CatchupResult:
+    """How long the scheduler took to emit a 3-day backlog."""
+
+    sessions: int
+    seconds: float
+    ticks: int
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """The nearest-rank percentile: the smallest value with ``fraction`` of values at or below."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
+
+
+def libpq_url(url: str) -> str:
+    """``postgresql+psycopg://...`` as the ``postgresql://...`` URI psycopg accepts."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@contextmanager
+def throwaway_database(server_url: str) -> Iterator[str]:
+    """A new database ``tickwork_bench_<hex>``, migrated; dropped afterwards."""
+    name = f"tickwork_bench_{secrets.token_hex(4)}"
+    with psycopg.connect(libpq_url(server_url), autocommit=True, connect_timeout=5) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    try:
+        engine = create_store_engine(url)
+        upgrade_database(engine)
+        engine.dispose()
+        yield url
+    finally:
+        with psycopg.connect(libpq_url(server_url), autocommit=True, connect_timeout=5) as conn:
+            drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+            conn.execute(drop.format(sql.Identifier(name)))
+
+
+def database_now(engine: Engine) -> datetime:
+    with engine.connect() as conn:
+        found = schedule_store.database_now(conn)
+    assert found is not None
+    return found
+
+
+# --- (b) catch-up ------------------------------------------------------------------------
+
+CATCHUP_WORKFLOW = 'schedule:\n  cron>: "* * * * *"\n  catchup_window: 7d\n+a:\n  echo>: hi\n'
+
+
+def run_catchup(url: str) -> CatchupResult:
+    """Push one every-minute workflow with ``schedule_from`` 3 days back; time its catch-up."""
+    engine = create_store_engine(url)
+    definition = parse_workflow_text(CATCHUP_WORKFLOW, "catchup.dig", Path("/tmp"))
+    now = database_now(engine)
+    newest = now.replace(second=0, microsecond=0)
+    with engine.begin() as conn:
+        project_id = project_store.ensure_project(conn, "catchup", now)
+        revision_id = project_store.ensure_revision(conn, project_id, "r1", {}, now)
+        definition_id = project_store.ensure_workflow_definition(conn, revision_id, definition)
+        schedule_store.upsert_schedule(
+            conn,
+            project_id=project_id,
+            definition_id=definition_id,
+            definition=definition,
+            now=now,
+            schedule_from=newest - timedelta(minutes=CATCHUP_MINUTES - 1),
+        )
+    scheduler = Scheduler(engine)
+    emitted, ticks = 0, 0
+    started = time.perf_counter()
+    while True:  # as run_forever() does, without signal handling
+        report = scheduler.tick()
+        emitted, ticks = emitted + report.emitted, ticks + 1
+        if emitted >= CATCHUP_MINUTES:
+            break
+        if report.emitted == 0:
+            raise BenchFailed(f"catch-up stalled after {emitted} sessions")
+        time.sleep(scheduler.seconds_until_due())
+    seconds = time.perf_counter() - started
+    with engine.begin() as conn:
+        stored = conn.execute(select(func.count()).select_from(sessions)).scalar_one()
+        # Out of the way of the burst: the workflow leaves the project.
+        schedule_store.remove_schedules(conn, project_id, [definition.name], now)
+    engine.dispose()
+    if stored != emitted:
+        raise BenchFailed(f"catch-up reported {emitted} sessions, {stored} stored")
+    return CatchupResult(emitted, seconds, ticks)
+
+
+# --- (a) the burst -----------------------------------------------------------------------
+
+
+def install_commit_notifier(engine: Engine) -> None:
+    """Each transaction that inserts sessions sends its id on NOTIFY_CHANNEL at commit.
+
+    NOTIFY is delivered only when the transaction commits, so the listener sees the
+    moment the sessions became visible; identical notifications in one transaction fold.
+    """
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "CREATE FUNCTION bench_notify_commit() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                f"BEGIN PERFORM pg_notify('{NOTIFY_CHANNEL}', (txid_current() % 4294967296)::text);"
+                " RETURN NULL; END $$"
+            )
+        )
+        conn.execute(
+            text(
+                "CREATE TRIGGER bench_sessions_committed AFTER INSERT ON sessions "
+                "FOR EACH STATEMENT EXECUTE FUNCTION bench_notify_commit()"
+            )
+        )
+
+
+class CommitListener:
+    """Records, by transaction id, when each session-inserting transaction committed."""
+
+    def __init__(self, url: str) -> None:
+        self.url = libpq_url(url)
+        self.committed_at: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._listen, name="commit-listener", daemon=True)
+
+    def __enter__(self) -> CommitListener:
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise BenchFailed("the commit listener did not start")
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _listen(self) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
+            self._ready.set()
+            while not self._stop.is_set():
+                for note in conn.notifies(timeout=0.2):
+                    self.committed_at.setdefault(int(note.payload), time.time())
+
+
+def clock_offset_seconds(engine: Engine) -> float:
+    """The database's clock minus this machine's, from the quickest of a few round trips."""
+    samples = []
+    with engine.connect() as conn:
+        for _ in range(7):
+            before = time.time()
+            found = conn.execute(text("SELECT extract(epoch FROM clock_timestamp())")).scalar_one()
+            after = time.time()
+            samples.append((after - before, float(found) - (before + after) / 2))
+    return min(samples)[1]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def start_scheduler(url: str, metrics_port: int, log: IO[bytes]) -> subprocess.Popen[bytes]:
+    """``tickwork scheduler`` as a subprocess; returns once it has finished a tick."""
+    command = [str(Path(sys.executable).with_name("tickwork")), "scheduler", "--database-url", url]
+    env = {**os.environ, "TICKWORK_METRICS_PORT": str(metrics_port), "TICKWORK_LOG_LEVEL": "INFO"}
+    process = subprocess.Popen(command, env=env, stdout=log, stderr=log)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise BenchFailed(f"tickwork scheduler exited with status {process.returncode}")
+        if _ticks_done(metrics_port) > 0:
+            return process
+        time.sleep(0.2)
+    process.kill()
+    raise BenchFailed("tickwork scheduler did not finish a tick within 60 s")
+
+
+def _ticks_done(metrics_port: int) -> float:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=2) as page:
+            body = page.read().decode()
+    except OSError:
+        return 0.0
+    for line in body.splitlines():
+        if line.startswith("tickwork_scheduler_tick_duration_seconds_count"):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def peak_rss_mb(pid: int) -> float:
+    """A live process's peak resident memory (``VmHWM``), in MB.
+
+    Not ``ru_maxrss`` from ``wait4``: Linux counts in it the memory of the process that
+    forked the child (this one, holding the whole fleet), as the child had it before exec.
+    """
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024  # kB
+    raise BenchFailed(f"no VmHWM in /proc/{pid}/status")
+
+
+def stop_scheduler(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the scheduler and wait for it to exit."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise BenchFailed("tickwork scheduler did not stop within 30 s of SIGTERM") from None
+
+
+def next_boundary(engine: Engine, lead_seconds: float) -> datetime:
+    """The first minute boundary at least ``lead_seconds`` from now (database clock)."""
+    earliest = database_now(engine) + timedelta(seconds=lead_seconds)
+    boundary = earliest.replace(second=0, microsecond=0)
+    return boundary if boundary >= earliest else boundary + timedelta(minutes=1)
+
+
+def wait_for_burst(engine: Engine, boundary: datetime, offset: float, err: Console) -> None:
+    """Sleep past the boundary, then poll (once a second) until every minutely session exists."""
+    time.sleep(max(0.0, boundary.timestamp() - offset - time.time() + BURST_LEAD_SECONDS))
+    query = (
+        select(func.count())
+        .select_from(sessions.join(schedules))
+        .where(
+            sessions.c.session_time == boundary,
+            schedules.c.workflow_name.startswith(MINUTELY_PREFIX),
+        )
+    )
+    deadline = time.monotonic() + BURST_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        with engine.connect() as conn:
+            emitted = conn.execute(query).scalar_one()
+        if emitted >= MINUTELY_SCHEDULES:
+            return
+        err.print(f"  {emitted:,} of {MINUTELY_SCHEDULES:,} burst sessions so far", highlight=False)
+        time.sleep(1.0)
+    raise BenchFailed(f"only {emitted} of {MINUTELY_SCHEDULES} burst sessions were emitted")
+
+
+def burst_lags(
+    engine: Engine, boundary: datetime, committed_at: dict[int, float], offset: float
+) -> tuple[list[float], int]:
+    """Commit time minus run time of every session whose run time is the boundary, and
+    how many transactions committed them."""
+    query = text(
+        "SELECT sessions.xmin::text::bigint AS xid, sessions.session_time, schedules.spec "
+        "FROM sessions JOIN schedules ON schedules.id = sessions.schedule_id "
+        "WHERE sessions.session_time > :since"
+    )
+    since = boundary - timedelta(days=32)  # no delay in the fleet is longer than a month
+    lags: list[float] = []
+    transactions: set[int] = set()
+    with engine.connect() as conn:
+        rows = conn.execute(query, {"since": since}).all()
+    for xid, session_time, spec in rows:
+        if ScheduleSpec.from_config(spec).run_time(session_time) != boundary:
+            continue
+        if xid not in committed_at:
+            raise BenchFailed(f"no commit was seen for transaction {xid}")
+        lags.append(committed_at[xid] + offset - boundary.timestamp())
+        transactions.add(xid)
+    return lags, len(transactions)
+
+
+def run_burst(url: str, err: Console) -> BurstResult:
+    """Load the fleet, run ``tickwork scheduler`` across one minute boundary, measure."""
+    engine = create_store_engine(url)
+    started = time.perf_counter()
+    fleet = plan_fleet(TOTAL_SCHEDULES, MINUTELY_SCHEDULES)
+    with engine.begin() as conn:
+        load_fleet(conn, fleet, database_now(engine))
+    with engine.connect() as conn:
+        conn.execute(text("ANALYZE"))
+    install_commit_notifier(engine)
+    err.print(f"(a) {len(fleet):,} schedules loaded in {time.perf_counter() - started:.1f} s")
+    offset = clock_offset_seconds(engine)
+    port = free_port()
+    with tempfile.TemporaryFile() as log, CommitListener(url) as listener:
+        process = start_scheduler(url, port, log)
+        try:
+            boundary = next_boundary(engine, BURST_LEAD_SECONDS)
+            with engine.begin() as conn:
+                armed = arm_minutely(conn, boundary)
+            err.print(f"(a) {armed:,} every-minute schedules due at {boundary:%H:%M:%S} UTC")
+            wait_for_burst(engine, boundary, offset, err)
+            peak_mb = peak_rss_mb(process.pid)
+        finally:
+            stop_scheduler(process)
+        time.sleep(0.5)  # the last notifications
+        lags, transactions = burst_lags(engine, boundary, dict(listener.committed_at), offset)
+    engine.dispose()
+    return BurstResult(lags, transactions, peak_mb, offset)
+
+
+# --- (c) APScheduler 3 -------------------------------------------------------------------
+
+
+def run_apscheduler(jobs: int) -> dict[str, Any]:
+    """The baseline's lags, from a child process (see bench/_apscheduler_baseline.py)."""
+    command = [sys.executable, str(BENCH_DIR / "_apscheduler_baseline.py"), "--jobs", str(jobs)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+    if done.returncode != 0:
+        raise BenchFailed(f"APScheduler baseline failed: {done.stderr.strip()[-500:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    if len(result["lags_s"]) != jobs:
+        raise BenchFailed(f"APScheduler called {len(result['lags_s'])} of {jobs} jobs in time")
+    return result
+
+
+def figures(catchup: CatchupResult, burst: BurstResult, baseline: dict[str, Any]) -> dict[str, Any]:
+    """The JSON figures: the five headline ones first, then what supports them."""
+    p99 = percentile(burst.lags_s, 0.99)
+    baseline_lags = baseline["lags_s"]
+    baseline_p99 = percentile(baseline_lags, 0.99)
+    per_s = catchup.sessions / catchup.seconds
+    return {
+        "burst_p50_lag_s": round(percentile(burst.lags_s, 0.50), 3),
+        "burst_p99_lag_s": round(p99, 3),
+        "apscheduler_p99_lag_s": round(baseline_p99, 3),
+        "p99_ratio_vs_apscheduler": round(p99 / baseline_p99, 3),
+        "catchup_sessions_per_s": round(per_s, 1),
+        "peak_rss_mb": round(burst.peak_rss_mb, 1),
+        "burst_sessions": len(burst.lags_s),
+        "burst_min_lag_s": round(min(burst.lags_s), 3),
+        "burst_max_lag_s": round(max(burst.lags_s), 3),
+        "burst_transactions": burst.transactions,
+        "apscheduler_p50_lag_s": round(percentile(baseline_lags, 0.50), 3),
+        "apscheduler_peak_rss_mb": baseline["peak_rss_mb"],
+        "catchup_sessions": catchup.sessions,
+        "catchup_seconds": round(catchup.seconds, 3),
+        "clock_offset_s": round(burst.clock_offset_s, 4),
+        "meets_targets": (
+            p99 < TARGET_P99_LAG_S
+            and p99 < baseline_p99
+            and per_s >= TARGET_CATCHUP_SESSIONS_PER_S
+            and burst.peak_rss_mb < TARGET_PEAK_RSS_MB
+        ),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    args = parser.parse_args()
+    err = Console(stderr=True)
+    server_url = os.environ.get("TICKWORK_BENCH_DATABASE_URL", DEFAULT_SERVER_URL)
+    try:
+        with throwaway_database(server_url) as url:
+            catchup = run_catchup(url)
+            err.print(
+                f"(b) catch-up: {catchup.sessions:,} sessions in {catchup.seconds:.2f} s "
+                f"({catchup.sessions / catchup.seconds:,.0f}/s, {catchup.ticks} ticks)"
+            )
+            burst = run_burst(url, err)
+        lags = burst.lags_s
+        err.print(
+            f"(a) burst: {len(lags):,} sessions in {burst.transactions} transactions, "
+            f"p50 {percentile(lags, 0.5):.3f} s, p99 {percentile(lags, 0.99):.3f} s, "
+            f"peak RSS {burst.peak_rss_mb:.0f} MB"
+        )
+        baseline = run_apscheduler(MINUTELY_SCHEDULES)
+        err.print(f"(c) APScheduler 3: p99 {percentile(baseline['lags_s'], 0.99):.3f} s")
+    except BenchFailed as exc:
+        err.print(f"error: {exc}", highlight=False)
+        return 1
+    out = figures(catchup, burst, baseline)
+    print(json.dumps(out))
+    if args.check and not out["meets_targets"]:
+        err.print("error: a scheduler target was missed (see bench/README.md)")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
