@@ -47,6 +47,7 @@ from sqlalchemy.engine import make_url
 from services.scheduler.loop import Scheduler
 from shared.domain.schedule import ScheduleSpec
 from shared.dsl.parser import parse_workflow_text
+from shared.store import emission as emission_store
 from shared.store import projects as project_store
 from shared.store import schedules as schedule_store
 from shared.store.engine import create_store_engine
@@ -122,7 +123,7 @@ def throwaway_database(server_url: str) -> Iterator[str]:
 
 def database_now(engine: Engine) -> datetime:
     with engine.connect() as conn:
-        found = schedule_store.database_now(conn)
+        found = emission_store.database_now(conn)
     assert found is not None
     return found
 

@@ -29,6 +29,7 @@ from shared.domain.schedule import ScheduleSpec, parse_schedule
 from shared.dsl.parser import parse_workflow_file
 from shared.errors import InvalidInput, InvalidSchedule, StoreUnavailable, TickworkError
 from shared.logging import configure_logging
+from shared.store import emission as emission_store
 from shared.store import schedules as schedule_store
 from shared.store.engine import describe_store_error
 
@@ -322,7 +323,7 @@ def backfill_command(
         last = parse_session_time(raw_to, row.timezone, "'--to'")
         if last < first:
             raise click.BadParameter("ends before --from", param_hint="'--to'")
-        plan = schedule_store.backfill(
+        plan = emission_store.backfill(
             conn, row, first, last, utc_now(), parallel=parallel, dry_run=dry_run
         )
     spec = row.schedule

@@ -28,8 +28,10 @@ from shared.clock import Clock, SystemClock
 from shared.domain.catchup import MissedRange, Pass, Span, plan_pass
 from shared.domain.schedule import ScheduleSpec
 from shared.domain.states import AttemptState
+from shared.store import emission as emission_store
 from shared.store import schedules as schedule_store
-from shared.store.schedules import NewSession, Progress, ScheduleRow
+from shared.store.emission import NewSession, Progress
+from shared.store.schedules import ScheduleRow
 from shared.store.tables import backfills, schedules
 
 log = logging.getLogger(__name__)
@@ -111,14 +113,14 @@ class Scheduler:
         """What time it is: the given clock, else the database's, else this machine's."""
         if self.clock is not None:
             return self.clock.now()
-        return schedule_store.database_now(conn) or SystemClock().now()
+        return emission_store.database_now(conn) or SystemClock().now()
 
     def tick(self, now: datetime | None = None) -> TickReport:
         """Emit everything due (at ``now``, default the database's clock), batch by batch."""
         started = time.perf_counter()
         report = TickReport()
         with self.engine.connect() as conn:
-            report.due = schedule_store.count_due(conn, now or self.now(conn))
+            report.due = emission_store.count_due(conn, now or self.now(conn))
         self.metrics.due_schedules.set(report.due)
         workers = min(self.workers, -(-report.due // self.batch_size))
         if workers <= 1:
@@ -146,7 +148,7 @@ class Scheduler:
         try:
             with self.engine.begin() as conn:
                 at = now or self.now(conn)
-                rows = schedule_store.claim_due(conn, at, self.batch_size)
+                rows = emission_store.claim_due(conn, at, self.batch_size)
                 self._emit(conn, rows, at, report)
             return len(rows)
         except SQLAlchemyError as exc:
@@ -159,7 +161,7 @@ class Scheduler:
     def _one_by_one(self, now: datetime | None, report: TickReport) -> int:
         with self.engine.connect() as conn:
             at = now or self.now(conn)
-            ids = [row.id for row in schedule_store.claim_due(conn, at, self.batch_size)]
+            ids = [row.id for row in emission_store.claim_due(conn, at, self.batch_size)]
         for schedule_id in ids:
             try:
                 with self.engine.begin() as conn:
@@ -173,7 +175,7 @@ class Scheduler:
     ) -> None:
         """Plan every claimed schedule and write the outcome in the caller's transaction."""
         report.schedules += len(rows)
-        spans = schedule_store.inactive_spans(conn, [row.id for row in rows])
+        spans = emission_store.inactive_spans(conn, [row.id for row in rows])
         emissions: list[_Emission] = []
         plans: dict[tuple[ScheduleSpec, datetime], Pass] = {}
         for row in rows:
@@ -183,16 +185,16 @@ class Scheduler:
                 log.exception("schedule %s/%s failed", row.project_name, row.workflow_name)
                 self._record_failure(conn, row.id, now, f"{type(exc).__name__}: {exc}", report)
         wanting = [e.row.id for e in emissions if e.plan.emit]
-        counts = schedule_store.active_counts(conn, wanting)
+        counts = emission_store.active_counts(conn, wanting)
         for emission in emissions:
             _apply_overlap(emission, counts.get(emission.row.id, (0, 0)))
         new = [item for emission in emissions for item in emission.new]
-        created = schedule_store.insert_sessions(conn, new, now)
+        created = emission_store.insert_sessions(conn, new, now)
         for emission in emissions:
             report.missed += schedule_store.record_missed(
                 conn, emission.row.id, emission.missed, now
             )
-        schedule_store.save_progress(conn, [_progress(e) for e in emissions], now)
+        emission_store.save_progress(conn, [_progress(e) for e in emissions], now)
         self._count(emissions, new, len(created), now, report)
 
     def _plan(
@@ -243,7 +245,7 @@ class Scheduler:
     def _record_failure(
         self, conn: Connection, schedule_id: int, now: datetime, error: str, report: TickReport
     ) -> None:
-        failures = schedule_store.record_failure(
+        failures = emission_store.record_failure(
             conn, schedule_id, error, now, max_backoff_seconds=MAX_BACKOFF_SECONDS
         )
         log.warning("schedule %s failed %d time(s) in a row: %s", schedule_id, failures, error)
@@ -258,13 +260,13 @@ class Scheduler:
     def _start_waiting(self, now: datetime | None) -> int:
         """Release waiting attempts as running ones finish, oldest session time first."""
         with self.engine.begin() as conn:
-            waiting = schedule_store.waiting_attempts(conn, limit=5000)
+            waiting = emission_store.waiting_attempts(conn, limit=5000)
             if not waiting:
                 return 0
             schedule_ids = {w.schedule_id for w in waiting if w.schedule_id and not w.backfill_id}
             backfill_ids = {w.backfill_id for w in waiting if w.backfill_id}
-            held_schedules = schedule_store.lock_rows(conn, schedules, schedule_ids)
-            held_backfills = schedule_store.lock_rows(conn, backfills, backfill_ids)
+            held_schedules = emission_store.lock_rows(conn, schedules, schedule_ids)
+            held_backfills = emission_store.lock_rows(conn, backfills, backfill_ids)
             room = _room(conn, held_schedules, held_backfills)
             chosen: list[int] = []
             for item in waiting:
@@ -272,7 +274,7 @@ class Scheduler:
                 if room.get(key, 0) > 0:
                     room[key] -= 1
                     chosen.append(item.attempt_id)
-            started = schedule_store.start_waiting(conn, chosen)
+            started = emission_store.start_waiting(conn, chosen)
         self.metrics.attempts_started.inc(started)
         return started
 
@@ -283,7 +285,7 @@ class Scheduler:
     def seconds_until_due(self) -> float:
         """How long to sleep: until the soonest due schedule, at most :data:`IDLE_SECONDS`."""
         with self.engine.connect() as conn:
-            due = schedule_store.earliest_due(conn)
+            due = emission_store.earliest_due(conn)
             now = self.now(conn)
         if due is None:
             return IDLE_SECONDS
@@ -314,7 +316,7 @@ class Scheduler:
 
 
 def _claim_one(conn: Connection, schedule_id: int, now: datetime) -> list[ScheduleRow]:
-    if not schedule_store.lock_rows(conn, schedules, [schedule_id]):
+    if not emission_store.lock_rows(conn, schedules, [schedule_id]):
         return []  # another replica has it
     row = schedule_store.get_schedule(conn, schedule_id)
     due = row.next_run_time is not None and row.next_run_time <= now
@@ -372,13 +374,13 @@ def _room(
 ) -> dict[tuple[str, int | None], int]:
     """How many more attempts each schedule and backfill may start now."""
     room: dict[tuple[str, int | None], int] = {}
-    counts = schedule_store.active_counts(conn, schedule_ids)
+    counts = emission_store.active_counts(conn, schedule_ids)
     for schedule_id in schedule_ids:
         spec = schedule_store.get_schedule(conn, schedule_id).schedule
         limit = spec.max_active if spec.overlap == "allow" else 1
         room[("s", schedule_id)] = limit - counts.get(schedule_id, (0, 0))[0]
-    active = schedule_store.backfill_active_counts(conn, backfill_ids)
-    parallel = schedule_store.backfill_parallel(conn, backfill_ids)
+    active = emission_store.backfill_active_counts(conn, backfill_ids)
+    parallel = emission_store.backfill_parallel(conn, backfill_ids)
     for backfill_id in backfill_ids:
         limit = 16 if parallel.get(backfill_id) else 1
         room[("b", backfill_id)] = limit - active.get(backfill_id, 0)

@@ -13,6 +13,7 @@ from sqlalchemy import Engine, func, select, update
 from services.scheduler.loop import Scheduler
 from shared.domain.states import AttemptState
 from shared.dsl.parser import parse_workflow_text
+from shared.store import emission as emission_store
 from shared.store import projects as project_store
 from shared.store import schedules as schedule_store
 from shared.store.tables import attempts, schedules, sessions
@@ -169,10 +170,10 @@ class TestEmission:
         store.push("cron>: '* * * * *'", now=T0)
         with store.engine.begin() as conn:
             row = schedule_store.find_schedule(conn, "proj", "wf")
-            schedule_store.insert_sessions(
+            emission_store.insert_sessions(
                 conn,
                 [
-                    schedule_store.NewSession(
+                    emission_store.NewSession(
                         None,
                         row.project_id,
                         "wf",
@@ -381,10 +382,10 @@ class TestBackfill:
         scheduler = Scheduler(store.engine)
         with store.engine.begin() as conn:
             row = schedule_store.find_schedule(conn, "proj", "wf")
-            schedule_store.insert_sessions(
+            emission_store.insert_sessions(
                 conn,
                 [
-                    schedule_store.NewSession(
+                    emission_store.NewSession(
                         row.id,
                         row.project_id,
                         "wf",
@@ -397,7 +398,7 @@ class TestBackfill:
                 ],
                 T0,
             )
-            plan = schedule_store.backfill(
+            plan = emission_store.backfill(
                 conn, row, T0 - timedelta(hours=3), T0 - timedelta(hours=1), T0
             )
         assert plan.created == [T0 - timedelta(hours=3), T0 - timedelta(hours=1)]
