@@ -190,6 +190,18 @@ class TestEmission:
         assert (report.emitted, report.duplicates) == (0, 1)
         assert store.session_times() == [minute(1)]
 
+    def test_many_due_schedules_are_shared_by_workers_each_emitted_once(self, store: Store) -> None:
+        names = [f"wf{n}" for n in range(23)]
+        for name in names:
+            store.push("cron>: '* * * * *'", now=T0, name=name)
+        scheduler = Scheduler(store.engine, batch_size=5, workers=3)
+        report = scheduler.tick(minute(1))
+        assert (report.due, report.emitted) == (23, 23)
+        with store.engine.connect() as conn:
+            query = select(sessions.c.workflow_name, sessions.c.session_time)
+            assert sorted(conn.execute(query).all()) == sorted((n, minute(1)) for n in names)
+        assert scheduler.tick(minute(1)).emitted == 0
+
 
 class TestCatchUp:
     def test_downtime_is_caught_up_within_the_default_24_hour_window(self, store: Store) -> None:
