@@ -36,7 +36,7 @@ from shared.store.tables import backfills, schedules
 
 log = logging.getLogger(__name__)
 
-BATCH_SCHEDULES = 500
+BATCH_SCHEDULES = 1000
 """Schedules claimed per transaction."""
 
 TIMES_PER_PASS = 1000
