@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -174,6 +174,7 @@ class Scheduler:
         self, conn: Connection, rows: Sequence[ScheduleRow], now: datetime, report: TickReport
     ) -> None:
         """Plan every claimed schedule and write the outcome in the caller's transaction."""
+        started = time.perf_counter()
         report.schedules += len(rows)
         spans = emission_store.inactive_spans(conn, [row.id for row in rows])
         emissions: list[_Emission] = []
@@ -195,7 +196,9 @@ class Scheduler:
                 conn, emission.row.id, emission.missed, now
             )
         emission_store.save_progress(conn, [_progress(e) for e in emissions], now)
-        self._count(emissions, new, len(created), now, report)
+        # Lag counts the batch's own work too: ``now`` was read before it started.
+        emitted_at = now + timedelta(seconds=time.perf_counter() - started)
+        self._count(emissions, new, len(created), emitted_at, report)
 
     def _plan(
         self,
@@ -226,7 +229,7 @@ class Scheduler:
         emissions: Sequence[_Emission],
         new: Sequence[NewSession],
         created: int,
-        now: datetime,
+        emitted_at: datetime,
         report: TickReport,
     ) -> None:
         report.emitted += created
@@ -238,7 +241,8 @@ class Scheduler:
             for missed in emission.missed:
                 self.metrics.missed.labels(missed.reason).inc(missed.count or 1)
             for item in emission.new:
-                lag = (now - spec.run_time(item.session_time, emission.row.seed)).total_seconds()
+                run = spec.run_time(item.session_time, emission.row.seed)
+                lag = (emitted_at - run).total_seconds()
                 self.metrics.emission_lag.observe(max(lag, 0.0))
                 report.lags.append(lag)
 

@@ -436,5 +436,6 @@ class TestMetrics:
         assert missed == 2
         lag_count = registry.get_sample_value("tickwork_scheduler_emission_lag_seconds_count")
         lag_sum = registry.get_sample_value("tickwork_scheduler_emission_lag_seconds_sum")
-        assert (lag_count, lag_sum) == (1, 5.0)
+        assert lag_count == 1
+        assert lag_sum is not None and 5.0 <= lag_sum < 10.0  # 5 s late, plus the batch's work
         assert registry.get_sample_value("tickwork_scheduler_due_schedules") == 0
