@@ -347,18 +347,7 @@ def _apply_overlap(emission: _Emission, counts: tuple[int, int]) -> None:
                 continue
         state = AttemptState.CREATED if start else AttemptState.WAITING
         active, waiting = (active + 1, waiting) if start else (active, waiting + 1)
-        emission.new.append(
-            NewSession(
-                row.id,
-                row.project_id,
-                row.workflow_name,
-                session_time,
-                row.workflow_definition_id,
-                row.timezone,
-                row.project_dir,
-                state,
-            )
-        )
+        emission.new.append(NewSession.of(row, session_time, state))
     if skipped:
         emission.missed.extend(_ranges(skipped, "overlap"))
 

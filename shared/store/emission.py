@@ -157,6 +157,27 @@ class NewSession:
     state: AttemptState
     backfill_id: int | None = None
 
+    @classmethod
+    def of(
+        cls,
+        row: ScheduleRow,
+        session_time: datetime,
+        state: AttemptState,
+        backfill_id: int | None = None,
+    ) -> NewSession:
+        """A session of the schedule ``row`` at ``session_time``."""
+        return cls(
+            row.id,
+            row.project_id,
+            row.workflow_name,
+            session_time,
+            row.workflow_definition_id,
+            row.timezone,
+            row.project_dir,
+            state,
+            backfill_id,
+        )
+
 
 def insert_sessions(conn: Connection, new: Sequence[NewSession], now: datetime) -> list[int]:
     """Insert sessions with their first attempt; existing sessions are left alone.
@@ -471,17 +492,7 @@ def backfill(
     insert_sessions(
         conn,
         [
-            NewSession(
-                row.id,
-                row.project_id,
-                row.workflow_name,
-                session_time,
-                row.workflow_definition_id,
-                row.timezone,
-                row.project_dir,
-                AttemptState.WAITING,
-                int(backfill_id),
-            )
+            NewSession.of(row, session_time, AttemptState.WAITING, int(backfill_id))
             for session_time in wanted
         ],
         now,
