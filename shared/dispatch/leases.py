@@ -1,0 +1,188 @@
+"""Task leases in Redis: who runs a task under which fencing token, and for how long.
+
+A lease is one key per task, ``<prefix>lease:<task id>``, holding ``<token>:<owner>`` with
+a time to live. An agent takes it before it runs a task message and extends it while the
+task runs (every TTL/3); an agent that cannot extend its lease has lost the task and must
+stop running it. Every change is a Lua script, so check and change are one step:
+
+- *take* succeeds when no lease exists, or when the existing one is for an older token
+  (the executor has requeued the task since: the newer message wins). A message for an
+  older token than the lease's, or for the same token held by another owner (a duplicate
+  message), is refused.
+- *extend* and *release* act only for the lease's current owner and token.
+
+Losing Redis loses the leases: running agents then fail their next extension and stop,
+and the executor requeues their tasks when it sees them silent. No result is lost: results
+are fenced by the token in the store, not here.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from redis import Redis
+from redis.exceptions import RedisError
+
+_TAKE = """
+local current = redis.call('GET', KEYS[1])
+if current then
+  local held = tonumber(string.match(current, '^(%d+):'))
+  if held and held >= tonumber(ARGV[1]) then
+    if current == ARGV[2] then
+      redis.call('PEXPIRE', KEYS[1], ARGV[3])
+      return 1
+    end
+    return 0
+  end
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1
+"""
+
+_EXTEND = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Who holds a task: its fencing token and the agent's owner id."""
+
+    task_id: int
+    token: int
+    owner: str
+
+    @property
+    def value(self) -> str:
+        """What the lease key holds."""
+        return f"{self.token}:{self.owner}"
+
+
+class LeaseStore:
+    """Takes, extends and releases task leases in one Redis, under a key prefix."""
+
+    def __init__(self, client: Redis, prefix: str = "tickwork:") -> None:
+        self.client = client
+        self.prefix = prefix
+        self._take = client.register_script(_TAKE)
+        self._extend = client.register_script(_EXTEND)
+        self._release = client.register_script(_RELEASE)
+
+    def key(self, task_id: int) -> str:
+        """The Redis key of a task's lease."""
+        return f"{self.prefix}lease:{task_id}"
+
+    def take(self, lease: Lease, ttl_ms: int) -> bool:
+        """Take the lease for ``lease.token``; False if a newer or another owner's holds it.
+
+        Taking one's own lease again only renews it, so a redelivered message is harmless.
+        """
+        if ttl_ms <= 0:
+            raise ValueError("a lease needs a positive time to live")
+        taken = self._take(keys=[self.key(lease.task_id)], args=[lease.token, lease.value, ttl_ms])
+        return bool(taken)
+
+    def extend(self, lease: Lease, ttl_ms: int) -> bool:
+        """Renew the lease for another ``ttl_ms``; False if it is no longer ours."""
+        return bool(self._extend(keys=[self.key(lease.task_id)], args=[lease.value, ttl_ms]))
+
+    def release(self, lease: Lease) -> bool:
+        """Give the lease up (another agent may take the task at once); False if not ours."""
+        return bool(self._release(keys=[self.key(lease.task_id)], args=[lease.value]))
+
+    def holder(self, task_id: int) -> Lease | None:
+        """The current lease of a task, if any."""
+        raw = self.client.get(self.key(task_id))
+        if raw is None:
+            return None
+        text = raw.decode() if isinstance(raw, bytes) else str(raw)
+        token, _, owner = text.partition(":")
+        return Lease(task_id, int(token), owner)
+
+    def remaining_ms(self, task_id: int) -> int | None:
+        """Milliseconds left on a task's lease; None when there is no lease."""
+        left = int(self.client.pttl(self.key(task_id)))
+        return None if left < 0 else left
+
+
+class Heartbeat:
+    """Extends the leases an agent holds every ``ttl_ms / 3``, in a background thread.
+
+    When an extension fails (the lease expired, or a newer token took it over), the lease
+    is dropped from the set and ``on_lost`` is called with it: the caller must stop the
+    task's process and report nothing. A Redis error counts as a failed extension once the
+    lease's own time is up, not before: a short network blip does not kill tasks.
+    """
+
+    def __init__(self, leases: LeaseStore, ttl_ms: int, on_lost: Callable[[Lease], None]) -> None:
+        self.leases = leases
+        self.ttl_ms = ttl_ms
+        self.on_lost = on_lost
+        self._held: dict[int, tuple[Lease, float]] = {}  # task id -> (lease, valid until)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lease-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        """Start beating."""
+        self._thread.start()
+
+    def hold(self, lease: Lease) -> None:
+        """Keep ``lease`` alive from now on (it has just been taken)."""
+        with self._lock:
+            self._held[lease.task_id] = (lease, time.monotonic() + self.ttl_ms / 1000)
+
+    def drop(self, lease: Lease) -> None:
+        """Stop extending ``lease`` (its task ended)."""
+        with self._lock:
+            current = self._held.get(lease.task_id)
+            if current is not None and current[0] == lease:
+                del self._held[lease.task_id]
+
+    def held(self) -> list[Lease]:
+        """The leases being kept alive."""
+        with self._lock:
+            return [lease for lease, _ in self._held.values()]
+
+    def beat(self) -> None:
+        """Extend every held lease once; call ``on_lost`` for those that are gone."""
+        for lease in self.held():
+            try:
+                extended = self.leases.extend(lease, self.ttl_ms)
+            except RedisError:
+                with self._lock:
+                    entry = self._held.get(lease.task_id)
+                extended = entry is not None and time.monotonic() < entry[1]
+                if extended:
+                    continue
+            if extended:
+                with self._lock:
+                    if lease.task_id in self._held:
+                        self._held[lease.task_id] = (lease, time.monotonic() + self.ttl_ms / 1000)
+                continue
+            self.drop(lease)
+            self.on_lost(lease)
+
+    def _run(self) -> None:
+        interval = self.ttl_ms / 3000
+        while not self._stop.wait(interval):
+            self.beat()
+
+    def stop(self) -> None:
+        """Stop beating (held leases then expire unless released)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self.ttl_ms / 1000)

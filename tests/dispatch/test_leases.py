@@ -1,0 +1,146 @@
+"""Specification of task leases in Redis: fencing by token, owners, expiry, heartbeats."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from redis import Redis
+
+from shared.dispatch.leases import Heartbeat, Lease, LeaseStore
+
+TTL_MS = 3000
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[Redis]:
+    client = Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def leases(client: Redis, redis_prefix: str) -> LeaseStore:
+    return LeaseStore(client, prefix=redis_prefix)
+
+
+def wait_until(condition: object, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if callable(condition) and condition():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+class TestTake:
+    def test_a_free_task_is_taken_with_its_token_and_owner(self, leases: LeaseStore) -> None:
+        assert leases.take(Lease(7, 1, "agent-a"), TTL_MS)
+        assert leases.holder(7) == Lease(7, 1, "agent-a")
+        remaining = leases.remaining_ms(7)
+        assert remaining is not None and 0 < remaining <= TTL_MS
+
+    def test_a_duplicate_message_for_a_held_lease_is_refused(self, leases: LeaseStore) -> None:
+        assert leases.take(Lease(7, 1, "agent-a"), TTL_MS)
+        assert not leases.take(Lease(7, 1, "agent-b"), TTL_MS)
+        assert leases.holder(7) == Lease(7, 1, "agent-a")
+
+    def test_an_older_token_than_the_lease_is_refused(self, leases: LeaseStore) -> None:
+        assert leases.take(Lease(7, 5, "agent-a"), TTL_MS)
+        assert not leases.take(Lease(7, 4, "agent-b"), TTL_MS)
+        assert not leases.take(Lease(7, 4, "agent-a"), TTL_MS)
+
+    def test_a_newer_token_takes_the_task_over(self, leases: LeaseStore) -> None:
+        assert leases.take(Lease(7, 1, "agent-a"), TTL_MS)
+        assert leases.take(Lease(7, 2, "agent-b"), TTL_MS)
+        assert leases.holder(7) == Lease(7, 2, "agent-b")
+        assert not leases.extend(Lease(7, 1, "agent-a"), TTL_MS)
+
+    def test_taking_ones_own_lease_again_renews_it(self, leases: LeaseStore) -> None:
+        lease = Lease(7, 1, "agent-a")
+        assert leases.take(lease, 200)
+        assert leases.take(lease, TTL_MS)
+        remaining = leases.remaining_ms(7)
+        assert remaining is not None and remaining > 200
+
+    def test_an_expired_lease_can_be_taken_by_another_agent(self, leases: LeaseStore) -> None:
+        assert leases.take(Lease(7, 1, "agent-a"), 50)
+        assert wait_until(lambda: leases.holder(7) is None, timeout=2)
+        assert leases.take(Lease(7, 1, "agent-b"), TTL_MS)
+
+    def test_a_lease_needs_a_positive_time_to_live(self, leases: LeaseStore) -> None:
+        with pytest.raises(ValueError, match="positive time to live"):
+            leases.take(Lease(7, 1, "agent-a"), 0)
+
+
+class TestExtendAndRelease:
+    def test_only_the_owner_extends_or_releases(self, leases: LeaseStore) -> None:
+        mine, theirs = Lease(7, 1, "agent-a"), Lease(7, 1, "agent-b")
+        assert leases.take(mine, TTL_MS)
+        assert not leases.extend(theirs, TTL_MS)
+        assert not leases.release(theirs)
+        assert leases.extend(mine, TTL_MS)
+        assert leases.release(mine)
+        assert leases.holder(7) is None
+
+    def test_a_released_task_is_free_at_once(self, leases: LeaseStore) -> None:
+        assert leases.take(Lease(7, 1, "agent-a"), TTL_MS)
+        assert leases.release(Lease(7, 1, "agent-a"))
+        assert leases.take(Lease(7, 1, "agent-b"), TTL_MS)
+
+    def test_keys_live_under_the_prefix(
+        self, leases: LeaseStore, client: Redis, redis_prefix: str
+    ) -> None:
+        assert leases.take(Lease(7, 1, "agent-a"), TTL_MS)
+        assert client.exists(f"{redis_prefix}lease:7") == 1
+
+
+class TestHeartbeat:
+    def test_a_held_lease_outlives_its_ttl_while_the_heartbeat_runs(
+        self, leases: LeaseStore
+    ) -> None:
+        lease = Lease(7, 1, "agent-a")
+        assert leases.take(lease, 300)
+        heartbeat = Heartbeat(leases, 300, on_lost=lambda lost: None)
+        heartbeat.hold(lease)
+        heartbeat.start()
+        try:
+            time.sleep(1.0)
+            assert leases.holder(7) == lease
+        finally:
+            heartbeat.stop()
+
+    def test_a_lease_taken_over_is_reported_lost_and_no_longer_extended(
+        self, leases: LeaseStore
+    ) -> None:
+        lost: list[Lease] = []
+        event = threading.Event()
+
+        def on_lost(lease: Lease) -> None:
+            lost.append(lease)
+            event.set()
+
+        lease = Lease(7, 1, "agent-a")
+        assert leases.take(lease, 300)
+        heartbeat = Heartbeat(leases, 300, on_lost=on_lost)
+        heartbeat.hold(lease)
+        heartbeat.start()
+        try:
+            assert leases.take(Lease(7, 2, "agent-b"), TTL_MS)
+            assert event.wait(timeout=3)
+            assert lost == [lease]
+            assert heartbeat.held() == []
+            assert leases.holder(7) == Lease(7, 2, "agent-b")
+        finally:
+            heartbeat.stop()
+
+    def test_a_dropped_lease_is_left_to_expire(self, leases: LeaseStore) -> None:
+        lease = Lease(7, 1, "agent-a")
+        assert leases.take(lease, 200)
+        heartbeat = Heartbeat(leases, 200, on_lost=lambda lost: None)
+        heartbeat.hold(lease)
+        heartbeat.drop(lease)
+        heartbeat.beat()
+        assert wait_until(lambda: leases.holder(7) is None, timeout=2)
