@@ -75,17 +75,25 @@ def retry_policy(value: Any, line: int) -> RetryPolicy:
 
 
 def _seconds(value: LineMap, key: str) -> float | None:
+    """A ``_retry`` interval: seconds (fractions allowed) or a duration such as ``10m``."""
     seconds = value.get(key)
     if seconds is None:
         return None
-    if (
-        isinstance(seconds, bool)
-        or not isinstance(seconds, int | float)
-        or not 0 <= seconds <= MAX_INTERVAL_SECONDS
+    if isinstance(seconds, str):
+        try:
+            return float(parse_duration(seconds, maximum=MAX_INTERVAL_SECONDS))
+        except BadDuration:
+            pass
+    elif (
+        not isinstance(seconds, bool)
+        and isinstance(seconds, int | float)
+        and 0 <= seconds <= MAX_INTERVAL_SECONDS
     ):
-        message = f"'_retry' {key} must be from 0 to {MAX_INTERVAL_SECONDS} seconds"
-        raise Bad(f"{message}, got {seconds!r}", value.line_of(key))
-    return float(seconds)
+        return float(seconds)
+    message = (
+        f"'_retry' {key} must be from 0 to {MAX_INTERVAL_SECONDS} seconds or a duration such as 10m"
+    )
+    raise Bad(f"{message}, got {seconds!r}", value.line_of(key))
 
 
 def delay_seconds(value: Any, line: int) -> int:

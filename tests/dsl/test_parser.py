@@ -189,6 +189,9 @@ class TestValidWorkflows:
             +b:
               echo>: b
               _retry: {limit: 3, interval: 10}
+            +d:
+              echo>: d
+              _retry: {limit: 2, interval: 30s, max_interval: 1h}
             +c:
               _retry:
                 limit: 4
@@ -200,6 +203,9 @@ class TestValidWorkflows:
         )
         assert child(workflow.root, "+a").retry == RetryPolicy(limit=0)
         assert child(workflow.root, "+b").retry == RetryPolicy(limit=3, interval_seconds=10.0)
+        assert child(workflow.root, "+d").retry == RetryPolicy(
+            limit=2, interval_seconds=30.0, max_interval_seconds=3600.0
+        )
         assert child(workflow.root, "+c").retry == RetryPolicy(
             limit=4,
             interval_seconds=1.5,
@@ -555,7 +561,8 @@ class TestRetryErrors:
             ("{interval: 5}", "'_retry' limit must be a whole number from 0 to 1000, got None"),
             (
                 "{limit: 2, interval: -5}",
-                "'_retry' interval must be from 0 to 604800 seconds, got -5",
+                "'_retry' interval must be from 0 to 604800 seconds"
+                " or a duration such as 10m, got -5",
             ),
             (
                 "{limit: 2, interval_type: linear}",
@@ -563,7 +570,8 @@ class TestRetryErrors:
             ),
             (
                 "{limit: 2, max_interval: x}",
-                "'_retry' max_interval must be from 0 to 604800 seconds, got 'x'",
+                "'_retry' max_interval must be from 0 to 604800 seconds"
+                " or a duration such as 10m, got 'x'",
             ),
             (
                 "{limit: 2, intervall: 1}",
@@ -827,5 +835,6 @@ class TestHostileInput:
             tmp_path, "+a:\n  _retry: {limit: 1, interval: 999999999999}\n  echo>: x\n"
         )
         assert found == [
-            "wf.dig:2: '_retry' interval must be from 0 to 604800 seconds, got 999999999999"
+            "wf.dig:2: '_retry' interval must be from 0 to 604800 seconds"
+            " or a duration such as 10m, got 999999999999"
         ]
