@@ -178,6 +178,33 @@ class NewSession:
             backfill_id,
         )
 
+    @property
+    def key(self) -> tuple[int, str, datetime]:
+        """The session's idempotency key: project, workflow and session time."""
+        return (self.project_id, self.workflow_name, self.session_time)
+
+    def session_values(self) -> dict[str, Any]:
+        """The ``sessions`` columns of this session (all of :data:`_SESSION_COLUMNS`)."""
+        return {
+            "project_id": self.project_id,
+            "workflow_name": self.workflow_name,
+            "session_time": self.session_time,
+            "session_uuid": str(uuid.uuid4()),
+            "schedule_id": self.schedule_id,
+        }
+
+    def attempt_values(self) -> dict[str, Any]:
+        """The ``attempts`` columns of its first attempt (all of :data:`_ATTEMPT_COLUMNS`)."""
+        name = SCHEDULED_ATTEMPT if self.backfill_id is None else f"backfill-{self.backfill_id}"
+        return {
+            "name": name,
+            "workflow_definition_id": self.workflow_definition_id,
+            "state": self.state.value,
+            "timezone": self.timezone,
+            "project_dir": self.project_dir,
+            "backfill_id": self.backfill_id,
+        }
+
 
 def insert_sessions(conn: Connection, new: Sequence[NewSession], now: datetime) -> list[int]:
     """Insert sessions with their first attempt; existing sessions are left alone.
@@ -186,46 +213,30 @@ def insert_sessions(conn: Connection, new: Sequence[NewSession], now: datetime) 
     """
     if not new:
         return []
+    # One per session, as the unique key allows (the last one wins).
+    unique = list({item.key: item for item in new}.values())
     if conn.dialect.name == "postgresql":
-        return _insert_sessions_at_once(conn, new, now)
-    session_rows = [
-        {
-            "project_id": item.project_id,
-            "workflow_name": item.workflow_name,
-            "session_time": item.session_time,
-            "session_uuid": str(uuid.uuid4()),
-            "schedule_id": item.schedule_id,
-            "created_at": now,
-        }
-        for item in new
-    ]
-    by_key = {(i.project_id, i.workflow_name, i.session_time): i for i in new}
+        return _insert_sessions_at_once(conn, unique, now)
+    by_key = {item.key: item for item in unique}
     returned = (
         sessions.c.id,
         sessions.c.project_id,
         sessions.c.workflow_name,
         sessions.c.session_time,
     )
+    session_rows = [{**item.session_values(), "created_at": now} for item in unique]
     created = insert_rows(conn, sessions, session_rows, returned, ignore_conflicts=True)
     if not created:
         return []
-    attempt_rows = []
-    for session_id, project_id, workflow_name, session_time in created:
-        item = by_key[(project_id, workflow_name, session_time)]
-        name = SCHEDULED_ATTEMPT if item.backfill_id is None else f"backfill-{item.backfill_id}"
-        attempt_rows.append(
-            {
-                "session_id": session_id,
-                "name": name,
-                "workflow_definition_id": item.workflow_definition_id,
-                "state": item.state.value,
-                "timezone": item.timezone,
-                "params": {},
-                "project_dir": item.project_dir,
-                "backfill_id": item.backfill_id,
-                "created_at": now,
-            }
-        )
+    attempt_rows = [
+        {
+            "session_id": session_id,
+            **by_key[(project_id, workflow_name, session_time)].attempt_values(),
+            "params": {},
+            "created_at": now,
+        }
+        for session_id, project_id, workflow_name, session_time in created
+    ]
     return [int(row.id) for row in insert_rows(conn, attempts, attempt_rows, (attempts.c.id,))]
 
 
@@ -241,7 +252,7 @@ _ATTEMPT_COLUMNS = (
 
 
 def _insert_sessions_at_once(
-    conn: Connection, new: Sequence[NewSession], now: datetime
+    conn: Connection, unique: Sequence[NewSession], now: datetime
 ) -> list[int]:
     """PostgreSQL: :func:`insert_sessions` in one statement, sessions and attempts together.
 
@@ -249,25 +260,7 @@ def _insert_sessions_at_once(
     NOTHING RETURNING ...) INSERT INTO attempts SELECT ... FROM inserted JOIN new``: the
     sessions created never travel back to be turned into attempts.
     """
-    by_key = {(i.project_id, i.workflow_name, i.session_time): i for i in new}
-    rows = [
-        {
-            "project_id": item.project_id,
-            "workflow_name": item.workflow_name,
-            "session_time": item.session_time,
-            "session_uuid": str(uuid.uuid4()),
-            "schedule_id": item.schedule_id,
-            "name": (
-                SCHEDULED_ATTEMPT if item.backfill_id is None else f"backfill-{item.backfill_id}"
-            ),
-            "workflow_definition_id": item.workflow_definition_id,
-            "state": item.state.value,
-            "timezone": item.timezone,
-            "project_dir": item.project_dir,
-            "backfill_id": item.backfill_id,
-        }
-        for item in by_key.values()  # one per session, as the unique key allows
-    ]
+    rows = [{**item.session_values(), **item.attempt_values()} for item in unique]
     wanted = rows_select(rows, column_types(sessions, attempts)).cte("new_sessions")
     created_at = literal(now, sessions.c.created_at.type)
     inserted = (
