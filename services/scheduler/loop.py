@@ -26,7 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from services.scheduler.metrics import SchedulerMetrics
 from shared.clock import Clock, SystemClock
 from shared.domain.catchup import MissedRange, Pass, Span, plan_pass
-from shared.domain.schedule import ScheduleSpec
+from shared.domain.schedule import DEFAULT_MAX_ACTIVE, ScheduleSpec
 from shared.domain.states import AttemptState
 from shared.store import emission as emission_store
 from shared.store import schedules as schedule_store
@@ -132,7 +132,7 @@ class Scheduler:
                     done.result()
             for part in parts:
                 report.add(part)
-        report.started_waiting = self._start_waiting(now)
+        report.started_waiting = self._start_waiting()
         self.metrics.tick_duration.observe(time.perf_counter() - started)
         return report
 
@@ -261,7 +261,7 @@ class Scheduler:
         with self.engine.begin() as conn:
             self._record_failure(conn, schedule_id, now, error, report)
 
-    def _start_waiting(self, now: datetime | None) -> int:
+    def _start_waiting(self) -> int:
         """Release waiting attempts as running ones finish, oldest session time first."""
         with self.engine.begin() as conn:
             waiting = emission_store.waiting_attempts(conn, limit=5000)
@@ -368,13 +368,13 @@ def _room(
     """How many more attempts each schedule and backfill may start now."""
     room: dict[tuple[str, int | None], int] = {}
     counts = emission_store.active_counts(conn, schedule_ids)
-    for schedule_id in schedule_ids:
-        spec = schedule_store.get_schedule(conn, schedule_id).schedule
+    for schedule_id, row in schedule_store.schedules_by_id(conn, schedule_ids).items():
+        spec = row.schedule
         limit = spec.max_active if spec.overlap == "allow" else 1
         room[("s", schedule_id)] = limit - counts.get(schedule_id, (0, 0))[0]
     active = emission_store.backfill_active_counts(conn, backfill_ids)
     parallel = emission_store.backfill_parallel(conn, backfill_ids)
     for backfill_id in backfill_ids:
-        limit = 16 if parallel.get(backfill_id) else 1
+        limit = DEFAULT_MAX_ACTIVE if parallel.get(backfill_id) else 1
         room[("b", backfill_id)] = limit - active.get(backfill_id, 0)
     return room
