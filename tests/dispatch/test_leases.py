@@ -10,6 +10,7 @@ import pytest
 from redis import Redis
 
 from shared.dispatch.leases import Heartbeat, Lease, LeaseStore
+from tests.support.waiting import wait_until
 
 TTL_MS = 3000
 
@@ -24,15 +25,6 @@ def client(redis_url: str) -> Iterator[Redis]:
 @pytest.fixture
 def leases(client: Redis, redis_prefix: str) -> LeaseStore:
     return LeaseStore(client, prefix=redis_prefix)
-
-
-def wait_until(condition: object, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if callable(condition) and condition():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 class TestTake:
@@ -67,7 +59,7 @@ class TestTake:
 
     def test_an_expired_lease_can_be_taken_by_another_agent(self, leases: LeaseStore) -> None:
         assert leases.take(Lease(7, 1, "agent-a"), 50)
-        assert wait_until(lambda: leases.holder(7) is None, timeout=2)
+        wait_until("the lease expired", lambda: leases.holder(7) is None, timeout_seconds=2)
         assert leases.take(Lease(7, 1, "agent-b"), TTL_MS)
 
     def test_a_lease_needs_a_positive_time_to_live(self, leases: LeaseStore) -> None:
@@ -143,4 +135,4 @@ class TestHeartbeat:
         heartbeat.hold(lease)
         heartbeat.drop(lease)
         heartbeat.beat()
-        assert wait_until(lambda: leases.holder(7) is None, timeout=2)
+        wait_until("the lease expired", lambda: leases.holder(7) is None, timeout_seconds=2)

@@ -11,9 +11,8 @@ import os
 import signal
 import subprocess
 import textwrap
-import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -194,11 +193,3 @@ def scheduler_processes(database_url: str, log_dir: Path) -> Iterator[SchedulerP
         yield processes
     finally:
         processes.kill_all()
-
-
-def wait_until(condition: str, check: Callable[[], bool], timeout_seconds: float) -> None:
-    """Poll ``check()`` until it is true; fail naming ``condition`` after ``timeout_seconds``."""
-    deadline = time.monotonic() + timeout_seconds
-    while not check():
-        assert time.monotonic() < deadline, f"timed out after {timeout_seconds}s: {condition}"
-        time.sleep(0.2)

@@ -18,8 +18,8 @@ from tests.e2e._scheduling import (
     scheduler_processes,
     stored_sessions,
     tickwork,
-    wait_until,
 )
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
