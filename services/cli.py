@@ -18,6 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from services.agent.operators.base import ResourceLimits
 from services.cli_support import fail as _fail
 from services.cli_support import parse_session_time
+from services.distributed_cli import agent_command, executor_command, kill_command
 from services.embedded import RunOutcome, RunRequest, default_session_time, open_store, run_workflow
 from services.progress import make_display
 from services.schedule_cli import (
@@ -276,6 +277,9 @@ main.add_command(scheduler_command)
 main.add_command(schedules_group)
 main.add_command(schedules_group, name="schedule")
 main.add_command(backfill_command)
+main.add_command(executor_command)
+main.add_command(agent_command)
+main.add_command(kill_command)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from shared.store import projects as project_store
 from shared.store import schedules as schedule_store
 from shared.store import sessions as session_store
 from shared.store import tasks as task_store
-from shared.store.engine import create_store_engine, describe_store_error, read_only
+from shared.store.engine import create_store_engine, describe_store_error, notify_work, read_only
 from shared.store.migrate import upgrade_database
 
 IDLE_WAIT_SECONDS = 0.2
@@ -129,6 +129,7 @@ def create_run_attempt(conn: Connection, request: RunRequest, now: datetime) -> 
     )
     if attempt_id is None:
         raise Conflict(f"another run of this session is starting (attempt run-{len(previous) + 1})")
+    notify_work(conn)
     return RunOutcome(attempt_id, session_id, AttemptState.CREATED, resume_from)
 
 
@@ -185,8 +186,8 @@ def run_workflow(
     )
     try:
         outcome.state = _drive(executor, outcome.attempt_id, engine, on_progress)
-        if outcome.state is AttemptState.CANCELED:
-            terminate_children()  # canceled from outside: its commands must stop too
+        if outcome.state in (AttemptState.CANCELED, AttemptState.KILLED):
+            terminate_children()  # ended from outside: its commands must stop too
     except BaseException:
         terminate_children()  # an interrupted run must not leave commands running
         raise

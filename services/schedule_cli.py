@@ -42,7 +42,7 @@ DATABASE_OPTION = click.option(
 
 
 @contextmanager
-def _store(database_url: str, *, write: bool = True) -> Iterator[Connection]:
+def store_transaction(database_url: str, *, write: bool = True) -> Iterator[Connection]:
     """A transaction on the store; store and user errors end the command with one line."""
     try:
         engine = open_store(database_url)
@@ -186,7 +186,7 @@ def preview_command(
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 def list_command(database_url: str, as_json: bool) -> None:
     """List active schedules with their next session time."""
-    with _store(database_url, write=False) as conn:
+    with store_transaction(database_url, write=False) as conn:
         rows = schedule_store.list_schedules(conn)
     if as_json:
         for row in rows:
@@ -239,7 +239,7 @@ def _find(conn: Connection, project: str, workflow: str) -> schedule_store.Sched
 @DATABASE_OPTION
 def pause_command(project: str, workflow: str, database_url: str) -> None:
     """Pause a schedule: runs due from now on do not happen until it is resumed."""
-    with _store(database_url) as conn:
+    with store_transaction(database_url) as conn:
         changed = schedule_store.pause_schedule(conn, _find(conn, project, workflow).id, utc_now())
     click.echo(f"{project}/{workflow}: {'paused' if changed else 'was already paused'}")
 
@@ -251,7 +251,7 @@ def pause_command(project: str, workflow: str, database_url: str) -> None:
 @DATABASE_OPTION
 def resume_command(project: str, workflow: str, replay: bool, database_url: str) -> None:
     """Resume a paused schedule (the paused span is skipped unless --replay)."""
-    with _store(database_url) as conn:
+    with store_transaction(database_url) as conn:
         row = _find(conn, project, workflow)
         changed = schedule_store.resume_schedule(conn, row.id, utc_now(), replay=replay)
     click.echo(f"{project}/{workflow}: {'resumed' if changed else 'was not paused'}")
@@ -269,7 +269,7 @@ def skip_command(
     """Skip upcoming session times (recorded as missed, so a backfill can still run them)."""
     if (raw_to is None) == (count is None):
         raise click.UsageError("give either --to TIME or --count N")
-    with _store(database_url) as conn:
+    with store_transaction(database_url) as conn:
         row = _find(conn, project, workflow)
         to = parse_session_time(raw_to, row.timezone, "'--to'") if raw_to else None
         skipped = schedule_store.skip_schedule(conn, row.id, utc_now(), to=to, count=count)
@@ -287,7 +287,7 @@ def skip_command(
 @DATABASE_OPTION
 def missed_command(project: str, workflow: str, database_url: str) -> None:
     """Show the session times a schedule did not emit, and why."""
-    with _store(database_url, write=False) as conn:
+    with store_transaction(database_url, write=False) as conn:
         row = _find(conn, project, workflow)
         missed = schedule_store.list_missed(conn, row.id)
     spec = row.schedule
@@ -317,7 +317,7 @@ def backfill_command(
     database_url: str,
 ) -> None:
     """Create sessions for every scheduled time in a range; existing ones are kept."""
-    with _store(database_url) as conn:
+    with store_transaction(database_url) as conn:
         row = _find(conn, project, workflow)
         first = parse_session_time(raw_from, row.timezone, "'--from'")
         last = parse_session_time(raw_to, row.timezone, "'--to'")

@@ -8,7 +8,12 @@ import time
 from pathlib import Path
 
 from services.agent.operators import OPERATORS
-from services.agent.operators.base import OperatorContext, OperatorFailed, ResourceLimits
+from services.agent.operators.base import (
+    OperatorContext,
+    OperatorFailed,
+    ResourceLimits,
+    RunControl,
+)
 from shared.dispatch.messages import Outcome, TaskFinished, TaskMessage, TaskStarted
 from shared.dispatch.seam import EventSink
 
@@ -34,22 +39,34 @@ class TaskRunner:
         self.log_root = log_root.resolve()
         self.limits = limits or ResourceLimits()
 
-    def __call__(self, message: TaskMessage, report: EventSink) -> None:
-        report(TaskStarted(message.task_id, message.lease_token, time.time()))
+    def log_file_of(self, message: TaskMessage) -> tuple[Path, Path]:
+        """``(relative, absolute)`` path of the log file a run of ``message`` writes."""
         relative = log_path_for(message)
-        path = self.log_root / relative
+        return relative, self.log_root / relative
+
+    def __call__(
+        self, message: TaskMessage, report: EventSink, control: RunControl | None = None
+    ) -> None:
+        report(TaskStarted(message.task_id, message.lease_token, time.time()))
+        relative, path = self.log_file_of(message)
         path.parent.mkdir(parents=True, exist_ok=True)
         store: dict[str, object] = {}
         error: str | None = None
+        control = control or RunControl()
         with path.open("w", encoding="utf-8") as log_file:
-            context = OperatorContext(message, log_file, path, self.limits)
+            context = OperatorContext(message, log_file, path, self.limits, control)
             try:
-                store = OPERATORS[message.operator](context)
+                operator = OPERATORS.get(message.operator)
+                if operator is None:
+                    raise OperatorFailed(f"this agent has no operator {message.operator!r}")
+                store = operator(context)
             except OperatorFailed as exc:
                 error = str(exc)
             except Exception as exc:  # an operator bug must still end the task
                 log.exception("operator crashed task=%s", message.full_name)
                 error = f"{type(exc).__name__}: {exc}"
+            finally:
+                control.finish()
         report(
             TaskFinished(
                 task_id=message.task_id,

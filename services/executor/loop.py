@@ -16,7 +16,14 @@ from services.executor.graph import TaskGraph
 from services.executor.materialize import Placement, materialize_children
 from services.executor.messages import AttemptContext, build_task_message
 from shared.clock import Clock, SystemClock
-from shared.dispatch.messages import Outcome, TaskEvent, TaskFinished, TaskMessage, TaskStarted
+from shared.dispatch.messages import (
+    Outcome,
+    TaskEvent,
+    TaskFinished,
+    TaskMessage,
+    TaskReleased,
+    TaskStarted,
+)
 from shared.dispatch.seam import Dispatcher
 from shared.domain.states import TIMED_TASK_STATES, AttemptState, TaskState
 from shared.domain.workflow import TaskSpec
@@ -24,6 +31,7 @@ from shared.errors import InvalidExpression
 from shared.store import sessions as session_store
 from shared.store import tasks as task_store
 from shared.store.projects import load_workflow_definition
+from shared.store.tasks import TaskRow
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +44,24 @@ STARTED_COALESCE_SECONDS = 0.005
 """After only "started" events arrived, how long to wait for the matching results, so a
 short task costs one pass instead of two."""
 
+REAP_BATCH = 5000
+"""In-flight tasks one reaper pass looks at, at most."""
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """How the reaper finds lost messages and lost agents (distributed mode only).
+
+    Every ``every_seconds`` it looks at QUEUED and RUNNING tasks unchanged for
+    ``grace_seconds``: a QUEUED one without a lease or queued mark lost its message and is
+    published again under the same token; a RUNNING one without a lease lost its agent and
+    is requeued under a new token, or fails once that happened ``max_lost`` times.
+    """
+
+    every_seconds: float = 5.0
+    grace_seconds: float = 2.0
+    max_lost: int = 3
+
 
 @dataclass
 class TickReport:
@@ -44,6 +70,10 @@ class TickReport:
     attempts_started: int = 0
     events_applied: int = 0
     stale_results: int = 0
+    requeued: int = 0  # tasks given a new token: lost agents and released tasks
+    republished: int = 0  # queued tasks whose message was lost, published again
+    leases_lost: int = 0
+    attempts_killed: int = 0
     tasks_woken: int = 0
     groups_started: int = 0
     tasks_dispatched: int = 0
@@ -56,6 +86,9 @@ class TickReport:
         return bool(
             self.attempts_started
             or self.events_applied
+            or self.requeued
+            or self.republished
+            or self.attempts_killed
             or self.tasks_woken
             or self.groups_started
             or self.tasks_dispatched
@@ -81,8 +114,10 @@ class WorkflowExecutor:
         dispatch_batch_size: int = 1000,
         task_timeout_seconds: float | None = None,
         attempt_ids: Collection[int] | None = None,
+        recovery: Recovery | None = None,
     ) -> None:
         self.engine = engine
+        self.recovery = recovery
         self.dispatcher = dispatcher
         self.clock = clock or SystemClock()
         self.dispatch_batch_size = dispatch_batch_size
@@ -93,6 +128,7 @@ class WorkflowExecutor:
         self._limits: dict[int, int | None] = {}
         self._rescan_at: datetime | None = None
         self._wake_due: datetime | None = None  # soonest not_before of a waiting task
+        self._reap_at: datetime | None = None
         self._stop = threading.Event()
 
     # -- one pass ----------------------------------------------------------------------
@@ -103,20 +139,35 @@ class WorkflowExecutor:
         report = TickReport()
         events, self._pending = self._pending + self.dispatcher.poll_events(0), []
         rescan = self._rescan_at is None or now >= self._rescan_at
-        with self.engine.begin() as conn:
-            graph = TaskGraph(conn, now, self._limits)
-            report.attempts_started = self._start_created_attempts(conn, graph)
-            self._apply_events(conn, graph, events, now, report)
-            graph.settle()
-            due = [t for t in (self._wake_due, graph.earliest_wake) if t is not None]
-            if rescan or (due and min(due) <= now):
-                report.tasks_woken = self._wake_due_tasks(conn, graph, now)
-            messages = self._start_and_dispatch(conn, graph, now, rescan, report)
-            report.finished_attempts = graph.finished_attempts
+        reap = self.recovery is not None and (self._reap_at is None or now >= self._reap_at)
+        revoked: list[tuple[int, int]] = []
+        try:
+            with self.engine.begin() as conn:
+                graph = TaskGraph(conn, now, self._limits)
+                if rescan:
+                    revoked = self._kill_canceling_attempts(conn, now, report)
+                report.attempts_started = self._start_created_attempts(conn, graph)
+                messages = self._apply_events(conn, graph, events, now, report)
+                if reap:
+                    messages += self._reap(conn, graph, now, report)
+                graph.settle()
+                due = [t for t in (self._wake_due, graph.earliest_wake) if t is not None]
+                if rescan or (due and min(due) <= now):
+                    report.tasks_woken = self._wake_due_tasks(conn, graph, now)
+                messages += self._start_and_dispatch(conn, graph, now, rescan, report)
+                report.finished_attempts += graph.finished_attempts
+        except BaseException:
+            self.dispatcher.redeliver()
+            raise
+        self.dispatcher.acknowledge()
         if rescan:
             self._rescan_at = now + timedelta(seconds=RESCAN_SECONDS)
+        if reap and self.recovery is not None:
+            self._reap_at = now + timedelta(seconds=self.recovery.every_seconds)
         if graph.earliest_wake is not None:
             self._wake_due = min(self._wake_due or graph.earliest_wake, graph.earliest_wake)
+        if revoked:
+            self.dispatcher.revoke(revoked)
         self.dispatcher.publish(messages)
         report.tasks_dispatched = len(messages)
         report.more_ready = report.more_ready or bool(self._pending)
@@ -185,10 +236,21 @@ class WorkflowExecutor:
         events: list[TaskEvent],
         now: datetime,
         report: TickReport,
-    ) -> None:
+    ) -> list[TaskMessage]:
+        """Apply agents' events; the messages of tasks released to be run elsewhere."""
         finished = {(e.task_id, e.lease_token) for e in events if isinstance(e, TaskFinished)}
         logs: list[dict[str, Any]] = []
+        messages: list[TaskMessage] = []
         for event in events:
+            if isinstance(event, TaskReleased):
+                message = self._requeue(conn, event.task_id, event.lease_token, now, lost=False)
+                if message is not None:
+                    log.info(
+                        "task released by its agent task_id=%d: %s", event.task_id, event.reason
+                    )
+                    messages.append(message)
+                    report.requeued += 1
+                continue
             if isinstance(event, TaskStarted):
                 # A result in the same batch makes the RUNNING step moot.
                 if (event.task_id, event.lease_token) in finished:
@@ -203,6 +265,91 @@ class WorkflowExecutor:
             else:
                 report.stale_results += 1
         task_store.insert_task_logs(conn, [{**row, "created_at": now} for row in logs])
+        return messages
+
+    # -- recovery and kills ------------------------------------------------------------
+
+    def _requeue(
+        self, conn: Connection, task_id: int, token: int, now: datetime, *, lost: bool
+    ) -> TaskMessage | None:
+        """Give a QUEUED/RUNNING task the next lease token; its message, or None if the task
+        is no longer under ``token``."""
+        new_token = task_store.requeue_task(conn, task_id, token, now, lost=lost)
+        if new_token is None:
+            return None
+        task = task_store.get_task(conn, task_id)
+        return self._message_of(conn, task)
+
+    def _message_of(self, conn: Connection, task: TaskRow) -> TaskMessage:
+        """The message of an in-flight task as it was dispatched, under its current token."""
+        context = self._context(conn, task.attempt_id)
+        return build_task_message(
+            task, context, task.params, task.lease_token, self.task_timeout_seconds
+        )
+
+    def _reap(
+        self, conn: Connection, graph: TaskGraph, now: datetime, report: TickReport
+    ) -> list[TaskMessage]:
+        """Republish lost messages, requeue tasks whose agent was lost (see :class:`Recovery`)."""
+        assert self.recovery is not None
+        recovery = self.recovery
+        quiet_since = now - timedelta(seconds=recovery.grace_seconds)
+        candidates = task_store.select_in_flight(
+            conn, quiet_since, REAP_BATCH, attempt_ids=self.attempt_ids
+        )
+        holders = self.dispatcher.holders([t.id for t in candidates])
+        if not candidates or holders is None:
+            return []
+        messages: list[TaskMessage] = []
+        republished: list[int] = []
+        for task in candidates:
+            lease = holders.get(task.id)
+            if lease is not None and lease.token >= task.lease_token:
+                continue  # queued, running, or its result is on the way
+            if task.state is TaskState.QUEUED:
+                messages.append(self._message_of(conn, task))
+                republished.append(task.id)
+                continue
+            report.leases_lost += 1
+            if task.lost_count + 1 >= recovery.max_lost:
+                message = f"lost its agent {recovery.max_lost} times"
+                log.warning("task failed: %s task_id=%d", message, task.id)
+                graph.fail(task, {"message": message})
+                continue
+            requeued = self._requeue(conn, task.id, task.lease_token, now, lost=True)
+            if requeued is not None:
+                log.warning(
+                    "task lost its agent; requeued task_id=%d lease_token=%d",
+                    task.id,
+                    requeued.lease_token,
+                )
+                messages.append(requeued)
+                report.requeued += 1
+        if republished:
+            log.warning("republishing %d queued tasks whose message was lost", len(republished))
+            task_store.touch_tasks(conn, republished, now)
+            report.republished += len(republished)
+        return messages
+
+    def _kill_canceling_attempts(
+        self, conn: Connection, now: datetime, report: TickReport
+    ) -> list[tuple[int, int]]:
+        """End attempts a kill was asked for: their unfinished tasks CANCELED, the attempt
+        KILLED. Returns the in-flight ``(task id, token)`` pairs to revoke after commit."""
+        ids = session_store.list_attempt_ids_in_state(
+            conn, AttemptState.CANCELING, limit=100, among=self.attempt_ids
+        )
+        revoked: list[tuple[int, int]] = []
+        for attempt_id in ids:
+            revoked += task_store.in_flight_of_attempt(conn, attempt_id)
+            task_store.cancel_unfinished_tasks(conn, attempt_id, now)
+            if session_store.set_attempt_state(
+                conn, attempt_id, AttemptState.KILLED, now, from_states=(AttemptState.CANCELING,)
+            ):
+                log.info("attempt killed attempt_id=%d", attempt_id)
+                report.finished_attempts.append((attempt_id, AttemptState.KILLED))
+                report.attempts_killed += 1
+        return revoked
 
     @staticmethod
     def _apply_result(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from shared.dispatch.messages import TaskMessage
+from shared.dispatch.messages import DEFAULT_QUEUE, TaskMessage
 from shared.domain.expressions import escape, render
 from shared.domain.params import session_variables, task_params
 from shared.store.sessions import AttemptRow
@@ -72,4 +72,5 @@ def build_task_message(
         params=rendered,
         project_dir=context.project_dir,
         timeout_seconds=timeout_seconds,
+        queue=config.get("queue") or DEFAULT_QUEUE,
     )

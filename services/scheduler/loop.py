@@ -31,6 +31,7 @@ from shared.domain.states import AttemptState
 from shared.store import emission as emission_store
 from shared.store import schedules as schedule_store
 from shared.store.emission import NewSession, Progress
+from shared.store.engine import notify_work
 from shared.store.schedules import ScheduleRow
 from shared.store.tables import backfills, schedules
 
@@ -191,6 +192,8 @@ class Scheduler:
             _apply_overlap(emission, counts.get(emission.row.id, (0, 0)))
         new = [item for emission in emissions for item in emission.new]
         created = emission_store.insert_sessions(conn, new, now)
+        if created:
+            notify_work(conn)  # executors start the new attempts when this commits
         for emission in emissions:
             report.missed += schedule_store.record_missed(
                 conn, emission.row.id, emission.missed, now
@@ -279,6 +282,8 @@ class Scheduler:
                     room[key] -= 1
                     chosen.append(item.attempt_id)
             started = emission_store.start_waiting(conn, chosen)
+            if started:
+                notify_work(conn)
         self.metrics.attempts_started.inc(started)
         return started
 

@@ -1,15 +1,25 @@
 """Task leases in Redis: who runs a task under which fencing token, and for how long.
 
-A lease is one key per task, ``<prefix>lease:<task id>``, holding ``<token>:<owner>`` with
-a time to live. An agent takes it before it runs a task message and extends it while the
-task runs (every TTL/3); an agent that cannot extend its lease has lost the task and must
-stop running it. Every change is a Lua script, so check and change are one step:
+A lease is one key per task, ``<prefix>lease:<task id>``, holding ``<token>:<holder>`` with
+a time to live. The holder is an agent's run id while a task runs, or one of three marks
+the executor and agents leave between runs:
 
-- *take* succeeds when no lease exists, or when the existing one is for an older token
-  (the executor has requeued the task since: the newer message wins). A message for an
-  older token than the lease's, or for the same token held by another owner (a duplicate
-  message), is refused.
-- *extend* and *release* act only for the lease's current owner and token.
+- ``queued``: the executor published the message for this token (its outbox mark). A
+  queued task with no key at all lost its message (Redis restarted empty, or the executor
+  died between commit and publish) and is published again.
+- ``done``: the agent finished and its result is on the way; duplicates of the message
+  are refused while the mark lasts.
+- ``canceled``: the task was killed; its message is refused when it arrives.
+
+An agent takes the lease before it runs a task message and extends it while the task runs
+(every TTL/3); an agent that cannot extend its lease has lost the task and must stop
+running it. Every change is a Lua script, so check and change are one step:
+
+- *take* succeeds when no lease exists, when the existing one is for an older token (the
+  executor has requeued the task since: the newer message wins), or when it is the
+  ``queued`` mark of the same token. A message for an older token than the lease's, or
+  for the same token held, finished or canceled by anyone else, is refused.
+- *extend*, *finish* and *release* act only for the lease's current holder and token.
 
 Losing Redis loses the leases: running agents then fail their next extension and stop,
 and the executor requeues their tasks when it sees them silent. No result is lost: results
@@ -20,26 +30,51 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from redis import Redis
 from redis.exceptions import RedisError
+
+QUEUED = "queued"
+DONE = "done"
+CANCELED = "canceled"
+MARKS = frozenset({QUEUED, DONE, CANCELED})
 
 _TAKE = """
 local current = redis.call('GET', KEYS[1])
 if current then
   local held = tonumber(string.match(current, '^(%d+):'))
   if held and held >= tonumber(ARGV[1]) then
-    if current == ARGV[2] then
-      redis.call('PEXPIRE', KEYS[1], ARGV[3])
-      return 1
+    if current ~= ARGV[2] and current ~= ARGV[1] .. ':queued' then
+      return 0
     end
-    return 0
   end
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return 1
+"""
+
+# Leave a mark for a token unless a newer token (or the same one, when ARGV[4] is 0)
+# is already there: an agent may have taken the lease before the executor marks it queued.
+_MARK = """
+local current = redis.call('GET', KEYS[1])
+if current then
+  local held = tonumber(string.match(current, '^(%d+):'))
+  if held and (held > tonumber(ARGV[1]) or (held == tonumber(ARGV[1]) and ARGV[4] == '0')) then
+    return 0
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[2], 'PX', ARGV[3])
+return 1
+"""
+
+_FINISH = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return 0
 """
 
 _EXTEND = """
@@ -70,6 +105,23 @@ class Lease:
         """What the lease key holds."""
         return f"{self.token}:{self.owner}"
 
+    @property
+    def is_mark(self) -> bool:
+        """Whether this is a mark between runs (queued, done, canceled), not an agent."""
+        return self.owner in MARKS
+
+    @classmethod
+    def parse(cls, task_id: int, raw: bytes | str | None) -> Lease | None:
+        """The lease a key's value describes; None for no (or an unreadable) value."""
+        if raw is None:
+            return None
+        text = raw.decode() if isinstance(raw, bytes) else str(raw)
+        token, _, owner = text.partition(":")
+        try:
+            return cls(task_id, int(token), owner)
+        except ValueError:
+            return None
+
 
 class LeaseStore:
     """Takes, extends and releases task leases in one Redis, under a key prefix."""
@@ -80,6 +132,8 @@ class LeaseStore:
         self._take = client.register_script(_TAKE)
         self._extend = client.register_script(_EXTEND)
         self._release = client.register_script(_RELEASE)
+        self._mark = client.register_script(_MARK)
+        self._finish = client.register_script(_FINISH)
 
     def key(self, task_id: int) -> str:
         """The Redis key of a task's lease."""
@@ -103,14 +157,36 @@ class LeaseStore:
         """Give the lease up (another agent may take the task at once); False if not ours."""
         return bool(self._release(keys=[self.key(lease.task_id)], args=[lease.value]))
 
+    def finish(self, lease: Lease, ttl_ms: int) -> bool:
+        """Turn our lease into the ``done`` mark for ``ttl_ms``: duplicates of the message
+        are refused while the result travels to the executor."""
+        done = f"{lease.token}:{DONE}"
+        return bool(self._finish(keys=[self.key(lease.task_id)], args=[lease.value, done, ttl_ms]))
+
+    def mark(
+        self, tasks: Sequence[tuple[int, int]], mark: str, ttl_ms: int, *, replace: bool = False
+    ) -> None:
+        """Leave ``mark`` on each ``(task id, token)`` unless a newer token holds the key;
+        ``replace`` also overwrites the same token (a kill takes the lease from its agent)."""
+        pipe = self.client.pipeline(transaction=False)
+        for task_id, token in tasks:
+            args: list[str | int] = [token, mark, ttl_ms, 1 if replace else 0]
+            self._mark(keys=[self.key(task_id)], args=args, client=pipe)
+        pipe.execute()
+
     def holder(self, task_id: int) -> Lease | None:
         """The current lease of a task, if any."""
-        raw = self.client.get(self.key(task_id))
-        if raw is None:
-            return None
-        text = raw.decode() if isinstance(raw, bytes) else str(raw)
-        token, _, owner = text.partition(":")
-        return Lease(task_id, int(token), owner)
+        return Lease.parse(task_id, self.client.get(self.key(task_id)))
+
+    def holders(self, task_ids: Sequence[int]) -> dict[int, Lease | None]:
+        """The current lease (or mark) of each task, in one round trip."""
+        if not task_ids:
+            return {}
+        raw = self.client.mget([self.key(task_id) for task_id in task_ids])
+        return {
+            task_id: Lease.parse(task_id, value)
+            for task_id, value in zip(task_ids, raw, strict=True)
+        }
 
     def remaining_ms(self, task_id: int) -> int | None:
         """Milliseconds left on a task's lease; None when there is no lease."""
@@ -119,7 +195,8 @@ class LeaseStore:
 
 
 class Heartbeat:
-    """Extends the leases an agent holds every ``ttl_ms / 3``, in a background thread.
+    """Extends the leases an agent holds every ``interval_ms`` (``ttl_ms / 3`` unless told),
+    in a background thread.
 
     When an extension fails (the lease expired, or a newer token took it over), the lease
     is dropped from the set and ``on_lost`` is called with it: the caller must stop the
@@ -127,13 +204,21 @@ class Heartbeat:
     lease's own time is up, not before: a short network blip does not kill tasks.
     """
 
-    def __init__(self, leases: LeaseStore, ttl_ms: int, on_lost: Callable[[Lease], None]) -> None:
+    def __init__(
+        self,
+        leases: LeaseStore,
+        ttl_ms: int,
+        on_lost: Callable[[Lease], None],
+        interval_ms: int | None = None,
+    ) -> None:
         self.leases = leases
         self.ttl_ms = ttl_ms
+        self.interval_ms = interval_ms or ttl_ms // 3
         self.on_lost = on_lost
         self._held: dict[int, tuple[Lease, float]] = {}  # task id -> (lease, valid until)
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lease-heartbeat", daemon=True)
 
     def start(self) -> None:
@@ -176,13 +261,21 @@ class Heartbeat:
             self.drop(lease)
             self.on_lost(lease)
 
+    def wake(self) -> None:
+        """Beat now rather than at the next interval (a kill may have taken a lease)."""
+        self._wake.set()
+
     def _run(self) -> None:
-        interval = self.ttl_ms / 3000
-        while not self._stop.wait(interval):
-            self.beat()
+        interval = self.interval_ms / 1000
+        while not self._stop.is_set():
+            self._wake.wait(interval)
+            self._wake.clear()
+            if not self._stop.is_set():
+                self.beat()
 
     def stop(self) -> None:
         """Stop beating (held leases then expire unless released)."""
         self._stop.set()
+        self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout=self.ttl_ms / 1000)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
+
+DEFAULT_QUEUE = "default"
+"""The queue of tasks without ``_queue``; ``tickwork agent`` serves it unless told otherwise."""
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,8 @@ class TaskMessage:
     params: dict[str, Any]
     project_dir: str
     timeout_seconds: float | None = None
+    queue: str = DEFAULT_QUEUE
+    dispatched_at: float = 0.0  # unix seconds when the executor published it
 
     def to_json(self) -> dict[str, Any]:
         """The JSON body of the message."""
@@ -27,8 +32,9 @@ class TaskMessage:
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> TaskMessage:
-        """Inverse of :meth:`to_json`."""
-        return cls(**body)
+        """Inverse of :meth:`to_json`; unknown keys (a newer executor's) are ignored."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in body.items() if k in known})
 
 
 class Outcome(StrEnum):
@@ -71,4 +77,54 @@ class TaskFinished:
         return cls(**{**body, "outcome": Outcome(body["outcome"])})
 
 
-TaskEvent = TaskStarted | TaskFinished
+@dataclass(frozen=True)
+class TaskReleased:
+    """An agent gave the task up unfinished (it is shutting down): requeue it at once."""
+
+    task_id: int
+    lease_token: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class TaskLogChunk:
+    """``data`` written at byte ``offset`` of a task's log file (``path``, relative to the
+    log root); the executor stores it. Chunks may repeat; writing one twice changes nothing."""
+
+    task_id: int
+    lease_token: int
+    path: str
+    offset: int
+    data: str
+
+
+TaskEvent = TaskStarted | TaskFinished | TaskReleased
+AgentEvent = TaskEvent | TaskLogChunk
+
+_EVENT_KINDS: dict[str, type[AgentEvent]] = {
+    "started": TaskStarted,
+    "finished": TaskFinished,
+    "released": TaskReleased,
+    "log": TaskLogChunk,
+}
+_KIND_OF = {cls: kind for kind, cls in _EVENT_KINDS.items()}
+
+
+def event_to_json(event: AgentEvent) -> dict[str, Any]:
+    """An event as JSON, with its ``kind``."""
+    return {"kind": _KIND_OF[type(event)], **asdict(event)}
+
+
+def event_from_json(body: dict[str, Any]) -> AgentEvent:
+    """Inverse of :func:`event_to_json`; raises ValueError on an unknown or bad body."""
+    kind = body.get("kind")
+    cls = _EVENT_KINDS.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ValueError(f"unknown event kind {kind!r}")
+    values = {k: v for k, v in body.items() if k != "kind"}
+    if cls is TaskFinished:
+        return TaskFinished.from_json(values)
+    try:
+        return cls(**values)
+    except TypeError as exc:
+        raise ValueError(f"bad {kind} event: {exc}") from None

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
+from shared.dispatch.leases import Lease
 from shared.dispatch.messages import TaskEvent, TaskMessage
 
 EventSink = Callable[[TaskEvent], None]
@@ -25,6 +26,19 @@ class Dispatcher(Protocol):
 
     def poll_events(self, timeout_seconds: float) -> list[TaskEvent]:
         """Every event that arrived, waiting up to ``timeout_seconds`` for the first one."""
+
+    def acknowledge(self) -> None:
+        """The events polled so far are applied and committed: forget them for good."""
+
+    def redeliver(self) -> None:
+        """Applying the events polled since the last acknowledgement failed: poll them again."""
+
+    def revoke(self, tasks: Sequence[tuple[int, int]]) -> None:
+        """Stop ``(task id, lease token)`` wherever it is: queued messages are refused,
+        running operators are killed (their tasks are already canceled in the store)."""
+
+    def holders(self, task_ids: Sequence[int]) -> dict[int, Lease | None] | None:
+        """The lease of each task, for the reaper; None when this seam has no leases."""
 
     def close(self) -> None:
         """Stop taking work and release resources."""
@@ -55,6 +69,19 @@ class InProcessDispatcher:
                 events.append(self._events.get_nowait())
             except queue.Empty:
                 return events
+
+    def acknowledge(self) -> None:
+        """Nothing to do: events live in memory only."""
+
+    def redeliver(self) -> None:
+        """Nothing to do: an in-process run that failed a pass stops."""
+
+    def revoke(self, tasks: Sequence[tuple[int, int]]) -> None:
+        """Nothing to do here: an embedded run stops its commands when its attempt ends."""
+
+    def holders(self, task_ids: Sequence[int]) -> dict[int, Lease | None] | None:
+        """None: threads in this process cannot be lost without the process."""
+        return None
 
     def close(self) -> None:
         """Drop queued messages and wait for the running ones to finish."""

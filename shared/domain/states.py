@@ -109,14 +109,22 @@ class AttemptState(StrEnum):
     WAITING = "waiting"  # held back by its schedule's overlap policy or a serial backfill
     CREATED = "created"  # inserted; its task tree is not materialized yet
     RUNNING = "running"
+    CANCELING = "canceling"  # a kill was asked for; the executor stops its tasks
     SUCCESS = "success"
     ERROR = "error"
-    CANCELED = "canceled"
+    CANCELED = "canceled"  # superseded: another run of the session took over
+    KILLED = "killed"  # stopped by a kill
 
     @property
     def is_done(self) -> bool:
-        """True once the attempt's root task has ended."""
-        return self in (AttemptState.SUCCESS, AttemptState.ERROR, AttemptState.CANCELED)
+        """True once the attempt has ended and nothing of it runs any more."""
+        return self in DONE_ATTEMPT_STATES
+
+
+DONE_ATTEMPT_STATES = frozenset(
+    {AttemptState.SUCCESS, AttemptState.ERROR, AttemptState.CANCELED, AttemptState.KILLED}
+)
+KILLABLE_ATTEMPT_STATES = (AttemptState.WAITING, AttemptState.CREATED, AttemptState.RUNNING)
 
 
 def attempt_state_for(root_state: TaskState) -> AttemptState:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.pool import ConnectionPoolEntry
@@ -90,3 +90,14 @@ def read_only(engine: Engine) -> Iterator[Connection]:
     """A connection for reads only: on SQLite it never waits for (or blocks) a writer."""
     with engine.connect() as conn:
         yield conn.execution_options(**{READ_ONLY_OPTION: True})
+
+
+WORK_CHANNEL = "tickwork_work"
+"""The PostgreSQL NOTIFY channel that wakes executors: new attempts, kills."""
+
+
+def notify_work(conn: Connection) -> None:
+    """Wake the executors when this transaction commits (PostgreSQL; nothing on SQLite,
+    whose embedded executor polls)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": WORK_CHANNEL})

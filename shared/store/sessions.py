@@ -10,7 +10,8 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from shared.domain.states import AttemptState
+from shared.domain.states import KILLABLE_ATTEMPT_STATES, AttemptState
+from shared.errors import NotFound
 from shared.store.sql import insert_ignoring_conflict
 from shared.store.tables import attempts, sessions
 
@@ -156,9 +157,12 @@ def list_attempt_ids_in_state(
 
 
 def get_attempt_state(conn: Connection, attempt_id: int) -> AttemptState:
-    """The state of one attempt."""
+    """The state of one attempt; raises NotFound if there is none."""
     query = select(attempts.c.state).where(attempts.c.id == attempt_id)
-    return AttemptState(conn.execute(query).scalar_one())
+    state = conn.execute(query).scalar_one_or_none()
+    if state is None:
+        raise NotFound(f"no attempt {attempt_id}")
+    return AttemptState(state)
 
 
 def set_attempt_state(
@@ -179,3 +183,15 @@ def set_attempt_state(
         .values(**values)
     )
     return result.rowcount == 1
+
+
+def request_kill(conn: Connection, attempt_id: int, now: datetime) -> AttemptState:
+    """Ask for an attempt to be killed; its state afterwards (CANCELING, or the state it
+    had already ended in). Raises NotFound for an unknown attempt."""
+    state = get_attempt_state(conn, attempt_id)
+    if state is AttemptState.CANCELING or state.is_done:
+        return state
+    moved = set_attempt_state(
+        conn, attempt_id, AttemptState.CANCELING, now, from_states=KILLABLE_ATTEMPT_STATES
+    )
+    return AttemptState.CANCELING if moved else get_attempt_state(conn, attempt_id)

@@ -210,6 +210,8 @@ tasks = Table(
     Column("inherited_export", JSON),  # ancestors' _export, merged outermost first
     Column("retry_count", Integer, nullable=False, default=0),
     Column("lease_token", BigInteger, nullable=False, default=0),  # fencing token
+    # Times an agent lost the task's lease without a result (it died or stalled).
+    Column("lost_count", Integer, nullable=False, default=0, server_default="0"),
     Column("not_before", Timestamp),
     Column("params", JSON),  # stored params visible when the task started
     Column("result", JSON),  # what the operator returned (stored params, output)

@@ -35,6 +35,7 @@ class TaskRow:
     inherited_export: dict[str, Any] | None
     retry_count: int
     lease_token: int
+    lost_count: int
     not_before: datetime | None
     params: dict[str, Any] | None
     result: dict[str, Any] | None
@@ -267,6 +268,81 @@ def mark_tasks_queued(
             )
             tokens.update({int(i): int(t) for i, t in conn.execute(statement)})
     return tokens
+
+
+IN_FLIGHT_STATES = (TaskState.QUEUED, TaskState.RUNNING)
+
+
+def select_in_flight(
+    conn: Connection,
+    updated_before: datetime,
+    limit: int,
+    *,
+    attempt_ids: Collection[int] | None = None,
+) -> list[TaskRow]:
+    """QUEUED and RUNNING tasks unchanged since ``updated_before``, oldest first: those the
+    reaper checks for a lost message or a lost agent."""
+    query = select(*_TASK_COLUMNS).where(
+        tasks.c.state.in_(_states(IN_FLIGHT_STATES)), tasks.c.updated_at <= updated_before
+    )
+    if attempt_ids is not None:
+        query = query.where(tasks.c.attempt_id.in_(list(attempt_ids)))
+    query = query.order_by(tasks.c.updated_at, tasks.c.id).limit(limit)
+    return [_task_from_row(row) for row in conn.execute(query)]
+
+
+def requeue_task(
+    conn: Connection, task_id: int, lease_token: int, now: datetime, *, lost: bool
+) -> int | None:
+    """QUEUED/RUNNING under ``lease_token`` -> QUEUED under the next token; the new token,
+    or None if the task moved on meanwhile. ``lost`` counts the run as a lost lease."""
+    statement = (
+        tasks.update()
+        .where(
+            tasks.c.id == task_id,
+            tasks.c.lease_token == lease_token,
+            tasks.c.state.in_(_states(IN_FLIGHT_STATES)),
+        )
+        .values(
+            state=TaskState.QUEUED.value,
+            lease_token=tasks.c.lease_token + 1,
+            lost_count=tasks.c.lost_count + (1 if lost else 0),
+            updated_at=now,
+        )
+        .returning(tasks.c.lease_token)
+    )
+    token = conn.execute(statement).scalar_one_or_none()
+    return None if token is None else int(token)
+
+
+def touch_tasks(conn: Connection, task_ids: Sequence[int], now: datetime) -> None:
+    """Mark tasks as just looked at, so the reaper leaves them alone for a while."""
+    for start in range(0, len(task_ids), 500):
+        conn.execute(
+            tasks.update()
+            .where(tasks.c.id.in_(list(task_ids[start : start + 500])))
+            .values(updated_at=now)
+        )
+
+
+def in_flight_of_attempt(conn: Connection, attempt_id: int) -> list[tuple[int, int]]:
+    """``(task id, lease token)`` of an attempt's QUEUED and RUNNING tasks."""
+    query = select(tasks.c.id, tasks.c.lease_token).where(
+        tasks.c.attempt_id == attempt_id, tasks.c.state.in_(_states(IN_FLIGHT_STATES))
+    )
+    return [(int(i), int(t)) for i, t in conn.execute(query)]
+
+
+def count_in_flight(conn: Connection) -> dict[str, int]:
+    """How many tasks are QUEUED and how many RUNNING."""
+    query = (
+        select(tasks.c.state, func.count())
+        .where(tasks.c.state.in_(_states(IN_FLIGHT_STATES)))
+        .group_by(tasks.c.state)
+    )
+    counts = {state.value: 0 for state in IN_FLIGHT_STATES}
+    counts.update({str(state): int(n) for state, n in conn.execute(query)})
+    return counts
 
 
 def cancel_unfinished_tasks(conn: Connection, attempt_id: int, now: datetime) -> int:

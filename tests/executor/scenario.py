@@ -19,6 +19,7 @@ from sqlalchemy import Engine
 from services.embedded import RunRequest, create_run_attempt
 from services.executor.loop import TickReport, WorkflowExecutor
 from shared.clock import ManualClock
+from shared.dispatch.leases import Lease
 from shared.dispatch.messages import Outcome, TaskEvent, TaskFinished, TaskMessage, TaskStarted
 from shared.dispatch.seam import Dispatcher
 from shared.domain.states import AttemptState, TaskState
@@ -38,6 +39,8 @@ class AgentStub:
 
     def __init__(self) -> None:
         self.published: list[TaskMessage] = []
+        self.revoked: list[tuple[int, int]] = []
+        self.leases: dict[int, Lease | None] | None = None  # None: no leases (in-process)
         self._events: list[TaskEvent] = []
 
     def publish(self, messages: Sequence[TaskMessage]) -> None:
@@ -46,6 +49,20 @@ class AgentStub:
     def poll_events(self, timeout_seconds: float) -> list[TaskEvent]:
         events, self._events = self._events, []
         return events
+
+    def acknowledge(self) -> None:
+        pass
+
+    def redeliver(self) -> None:
+        pass
+
+    def revoke(self, tasks: Sequence[tuple[int, int]]) -> None:
+        self.revoked.extend(tasks)
+
+    def holders(self, task_ids: Sequence[int]) -> dict[int, Lease | None] | None:
+        if self.leases is None:
+            return None
+        return {task_id: self.leases.get(task_id) for task_id in task_ids}
 
     def close(self) -> None:
         pass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -15,6 +16,7 @@ class ResourceLimits:
 
     max_memory_mb: int = 0
     max_open_files: int = 0
+    max_cpu_seconds: int = 0
 
     def as_rlimits(self) -> dict[str, int]:
         """``resource`` limit names and values to set; empty when nothing is limited."""
@@ -23,9 +25,54 @@ class ResourceLimits:
             limits["RLIMIT_AS"] = self.max_memory_mb * 1024 * 1024
         if self.max_open_files:
             limits["RLIMIT_NOFILE"] = self.max_open_files
+        if self.max_cpu_seconds:
+            limits["RLIMIT_CPU"] = self.max_cpu_seconds
         if limits:
             limits["RLIMIT_CORE"] = 0  # a limited child that crashes leaves no core file
         return limits
+
+
+class RunControl:
+    """Stopping one operator run from outside: its lease was lost, it was killed, or the
+    agent is shutting down. The operator's child process registers itself here."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stop_child: Any = None  # called with no argument to stop the running child
+        self._finished = False
+        self.reason: str | None = None  # why the run was stopped; None unless it was
+
+    def attach(self, stop_child: Any) -> bool:
+        """Register how to stop the child just started; False if the run is already stopped
+        (the caller then stops the child itself)."""
+        with self._lock:
+            if self.reason is not None:
+                return False
+            self._stop_child = stop_child
+            return True
+
+    def detach(self) -> None:
+        """The child ended."""
+        with self._lock:
+            self._stop_child = None
+
+    def finish(self) -> None:
+        """The operator returned: from now on its outcome stands and stop() does nothing."""
+        with self._lock:
+            self._finished = True
+
+    def stop(self, reason: str) -> bool:
+        """Stop the run unless the operator already returned; a running child is stopped
+        in the background (SIGTERM to its group, SIGKILL after a grace). True if stopped."""
+        with self._lock:
+            if self._finished:
+                return False
+            if self.reason is None:
+                self.reason = reason
+            stop_child, self._stop_child = self._stop_child, None
+        if stop_child is not None:
+            threading.Thread(target=stop_child, name="stop-operator", daemon=True).start()
+        return True
 
 
 class OperatorFailed(Exception):
@@ -40,6 +87,7 @@ class OperatorContext:
     log_file: IO[str]
     log_path: Path
     limits: ResourceLimits = field(default_factory=ResourceLimits)
+    control: RunControl = field(default_factory=RunControl)
 
     @property
     def project_dir(self) -> Path:

@@ -15,25 +15,40 @@ from services.agent.operators.base import OperatorContext, OperatorFailed, Resou
 
 KILL_GRACE_SECONDS = 5.0
 
-# Sets the limits in the child, then becomes the command (isolated mode: no site, no env).
-_APPLY_LIMITS = (
-    "import json, os, resource, sys\n"
+# Sets the limits in the child, asks Linux to kill it if the agent dies (so a task of a
+# dead agent does not keep running beside its replacement), then becomes the command
+# (isolated mode: no site, no env).
+_START = (
+    "import json, os, resource, signal, sys\n"
     "for name, value in json.loads(sys.argv[1]).items():\n"
     "    resource.setrlimit(getattr(resource, name), (value, value))\n"
-    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "if sys.platform == 'linux':\n"
+    "    import ctypes\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG\n"
+    "    if os.getppid() != int(sys.argv[2]):\n"
+    "        sys.exit(137)  # the agent died before the line above\n"
+    "os.execvp(sys.argv[3], sys.argv[3:])\n"
 )
 
 
 def limited(argv: Sequence[str], limits: ResourceLimits) -> list[str]:
-    """``argv`` wrapped so that it runs under ``limits`` (unchanged when there are none).
+    """``argv`` wrapped so that it runs under ``limits`` and dies with this process.
 
-    The limits are set in the child by a tiny Python start-up, not by ``preexec_fn``,
-    which is unsafe in a threaded agent.
+    Both are set in the child by a tiny Python start-up, not by ``preexec_fn``, which is
+    unsafe in a threaded agent.
     """
-    rlimits = limits.as_rlimits()
-    if not rlimits:
-        return list(argv)
-    return [sys.executable, "-I", "-S", "-c", _APPLY_LIMITS, json.dumps(rlimits), *argv]
+    rlimits = json.dumps(limits.as_rlimits())
+    return [sys.executable, "-I", "-S", "-c", _START, rlimits, str(os.getpid()), *argv]
+
+
+def task_identity(context: OperatorContext) -> dict[str, str]:
+    """The variables that tell a task's process which run it is."""
+    message = context.message
+    return {
+        "TICKWORK_TASK_ID": str(message.task_id),
+        "TICKWORK_ATTEMPT_ID": str(message.attempt_id),
+        "TICKWORK_LEASE_TOKEN": str(message.lease_token),
+    }
 
 
 _running: set[subprocess.Popen[str]] = set()
@@ -59,11 +74,13 @@ def run_child(
     """
     timeout = context.message.timeout_seconds
     context.child_wrote = True
+    if context.control.reason is not None:
+        raise OperatorFailed(f"stopped before it started: {context.control.reason}")
     try:
         child = subprocess.Popen(
             limited(argv, context.limits),
             cwd=context.project_dir,
-            env=dict(env),
+            env={**env, **task_identity(context)},
             stdin=subprocess.PIPE if stdin_text is not None else subprocess.DEVNULL,
             stdout=context.log_file,
             stderr=subprocess.STDOUT,
@@ -74,6 +91,8 @@ def run_child(
         raise OperatorFailed(f"cannot start {argv[0]}: {exc}") from exc
     with _running_lock:
         _running.add(child)
+    if not context.control.attach(lambda: _stop_leader(child)):
+        _stop_leader(child)
     try:
         child.communicate(stdin_text, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -83,11 +102,14 @@ def run_child(
         _stop_leader(child)
         raise
     finally:
+        context.control.detach()
         with _running_lock:
             _running.discard(child)
         # Whatever is left in the group (`cmd &`, a child that ignored SIGTERM) ends with
         # the task, however the task ended.
         _signal_group(child, signal.SIGKILL)
+    if context.control.reason is not None:
+        raise OperatorFailed(f"stopped: {context.control.reason}")
     return child.returncode
 
 

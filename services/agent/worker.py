@@ -1,0 +1,369 @@
+"""``tickwork agent``: a Celery worker that runs task messages under Redis leases.
+
+Each pool process keeps one :class:`AgentRuntime`: a Redis client, the lease heartbeat, a
+listener for kills, and the task runner. For every message it
+
+1. takes the lease for (task, token); a message for an older token, or one another agent
+   holds, finished or that was killed, is dropped;
+2. reports ``started``, runs the operator (child processes in their own process group,
+   with the task's time limit and resource limits) while the heartbeat extends the lease
+   and a streamer sends the log to Redis;
+3. reports the result with its token and leaves the ``done`` mark on the lease.
+
+If the heartbeat cannot extend the lease (the agent stalled past it, Redis lost it, or a
+kill took it), the operator's process group is stopped and nothing is reported: the
+executor has given the task to someone else. On SIGTERM the worker stops taking messages
+and lets running tasks finish for ``grace_seconds``; then it stops them, releases their
+leases and reports them released, so the executor requeues them at once.
+
+The agent needs Redis only: everything a task needs is in its message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from celery import Celery
+from celery import signals as celery_signals
+from redis.exceptions import RedisError
+
+from services.agent.metrics import AgentMetrics
+from services.agent.operators.base import ResourceLimits, RunControl
+from services.agent.runner import TaskRunner
+from shared.dispatch.celery_app import TASK_NAME, RedisSettings, make_celery
+from shared.dispatch.events import EventStream
+from shared.dispatch.leases import Heartbeat, Lease, LeaseStore
+from shared.dispatch.messages import (
+    AgentEvent,
+    TaskEvent,
+    TaskFinished,
+    TaskLogChunk,
+    TaskMessage,
+    TaskReleased,
+    TaskStarted,
+)
+
+log = logging.getLogger(__name__)
+
+LEASE_LOST = "lost its lease"
+SHUTDOWN = "the agent is shutting down"
+LOG_CHUNK_BYTES = 256 * 1024
+LOG_STREAM_LIMIT_BYTES = 64 * 1024 * 1024
+"""Bytes of one run's log streamed at most; the rest stays in the agent's own file."""
+LOG_POLL_SECONDS = 0.5
+EMIT_RETRY_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """What one ``tickwork agent`` runs with."""
+
+    redis: RedisSettings
+    queues: tuple[str, ...]
+    concurrency: int
+    grace_seconds: float
+    lease_ttl_seconds: float
+    heartbeat_seconds: float
+    work_dir: Path
+    limits: ResourceLimits = field(default_factory=ResourceLimits)
+    log_level: str = "WARNING"
+
+    @property
+    def done_mark_ms(self) -> int:
+        """How long a finished run's ``done`` mark refuses duplicates of its message."""
+        return int(max(10 * self.lease_ttl_seconds, 300) * 1000)
+
+
+class LogStreamer:
+    """Sends what a run writes to its log file to the event stream, chunk by chunk."""
+
+    def __init__(self, stream: EventStream, message: TaskMessage, relative: Path, path: Path):
+        self.stream = stream
+        self.message = message
+        self.relative = str(relative)
+        self.path = path
+        self.offset = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="log-streamer", daemon=True)
+
+    def start(self) -> None:
+        """Stream in the background while the operator runs."""
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(LOG_POLL_SECONDS):
+            try:
+                chunks = self.take()
+                if chunks:
+                    self.stream.emit(chunks)
+            except (OSError, RedisError) as exc:
+                log.debug("log streaming paused: %s", exc)
+
+    def take(self) -> list[AgentEvent]:
+        """Chunks of what was written since the last call."""
+        with self._lock:
+            chunks: list[AgentEvent] = []
+            try:
+                size = self.path.stat().st_size
+            except OSError:
+                return chunks
+            end = min(size, LOG_STREAM_LIMIT_BYTES)
+            if end <= self.offset:
+                return chunks
+            with self.path.open("rb") as log_file:
+                log_file.seek(self.offset)
+                while self.offset < end:
+                    data = log_file.read(min(LOG_CHUNK_BYTES, end - self.offset))
+                    if not data:
+                        break
+                    chunks.append(
+                        TaskLogChunk(
+                            task_id=self.message.task_id,
+                            lease_token=self.message.lease_token,
+                            path=self.relative,
+                            offset=self.offset,
+                            data=data.decode("utf-8", "surrogateescape"),
+                        )
+                    )
+                    self.offset += len(data)
+            return chunks
+
+    def stop(self) -> list[AgentEvent]:
+        """Stop streaming; the chunks not sent yet."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        return self.take()
+
+
+@dataclass
+class _Run:
+    lease: Lease
+    control: RunControl
+
+
+class AgentRuntime:
+    """Everything one pool process needs to run task messages."""
+
+    def __init__(self, settings: AgentSettings, metrics: AgentMetrics) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.client = settings.redis.client()
+        self.leases = LeaseStore(self.client, settings.redis.prefix)
+        self.stream = EventStream(self.client, settings.redis.prefix)
+        self.ttl_ms = int(settings.lease_ttl_seconds * 1000)
+        self.heartbeat = Heartbeat(
+            self.leases,
+            self.ttl_ms,
+            self._lost,
+            interval_ms=int(settings.heartbeat_seconds * 1000),
+        )
+        self.runner = TaskRunner(settings.work_dir / "logs" / str(os.getpid()), settings.limits)
+        self.owner_prefix = f"{socket.gethostname()}/{os.getpid()}"
+        self._runs: dict[int, _Run] = {}
+        self._lock = threading.Lock()
+        self.heartbeat.start()
+        self._listen_for_kills()
+
+    def _listen_for_kills(self) -> None:
+        pubsub = self.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        pubsub.subscribe(**{f"{self.settings.redis.prefix}kill": self._on_kill})
+
+        def on_error(exc: BaseException, pubsub: Any, thread: Any) -> None:
+            log.debug("kill listener reconnecting: %s", exc)
+            time.sleep(1.0)
+
+        pubsub.run_in_thread(sleep_time=1.0, daemon=True, exception_handler=on_error)
+
+    def _on_kill(self, message: dict[str, Any]) -> None:
+        try:
+            task_ids = set(json.loads(message["data"]))
+        except (TypeError, ValueError):
+            return
+        with self._lock:
+            mine = task_ids & self._runs.keys()
+        if mine:
+            self.heartbeat.wake()  # the kill took the lease: the next beat stops the task
+
+    def _lost(self, lease: Lease) -> None:
+        with self._lock:
+            run = self._runs.get(lease.task_id)
+        if run is not None and run.lease == lease and run.control.stop(LEASE_LOST):
+            log.warning(
+                "lost the lease; stopping the task task_id=%d lease_token=%d",
+                lease.task_id,
+                lease.token,
+            )
+            self.metrics.leases_lost.inc()
+
+    def release_all(self) -> None:
+        """The grace after SIGTERM is over: stop every run and give its task back."""
+        with self._lock:
+            runs = list(self._runs.values())
+        for run in runs:
+            run.control.stop(SHUTDOWN)
+
+    def run(self, body: Any) -> None:
+        """Run one task message (the Celery task's body)."""
+        try:
+            message = TaskMessage.from_json(body)
+        except (TypeError, ValueError, AttributeError) as exc:
+            log.error("dropped a malformed task message: %s", exc)
+            self.metrics.dropped.inc()
+            return
+        lease = Lease(
+            message.task_id, message.lease_token, f"{self.owner_prefix}/{uuid.uuid4().hex[:12]}"
+        )
+        if not self.leases.take(lease, self.ttl_ms):
+            log.info(
+                "dropped a message another agent holds or that is stale task_id=%d lease_token=%d",
+                message.task_id,
+                message.lease_token,
+            )
+            self.metrics.dropped.inc()
+            return
+        if message.dispatched_at:
+            self.metrics.start_latency.observe(max(0.0, time.time() - message.dispatched_at))
+        run = _Run(lease, RunControl())
+        with self._lock:
+            self._runs[message.task_id] = run
+        self.heartbeat.hold(lease)
+        relative, path = self.runner.log_file_of(message)
+        streamer = LogStreamer(self.stream, message, relative, path)
+        try:
+            self.runner(message, self._reporter(run, streamer), run.control)
+        finally:
+            self.heartbeat.drop(lease)
+            streamer.stop()
+            with self._lock:
+                self._runs.pop(message.task_id, None)
+
+    def _reporter(self, run: _Run, streamer: LogStreamer) -> Callable[[TaskEvent], None]:
+        def report(event: TaskEvent) -> None:
+            if isinstance(event, TaskStarted):
+                self._emit([event])
+                streamer.start()
+                return
+            assert isinstance(event, TaskFinished)
+            self.heartbeat.drop(run.lease)
+            chunks = streamer.stop()
+            reason = run.control.reason
+            if reason == SHUTDOWN:
+                released = TaskReleased(event.task_id, event.lease_token, reason)
+                self._emit([*chunks, released])
+                self.leases.release(run.lease)
+                self.metrics.tasks.labels(outcome="released").inc()
+            elif reason is not None:
+                # Someone else owns the task now (or it was killed): report nothing.
+                self.metrics.tasks.labels(outcome="stopped").inc()
+            else:
+                self._emit([*chunks, event])
+                self.leases.finish(run.lease, self.settings.done_mark_ms)
+                self.metrics.tasks.labels(outcome=event.outcome.value).inc()
+
+        return report
+
+    def _emit(self, events: list[AgentEvent]) -> None:
+        """Send events, retrying a Redis error while the lease would still be valid."""
+        deadline = time.monotonic() + self.settings.lease_ttl_seconds
+        while True:
+            try:
+                self.stream.emit(events)
+                return
+            except RedisError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(EMIT_RETRY_SECONDS)
+
+
+_runtime: AgentRuntime | None = None
+_runtime_pid = 0
+
+
+def build_app(settings: AgentSettings, metrics: AgentMetrics) -> Celery:
+    """The Celery app of an agent, with the task that runs tickwork's messages."""
+    app = make_celery(settings.redis, name="tickwork-agent")
+
+    def runtime() -> AgentRuntime:
+        global _runtime, _runtime_pid
+        if _runtime is None or _runtime_pid != os.getpid():  # one per pool process
+            _runtime = AgentRuntime(settings, metrics)
+            _runtime_pid = os.getpid()
+        return _runtime
+
+    @app.task(name=TASK_NAME, acks_late=True, ignore_result=True)  # type: ignore[untyped-decorator]
+    def run_task(body: Any) -> None:
+        runtime().run(body)
+
+    def on_release_signal(_signum: int, _frame: object) -> None:
+        if _runtime is not None:
+            threading.Thread(target=_runtime.release_all, name="release", daemon=True).start()
+
+    def on_process_init(**_kwargs: Any) -> None:
+        signal.signal(signal.SIGUSR2, on_release_signal)
+
+    def on_ready(sender: Any = None, **_kwargs: Any) -> None:
+        _install_grace(sender, settings.grace_seconds)
+
+    celery_signals.worker_process_init.connect(on_process_init, weak=False)
+    celery_signals.worker_ready.connect(on_ready, weak=False)
+    return app
+
+
+def _install_grace(consumer: Any, grace_seconds: float) -> None:
+    """After Celery's own SIGTERM handling (stop taking messages, wait for running tasks),
+    tell the pool processes to give their tasks back once ``grace_seconds`` have passed."""
+    celery_handler = signal.getsignal(signal.SIGTERM)
+    fired = threading.Event()
+
+    def release_after_grace() -> None:
+        if fired.wait(grace_seconds):
+            return
+        try:
+            pids = list(consumer.pool.info.get("processes", []))
+        except Exception:  # the pool is already gone
+            return
+        log.warning("grace of %gs over: releasing running tasks", grace_seconds)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGUSR2)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        if not getattr(on_sigterm, "started", False):
+            on_sigterm.started = True  # type: ignore[attr-defined]
+            threading.Thread(target=release_after_grace, name="grace", daemon=True).start()
+        if callable(celery_handler):
+            celery_handler(signum, frame)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def run_agent(settings: AgentSettings, metrics: AgentMetrics) -> None:
+    """Run the worker until it is told to stop."""
+    app = build_app(settings, metrics)
+    argv = [
+        "worker",
+        f"--queues={','.join(settings.queues)}",
+        f"--concurrency={settings.concurrency}",
+        "--pool=prefork",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+        "--optimization=fair",
+        f"--hostname=tickwork-agent-{os.getpid()}@{socket.gethostname()}",
+        f"--loglevel={settings.log_level}",
+    ]
+    app.worker_main(argv=argv)

@@ -1,0 +1,260 @@
+"""``tickwork executor``, ``tickwork agent`` and ``tickwork kill``: the distributed mode.
+
+The executor talks to PostgreSQL and Redis; agents to Redis only. Every option can also
+be set by the environment variable its help names (12-factor).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from services.agent.metrics import AgentMetrics
+from services.agent.operators.base import ResourceLimits
+from services.agent.worker import AgentSettings, run_agent
+from services.cli_support import fail
+from services.executor.loop import Recovery
+from services.executor.metrics import ExecutorMetrics
+from services.executor.service import ExecutorService, ExecutorSettings
+from services.schedule_cli import DATABASE_OPTION, store_transaction
+from shared.clock import utc_now
+from shared.dispatch.celery_app import QUEUE_NAME, RedisSettings
+from shared.dispatch.messages import DEFAULT_QUEUE
+from shared.domain.states import AttemptState
+from shared.errors import StoreUnavailable
+from shared.logging import configure_logging
+from shared.store import sessions as session_store
+from shared.store.engine import notify_work
+
+CRASH_POINT = "after-commit-before-publish"
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _redis_options(command: F) -> F:
+    command = click.option(
+        "--redis-prefix",
+        envvar="TICKWORK_REDIS_PREFIX",
+        default="tickwork:",
+        show_default=True,
+        help="Prefix of every Redis key, queues included (env TICKWORK_REDIS_PREFIX).",
+    )(command)
+    return click.option(
+        "--redis-url",
+        envvar="TICKWORK_REDIS_URL",
+        default="redis://127.0.0.1:6379/0",
+        show_default=True,
+        help="Redis for queues, leases and events (env TICKWORK_REDIS_URL).",
+    )(command)
+
+
+def _common_options(command: F) -> F:
+    command = click.option(
+        "--log-level", envvar="TICKWORK_LOG_LEVEL", default="INFO", show_default=True
+    )(command)
+    return click.option(
+        "--metrics-port",
+        envvar="TICKWORK_METRICS_PORT",
+        type=click.IntRange(0, 65535),
+        default=0,
+        help="Serve Prometheus metrics on this port (env TICKWORK_METRICS_PORT; 0: off).",
+    )(command)
+
+
+def _seconds(name: str, envvar: str, default: float, doc: str) -> Callable[[F], F]:
+    return click.option(
+        name,
+        envvar=envvar,
+        type=click.FloatRange(min=0.1),
+        default=default,
+        show_default=True,
+        help=f"{doc} (env {envvar}).",
+    )
+
+
+@click.command("executor")
+@DATABASE_OPTION
+@_redis_options
+@click.option(
+    "--log-dir",
+    envvar="TICKWORK_LOG_DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".tickwork/logs"),
+    show_default=True,
+    help="Where task logs streamed by agents are stored (env TICKWORK_LOG_DIR).",
+)
+@_seconds("--reaper-interval", "TICKWORK_REAPER_SECONDS", 5.0, "Seconds between reaper passes")
+@click.option(
+    "--max-lost-leases",
+    envvar="TICKWORK_MAX_LOST_LEASES",
+    type=click.IntRange(1, 100),
+    default=3,
+    show_default=True,
+    help="A task whose agent was lost this many times fails (env TICKWORK_MAX_LOST_LEASES).",
+)
+@click.option(
+    "--task-timeout",
+    envvar="TICKWORK_TASK_TIMEOUT_SECONDS",
+    type=click.FloatRange(min=1),
+    default=86400.0,
+    show_default=True,
+    help="Time limit of one operator run, in seconds (env TICKWORK_TASK_TIMEOUT_SECONDS).",
+)
+@_common_options
+def executor_command(
+    database_url: str,
+    redis_url: str,
+    redis_prefix: str,
+    log_dir: Path,
+    reaper_interval: float,
+    max_lost_leases: int,
+    task_timeout: float,
+    metrics_port: int,
+    log_level: str,
+) -> None:
+    """Run the executor: start attempts, dispatch their tasks to agents, apply results."""
+    configure_logging(log_level.upper())
+    crash_point = os.environ.get("TICKWORK_CRASH_POINT", "")
+    if crash_point not in ("", CRASH_POINT):
+        fail(f"error: TICKWORK_CRASH_POINT: the only crash point is {CRASH_POINT!r}")
+    settings = ExecutorSettings(
+        database_url=database_url,
+        redis=RedisSettings(redis_url, redis_prefix),
+        log_dir=log_dir,
+        recovery=Recovery(every_seconds=reaper_interval, max_lost=max_lost_leases),
+        task_timeout_seconds=task_timeout,
+        crash_before_publish=crash_point == CRASH_POINT,
+    )
+    metrics = ExecutorMetrics()
+    try:
+        service = ExecutorService(settings, metrics)
+    except StoreUnavailable as exc:
+        fail(f"error: {exc}")
+    if metrics_port:
+        metrics.serve(metrics_port)
+
+    def stop(_signum: int, _frame: object) -> None:
+        service.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    service.run()
+
+
+def _queues(_ctx: click.Context, _param: click.Parameter, raw: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in raw.split(",") if name.strip())
+    if not names:
+        raise click.BadParameter("name at least one queue")
+    for name in names:
+        if not QUEUE_NAME.match(name):
+            raise click.BadParameter(
+                f"{name!r} is not a queue name (letters, digits, '_', '.', '-'; up to 64)"
+            )
+    return names
+
+
+@click.command("agent")
+@_redis_options
+@click.option(
+    "--queues",
+    envvar="TICKWORK_AGENT_QUEUES",
+    default=DEFAULT_QUEUE,
+    show_default=True,
+    callback=_queues,
+    help="Comma-separated queues to serve; `_queue: NAME` routes a task there "
+    "(env TICKWORK_AGENT_QUEUES).",
+)
+@click.option(
+    "--concurrency",
+    envvar="TICKWORK_AGENT_CONCURRENCY",
+    type=click.IntRange(1, 1024),
+    default=os.cpu_count() or 1,
+    show_default="CPU count",
+    help="Tasks run at once, each in its own worker process (env TICKWORK_AGENT_CONCURRENCY).",
+)
+@_seconds(
+    "--grace",
+    "TICKWORK_AGENT_GRACE_SECONDS",
+    30.0,
+    "After SIGTERM, how long running tasks may finish before they are given back",
+)
+@_seconds("--lease-ttl", "TICKWORK_LEASE_TTL_SECONDS", 30.0, "Lease time to live")
+@_seconds("--heartbeat", "TICKWORK_HEARTBEAT_SECONDS", 10.0, "Seconds between lease extensions")
+@click.option(
+    "--work-dir",
+    envvar="TICKWORK_AGENT_WORK_DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the agent keeps task logs while it streams them (default: a temporary "
+    "directory; env TICKWORK_AGENT_WORK_DIR).",
+)
+@_common_options
+def agent_command(
+    redis_url: str,
+    redis_prefix: str,
+    queues: tuple[str, ...],
+    concurrency: int,
+    grace: float,
+    lease_ttl: float,
+    heartbeat: float,
+    work_dir: Path | None,
+    metrics_port: int,
+    log_level: str,
+) -> None:
+    """Run an agent: a Celery worker that runs tasks under leases. It needs Redis only."""
+    configure_logging(log_level.upper())
+    if heartbeat >= lease_ttl:
+        fail(
+            f"error: --heartbeat ({heartbeat:g}s) must be shorter than --lease-ttl "
+            f"({lease_ttl:g}s), or leases expire between extensions"
+        )
+    if os.environ.pop("TICKWORK_DATABASE_URL", None) is not None:
+        click.echo("warning: agents do not use TICKWORK_DATABASE_URL; ignoring it", err=True)
+    limits = ResourceLimits(
+        max_memory_mb=_env_count("TICKWORK_TASK_MAX_MEMORY_MB"),
+        max_open_files=_env_count("TICKWORK_TASK_MAX_OPEN_FILES"),
+        max_cpu_seconds=_env_count("TICKWORK_TASK_MAX_CPU_SECONDS"),
+    )
+    settings = AgentSettings(
+        redis=RedisSettings(redis_url, redis_prefix),
+        queues=queues,
+        concurrency=concurrency,
+        grace_seconds=grace,
+        lease_ttl_seconds=lease_ttl,
+        heartbeat_seconds=heartbeat,
+        work_dir=work_dir or Path(tempfile.mkdtemp(prefix="tickwork-agent-")),
+        limits=limits,
+        log_level=log_level.upper(),
+    )
+    metrics = AgentMetrics(shared_between_processes=bool(metrics_port))
+    if metrics_port:
+        metrics.serve(metrics_port)
+    run_agent(settings, metrics)
+
+
+def _env_count(name: str) -> int:
+    raw = os.environ.get(name, "0")
+    if not raw.isdigit():
+        fail(f"error: {name}: expected a whole number >= 0, got {raw!r}")
+    return int(raw)
+
+
+@click.command("kill")
+@click.argument("attempt_id", type=click.IntRange(min=1), metavar="ATTEMPT")
+@DATABASE_OPTION
+def kill_command(attempt_id: int, database_url: str) -> None:
+    """Kill an attempt: queued tasks are revoked, running ones stopped, and it ends killed."""
+    with store_transaction(database_url) as conn:
+        state = session_store.request_kill(conn, attempt_id, utc_now())
+        notify_work(conn)
+    if state is AttemptState.CANCELING:
+        click.echo(f"attempt {attempt_id}: killing")
+    else:
+        click.echo(f"attempt {attempt_id} had already ended: {state.value}")

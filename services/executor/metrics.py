@@ -1,0 +1,68 @@
+"""Prometheus metrics of the executor, served on ``TICKWORK_METRICS_PORT``."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+from services.executor.loop import TickReport
+
+
+class ExecutorMetrics:
+    """The executor's counters; each instance has its own registry (tests make many)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.dispatched = Counter(
+            "tickwork_tasks_dispatched", "Task messages published.", registry=r
+        )
+        self.results_applied = Counter(
+            "tickwork_results_applied", "Agents' events applied to the store.", registry=r
+        )
+        self.stale_results = Counter(
+            "tickwork_stale_results",
+            "Results refused because their lease token was no longer the task's.",
+            registry=r,
+        )
+        self.leases_lost = Counter(
+            "tickwork_leases_lost", "Running tasks found without a lease.", registry=r
+        )
+        self.requeues = Counter(
+            "tickwork_task_requeues",
+            "Tasks given a new token: their agent was lost or gave them back.",
+            registry=r,
+        )
+        self.republished = Counter(
+            "tickwork_messages_republished",
+            "Queued tasks whose message was lost, published again.",
+            registry=r,
+        )
+        self.attempts_killed = Counter(
+            "tickwork_attempts_killed", "Attempts ended by a kill.", registry=r
+        )
+        self.queue_depth = Gauge(
+            "tickwork_queue_depth", "Messages waiting in a queue.", ["queue"], registry=r
+        )
+        self.queued_tasks = Gauge(
+            "tickwork_queued_tasks", "Tasks queued and not yet started.", registry=r
+        )
+        self.running_tasks = Gauge("tickwork_running_tasks", "Tasks running.", registry=r)
+        self.active = Gauge(
+            "tickwork_executor_active",
+            "1 while this executor holds the lock that makes it the active one.",
+            registry=r,
+        )
+
+    def record(self, report: TickReport) -> None:
+        """Count what one pass did."""
+        self.dispatched.inc(report.tasks_dispatched)
+        self.results_applied.inc(report.events_applied)
+        self.stale_results.inc(report.stale_results)
+        self.leases_lost.inc(report.leases_lost)
+        self.requeues.inc(report.requeued)
+        self.republished.inc(report.republished)
+        self.attempts_killed.inc(report.attempts_killed)
+
+    def serve(self, port: int, address: str = "0.0.0.0") -> None:
+        """Serve ``/metrics`` over HTTP in a background thread."""
+        start_http_server(port, addr=address, registry=self.registry)

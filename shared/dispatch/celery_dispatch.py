@@ -1,0 +1,163 @@
+"""The executor's side of the distributed seam: Celery messages out, Redis events in.
+
+``publish`` runs after the transaction that made the tasks QUEUED committed (the outbox
+rule), sends one Celery message per task to the task's queue, then leaves the ``queued``
+mark on each lease key: a QUEUED task whose key is empty lost its message, and the reaper
+publishes it again. Events come from the stream (see :mod:`shared.dispatch.events`); log
+chunks among them are written to the log directory here and never reach the loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from shared.dispatch.celery_app import TASK_NAME, RedisSettings, make_celery
+from shared.dispatch.events import EventReader, EventStream, decode
+from shared.dispatch.leases import CANCELED, QUEUED, Lease, LeaseStore
+from shared.dispatch.messages import TaskEvent, TaskLogChunk, TaskMessage
+
+log = logging.getLogger(__name__)
+
+QUEUED_MARK_TTL_MS = 24 * 3600 * 1000
+"""How long a published message is trusted to be in its queue; after that a task still
+queued is published again (a duplicate is harmless)."""
+CANCELED_MARK_TTL_MS = 3600 * 1000
+CRASH_EXIT_CODE = 86
+
+
+class LogDirectory:
+    """Task logs streamed from agents, stored as files under one root."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+
+    def path_of(self, relative: str) -> Path | None:
+        """Where a log file goes; None if ``relative`` would leave the root."""
+        path = (self.root / relative).resolve()
+        return path if path.is_relative_to(self.root) and path != self.root else None
+
+    def write(self, chunk: TaskLogChunk) -> None:
+        """Write a chunk at its offset (writing the same chunk twice changes nothing)."""
+        path = self.path_of(chunk.path)
+        if path is None or chunk.offset < 0:
+            log.warning("refused a log chunk outside the log directory: %r", chunk.path)
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = chunk.data.encode("utf-8", "surrogateescape")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o640)
+        try:
+            os.pwrite(fd, data, chunk.offset)
+        finally:
+            os.close(fd)
+
+
+class CeleryDispatcher:
+    """Publishes task messages with Celery and reads agents' events from Redis.
+
+    ``consumer`` names this executor in the event stream's group. ``crash_before_publish``
+    exits the process between commit and publish (a fault test's crash point).
+    """
+
+    def __init__(
+        self,
+        redis: RedisSettings,
+        log_root: Path,
+        consumer: str,
+        *,
+        crash_before_publish: bool = False,
+    ) -> None:
+        self.redis = redis
+        self.app = make_celery(redis)
+        self.client = redis.client()
+        self.leases = LeaseStore(self.client, redis.prefix)
+        self.stream = EventStream(self.client, redis.prefix)
+        self.reader = EventReader(self.stream, consumer)
+        self.logs = LogDirectory(log_root)
+        self.kill_channel = f"{redis.prefix}kill"
+        self.crash_before_publish = crash_before_publish
+        self._delivered: list[bytes] = []
+        self.queues_seen: set[str] = set()
+        self.reader.ensure_group()
+
+    def take_over(self) -> int:
+        """This executor became the active one: claim what others read and left."""
+        self.reader.ensure_group()
+        return self.reader.claim_orphans()
+
+    def publish(self, messages: Sequence[TaskMessage]) -> None:
+        """Send each message to its queue, then mark it queued."""
+        if not messages:
+            return
+        if self.crash_before_publish:
+            log.error("crash point after-commit-before-publish: exiting")
+            os._exit(CRASH_EXIT_CODE)
+        now = time.time()
+        with self.app.producer_or_acquire() as producer:
+            for message in messages:
+                body = dataclasses.replace(message, dispatched_at=now).to_json()
+                self.app.send_task(
+                    TASK_NAME,
+                    args=[body],
+                    queue=message.queue,
+                    task_id=f"{message.task_id}.{message.lease_token}",
+                    producer=producer,
+                )
+        self.queues_seen.update(m.queue for m in messages)
+        marks = [(m.task_id, m.lease_token) for m in messages]
+        self.leases.mark(marks, QUEUED, QUEUED_MARK_TTL_MS)
+
+    def poll_events(self, timeout_seconds: float) -> list[TaskEvent]:
+        """Events from the stream; log chunks are stored on the way."""
+        events: list[TaskEvent] = []
+        for entry_id, body in self.reader.read(timeout_seconds):
+            self._delivered.append(entry_id)
+            event = decode(body)
+            if isinstance(event, TaskLogChunk):
+                self.logs.write(event)
+            elif event is not None:
+                events.append(event)
+        return events
+
+    def acknowledge(self) -> None:
+        """Acknowledge every event polled so far (their effects are committed)."""
+        delivered, self._delivered = self._delivered, []
+        if delivered:
+            self.reader.acknowledge(delivered)
+
+    def redeliver(self) -> None:
+        """Read the unacknowledged events again on the next poll."""
+        self._delivered = []
+        self.reader.claim_orphans()
+
+    def revoke(self, tasks: Sequence[tuple[int, int]]) -> None:
+        """Mark the leases canceled (a queued message is then refused, a running agent
+        fails its next extension) and tell agents to check at once."""
+        if not tasks:
+            return
+        self.leases.mark(tasks, CANCELED, CANCELED_MARK_TTL_MS, replace=True)
+        self.client.publish(self.kill_channel, json.dumps([task_id for task_id, _ in tasks]))
+
+    def holders(self, task_ids: Sequence[int]) -> dict[int, Lease | None] | None:
+        """Each task's lease or mark."""
+        return self.leases.holders(task_ids)
+
+    def queue_depths(self, queues: Sequence[str]) -> dict[str, int]:
+        """Messages waiting in each queue (not yet taken by an agent)."""
+        pipe = self.client.pipeline(transaction=False)
+        for queue in queues:
+            pipe.llen(f"{self.redis.prefix}{queue}")
+        return dict(zip(queues, (int(n) for n in pipe.execute()), strict=True))
+
+    def wake(self) -> None:
+        """Wake the executor waiting on the stream (new work was committed)."""
+        self.stream.wake()
+
+    def close(self) -> None:
+        """Release connections."""
+        self.client.close()

@@ -1,0 +1,152 @@
+"""Agents' events on their way to the executor: one Redis stream read by a consumer group.
+
+Agents append (``XADD``) started, finished, released and log events to
+``<prefix>events``. Executors read them through the group ``executors``: an entry stays
+pending until the executor that read it acknowledges it after its transaction committed,
+so an executor that dies mid-pass leaves its entries for the next one to claim. Entries
+are deleted once acknowledged; the stream is also capped, as a guard.
+
+If Redis loses the stream, the events in it are lost: the reaper then finds the tasks
+silent and runs them again (at least once), and results already committed stay.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+
+from redis import Redis
+from redis.exceptions import ResponseError
+
+from shared.dispatch.messages import AgentEvent, event_from_json, event_to_json
+
+log = logging.getLogger(__name__)
+
+GROUP = "executors"
+STREAM_CAP = 1_000_000
+"""Entries kept at most (approximately); acknowledged entries are deleted long before."""
+WAKE = "wake"
+"""The kind of an entry that only wakes an executor (new attempts, a kill)."""
+
+
+class EventStream:
+    """The stream under one prefix: agents emit into it, executors read from it."""
+
+    def __init__(self, client: Redis, prefix: str) -> None:
+        self.client = client
+        self.key = f"{prefix}events"
+
+    # -- the agents' side --------------------------------------------------------------
+
+    def emit(self, events: Sequence[AgentEvent]) -> None:
+        """Append events in order, in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for event in events:
+            body = json.dumps(event_to_json(event), separators=(",", ":"))
+            pipe.xadd(self.key, {"e": body}, maxlen=STREAM_CAP, approximate=True)
+        pipe.execute()
+
+    def wake(self) -> None:
+        """Wake one waiting executor."""
+        body = json.dumps({"kind": WAKE})
+        self.client.xadd(self.key, {"e": body}, maxlen=STREAM_CAP, approximate=True)
+
+
+class EventReader:
+    """An executor's view of the stream: read, then acknowledge after committing."""
+
+    def __init__(self, stream: EventStream, consumer: str) -> None:
+        self.stream = stream
+        self.client = stream.client
+        self.consumer = consumer
+        self._backlog = True  # read our own pending entries first (a restart)
+
+    def ensure_group(self) -> None:
+        """Create the consumer group (and the stream) unless they exist."""
+        try:
+            self.client.xgroup_create(self.stream.key, GROUP, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    def claim_orphans(self) -> int:
+        """Take over every entry other consumers read but never acknowledged (they died);
+        called by the executor that just became the active one. How many were claimed."""
+        claimed = 0
+        start = "0-0"
+        for _ in range(1000):
+            reply = self.client.xautoclaim(
+                self.stream.key, GROUP, self.consumer, min_idle_time=0, start_id=start, count=1000
+            )
+            start, entries = reply[0], reply[1]
+            claimed += len(entries)
+            if start in (b"0-0", "0-0"):
+                break
+        self._backlog = True
+        return claimed
+
+    def read(
+        self, timeout_seconds: float, count: int = 1000
+    ) -> list[tuple[bytes, dict[str, object]]]:
+        """Up to ``count`` entries ``(id, body)``, waiting up to the timeout for the first.
+
+        Pending entries of this consumer come first (after a restart or a claim)."""
+        try:
+            return self._read(timeout_seconds, count)
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            log.warning("the event stream was lost (Redis restarted?); recreating it")
+            self.ensure_group()
+            self._backlog = True
+            return []
+
+    def _read(self, timeout_seconds: float, count: int) -> list[tuple[bytes, dict[str, object]]]:
+        if self._backlog:
+            entries = self._entries(
+                self.client.xreadgroup(GROUP, self.consumer, {self.stream.key: "0"}, count=count)
+            )
+            if entries:
+                return entries
+            self._backlog = False
+        block_ms = max(1, int(timeout_seconds * 1000)) if timeout_seconds > 0 else None
+        reply = self.client.xreadgroup(
+            GROUP, self.consumer, {self.stream.key: ">"}, count=count, block=block_ms
+        )
+        return self._entries(reply)
+
+    @staticmethod
+    def _entries(reply: object) -> list[tuple[bytes, dict[str, object]]]:
+        entries: list[tuple[bytes, dict[str, object]]] = []
+        if not reply:
+            return entries
+        for _stream, rows in reply:  # type: ignore[attr-defined]
+            for entry_id, fields in rows:
+                raw = fields.get(b"e") if fields else None
+                try:
+                    body = json.loads(raw) if raw is not None else {}
+                except ValueError:
+                    body = {}
+                entries.append((entry_id, body if isinstance(body, dict) else {}))
+        return entries
+
+    def acknowledge(self, entry_ids: Sequence[bytes]) -> None:
+        """Acknowledge and delete entries whose effects are committed."""
+        for start in range(0, len(entry_ids), 1000):
+            chunk = list(entry_ids[start : start + 1000])
+            pipe = self.client.pipeline(transaction=False)
+            pipe.xack(self.stream.key, GROUP, *chunk)
+            pipe.xdel(self.stream.key, *chunk)
+            pipe.execute()
+
+
+def decode(body: dict[str, object]) -> AgentEvent | None:
+    """The event an entry holds; None for a wake-up or an entry nobody can read."""
+    if body.get("kind") == WAKE:
+        return None
+    try:
+        return event_from_json(body)
+    except ValueError as exc:
+        log.warning("dropped an unreadable event: %s", exc)
+        return None
