@@ -15,22 +15,19 @@ from typing import Any, TypeVar
 
 import click
 
-from services.agent.metrics import AgentMetrics
-from services.agent.operators.base import ResourceLimits
-from services.agent.worker import AgentSettings, run_agent
 from services.cli_support import fail
-from services.executor.loop import Recovery
-from services.executor.metrics import ExecutorMetrics
-from services.executor.service import ExecutorService, ExecutorSettings
 from services.schedule_cli import DATABASE_OPTION, store_transaction
 from shared.clock import utc_now
-from shared.dispatch.celery_app import QUEUE_NAME, RedisSettings
 from shared.dispatch.messages import DEFAULT_QUEUE
 from shared.domain.states import AttemptState
+from shared.domain.workflow import QUEUE_NAME
 from shared.errors import StoreUnavailable
 from shared.logging import configure_logging
 from shared.store import sessions as session_store
 from shared.store.engine import notify_work
+
+# Celery and the services are imported by the commands that run them, so that a short
+# command (`tickwork kill`) starts fast.
 
 CRASH_POINT = "after-commit-before-publish"
 
@@ -120,6 +117,11 @@ def executor_command(
     log_level: str,
 ) -> None:
     """Run the executor: start attempts, dispatch their tasks to agents, apply results."""
+    from services.executor.loop import Recovery
+    from services.executor.metrics import ExecutorMetrics
+    from services.executor.service import ExecutorService, ExecutorSettings
+    from shared.dispatch.celery_app import RedisSettings
+
     configure_logging(log_level.upper())
     crash_point = os.environ.get("TICKWORK_CRASH_POINT", "")
     if crash_point not in ("", CRASH_POINT):
@@ -209,6 +211,11 @@ def agent_command(
     log_level: str,
 ) -> None:
     """Run an agent: a Celery worker that runs tasks under leases. It needs Redis only."""
+    from services.agent.metrics import AgentMetrics
+    from services.agent.operators.base import ResourceLimits
+    from services.agent.worker import AgentSettings, run_agent
+    from shared.dispatch.celery_app import RedisSettings
+
     configure_logging(log_level.upper())
     if heartbeat >= lease_ttl:
         fail(

@@ -186,7 +186,15 @@ class AgentRuntime:
             log.debug("kill listener reconnecting: %s", exc)
             time.sleep(1.0)
 
-        pubsub.run_in_thread(sleep_time=1.0, daemon=True, exception_handler=on_error)
+        self._kill_listener = pubsub.run_in_thread(
+            sleep_time=1.0, daemon=True, exception_handler=on_error
+        )
+
+    def close(self) -> None:
+        """Stop the heartbeat and the kill listener (held leases then expire)."""
+        self.heartbeat.stop()
+        self._kill_listener.stop()
+        self.client.close()
 
     def _on_kill(self, message: dict[str, Any]) -> None:
         try:

@@ -144,8 +144,7 @@ class WorkflowExecutor:
         try:
             with self.engine.begin() as conn:
                 graph = TaskGraph(conn, now, self._limits)
-                if rescan:
-                    revoked = self._kill_canceling_attempts(conn, now, report)
+                revoked = self._kill_canceling_attempts(conn, now, report)
                 report.attempts_started = self._start_created_attempts(conn, graph)
                 messages = self._apply_events(conn, graph, events, now, report)
                 if reap:

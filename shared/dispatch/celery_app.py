@@ -10,7 +10,6 @@ control, gossip or task events (nothing in Redis that tickwork does not need).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from celery import Celery
@@ -19,9 +18,6 @@ from redis import Redis
 from shared.dispatch.messages import DEFAULT_QUEUE
 
 TASK_NAME = "tickwork.run_task"
-
-QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-"""What a ``_queue`` (and an agent's ``--queues``) may be called."""
 
 
 @dataclass(frozen=True)

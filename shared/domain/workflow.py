@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 from shared.domain.delays import StartRule
 
 OPERATORS = ("echo", "sh", "py", "call", "fail")
+
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+"""What a ``_queue`` (and an agent's ``--queues``) may be called."""
 """Operator types this version runs; `call` is expanded by the executor, the rest by agents."""
 
 
@@ -81,6 +85,7 @@ class TaskSpec:
     parallel_limit: int | None = None
     after: tuple[str, ...] = ()
     background: bool = False
+    queue: str | None = None  # the agents' queue an operator task is routed to
     retry: RetryPolicy | None = None
     start: StartRule | None = None
     error: TaskSpec | None = None
@@ -106,6 +111,7 @@ class TaskSpec:
             "parallel_limit": self.parallel_limit,
             "after": list(self.after),
             "background": self.background,
+            "queue": self.queue,
         }
         config.update({k: v for k, v in optional.items() if v})
         if self.retry is not None:
@@ -138,12 +144,29 @@ class TaskSpec:
             parallel_limit=config.get("parallel_limit"),
             after=tuple(config.get("after", ())),
             background=bool(config.get("background", False)),
+            queue=config.get("queue"),
             retry=None if retry is None else RetryPolicy.from_config(retry),
             start=None if start is None else StartRule.from_config(start),
             error=sub("error"),
             check=sub("check"),
             children=tuple(cls.from_config(c) for c in config.get("children", ())),
             called=sub("called"),
+        )
+
+    def routed_to(self, queue: str) -> TaskSpec:
+        """This subtree with ``queue`` on every task that names none (a group's ``_queue``)."""
+        if self.queue is not None and self.operator is not None:
+            return self
+
+        def route(spec: TaskSpec | None) -> TaskSpec | None:
+            return None if spec is None else spec.routed_to(queue)
+
+        return replace(
+            self,
+            queue=self.queue or queue,
+            children=tuple(child.routed_to(queue) for child in self.children),
+            error=route(self.error),
+            check=route(self.check),
         )
 
     def count_tasks(self) -> int:

@@ -18,6 +18,7 @@ from shared.domain.expressions import check_template
 from shared.domain.schedule import parse_schedule, resolve_timezone, suggest
 from shared.domain.workflow import (
     OPERATORS,
+    QUEUE_NAME,
     RetryPolicy,
     TaskSpec,
     WorkflowDefinition,
@@ -43,6 +44,7 @@ TOP_LEVEL_KEYS = (
     "_check",
     "_retry",
     "_parallel",
+    "_queue",
     *DELAY_DIRECTIVES,
 )
 GROUP_DIRECTIVES = (
@@ -53,6 +55,7 @@ GROUP_DIRECTIVES = (
     "_check",
     "_retry",
     "_export",
+    "_queue",
     *DELAY_DIRECTIVES,
 )
 OPERATOR_DIRECTIVES = (*GROUP_DIRECTIVES[1:], "_type", "_command")
@@ -231,9 +234,10 @@ class _ProjectParser:
                 self._unknown_directive(key, body, where, (*allowed, *_OPERATOR_KEYS))
         self._check_after(children, bodies, where)
         common = self._directives(body, where, allowed, is_group=True)
-        return TaskSpec(
+        group = TaskSpec(
             name, parallel=parallel, parallel_limit=limit, children=tuple(children), **common
         )
+        return group if group.queue is None else group.routed_to(group.queue)
 
     def _child(self, key: str, value: Any, parent: LineMap, where: _Where) -> TaskSpec | None:
         line = parent.line_of(key)
@@ -369,7 +373,24 @@ class _ProjectParser:
             common["background"] = self._background(body, where)
         if "_after" in body and "_after" in allowed:
             common["after"] = self._after(body, where)
+        if "_queue" in body and "_queue" in allowed:
+            common["queue"] = self._queue(body, where)
         return common
+
+    def _queue(self, body: LineMap, where: _Where) -> str | None:
+        value = body["_queue"]
+        line = body.line_of("_queue")
+        if isinstance(value, str) and "${" in value:
+            self.report(where, line, "'_queue' cannot use ${...} expressions")
+        elif not isinstance(value, str) or not QUEUE_NAME.match(value):
+            message = (
+                "'_queue' must be a queue name (a letter or digit, then letters, digits, "
+                f"'_', '.' or '-'; up to 64), got {value!r}"
+            )
+            self.report(where, line, message)
+        else:
+            return value
+        return None
 
     def _body(self, name: str, key: str, body: LineMap, where: _Where) -> TaskSpec | None:
         value = body[key]

@@ -838,3 +838,45 @@ class TestHostileInput:
             "wf.dig:2: '_retry' interval must be from 0 to 604800 seconds"
             " or a duration such as 10m, got 999999999999"
         ]
+
+
+class TestQueue:
+    def test_a_queue_on_a_group_routes_every_task_inside_that_names_none(
+        self, tmp_path: Path
+    ) -> None:
+        definition = parse(
+            tmp_path,
+            """
+            _queue: main
+            +a:
+              echo>: a
+            +g:
+              _queue: gpu
+              +b:
+                echo>: b
+              +c:
+                _queue: cpu
+                echo>: c
+              _error:
+                echo>: failed
+            """,
+        )
+        root = definition.root
+        g = child(root, "+g")
+        assert child(root, "+a").queue == "main"
+        assert [child(g, "+b").queue, child(g, "+c").queue] == ["gpu", "cpu"]
+        assert g.error is not None and g.error.queue == "gpu"
+        assert TaskSpec.from_config(root.to_config()) == root
+
+    def test_a_task_without_a_queue_has_none(self, tmp_path: Path) -> None:
+        assert child(parse(tmp_path, "+a:\n  echo>: a\n").root, "+a").queue is None
+
+    def test_a_bad_queue_name_or_an_expression_is_reported_at_its_line(
+        self, tmp_path: Path
+    ) -> None:
+        text = "+a:\n  _queue: no way\n  echo>: a\n+b:\n  _queue: ${q}\n  echo>: b\n"
+        assert problems(tmp_path, text) == [
+            "wf.dig:2: '_queue' must be a queue name (a letter or digit, then letters, "
+            "digits, '_', '.' or '-'; up to 64), got 'no way'",
+            "wf.dig:5: '_queue' cannot use ${...} expressions",
+        ]
