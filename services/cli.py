@@ -145,7 +145,9 @@ def run(
         rerun=rerun,
         max_task_threads=config.max_task_threads,
         task_timeout_seconds=config.task_timeout_seconds,
-        limits=ResourceLimits(config.task_max_memory_mb, config.task_max_open_files),
+        limits=ResourceLimits(
+            config.task_max_memory_mb, config.task_max_open_files, config.task_max_cpu_seconds
+        ),
     )
     sys.exit(_run(request, quiet))
 

@@ -26,6 +26,7 @@ EMBEDDED_SETTINGS = (
     Setting("TICKWORK_TASK_TIMEOUT_SECONDS", "86400", "time limit of one operator run"),
     Setting("TICKWORK_TASK_MAX_MEMORY_MB", "0", "address-space limit of a task's process; 0: none"),
     Setting("TICKWORK_TASK_MAX_OPEN_FILES", "0", "open-file limit of a task's process; 0: none"),
+    Setting("TICKWORK_TASK_MAX_CPU_SECONDS", "0", "CPU-time limit of a task's process; 0: none"),
     Setting("TICKWORK_LOG_LEVEL", "WARNING", "level of tickwork's own log lines"),
 )
 
@@ -40,6 +41,7 @@ class EmbeddedConfig:
     task_timeout_seconds: float
     task_max_memory_mb: int
     task_max_open_files: int
+    task_max_cpu_seconds: int
     log_level: str
 
     @classmethod
@@ -55,6 +57,7 @@ class EmbeddedConfig:
             task_timeout_seconds=float(_positive_int(values, "TICKWORK_TASK_TIMEOUT_SECONDS")),
             task_max_memory_mb=_count(values, "TICKWORK_TASK_MAX_MEMORY_MB"),
             task_max_open_files=_count(values, "TICKWORK_TASK_MAX_OPEN_FILES"),
+            task_max_cpu_seconds=_count(values, "TICKWORK_TASK_MAX_CPU_SECONDS"),
             log_level=_log_level(values, "TICKWORK_LOG_LEVEL"),
         )
 

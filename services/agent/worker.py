@@ -362,6 +362,10 @@ def _install_grace(consumer: Any, grace_seconds: float) -> None:
 def run_agent(settings: AgentSettings, metrics: AgentMetrics) -> None:
     """Run the worker until it is told to stop."""
     app = build_app(settings, metrics)
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        # Celery logs a line per received and per finished message at INFO.
+        for name in ("celery.worker.strategy", "celery.app.trace"):
+            logging.getLogger(name).setLevel(logging.WARNING)
     argv = [
         "worker",
         f"--queues={','.join(settings.queues)}",

@@ -649,11 +649,18 @@ class TestTaskProcesses:
         assert run.exit_code == 0, run.explain()
         assert _gone_within(int(project.read("child.pid")), seconds=10)
 
-    def test_tasks_get_no_tickwork_settings_in_their_environment(self, project: Project) -> None:
+    def test_tasks_get_their_identity_but_no_tickwork_settings_in_their_environment(
+        self, project: Project
+    ) -> None:
         project.write("wf.dig", "+env:\n  sh>: env > env.txt\n")
         run = project.run("wf.dig", env={"TICKWORK_MAX_TASK_THREADS": "3"})
         assert run.exit_code == 0, run.explain()
-        assert not [line for line in project.lines("env.txt") if line.startswith("TICKWORK_")]
+        names = sorted(
+            line.partition("=")[0]
+            for line in project.lines("env.txt")
+            if line.startswith("TICKWORK_")
+        )
+        assert names == ["TICKWORK_ATTEMPT_ID", "TICKWORK_LEASE_TOKEN", "TICKWORK_TASK_ID"]
 
     def test_a_param_with_a_dollar_sign_reaches_the_command_unchanged(
         self, project: Project
