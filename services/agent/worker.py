@@ -63,6 +63,7 @@ LOG_CHUNK_BYTES = 256 * 1024
 LOG_STREAM_LIMIT_BYTES = 64 * 1024 * 1024
 """Bytes of one run's log streamed at most; the rest stays in the agent's own file."""
 LOG_POLL_SECONDS = 0.5
+STARTED_HOLD_SECONDS = 0.05
 EMIT_RETRY_SECONDS = 0.5
 
 
@@ -87,7 +88,12 @@ class AgentSettings:
 
 
 class LogStreamer:
-    """Sends what a run writes to its log file to the event stream, chunk by chunk."""
+    """Sends what a run writes to its log file to the event stream, chunk by chunk.
+
+    It also holds the run's ``started`` event back for :data:`STARTED_HOLD_SECONDS`: a
+    short task then reports started, log and result in one go, and the executor applies
+    them in one pass instead of two.
+    """
 
     def __init__(self, stream: EventStream, message: TaskMessage, relative: Path, path: Path):
         self.stream = stream
@@ -97,13 +103,24 @@ class LogStreamer:
         self.offset = 0
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        self._started: TaskStarted | None = None
         self._thread = threading.Thread(target=self._run, name="log-streamer", daemon=True)
 
-    def start(self) -> None:
-        """Stream in the background while the operator runs."""
+    def start(self, started: TaskStarted) -> None:
+        """Stream in the background while the operator runs; report ``started`` soon."""
+        self._started = started
         self._thread.start()
 
     def _run(self) -> None:
+        if self._stop.wait(STARTED_HOLD_SECONDS):
+            return
+        with self._lock:
+            started, self._started = self._started, None
+        if started is not None:
+            try:
+                self.stream.emit([started])
+            except RedisError as exc:
+                log.debug("could not report a start: %s", exc)
         while not self._stop.wait(LOG_POLL_SECONDS):
             try:
                 chunks = self.take()
@@ -142,11 +159,13 @@ class LogStreamer:
             return chunks
 
     def stop(self) -> list[AgentEvent]:
-        """Stop streaming; the chunks not sent yet."""
+        """Stop streaming; the events not sent yet (``started`` first, if still held)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
-        return self.take()
+        with self._lock:
+            started, self._started = self._started, None
+        return [*([started] if started is not None else []), *self.take()]
 
 
 @dataclass
@@ -262,34 +281,37 @@ class AgentRuntime:
     def _reporter(self, run: _Run, streamer: LogStreamer) -> Callable[[TaskEvent], None]:
         def report(event: TaskEvent) -> None:
             if isinstance(event, TaskStarted):
-                self._emit([event])
-                streamer.start()
+                streamer.start(event)
                 return
             assert isinstance(event, TaskFinished)
             self.heartbeat.drop(run.lease)
-            chunks = streamer.stop()
+            pending = streamer.stop()
             reason = run.control.reason
             if reason == SHUTDOWN:
                 released = TaskReleased(event.task_id, event.lease_token, reason)
-                self._emit([*chunks, released])
+                self._emit([*pending, released])
                 self.leases.release(run.lease)
                 self.metrics.tasks.labels(outcome="released").inc()
             elif reason is not None:
                 # Someone else owns the task now (or it was killed): report nothing.
                 self.metrics.tasks.labels(outcome="stopped").inc()
             else:
-                self._emit([*chunks, event])
-                self.leases.finish(run.lease, self.settings.done_mark_ms)
+                self._emit([*pending, event], finished=run.lease)
                 self.metrics.tasks.labels(outcome=event.outcome.value).inc()
 
         return report
 
-    def _emit(self, events: list[AgentEvent]) -> None:
-        """Send events, retrying a Redis error while the lease would still be valid."""
+    def _emit(self, events: list[AgentEvent], *, finished: Lease | None = None) -> None:
+        """Send events (and turn the ``finished`` lease into its ``done`` mark) in one round
+        trip, retrying a Redis error while the lease would still be valid."""
         deadline = time.monotonic() + self.settings.lease_ttl_seconds
         while True:
             try:
-                self.stream.emit(events)
+                pipe = self.client.pipeline(transaction=False)
+                self.stream.emit(events, pipe=pipe)
+                if finished is not None:
+                    self.leases.finish(finished, self.settings.done_mark_ms, pipe=pipe)
+                pipe.execute()
                 return
             except RedisError:
                 if time.monotonic() >= deadline:

@@ -256,9 +256,9 @@ class TaskGraph:
         if parent_limit is not None:
             self._fill(task.parent_id, parent_limit)
         elif state is TaskState.SUCCESS:
-            downstream = task_store.downstream_ids(self.conn, task.id)
-            if downstream:
-                self.promote(task_store.select_startable(self.conn, downstream))
+            startable = task_store.startable_downstream(self.conn, task.id)
+            if startable:
+                self.promote(startable)
         self._unsettled[task.parent_id] = None
 
     def settle(self) -> None:

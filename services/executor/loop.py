@@ -23,6 +23,7 @@ from shared.dispatch.messages import (
     TaskMessage,
     TaskReleased,
     TaskStarted,
+    WorkCommitted,
 )
 from shared.dispatch.seam import Dispatcher
 from shared.domain.states import TIMED_TASK_STATES, AttemptState, TaskState
@@ -43,6 +44,9 @@ this finds work that other processes made (other executors, a restart)."""
 STARTED_COALESCE_SECONDS = 0.005
 """After only "started" events arrived, how long to wait for the matching results, so a
 short task costs one pass instead of two."""
+
+ATTEMPTS_PER_PASS = 100
+"""Created attempts one pass starts, at most (the next pass goes on at once)."""
 
 REAP_BATCH = 5000
 """In-flight tasks one reaper pass looks at, at most."""
@@ -129,6 +133,7 @@ class WorkflowExecutor:
         self._rescan_at: datetime | None = None
         self._wake_due: datetime | None = None  # soonest not_before of a waiting task
         self._reap_at: datetime | None = None
+        self._look_again = False  # a pass hit ATTEMPTS_PER_PASS: look again next pass
         self._stop = threading.Event()
 
     # -- one pass ----------------------------------------------------------------------
@@ -139,13 +144,18 @@ class WorkflowExecutor:
         report = TickReport()
         events, self._pending = self._pending + self.dispatcher.poll_events(0), []
         rescan = self._rescan_at is None or now >= self._rescan_at
+        # New attempts and kills are looked for when another process said it committed
+        # some (PostgreSQL NOTIFY -> WorkCommitted) and on every rescan.
+        look = rescan or self._look_again or any(isinstance(e, WorkCommitted) for e in events)
         reap = self.recovery is not None and (self._reap_at is None or now >= self._reap_at)
         revoked: list[tuple[int, int]] = []
         try:
             with self.engine.begin() as conn:
                 graph = TaskGraph(conn, now, self._limits)
-                revoked = self._kill_canceling_attempts(conn, now, report)
-                report.attempts_started = self._start_created_attempts(conn, graph)
+                if look:
+                    revoked = self._kill_canceling_attempts(conn, now, report)
+                    report.attempts_started = self._start_created_attempts(conn, graph)
+                    self._look_again = report.attempts_started >= ATTEMPTS_PER_PASS
                 messages = self._apply_events(conn, graph, events, now, report)
                 if reap:
                     messages += self._reap(conn, graph, now, report)
@@ -169,7 +179,7 @@ class WorkflowExecutor:
             self.dispatcher.revoke(revoked)
         self.dispatcher.publish(messages)
         report.tasks_dispatched = len(messages)
-        report.more_ready = report.more_ready or bool(self._pending)
+        report.more_ready = report.more_ready or bool(self._pending) or self._look_again
         for attempt_id, _state in report.finished_attempts:
             self._contexts.pop(attempt_id, None)
         return report
@@ -199,7 +209,7 @@ class WorkflowExecutor:
 
     def _start_created_attempts(self, conn: Connection, graph: TaskGraph) -> int:
         ids = session_store.list_attempt_ids_in_state(
-            conn, AttemptState.CREATED, limit=100, among=self.attempt_ids
+            conn, AttemptState.CREATED, limit=ATTEMPTS_PER_PASS, among=self.attempt_ids
         )
         for attempt_id in ids:
             attempt = session_store.get_attempt(conn, attempt_id)
@@ -241,6 +251,8 @@ class WorkflowExecutor:
         logs: list[dict[str, Any]] = []
         messages: list[TaskMessage] = []
         for event in events:
+            if isinstance(event, WorkCommitted):
+                continue
             if isinstance(event, TaskReleased):
                 message = self._requeue(conn, event.task_id, event.lease_token, now, lost=False)
                 if message is not None:

@@ -9,6 +9,7 @@ chunks among them are written to the log directory here and never reach the loop
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -16,6 +17,8 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from redis.exceptions import RedisError
 
 from shared.dispatch.celery_app import TASK_NAME, RedisSettings, make_celery
 from shared.dispatch.events import EventReader, EventStream, decode
@@ -81,7 +84,8 @@ class CeleryDispatcher:
         self.logs = LogDirectory(log_root)
         self.kill_channel = f"{redis.prefix}kill"
         self.crash_before_publish = crash_before_publish
-        self._delivered: list[bytes] = []
+        self._delivered: list[bytes] = []  # read, not yet applied
+        self._applied: list[bytes] = []  # applied and committed, not yet acknowledged
         self.queues_seen: set[str] = set()
         self.reader.ensure_group()
 
@@ -101,21 +105,31 @@ class CeleryDispatcher:
         with self.app.producer_or_acquire() as producer:
             for message in messages:
                 body = dataclasses.replace(message, dispatched_at=now).to_json()
+                name = f"{message.task_id}.{message.lease_token}"
                 self.app.send_task(
                     TASK_NAME,
                     args=[body],
                     queue=message.queue,
-                    task_id=f"{message.task_id}.{message.lease_token}",
+                    task_id=name,
                     producer=producer,
+                    # What Celery logs of the message: never its params (they may hold
+                    # secrets), and no time spent formatting them.
+                    argsrepr=f"{message.full_name} task {name}",
+                    kwargsrepr="{}",
                 )
         self.queues_seen.update(m.queue for m in messages)
         marks = [(m.task_id, m.lease_token) for m in messages]
-        self.leases.mark(marks, QUEUED, QUEUED_MARK_TTL_MS)
+        pipe = self.client.pipeline(transaction=False)
+        self.leases.mark(marks, QUEUED, QUEUED_MARK_TTL_MS, pipe=pipe)
+        applied, self._applied = self._applied, []
+        self.reader.add_acknowledgement(pipe, applied)
+        pipe.execute()
 
     def poll_events(self, timeout_seconds: float) -> list[TaskEvent]:
         """Events from the stream; log chunks are stored on the way."""
         events: list[TaskEvent] = []
-        for entry_id, body in self.reader.read(timeout_seconds):
+        applied, self._applied = self._applied, []
+        for entry_id, body in self.reader.read(timeout_seconds, acknowledge=applied):
             self._delivered.append(entry_id)
             event = decode(body)
             if isinstance(event, TaskLogChunk):
@@ -125,10 +139,11 @@ class CeleryDispatcher:
         return events
 
     def acknowledge(self) -> None:
-        """Acknowledge every event polled so far (their effects are committed)."""
-        delivered, self._delivered = self._delivered, []
-        if delivered:
-            self.reader.acknowledge(delivered)
+        """The events polled so far are committed: acknowledge them with the next Redis
+        round trip (a publish or a poll), not one of their own. Should this process die
+        first, the next executor applies them again, and refuses them as stale."""
+        self._applied += self._delivered
+        self._delivered = []
 
     def redeliver(self) -> None:
         """Read the unacknowledged events again on the next poll."""
@@ -159,5 +174,8 @@ class CeleryDispatcher:
         self.stream.wake()
 
     def close(self) -> None:
-        """Release connections."""
+        """Acknowledge what was applied; release connections."""
+        applied, self._applied = self._applied, []
+        with contextlib.suppress(RedisError):
+            self.reader.acknowledge(applied)
         self.client.close()

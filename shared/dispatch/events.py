@@ -17,17 +17,17 @@ import logging
 from collections.abc import Sequence
 
 from redis import Redis
+from redis.client import Pipeline
 from redis.exceptions import ResponseError
 
-from shared.dispatch.messages import AgentEvent, event_from_json, event_to_json
+from shared.dispatch.messages import AgentEvent, WorkCommitted, event_from_json, event_to_json
 
 log = logging.getLogger(__name__)
 
 GROUP = "executors"
+ACK_CHUNK = 1000
 STREAM_CAP = 1_000_000
 """Entries kept at most (approximately); acknowledged entries are deleted long before."""
-WAKE = "wake"
-"""The kind of an entry that only wakes an executor (new attempts, a kill)."""
 
 
 class EventStream:
@@ -39,18 +39,20 @@ class EventStream:
 
     # -- the agents' side --------------------------------------------------------------
 
-    def emit(self, events: Sequence[AgentEvent]) -> None:
-        """Append events in order, in one round trip."""
-        pipe = self.client.pipeline(transaction=False)
+    def emit(self, events: Sequence[AgentEvent], *, pipe: Pipeline | None = None) -> None:
+        """Append events in order, in one round trip (or as part of ``pipe``, which the
+        caller then executes)."""
+        own = pipe is None
+        pipe = self.client.pipeline(transaction=False) if pipe is None else pipe
         for event in events:
             body = json.dumps(event_to_json(event), separators=(",", ":"))
             pipe.xadd(self.key, {"e": body}, maxlen=STREAM_CAP, approximate=True)
-        pipe.execute()
+        if own:
+            pipe.execute()
 
     def wake(self) -> None:
-        """Wake one waiting executor."""
-        body = json.dumps({"kind": WAKE})
-        self.client.xadd(self.key, {"e": body}, maxlen=STREAM_CAP, approximate=True)
+        """Wake one waiting executor: work was committed (a new attempt, a kill)."""
+        self.emit([WorkCommitted()])
 
 
 class EventReader:
@@ -87,13 +89,14 @@ class EventReader:
         return claimed
 
     def read(
-        self, timeout_seconds: float, count: int = 1000
+        self, timeout_seconds: float, count: int = 1000, *, acknowledge: Sequence[bytes] = ()
     ) -> list[tuple[bytes, dict[str, object]]]:
         """Up to ``count`` entries ``(id, body)``, waiting up to the timeout for the first.
 
-        Pending entries of this consumer come first (after a restart or a claim)."""
+        Pending entries of this consumer come first (after a restart or a claim).
+        ``acknowledge`` entries are acknowledged first, in the same round trip."""
         try:
-            return self._read(timeout_seconds, count)
+            return self._read(timeout_seconds, count, acknowledge)
         except ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
@@ -102,19 +105,35 @@ class EventReader:
             self._backlog = True
             return []
 
-    def _read(self, timeout_seconds: float, count: int) -> list[tuple[bytes, dict[str, object]]]:
+    def _read(
+        self, timeout_seconds: float, count: int, acknowledge: Sequence[bytes]
+    ) -> list[tuple[bytes, dict[str, object]]]:
+        if len(acknowledge) > ACK_CHUNK:
+            self.acknowledge(acknowledge)
+            acknowledge = ()
         if self._backlog:
-            entries = self._entries(
-                self.client.xreadgroup(GROUP, self.consumer, {self.stream.key: "0"}, count=count)
-            )
+            pipe = self._pipeline(acknowledge)
+            pipe.xreadgroup(GROUP, self.consumer, {self.stream.key: "0"}, count=count)
+            entries = self._entries(pipe.execute()[-1])
+            acknowledge = ()
             if entries:
                 return entries
             self._backlog = False
         block_ms = max(1, int(timeout_seconds * 1000)) if timeout_seconds > 0 else None
-        reply = self.client.xreadgroup(
-            GROUP, self.consumer, {self.stream.key: ">"}, count=count, block=block_ms
-        )
-        return self._entries(reply)
+        pipe = self._pipeline(acknowledge)
+        pipe.xreadgroup(GROUP, self.consumer, {self.stream.key: ">"}, count=count, block=block_ms)
+        return self._entries(pipe.execute()[-1])
+
+    def _pipeline(self, acknowledge: Sequence[bytes]) -> Pipeline:
+        pipe = self.client.pipeline(transaction=False)
+        self.add_acknowledgement(pipe, acknowledge)
+        return pipe
+
+    def add_acknowledgement(self, pipe: Pipeline, entry_ids: Sequence[bytes]) -> None:
+        """Add acknowledging (and deleting) ``entry_ids`` to ``pipe``."""
+        if entry_ids:
+            pipe.xack(self.stream.key, GROUP, *entry_ids)
+            pipe.xdel(self.stream.key, *entry_ids)
 
     @staticmethod
     def _entries(reply: object) -> list[tuple[bytes, dict[str, object]]]:
@@ -133,18 +152,14 @@ class EventReader:
 
     def acknowledge(self, entry_ids: Sequence[bytes]) -> None:
         """Acknowledge and delete entries whose effects are committed."""
-        for start in range(0, len(entry_ids), 1000):
-            chunk = list(entry_ids[start : start + 1000])
+        for start in range(0, len(entry_ids), ACK_CHUNK):
             pipe = self.client.pipeline(transaction=False)
-            pipe.xack(self.stream.key, GROUP, *chunk)
-            pipe.xdel(self.stream.key, *chunk)
+            self.add_acknowledgement(pipe, entry_ids[start : start + ACK_CHUNK])
             pipe.execute()
 
 
 def decode(body: dict[str, object]) -> AgentEvent | None:
-    """The event an entry holds; None for a wake-up or an entry nobody can read."""
-    if body.get("kind") == WAKE:
-        return None
+    """The event an entry holds; None for an entry nobody can read."""
     try:
         return event_from_json(body)
     except ValueError as exc:

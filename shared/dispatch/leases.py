@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from redis import Redis
+from redis.client import Pipeline
 from redis.exceptions import RedisError
 
 QUEUED = "queued"
@@ -157,22 +158,36 @@ class LeaseStore:
         """Give the lease up (another agent may take the task at once); False if not ours."""
         return bool(self._release(keys=[self.key(lease.task_id)], args=[lease.value]))
 
-    def finish(self, lease: Lease, ttl_ms: int) -> bool:
+    def finish(self, lease: Lease, ttl_ms: int, *, pipe: Pipeline | None = None) -> bool:
         """Turn our lease into the ``done`` mark for ``ttl_ms``: duplicates of the message
-        are refused while the result travels to the executor."""
+        are refused while the result travels to the executor. Given ``pipe``, the command
+        joins it (and True is returned before it ran)."""
         done = f"{lease.token}:{DONE}"
-        return bool(self._finish(keys=[self.key(lease.task_id)], args=[lease.value, done, ttl_ms]))
+        args: list[str | int] = [lease.value, done, ttl_ms]
+        if pipe is not None:
+            self._finish(keys=[self.key(lease.task_id)], args=args, client=pipe)
+            return True
+        return bool(self._finish(keys=[self.key(lease.task_id)], args=args))
 
     def mark(
-        self, tasks: Sequence[tuple[int, int]], mark: str, ttl_ms: int, *, replace: bool = False
+        self,
+        tasks: Sequence[tuple[int, int]],
+        mark: str,
+        ttl_ms: int,
+        *,
+        replace: bool = False,
+        pipe: Pipeline | None = None,
     ) -> None:
         """Leave ``mark`` on each ``(task id, token)`` unless a newer token holds the key;
-        ``replace`` also overwrites the same token (a kill takes the lease from its agent)."""
-        pipe = self.client.pipeline(transaction=False)
+        ``replace`` also overwrites the same token (a kill takes the lease from its agent).
+        Given ``pipe``, the commands join it and the caller executes it."""
+        own = pipe is None
+        pipe = self.client.pipeline(transaction=False) if pipe is None else pipe
         for task_id, token in tasks:
             args: list[str | int] = [token, mark, ttl_ms, 1 if replace else 0]
             self._mark(keys=[self.key(task_id)], args=args, client=pipe)
-        pipe.execute()
+        if own:
+            pipe.execute()
 
     def holder(self, task_id: int) -> Lease | None:
         """The current lease of a task, if any."""

@@ -98,10 +98,16 @@ class TaskLogChunk:
     data: str
 
 
-TaskEvent = TaskStarted | TaskFinished | TaskReleased
+@dataclass(frozen=True)
+class WorkCommitted:
+    """Another process committed work for the executor (a new attempt, a kill)."""
+
+
+TaskEvent = TaskStarted | TaskFinished | TaskReleased | WorkCommitted
 AgentEvent = TaskEvent | TaskLogChunk
 
 _EVENT_KINDS: dict[str, type[AgentEvent]] = {
+    "wake": WorkCommitted,
     "started": TaskStarted,
     "finished": TaskFinished,
     "released": TaskReleased,

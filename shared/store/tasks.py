@@ -122,13 +122,16 @@ def mark_task_running(conn: Connection, task_id: int, lease_token: int, now: dat
     return result.rowcount == 1
 
 
+_IDS: BindParameter[int] = bindparam("ids", expanding=True)
+_BY_IDS = select(*_TASK_COLUMNS).where(tasks.c.id.in_(_IDS)).order_by(tasks.c.id)
+
+
 def get_tasks(conn: Connection, task_ids: Iterable[int]) -> list[TaskRow]:
     """Tasks by id, in id order."""
     ids = list(task_ids)
     if not ids:
         return []
-    query = select(*_TASK_COLUMNS).where(tasks.c.id.in_(ids)).order_by(tasks.c.id)
-    return [_task_from_row(row) for row in conn.execute(query)]
+    return [_task_from_row(row) for row in conn.execute(_BY_IDS, {"ids": ids})]
 
 
 def list_attempt_tasks(conn: Connection, attempt_id: int) -> list[TaskRow]:
@@ -160,16 +163,26 @@ def select_tasks_due(
 
     ``attempt_ids`` keeps the search to those attempts (an embedded run drives only its own).
     """
-    query = select(*_TASK_COLUMNS).where(
-        tasks.c.state == state.value,
-        (tasks.c.not_before.is_(None)) | (tasks.c.not_before <= now),
-    )
+    values: dict[str, Any] = {"state": state.value, "now": now, "limit": limit}
     if is_group is not None:
-        query = query.where(tasks.c.is_group == is_group)
+        values["is_group"] = is_group
     if attempt_ids is not None:
-        query = query.where(tasks.c.attempt_id.in_(list(attempt_ids)))
-    query = query.order_by(tasks.c.id).limit(limit)
-    return [_task_from_row(row) for row in conn.execute(query)]
+        values["attempt_ids"] = list(attempt_ids)
+    query = _due_query(is_group is not None, attempt_ids is not None)
+    return [_task_from_row(row) for row in conn.execute(query, values)]
+
+
+@lru_cache(maxsize=8)
+def _due_query(by_kind: bool, by_attempt: bool) -> Any:
+    query = select(*_TASK_COLUMNS).where(
+        tasks.c.state == bindparam("state"),
+        (tasks.c.not_before.is_(None)) | (tasks.c.not_before <= bindparam("now")),
+    )
+    if by_kind:
+        query = query.where(tasks.c.is_group == bindparam("is_group"))
+    if by_attempt:
+        query = query.where(tasks.c.attempt_id.in_(bindparam("attempt_ids", expanding=True)))
+    return query.order_by(tasks.c.id).limit(bindparam("limit"))
 
 
 def earliest_not_before(
@@ -224,15 +237,44 @@ def update_tasks_state(
     """
     if not task_ids:
         return []
+    values = {
+        "ids": list(task_ids),
+        "from_states": _states(from_states),
+        "to_state": state.value,
+        "now": now,
+    }
+    statement = _state_update(skip_delayed)
+    return [(int(i), bool(g)) for i, g in conn.execute(statement, values)]
+
+
+@lru_cache(maxsize=2)
+def _state_update(skip_delayed: bool) -> Any:
     statement = (
         tasks.update()
-        .where(tasks.c.id.in_(list(task_ids)), tasks.c.state.in_(_states(from_states)))
-        .values(state=state.value, updated_at=now)
+        .where(
+            tasks.c.id.in_(bindparam("ids", expanding=True)),
+            tasks.c.state.in_(bindparam("from_states", expanding=True)),
+        )
+        .values(state=bindparam("to_state"), updated_at=bindparam("now"))
         .returning(tasks.c.id, tasks.c.is_group)
     )
-    if skip_delayed:
-        statement = statement.where(_HAS_NO_START_RULE)
-    return [(int(i), bool(g)) for i, g in conn.execute(statement)]
+    return statement.where(_HAS_NO_START_RULE) if skip_delayed else statement
+
+
+_MARK_QUEUED = (
+    tasks.update()
+    .where(tasks.c.id.in_(_IDS), tasks.c.state == TaskState.READY.value)
+    .values(
+        state=TaskState.QUEUED.value,
+        lease_token=tasks.c.lease_token + 1,
+        params=bindparam("params", type_=tasks.c.params.type),
+        started_at=func.coalesce(
+            tasks.c.started_at, bindparam("now", type_=tasks.c.started_at.type)
+        ),
+        updated_at=bindparam("now", type_=tasks.c.updated_at.type),
+    )
+    .returning(tasks.c.id, tasks.c.lease_token)
+)
 
 
 def mark_tasks_queued(
@@ -251,22 +293,8 @@ def mark_tasks_queued(
     tokens: dict[int, int] = {}
     for params, ids in groups.values():
         for start in range(0, len(ids), 500):
-            statement = (
-                tasks.update()
-                .where(
-                    tasks.c.id.in_(ids[start : start + 500]),
-                    tasks.c.state == TaskState.READY.value,
-                )
-                .values(
-                    state=TaskState.QUEUED.value,
-                    lease_token=tasks.c.lease_token + 1,
-                    params=params,
-                    started_at=func.coalesce(tasks.c.started_at, now),
-                    updated_at=now,
-                )
-                .returning(tasks.c.id, tasks.c.lease_token)
-            )
-            tokens.update({int(i): int(t) for i, t in conn.execute(statement)})
+            values = {"ids": ids[start : start + 500], "params": params, "now": now}
+            tokens.update({int(i): int(t) for i, t in conn.execute(_MARK_QUEUED, values)})
     return tokens
 
 
@@ -371,16 +399,24 @@ def _all_upstreams_succeeded() -> Any:
     )
 
 
-def select_startable(conn: Connection, task_ids: Sequence[int]) -> list[int]:
-    """Of ``task_ids``, the BLOCKED ones whose upstreams all succeeded."""
-    if not task_ids:
-        return []
-    query = select(tasks.c.id).where(
-        tasks.c.id.in_(list(task_ids)),
-        tasks.c.state == TaskState.BLOCKED.value,
+_EDGE = aliased(task_dependencies, name="edge")
+# Driven from the edges of the task that ended (their primary key), so the cost does not
+# grow with the number of blocked tasks in the attempt: the state is wrapped in a function
+# so that no planner (SQLite's would) scans the state index instead.
+_STARTABLE_DOWNSTREAM = (
+    select(tasks.c.id)
+    .select_from(_EDGE.join(tasks, tasks.c.id == _EDGE.c.downstream_id))
+    .where(
+        _EDGE.c.upstream_id == bindparam("task_id"),
+        func.coalesce(tasks.c.state, "") == TaskState.BLOCKED.value,
         _all_upstreams_succeeded(),
     )
-    return [int(i) for i in conn.execute(query).scalars()]
+)
+
+
+def startable_downstream(conn: Connection, task_id: int) -> list[int]:
+    """The BLOCKED tasks that wait for ``task_id`` and whose upstreams all succeeded."""
+    return [int(i) for i in conn.execute(_STARTABLE_DOWNSTREAM, {"task_id": task_id}).scalars()]
 
 
 def select_startable_children(conn: Connection, parent_id: int, limit: int | None) -> list[int]:
@@ -419,22 +455,20 @@ def has_child_in(conn: Connection, parent_id: int, states: Iterable[TaskState]) 
     return bool(conn.execute(_HAS_CHILD_IN, values).scalar())
 
 
+_UPSTREAM_OUTPUTS = (
+    select(task_dependencies.c.downstream_id, _UPSTREAM.c.output_params)
+    .join(_UPSTREAM, _UPSTREAM.c.id == task_dependencies.c.upstream_id)
+    .where(task_dependencies.c.downstream_id.in_(_IDS), _UPSTREAM.c.output_params.is_not(None))
+    .order_by(_UPSTREAM.c.position, _UPSTREAM.c.id)
+)
+
+
 def upstream_outputs(conn: Connection, task_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
     """For each task, the non-empty ``output_params`` of its upstreams in definition order."""
     if not task_ids:
         return {}
-    upstream = _UPSTREAM
-    query = (
-        select(task_dependencies.c.downstream_id, upstream.c.output_params)
-        .join(upstream, upstream.c.id == task_dependencies.c.upstream_id)
-        .where(
-            task_dependencies.c.downstream_id.in_(list(task_ids)),
-            upstream.c.output_params.is_not(None),
-        )
-        .order_by(upstream.c.position, upstream.c.id)
-    )
     found: dict[int, list[dict[str, Any]]] = {}
-    for downstream_id, output in conn.execute(query):
+    for downstream_id, output in conn.execute(_UPSTREAM_OUTPUTS, {"ids": list(task_ids)}):
         if output:
             found.setdefault(int(downstream_id), []).append(output)
     return found

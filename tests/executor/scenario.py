@@ -20,7 +20,14 @@ from services.embedded import RunRequest, create_run_attempt
 from services.executor.loop import TickReport, WorkflowExecutor
 from shared.clock import ManualClock
 from shared.dispatch.leases import Lease
-from shared.dispatch.messages import Outcome, TaskEvent, TaskFinished, TaskMessage, TaskStarted
+from shared.dispatch.messages import (
+    Outcome,
+    TaskEvent,
+    TaskFinished,
+    TaskMessage,
+    TaskStarted,
+    WorkCommitted,
+)
 from shared.dispatch.seam import Dispatcher
 from shared.domain.states import AttemptState, TaskState
 from shared.domain.workflow import WorkflowDefinition
@@ -124,6 +131,7 @@ class Scenario:
         )
         with self.engine.begin() as conn:
             self.attempt_id = create_run_attempt(conn, request, self.clock.now()).attempt_id
+        self.agent.report(WorkCommitted())  # what PostgreSQL NOTIFY tells a live executor
         return self.attempt_id
 
     # -- driving -----------------------------------------------------------------------

@@ -184,7 +184,7 @@ class TestKill:
         with run.engine.begin() as conn:
             state = session_store.request_kill(conn, run.attempt_id, run.clock.now())
         assert state is AttemptState.CANCELING
-        run.step()
+        run.step(after_seconds=1)  # the next rescan (a NOTIFY wakes a distributed executor)
         assert run.attempt_state() is AttemptState.KILLED
         assert set(run.states().values()) == {TaskState.CANCELED}
         assert sorted(run.agent.revoked) == sorted(

@@ -326,9 +326,10 @@ class TestTaskRows:
             down = _insert(conn, attempt_id, "+d")
             task_store.insert_dependencies(conn, [(up1, down), (up2, down)])
             assert sorted(task_store.downstream_ids(conn, up1)) == [down]
-            assert task_store.select_startable(conn, [down]) == []
+            assert task_store.startable_downstream(conn, up1) == []
             task_store.update_task(conn, up2, (TaskState.RUNNING,), state=TaskState.SUCCESS)
-            assert task_store.select_startable(conn, [down]) == [down]
+            assert task_store.startable_downstream(conn, up1) == [down]
+            assert task_store.startable_downstream(conn, up2) == [down]
 
     def test_timestamps_of_tasks_come_back_aware_utc(self, engine: Engine) -> None:
         not_before = datetime(2024, 5, 1, 21, 0, 0, 500, tzinfo=TOKYO)
