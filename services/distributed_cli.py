@@ -6,7 +6,9 @@ be set by the environment variable its help names (12-factor).
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import signal
 import tempfile
 from collections.abc import Callable
@@ -236,7 +238,7 @@ def agent_command(
         grace_seconds=grace,
         lease_ttl_seconds=lease_ttl,
         heartbeat_seconds=heartbeat,
-        work_dir=work_dir or Path(tempfile.mkdtemp(prefix="tickwork-agent-")),
+        work_dir=work_dir or _temporary_directory("tickwork-agent-"),
         limits=limits,
         log_level=log_level.upper(),
     )
@@ -244,6 +246,13 @@ def agent_command(
     if metrics_port:
         metrics.serve(metrics_port)
     run_agent(settings, metrics)
+
+
+def _temporary_directory(prefix: str) -> Path:
+    """A new directory removed when the process exits."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return Path(path)
 
 
 def _env_count(name: str) -> int:

@@ -7,7 +7,9 @@ the agent's main process serves their sum on ``TICKWORK_METRICS_PORT``.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server, values
@@ -24,6 +26,7 @@ class AgentMetrics:
         self.directory: str | None = None
         if shared_between_processes:
             self.directory = tempfile.mkdtemp(prefix="tickwork-agent-metrics-")
+            atexit.register(shutil.rmtree, self.directory, ignore_errors=True)
             os.environ[MULTIPROC_ENV] = self.directory
             values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
             registry = None

@@ -277,6 +277,8 @@ class AgentRuntime:
             streamer.stop()
             with self._lock:
                 self._runs.pop(message.task_id, None)
+            if streamer.offset < LOG_STREAM_LIMIT_BYTES:
+                path.unlink(missing_ok=True)  # streamed: the executor keeps the log
 
     def _reporter(self, run: _Run, streamer: LogStreamer) -> Callable[[TaskEvent], None]:
         def report(event: TaskEvent) -> None:
