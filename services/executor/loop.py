@@ -57,9 +57,11 @@ class Recovery:
     """How the reaper finds lost messages and lost agents (distributed mode only).
 
     Every ``every_seconds`` it looks at QUEUED and RUNNING tasks unchanged for
-    ``grace_seconds``: a QUEUED one without a lease or queued mark lost its message and is
-    published again under the same token; a RUNNING one without a lease lost its agent and
-    is requeued under a new token, or fails once that happened ``max_lost`` times.
+    ``grace_seconds`` whose lease key holds nothing for their token. One that no agent
+    took lost its message and is published again under the same token. One that an agent
+    took (RUNNING, or QUEUED with the agent's note that it took it: the agent died before
+    its start was reported) lost its agent and is requeued under a new token, or fails
+    once that happened ``max_lost`` times.
     """
 
     every_seconds: float = 5.0
@@ -308,19 +310,22 @@ class WorkflowExecutor:
         candidates = task_store.select_in_flight(
             conn, quiet_since, REAP_BATCH, attempt_ids=self.attempt_ids
         )
-        holders = self.dispatcher.holders([t.id for t in candidates])
-        if not candidates or holders is None:
+        states = self.dispatcher.lease_states([t.id for t in candidates])
+        if not candidates or states is None:
             return []
         messages: list[TaskMessage] = []
         republished: list[int] = []
         for task in candidates:
-            lease = holders.get(task.id)
+            state = states[task.id]
+            lease = state.current
             if lease is not None and lease.token >= task.lease_token:
                 continue  # queued, running, or its result is on the way
-            if task.state is TaskState.QUEUED:
+            if task.state is TaskState.QUEUED and state.taken < task.lease_token:
+                # No agent ever took this token: its message was lost.
                 messages.append(self._message_of(conn, task))
                 republished.append(task.id)
                 continue
+            # An agent took it (whether or not its start reached us) and vanished.
             report.leases_lost += 1
             if task.lost_count + 1 >= recovery.max_lost:
                 message = f"lost its agent {recovery.max_lost} times"

@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 
 from shared.dispatch.celery_app import TASK_NAME, RedisSettings, make_celery
 from shared.dispatch.events import EventReader, EventStream, decode
-from shared.dispatch.leases import CANCELED, QUEUED, Lease, LeaseStore
+from shared.dispatch.leases import CANCELED, QUEUED, LeaseState, LeaseStore
 from shared.dispatch.messages import TaskEvent, TaskLogChunk, TaskMessage
 
 log = logging.getLogger(__name__)
@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 QUEUED_MARK_TTL_MS = 24 * 3600 * 1000
 """How long a published message is trusted to be in its queue; after that a task still
 queued is published again (a duplicate is harmless)."""
+PENDING_MARK_TTL_MS = 60 * 1000
+"""How long a queued mark lasts before its message is confirmed sent."""
 CANCELED_MARK_TTL_MS = 3600 * 1000
 CRASH_EXIT_CODE = 86
 
@@ -95,12 +97,20 @@ class CeleryDispatcher:
         return self.reader.claim_orphans()
 
     def publish(self, messages: Sequence[TaskMessage]) -> None:
-        """Send each message to its queue, then mark it queued."""
+        """Mark each task queued for a short while, send its message, then keep the mark.
+
+        The mark is left before the message goes out, so that losing Redis at any moment
+        loses the mark too (the reaper then publishes the message again); it is kept for
+        long only where it survived the sending. Dying between the two costs the task
+        :data:`PENDING_MARK_TTL_MS` of waiting, not a lost message.
+        """
         if not messages:
             return
         if self.crash_before_publish:
             log.error("crash point after-commit-before-publish: exiting")
             os._exit(CRASH_EXIT_CODE)
+        marks = [(m.task_id, m.lease_token) for m in messages]
+        self.leases.mark(marks, QUEUED, PENDING_MARK_TTL_MS)
         now = time.time()
         with self.app.producer_or_acquire() as producer:
             for message in messages:
@@ -118,9 +128,8 @@ class CeleryDispatcher:
                     kwargsrepr="{}",
                 )
         self.queues_seen.update(m.queue for m in messages)
-        marks = [(m.task_id, m.lease_token) for m in messages]
         pipe = self.client.pipeline(transaction=False)
-        self.leases.mark(marks, QUEUED, QUEUED_MARK_TTL_MS, pipe=pipe)
+        self.leases.confirm(marks, QUEUED, QUEUED_MARK_TTL_MS, pipe)
         applied, self._applied = self._applied, []
         self.reader.add_acknowledgement(pipe, applied)
         pipe.execute()
@@ -158,9 +167,9 @@ class CeleryDispatcher:
         self.leases.mark(tasks, CANCELED, CANCELED_MARK_TTL_MS, replace=True)
         self.client.publish(self.kill_channel, json.dumps([task_id for task_id, _ in tasks]))
 
-    def holders(self, task_ids: Sequence[int]) -> dict[int, Lease | None] | None:
-        """Each task's lease or mark."""
-        return self.leases.holders(task_ids)
+    def lease_states(self, task_ids: Sequence[int]) -> dict[int, LeaseState] | None:
+        """Each task's lease or mark, and the newest token an agent took."""
+        return self.leases.states(task_ids)
 
     def queue_depths(self, queues: Sequence[str]) -> dict[str, int]:
         """Messages waiting in each queue (not yet taken by an agent)."""

@@ -53,6 +53,7 @@ if current then
   end
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[4])
 return 1
 """
 
@@ -73,7 +74,17 @@ return 1
 _FINISH = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  redis.call('DEL', KEYS[2])
   return 1
+end
+return 0
+"""
+
+# Keep a mark longer, but only if it is still there: a mark that Redis lost meanwhile
+# (it restarted empty) must stay lost, or the reaper would trust a message that is gone.
+_CONFIRM = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
 """
@@ -87,10 +98,25 @@ return 0
 
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[2])
   return redis.call('DEL', KEYS[1])
 end
 return 0
 """
+
+TAKEN_TTL_FACTOR = 10
+"""The note that an agent took a token outlives the lease by this factor: long enough for
+the reaper to see that the agent died before it said it started."""
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    """What Redis knows of a task: its lease or mark, and the newest token an agent took
+    (0 if none) that has not finished; an agent that took a token and then vanished
+    leaves ``taken`` behind its expired lease."""
+
+    current: Lease | None
+    taken: int
 
 
 @dataclass(frozen=True)
@@ -135,10 +161,15 @@ class LeaseStore:
         self._release = client.register_script(_RELEASE)
         self._mark = client.register_script(_MARK)
         self._finish = client.register_script(_FINISH)
+        self._confirm = client.register_script(_CONFIRM)
 
     def key(self, task_id: int) -> str:
         """The Redis key of a task's lease."""
         return f"{self.prefix}lease:{task_id}"
+
+    def taken_key(self, task_id: int) -> str:
+        """The Redis key of the newest token an agent took for a task and did not finish."""
+        return f"{self.prefix}taken:{task_id}"
 
     def take(self, lease: Lease, ttl_ms: int) -> bool:
         """Take the lease for ``lease.token``; False if a newer or another owner's holds it.
@@ -147,8 +178,9 @@ class LeaseStore:
         """
         if ttl_ms <= 0:
             raise ValueError("a lease needs a positive time to live")
-        taken = self._take(keys=[self.key(lease.task_id)], args=[lease.token, lease.value, ttl_ms])
-        return bool(taken)
+        keys = [self.key(lease.task_id), self.taken_key(lease.task_id)]
+        args: list[str | int] = [lease.token, lease.value, ttl_ms, ttl_ms * TAKEN_TTL_FACTOR]
+        return bool(self._take(keys=keys, args=args))
 
     def extend(self, lease: Lease, ttl_ms: int) -> bool:
         """Renew the lease for another ``ttl_ms``; False if it is no longer ours."""
@@ -156,7 +188,8 @@ class LeaseStore:
 
     def release(self, lease: Lease) -> bool:
         """Give the lease up (another agent may take the task at once); False if not ours."""
-        return bool(self._release(keys=[self.key(lease.task_id)], args=[lease.value]))
+        keys = [self.key(lease.task_id), self.taken_key(lease.task_id)]
+        return bool(self._release(keys=keys, args=[lease.value]))
 
     def finish(self, lease: Lease, ttl_ms: int, *, pipe: Pipeline | None = None) -> bool:
         """Turn our lease into the ``done`` mark for ``ttl_ms``: duplicates of the message
@@ -164,10 +197,11 @@ class LeaseStore:
         joins it (and True is returned before it ran)."""
         done = f"{lease.token}:{DONE}"
         args: list[str | int] = [lease.value, done, ttl_ms]
+        keys = [self.key(lease.task_id), self.taken_key(lease.task_id)]
         if pipe is not None:
-            self._finish(keys=[self.key(lease.task_id)], args=args, client=pipe)
+            self._finish(keys=keys, args=args, client=pipe)
             return True
-        return bool(self._finish(keys=[self.key(lease.task_id)], args=args))
+        return bool(self._finish(keys=keys, args=args))
 
     def mark(
         self,
@@ -193,15 +227,27 @@ class LeaseStore:
         """The current lease of a task, if any."""
         return Lease.parse(task_id, self.client.get(self.key(task_id)))
 
-    def holders(self, task_ids: Sequence[int]) -> dict[int, Lease | None]:
-        """The current lease (or mark) of each task, in one round trip."""
+    def confirm(
+        self, tasks: Sequence[tuple[int, int]], mark: str, ttl_ms: int, pipe: Pipeline
+    ) -> None:
+        """Give each ``(task id, token)``'s ``mark`` ``ttl_ms`` more, where it is still there."""
+        for task_id, token in tasks:
+            args: list[str | int] = [f"{token}:{mark}", ttl_ms]
+            self._confirm(keys=[self.key(task_id)], args=args, client=pipe)
+
+    def states(self, task_ids: Sequence[int]) -> dict[int, LeaseState]:
+        """What Redis knows of each task (see :class:`LeaseState`), in one round trip."""
         if not task_ids:
             return {}
-        raw = self.client.mget([self.key(task_id) for task_id in task_ids])
-        return {
-            task_id: Lease.parse(task_id, value)
-            for task_id, value in zip(task_ids, raw, strict=True)
-        }
+        keys = [self.key(i) for i in task_ids] + [self.taken_key(i) for i in task_ids]
+        raw = self.client.mget(keys)
+        states: dict[int, LeaseState] = {}
+        for n, task_id in enumerate(task_ids):
+            taken = raw[len(task_ids) + n]
+            states[task_id] = LeaseState(
+                Lease.parse(task_id, raw[n]), int(taken) if taken and taken.isdigit() else 0
+            )
+        return states
 
     def remaining_ms(self, task_id: int) -> int | None:
         """Milliseconds left on a task's lease; None when there is no lease."""

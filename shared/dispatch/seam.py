@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
-from shared.dispatch.leases import Lease
+from shared.dispatch.leases import LeaseState
 from shared.dispatch.messages import TaskEvent, TaskMessage
 
 EventSink = Callable[[TaskEvent], None]
@@ -37,8 +37,8 @@ class Dispatcher(Protocol):
         """Stop ``(task id, lease token)`` wherever it is: queued messages are refused,
         running operators are killed (their tasks are already canceled in the store)."""
 
-    def holders(self, task_ids: Sequence[int]) -> dict[int, Lease | None] | None:
-        """The lease of each task, for the reaper; None when this seam has no leases."""
+    def lease_states(self, task_ids: Sequence[int]) -> dict[int, LeaseState] | None:
+        """What the leases say of each task, for the reaper; None when there are none."""
 
     def close(self) -> None:
         """Stop taking work and release resources."""
@@ -79,7 +79,7 @@ class InProcessDispatcher:
     def revoke(self, tasks: Sequence[tuple[int, int]]) -> None:
         """Nothing to do here: an embedded run stops its commands when its attempt ends."""
 
-    def holders(self, task_ids: Sequence[int]) -> dict[int, Lease | None] | None:
+    def lease_states(self, task_ids: Sequence[int]) -> dict[int, LeaseState] | None:
         """None: threads in this process cannot be lost without the process."""
         return None
 

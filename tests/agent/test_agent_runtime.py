@@ -21,7 +21,7 @@ from services.agent.worker import SHUTDOWN, AgentRuntime, AgentSettings
 from shared.dispatch.celery_app import RedisSettings
 from shared.dispatch.celery_dispatch import CeleryDispatcher, LogDirectory
 from shared.dispatch.events import EventReader, EventStream, decode
-from shared.dispatch.leases import Lease, LeaseStore
+from shared.dispatch.leases import Lease, LeaseState, LeaseStore
 from shared.dispatch.messages import (
     AgentEvent,
     Outcome,
@@ -276,10 +276,44 @@ class TestExecutorSide:
             routed = TaskMessage(**{**plain.to_json(), "task_id": 2, "queue": "gpu"})
             dispatcher.publish([plain, routed])
             assert dispatcher.queue_depths(["default", "gpu"]) == {"default": 1, "gpu": 1}
-            holders = dispatcher.holders([1, 2])
-            assert holders == {1: Lease(1, 1, "queued"), 2: Lease(2, 1, "queued")}
+            states = dispatcher.lease_states([1, 2])
+            assert states == {
+                1: LeaseState(Lease(1, 1, "queued"), taken=0),
+                2: LeaseState(Lease(2, 1, "queued"), taken=0),
+            }
+            # Kept for long: the message was sent.
+            assert client.pttl(f"{redis_prefix}lease:1") > 3600 * 1000
         finally:
             dispatcher.close()
+
+    def test_a_mark_lost_while_publishing_stays_lost_so_the_message_is_sent_again(
+        self, redis_settings: RedisSettings, client: Redis, redis_prefix: str, tmp_path: Path
+    ) -> None:
+        dispatcher = CeleryDispatcher(redis_settings, tmp_path / "logs", "test-executor")
+        original_send = dispatcher.app.send_task
+
+        def send_then_lose_redis(*args: object, **kwargs: object) -> object:
+            result = original_send(*args, **kwargs)
+            for key in client.scan_iter(f"{redis_prefix}*"):
+                client.delete(key)  # Redis restarted empty right after this message
+            return result
+
+        try:
+            dispatcher.app.send_task = send_then_lose_redis  # type: ignore[method-assign]
+            dispatcher.publish([message(tmp_path, "echo", "a", task_id=1)])
+            assert dispatcher.lease_states([1]) == {1: LeaseState(None, taken=0)}
+        finally:
+            dispatcher.close()
+
+    def test_an_agent_leaves_a_note_of_the_token_it_took_until_it_finishes(
+        self, client: Redis, redis_prefix: str
+    ) -> None:
+        leases = LeaseStore(client, redis_prefix)
+        lease = Lease(7, 3, "agent")
+        assert leases.take(lease, 10_000)
+        assert leases.states([7]) == {7: LeaseState(lease, taken=3)}
+        assert leases.finish(lease, 10_000)
+        assert leases.states([7]) == {7: LeaseState(Lease(7, 3, "done"), taken=0)}
 
     def test_a_log_chunk_cannot_write_outside_the_log_directory(self, tmp_path: Path) -> None:
         logs = LogDirectory(tmp_path / "logs")

@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 from services.embedded import RunRequest, create_run_attempt
 from services.executor.loop import TickReport, WorkflowExecutor
 from shared.clock import ManualClock
-from shared.dispatch.leases import Lease
+from shared.dispatch.leases import Lease, LeaseState
 from shared.dispatch.messages import (
     Outcome,
     TaskEvent,
@@ -48,6 +48,7 @@ class AgentStub:
         self.published: list[TaskMessage] = []
         self.revoked: list[tuple[int, int]] = []
         self.leases: dict[int, Lease | None] | None = None  # None: no leases (in-process)
+        self.taken: dict[int, int] = {}  # task id -> newest token an agent took
         self._events: list[TaskEvent] = []
 
     def publish(self, messages: Sequence[TaskMessage]) -> None:
@@ -66,10 +67,10 @@ class AgentStub:
     def revoke(self, tasks: Sequence[tuple[int, int]]) -> None:
         self.revoked.extend(tasks)
 
-    def holders(self, task_ids: Sequence[int]) -> dict[int, Lease | None] | None:
+    def lease_states(self, task_ids: Sequence[int]) -> dict[int, LeaseState] | None:
         if self.leases is None:
             return None
-        return {task_id: self.leases.get(task_id) for task_id in task_ids}
+        return {i: LeaseState(self.leases.get(i), self.taken.get(i, 0)) for i in task_ids}
 
     def close(self) -> None:
         pass

@@ -31,12 +31,20 @@ def reaping(run: Scenario) -> Scenario:
     return run
 
 
-def started(run: Scenario, name: str, owner: str = "agent-1") -> Lease:
-    """An agent took the task's lease and said so."""
+def taken(run: Scenario, name: str, owner: str = "agent-1") -> Lease:
+    """An agent took the task's lease (and has not said so yet)."""
     message = run.open[name]
     lease = Lease(message.task_id, message.lease_token, owner)
     assert run.agent.leases is not None
     run.agent.leases[message.task_id] = lease
+    run.agent.taken[message.task_id] = message.lease_token
+    return lease
+
+
+def started(run: Scenario, name: str, owner: str = "agent-1") -> Lease:
+    """An agent took the task's lease and said so."""
+    message = run.open[name]
+    lease = taken(run, name, owner)
     run.agent.report(TaskStarted(message.task_id, message.lease_token, time.time()))
     run.step()
     return lease
@@ -120,6 +128,19 @@ class TestLostAgents:
         assert task.error == {"message": "lost its agent 3 times"}
         assert reaping.attempt_state() is AttemptState.ERROR
         assert len(reaping.messages_for("+wf+a")) == 3
+
+    def test_an_agent_that_died_before_its_start_was_reported_counts_as_lost(
+        self, reaping: Scenario
+    ) -> None:
+        reaping.start(ONE_TASK)
+        reaping.step()
+        lease = taken(reaping, "+wf+a")  # the agent took the lease, then died at once
+        assert reaping.agent.leases is not None
+        del reaping.agent.leases[lease.task_id]
+        assert reaping.tick(after_seconds=3) == ["+wf+a"]
+        task = reaping.task("+wf+a")
+        assert (task.state, task.lease_token, task.lost_count) == (TaskState.QUEUED, 2, 1)
+        assert reaping.report.republished == 0
 
     def test_a_running_task_whose_result_is_on_the_way_is_not_requeued(
         self, reaping: Scenario

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -38,23 +39,24 @@ class RunControl:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._stop_child: Any = None  # called with no argument to stop the running child
+        self._stop_child: Callable[[], None] | None = None  # stops the running child
+        self._child_ended: Callable[[], bool] | None = None  # has the child exited?
         self._finished = False
         self.reason: str | None = None  # why the run was stopped; None unless it was
 
-    def attach(self, stop_child: Any) -> bool:
-        """Register how to stop the child just started; False if the run is already stopped
-        (the caller then stops the child itself)."""
+    def attach(self, stop_child: Callable[[], None], child_ended: Callable[[], bool]) -> bool:
+        """Register how to stop the child just started and how to tell whether it exited;
+        False if the run is already stopped (the caller then stops the child itself)."""
         with self._lock:
             if self.reason is not None:
                 return False
-            self._stop_child = stop_child
+            self._stop_child, self._child_ended = stop_child, child_ended
             return True
 
     def detach(self) -> None:
         """The child ended."""
         with self._lock:
-            self._stop_child = None
+            self._stop_child = self._child_ended = None
 
     def finish(self) -> None:
         """The operator returned: from now on its outcome stands and stop() does nothing."""
@@ -65,7 +67,9 @@ class RunControl:
         """Stop the run unless the operator already returned; a running child is stopped
         in the background (SIGTERM to its group, SIGKILL after a grace). True if stopped."""
         with self._lock:
-            if self._finished:
+            # A child that already exited has finished the operator's work, even if the
+            # thread running the operator has not seen it yet (the agent was stopped).
+            if self._finished or (self._child_ended is not None and self._child_ended()):
                 return False
             if self.reason is None:
                 self.reason = reason

@@ -91,7 +91,7 @@ def run_child(
         raise OperatorFailed(f"cannot start {argv[0]}: {exc}") from exc
     with _running_lock:
         _running.add(child)
-    if not context.control.attach(lambda: _stop_leader(child)):
+    if not context.control.attach(lambda: _stop_leader(child), lambda: _has_exited(child)):
         _stop_leader(child)
     try:
         child.communicate(stdin_text, timeout=timeout)
@@ -111,6 +111,16 @@ def run_child(
     if context.control.reason is not None:
         raise OperatorFailed(f"stopped: {context.control.reason}")
     return child.returncode
+
+
+def _has_exited(child: subprocess.Popen[str]) -> bool:
+    """Whether the child exited, without reaping it (the thread running it does that)."""
+    if child.returncode is not None:
+        return True
+    try:
+        return os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True  # already reaped
 
 
 def terminate_children() -> None:
