@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import secrets
 import signal
 import socket
 import subprocess
@@ -30,8 +28,6 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -39,10 +35,10 @@ from typing import IO, Any
 
 import psycopg
 from _schedule_fleet import MINUTELY_PREFIX, arm_minutely, load_fleet, plan_fleet
+from _stores import libpq_url, percentile, throwaway_database
 from psycopg import sql
 from rich.console import Console
 from sqlalchemy import Engine, func, select, text
-from sqlalchemy.engine import make_url
 
 from services.scheduler.loop import Scheduler
 from shared.domain.schedule import ScheduleSpec
@@ -51,7 +47,6 @@ from shared.store import emission as emission_store
 from shared.store import projects as project_store
 from shared.store import schedules as schedule_store
 from shared.store.engine import create_store_engine
-from shared.store.migrate import upgrade_database
 from shared.store.tables import schedules, sessions
 
 DEFAULT_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -90,35 +85,6 @@ class CatchupResult:
     sessions: int
     seconds: float
     ticks: int
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    """The nearest-rank percentile: the smallest value with ``fraction`` of values at or below."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
-
-
-def libpq_url(url: str) -> str:
-    """``postgresql+psycopg://...`` as the ``postgresql://...`` URI psycopg accepts."""
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-@contextmanager
-def throwaway_database(server_url: str) -> Iterator[str]:
-    """A new database ``tickwork_bench_<hex>``, migrated; dropped afterwards."""
-    name = f"tickwork_bench_{secrets.token_hex(4)}"
-    with psycopg.connect(libpq_url(server_url), autocommit=True, connect_timeout=5) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
-    try:
-        engine = create_store_engine(url)
-        upgrade_database(engine)
-        engine.dispose()
-        yield url
-    finally:
-        with psycopg.connect(libpq_url(server_url), autocommit=True, connect_timeout=5) as conn:
-            drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
-            conn.execute(drop.format(sql.Identifier(name)))
 
 
 def database_now(engine: Engine) -> datetime:

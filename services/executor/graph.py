@@ -51,11 +51,15 @@ class TaskGraph:
 
     # -- moving to a state -------------------------------------------------------------
 
-    def _move(self, task: TaskRow, target: TaskState, **values: Any) -> bool:
+    def _move(
+        self, task: TaskRow, target: TaskState, *, fence: int | None = None, **values: Any
+    ) -> bool:
+        """Guarded move; with ``fence``, only while that is still the task's lease token."""
         moved = task_store.update_task(
             self.conn,
             task.id,
             states_before(target),
+            fence=fence,
             state=target,
             updated_at=self.now,
             **values,
@@ -176,24 +180,30 @@ class TaskGraph:
         *,
         called: TaskSpec | None = None,
         params: dict[str, Any] | None = None,
-    ) -> None:
-        """An operator ended well: run generated subtasks and ``_check`` first, if any."""
+        fence: int | None = None,
+    ) -> bool:
+        """An operator ended well: run generated subtasks and ``_check`` first, if any.
+
+        ``fence`` is the lease token of the result: the task moves only while it is still
+        the task's token. False if the task did not move."""
         params = task.params if params is None else params
         output = merge_params(params, store) or None
         values = {"result": {"store": store} if store else None, "output_params": output}
         check = task.config.get("check")  # read from the row: no full spec on the hot path
         generated = [s for s in (called, check and TaskSpec.from_config(check)) if s]
         if not generated:
-            if self._move(task, TaskState.SUCCESS, finished_at=self.now, **values):
-                self.after_terminal(task, TaskState.SUCCESS)
-            return
-        if not self._move(task, TaskState.PLANNED, params=params, **values):
-            return
+            if not self._move(task, TaskState.SUCCESS, fence=fence, finished_at=self.now, **values):
+                return False
+            self.after_terminal(task, TaskState.SUCCESS)
+            return True
+        if not self._move(task, TaskState.PLANNED, fence=fence, params=params, **values):
+            return False
         edges = [(0, 1)] if len(generated) == 2 else []
         # A called workflow gets the call> task's own keys as params, and resumes like the
         # rest of the attempt: what succeeded in the attempt resumed from is not run again.
         own_keys = task.config.get("params")
         self._generate(task, generated, edges, own_keys, resume=called is not None)
+        return True
 
     def _generate(
         self,
@@ -220,8 +230,10 @@ class TaskGraph:
         materialize_children(self.conn, placement, specs, edges, self.now)
         self._start_children(task.id, None)
 
-    def fail(self, task: TaskRow, error: dict[str, Any]) -> None:
-        """A task failed: retry it, run its ``_error`` handler, or end it in ERROR."""
+    def fail(self, task: TaskRow, error: dict[str, Any], *, fence: int | None = None) -> bool:
+        """A task failed: retry it, run its ``_error`` handler, or end it in ERROR.
+
+        ``fence`` as for :meth:`succeed_operator`. False if the task did not move."""
         spec = TaskSpec.from_config(task.config)
         if spec.retry is not None and task.retry_count < spec.retry.limit:
             delay = spec.retry.delay_seconds(task.retry_count)
@@ -229,21 +241,26 @@ class TaskGraph:
             if not self._move(
                 task,
                 TaskState.RETRY_WAITING,
+                fence=fence,
                 retry_count=task.retry_count + 1,
                 not_before=not_before,
                 error=error,
             ):
-                return
+                return False
             task_store.reset_descendants(self.conn, task.id, self.now)
             self.wake_at(not_before)
             log.info("task %s will retry in %.1fs", task.full_name, delay)
-            return
+            return True
         if spec.error is not None and not (task.error or {}).get("handler"):
-            if self._move(task, TaskState.PLANNED, error={**error, "handler": True}):
-                self._generate(task, [spec.error], [], {"error": escape(error)})
-            return
-        if self._move(task, TaskState.ERROR, error=error, finished_at=self.now):
-            self.after_terminal(task, TaskState.ERROR)
+            handled = {**error, "handler": True}
+            if not self._move(task, TaskState.PLANNED, fence=fence, error=handled):
+                return False
+            self._generate(task, [spec.error], [], {"error": escape(error)})
+            return True
+        if not self._move(task, TaskState.ERROR, fence=fence, error=error, finished_at=self.now):
+            return False
+        self.after_terminal(task, TaskState.ERROR)
+        return True
 
     # -- after a task ended ------------------------------------------------------------
 
@@ -257,8 +274,8 @@ class TaskGraph:
             self._fill(task.parent_id, parent_limit)
         elif state is TaskState.SUCCESS:
             startable = task_store.startable_downstream(self.conn, task.id)
-            if startable:
-                self.promote(startable)
+            if startable and self.promote(startable):
+                return  # a sibling started: the parent is not done, no need to look
         self._unsettled[task.parent_id] = None
 
     def settle(self) -> None:

@@ -371,12 +371,24 @@ class WorkflowExecutor:
     def _apply_result(
         conn: Connection, graph: TaskGraph, event: TaskFinished, logs: list[dict[str, Any]]
     ) -> bool:
-        task = task_store.find_task(conn, event.task_id, lock=True)
+        """Apply a result under its lease token; False (refused) if that is not the task's.
+
+        The token is checked in the row read first (most stale results stop there) and
+        again in the UPDATE that moves the task (``... AND lease_token = :token``): that
+        one is the fence, whatever happened in between."""
+        task = task_store.find_task(conn, event.task_id)
+        applied = False
         if (
-            task is None
-            or task.lease_token != event.lease_token
-            or task.state not in (TaskState.QUEUED, TaskState.RUNNING)
+            task is not None
+            and task.lease_token == event.lease_token
+            and task.state in (TaskState.QUEUED, TaskState.RUNNING)
         ):
+            if event.outcome is Outcome.SUCCESS:
+                applied = graph.succeed_operator(task, event.store, fence=event.lease_token)
+            else:
+                error = {"message": event.error_message or "failed"}
+                applied = graph.fail(task, error, fence=event.lease_token)
+        if task is None or not applied:
             log.warning(
                 "refused a stale result task_id=%d lease_token=%d",
                 event.task_id,
@@ -393,10 +405,6 @@ class WorkflowExecutor:
                     "size_bytes": event.log_size_bytes,
                 }
             )
-        if event.outcome is Outcome.SUCCESS:
-            graph.succeed_operator(task, event.store)
-        else:
-            graph.fail(task, {"message": event.error_message or "failed"})
         return True
 
     def _wake_due_tasks(self, conn: Connection, graph: TaskGraph, now: datetime) -> int:

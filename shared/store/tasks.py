@@ -200,25 +200,33 @@ def earliest_not_before(
 
 
 def update_task(
-    conn: Connection, task_id: int, from_states: Iterable[TaskState], **values: Any
+    conn: Connection,
+    task_id: int,
+    from_states: Iterable[TaskState],
+    *,
+    fence: int | None = None,
+    **values: Any,
 ) -> bool:
-    """Guarded update of one task: applied only while it is in ``from_states``."""
+    """Guarded update of one task: applied only while it is in ``from_states`` and, given
+    ``fence``, while that is its lease token (an agent's result: the fencing token)."""
     if "state" in values and isinstance(values["state"], TaskState):
         values["state"] = values["state"].value
-    statement = _guarded_update(tuple(_states(from_states)), tuple(sorted(values)))
-    result = conn.execute(
-        statement, {"b_task_id": task_id, **{f"b_{k}": v for k, v in values.items()}}
-    )
-    return result.rowcount == 1
+    keys = tuple(sorted(values))
+    statement = _guarded_update(tuple(_states(from_states)), keys, fence is not None)
+    bound = {"b_task_id": task_id, **{f"b_{k}": v for k, v in values.items()}}
+    if fence is not None:
+        bound["b_fence"] = fence
+    return conn.execute(statement, bound).rowcount == 1
 
 
 @lru_cache(maxsize=256)
-def _guarded_update(from_states: tuple[str, ...], keys: tuple[str, ...]) -> Update:
-    return (
+def _guarded_update(from_states: tuple[str, ...], keys: tuple[str, ...], fenced: bool) -> Update:
+    statement = (
         tasks.update()
         .where(tasks.c.id == bindparam("b_task_id"), tasks.c.state.in_(from_states))
         .values({key: bindparam(f"b_{key}") for key in keys})
     )
+    return statement.where(tasks.c.lease_token == bindparam("b_fence")) if fenced else statement
 
 
 def update_tasks_state(

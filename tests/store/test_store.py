@@ -318,6 +318,18 @@ class TestTaskRows:
             assert moved == [(plain, False)]
             assert task_store.get_task(conn, delayed).state is TaskState.BLOCKED
 
+    def test_a_fenced_update_applies_only_under_the_tasks_current_lease_token(
+        self, engine: Engine
+    ) -> None:
+        with engine.begin() as conn:
+            attempt_id = _attempt(conn)
+            task_id = _insert(conn, attempt_id, "+t", state=TaskState.RUNNING, lease_token=2)
+            running = (TaskState.RUNNING,)
+            assert not task_store.update_task(conn, task_id, running, fence=1, state="success")
+            assert task_store.get_task(conn, task_id).state is TaskState.RUNNING
+            assert task_store.update_task(conn, task_id, running, fence=2, state="success")
+            assert task_store.get_task(conn, task_id).state is TaskState.SUCCESS
+
     def test_a_task_is_startable_once_every_upstream_succeeded(self, engine: Engine) -> None:
         with engine.begin() as conn:
             attempt_id = _attempt(conn)

@@ -1,0 +1,91 @@
+"""Raw-Celery baseline for bench/dispatch.py: no-op tasks with tickwork's Celery settings.
+
+The module is both the Celery app that the baseline's workers load
+(``celery -A _raw_celery_app worker``, with ``bench/`` on ``PYTHONPATH``) and, run as a
+script, the client that times them. The settings are those of tickwork's agents
+(``make_celery``): JSON only, ``task_acks_late``, a prefetch of 1, the Redis
+broker with every key under ``TICKWORK_REDIS_PREFIX``, no remote control and no events.
+Results go to a Redis result backend under the same prefix. A worker that is ready to
+consume touches a file named after it in ``TICKWORK_BENCH_READY_DIR``, whatever its log
+level.
+
+As a script it sends ``--warmup`` tasks and waits for them, then ``--rounds`` times sends
+``--tasks`` tasks and waits for every result. The clock runs from the first send to the
+last result. It prints one JSON object: each round's publish and wall seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from celery.result import ResultSet
+from celery.signals import worker_ready
+
+from shared.dispatch.celery_app import RedisSettings, make_celery
+
+REDIS_URL = os.environ.get("TICKWORK_REDIS_URL", "redis://127.0.0.1:6379/0")
+PREFIX = os.environ.get("TICKWORK_REDIS_PREFIX", "tickwork_bench_raw:")
+QUEUE = "default"
+
+# tickwork's own Celery settings (shared/dispatch/celery_app.py), plus what a plain Celery
+# user has and tickwork replaces: results, here in Redis under the same prefix.
+app = make_celery(RedisSettings(REDIS_URL, PREFIX), name="tickwork_bench_raw")
+app.conf.update(
+    result_backend=REDIS_URL,
+    task_ignore_result=False,
+    result_accept_content=["json"],
+    result_backend_transport_options={"global_keyprefix": PREFIX},
+    result_expires=3600,
+)
+assert app.conf.task_default_queue == QUEUE
+
+
+def note_ready(sender: Any, **_kwargs: Any) -> None:
+    """Tell bench/dispatch.py that this worker consumes: a file named after it."""
+    ready_dir = os.environ.get("TICKWORK_BENCH_READY_DIR")
+    if ready_dir:
+        (Path(ready_dir) / str(sender.hostname)).touch()
+
+
+def noop(index: int) -> int:
+    """The no-op task: return the argument."""
+    return index
+
+
+# Registered without decorators, which Celery leaves untyped.
+worker_ready.connect(note_ready)
+noop_task: Any = app.task(name="bench.noop")(noop)
+
+
+def send_and_wait(count: int, timeout_seconds: float) -> tuple[float, float]:
+    """Send ``count`` no-op tasks, wait for every result; (publish s, wall s)."""
+    started = time.perf_counter()
+    results: list[Any] = [noop_task.delay(index) for index in range(count)]
+    published = time.perf_counter()
+    values = ResultSet(results).join_native(timeout=timeout_seconds, propagate=True)
+    ended = time.perf_counter()
+    if sorted(values) != list(range(count)):
+        raise SystemExit(f"raw Celery: {len(values)} results for {count} tasks, not all of them")
+    return published - started, ended - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=2000)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per batch")
+    args = parser.parse_args()
+    if args.warmup:
+        send_and_wait(args.warmup, args.timeout)
+    rounds = [send_and_wait(args.tasks, args.timeout) for _ in range(max(1, args.rounds))]
+    print(json.dumps({"tasks": args.tasks, "rounds": rounds}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,867 @@
+"""Distributed dispatch: no-op tasks through the executor, Celery and agents, and raw Celery.
+
+Three parts, one after another so that none takes CPU from another while it is timed:
+
+(b) raw Celery: 2,000 no-op tasks sent with ``delay()`` to two ``celery worker`` processes
+    (prefork, one worker process each) with the settings of tickwork's agents (JSON only,
+    ``task_acks_late``, prefetch 1, no remote control, no events, no gossip, mingle or
+    heartbeat), and waited for through a Redis result backend. The clock runs from the
+    first send to the last result (bench/_raw_celery_app.py, run as a child process);
+(a) fan-out: one group with ``_parallel: true`` and 2,000 ``echo>: x`` tasks through a
+    real ``tickwork executor`` and two ``tickwork agent --concurrency 1`` processes. The
+    clock runs from just before the transaction that creates the attempt until this
+    process sees the attempt in ``success`` in the store (polled every 10 ms);
+(c) chain: one group of 200 ``echo>: x`` tasks, each waiting for the one before, on the
+    same services. The figure is the per-hop latency; see below.
+
+**How a hop is measured.** ``tasks.started_at`` is stamped when the executor queues a task
+(READY -> QUEUED, before it publishes the message) and ``finished_at`` when it applies
+the task's result. Both are the ``now`` of the executor pass that did it, and one pass
+applies a result, promotes the next task of the chain and queues it. So ``started_at``
+of task n+1 normally equals ``finished_at`` of task n: that difference is always about 0
+and says nothing. The hop is therefore ``finished_at[n+1] - finished_at[n]``: from the
+pass that applied one result to the pass that applied the next. It covers everything
+between one no-op and the next: the pass's own statements and commit, publishing, the
+broker, the agent taking and running the message (about a millisecond for ``echo>`` and
+its log), the result coming back and the executor waking up for it. That is the cost of
+one link of a chain; on average it exceeds "one task's end to the next one's start" by
+the no-op's run time. The
+largest ``started_at[n+1] - finished_at[n]`` is reported too (``hop_queue_gap_max_ms``);
+it is 0 when each next task is queued in the pass that saw its upstream end.
+
+To show where a hop goes, the chain runs with a tap on the agents' event stream
+(bench/_event_tap.py): the agents' own start and end of each task split the hop into
+dispatch (executor pass, publish, broker, agent pick-up), run (the no-op) and report
+(event stream, executor wake-up), which add up to it; and task n's end to task n+1's
+start on the agents is reported as ``hop_agent_gap_*``.
+
+Before the clock starts, warm-up attempts of 10 tasks run until both agents have run a
+task (seen on their metrics endpoints), so that start-up is not timed. The raw workers
+are likewise waited for (their ``worker_ready`` signal) and warmed up with 20 tasks.
+
+Everything runs in a throwaway database ``tickwork_bench_<hex>`` on
+TICKWORK_BENCH_DATABASE_URL (default: the local server), dropped at the end, and under a
+Redis prefix of its own on TICKWORK_BENCH_REDIS_URL (default: the local server), whose
+keys are deleted at the end. Services are OS processes in their own process groups, with
+their logs in a temporary directory; they are stopped (SIGTERM, then SIGKILL) even after
+a failure or Ctrl-C. Progress goes to stderr (a bar on a terminal, one line per part
+otherwise); the last stdout line is one JSON object of figures. ``--repeat N`` runs each
+part N times and keeps the run with the median wall time of each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any, TypeVar
+
+import psycopg
+import redis
+from _event_tap import AgentTimes, EventTap
+from _stores import percentile, throwaway_database
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from sqlalchemy import Engine
+from sqlalchemy.engine import make_url
+
+from services.embedded import RunRequest, create_run_attempt, default_session_time, open_store
+from shared.clock import SystemClock
+from shared.domain.states import AttemptState, TaskState
+from shared.dsl.parser import parse_workflow_text
+from shared.store.sessions import get_attempt_state
+from shared.store.tasks import TaskRow, list_attempt_tasks
+
+DEFAULT_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+PARALLEL_TASKS = 2000
+CHAIN_TASKS = 200
+AGENTS = 2  # each with --concurrency 1, as the raw workers
+WARMUP_TASKS = 10
+WARMUP_ROUNDS = 5  # warm-up attempts at most, until every agent has run a task
+RAW_WARMUP_TASKS = 20
+ATTEMPT_POLL_SECONDS = 0.01
+START_TIMEOUT_SECONDS = 60.0  # a service up, a worker ready, a warm-up attempt done
+ATTEMPT_TIMEOUT_SECONDS = 300.0  # a timed attempt, or the raw client's batch
+STOP_TIMEOUT_SECONDS = 15.0  # after SIGTERM, before SIGKILL
+BENCH_DIR = Path(__file__).resolve().parent
+BIN_DIR = Path(sys.executable).parent
+
+# Targets; see bench/README.md.
+TARGET_WALL_TIME_RATIO = 2.0
+TARGET_HOP_P50_MS = 10.0
+TARGET_HOP_P99_MS = 30.0
+
+
+class BenchFailed(Exception):
+    """A service misbehaved, or an attempt did not end as it should have."""
+
+
+# --- processes ---------------------------------------------------------------------------
+
+
+@dataclass
+class Service:
+    """One OS process of the benchmark, in a process group of its own."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    metrics_port: int | None = None
+
+    def log_tail(self, lines: int = 15) -> str:
+        """The last lines of the service's log, indented, for an error message."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "    (no log)"
+        return "\n".join(f"    {line}" for line in text.splitlines()[-lines:]) or "    (empty log)"
+
+    def check_alive(self) -> None:
+        """Raise BenchFailed, with the log's tail, if the process has exited."""
+        if self.process.poll() is not None:
+            raise BenchFailed(
+                f"{self.name} exited with status {self.process.returncode}; "
+                f"log {self.log_path}:\n{self.log_tail()}"
+            )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def service_env(**values: str) -> dict[str, str]:
+    """This process's environment without any TICKWORK_* variable, plus ``values``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
+    return {**env, **values}
+
+
+def start_service(
+    name: str,
+    command: Sequence[str],
+    env: dict[str, str],
+    log_dir: Path,
+    cwd: Path,
+    metrics_port: int | None = None,
+) -> Service:
+    """Start ``command`` in a new session (its own process group), logging to a file."""
+    log_path = log_dir / f"{name}.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            list(command),
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return Service(name, process, log_path, metrics_port)
+
+
+def stop_services(services: Sequence[Service]) -> None:
+    """SIGTERM every process group, wait for the leaders, then SIGKILL what is left."""
+    for service in services:
+        _signal_group(service, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
+    for service in services:
+        with suppress(subprocess.TimeoutExpired):
+            service.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    for service in services:  # the leader may be gone and its pool children not
+        _signal_group(service, signal.SIGKILL)
+        with suppress(subprocess.TimeoutExpired):
+            service.process.wait(timeout=5)
+
+
+def _signal_group(service: Service, signum: int) -> None:
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(service.process.pid, signum)
+
+
+@contextmanager
+def running(services: list[Service]) -> Iterator[list[Service]]:
+    """Stop every service appended to ``services`` when the block ends, however it ends."""
+    try:
+        yield services
+    finally:
+        stop_services(services)
+
+
+def wait_until(
+    condition: Callable[[], bool],
+    timeout_seconds: float,
+    what: str,
+    services: Sequence[Service],
+    interval_seconds: float = 0.1,
+) -> None:
+    """Poll ``condition`` until it holds; fail if a service dies or the time runs out."""
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        if condition():
+            return
+        for service in services:
+            service.check_alive()
+        if time.monotonic() > deadline:
+            raise BenchFailed(f"timed out after {timeout_seconds:.0f} s waiting for {what}")
+        time.sleep(interval_seconds)
+
+
+def read_metrics(port: int | None) -> dict[str, float] | None:
+    """A Prometheus text page as ``{"name{labels}": value}``; None if it cannot be read."""
+    if port is None:
+        return None
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as page:
+            body = page.read().decode()
+    except OSError:
+        return None
+    values: dict[str, float] = {}
+    for line in body.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            try:
+                values[key] = float(value)
+            except ValueError:
+                continue
+    return values
+
+
+def metric_total(metrics: dict[str, float] | None, name: str) -> float | None:
+    """The sum of a metric over its labels (``name`` or ``name{...}``)."""
+    if metrics is None:
+        return None
+    found = [v for k, v in metrics.items() if k == name or k.startswith(name + "{")]
+    return sum(found) if found else None
+
+
+# --- stores ------------------------------------------------------------------------------
+
+
+@contextmanager
+def redis_prefix(redis_url: str) -> Iterator[str]:
+    """A fresh key prefix ``tickwork_bench_<hex>:``; its keys are deleted afterwards."""
+    prefix = f"tickwork_bench_{secrets.token_hex(4)}:"
+    client = redis.Redis.from_url(redis_url, socket_timeout=10)
+    client.ping()
+    try:
+        yield prefix
+    finally:
+        batch: list[bytes] = []
+        for key in client.scan_iter(match=f"{prefix}*", count=1000):
+            batch.append(key)
+            if len(batch) >= 1000:
+                client.delete(*batch)
+                batch = []
+        if batch:
+            client.delete(*batch)
+        client.close()
+
+
+# --- (b) raw Celery ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RawResult:
+    """The raw-Celery run: how long sending took and how long until the last result."""
+
+    tasks: int
+    publish_seconds: float
+    wall_seconds: float
+
+    @property
+    def tasks_per_s(self) -> float:
+        return self.tasks / self.wall_seconds
+
+
+def run_raw_celery(
+    tasks: int, rounds: int, redis_url: str, prefix: str, work_dir: Path
+) -> list[RawResult]:
+    """``rounds`` runs on two prefork workers of one process each, from a child process."""
+    ready_dir = work_dir / "raw-ready"
+    ready_dir.mkdir()
+    pythonpath = os.pathsep.join(p for p in (str(BENCH_DIR), os.environ.get("PYTHONPATH")) if p)
+    env = service_env(
+        TICKWORK_REDIS_URL=redis_url,
+        TICKWORK_REDIS_PREFIX=prefix,
+        TICKWORK_BENCH_READY_DIR=str(ready_dir),
+        PYTHONPATH=pythonpath,
+    )
+    with running([]) as services:
+        for index in range(1, AGENTS + 1):
+            command = [
+                str(BIN_DIR / "celery"),
+                "--app",
+                "_raw_celery_app",
+                "worker",
+                "--pool",
+                "prefork",
+                "--concurrency",
+                "1",
+                "--prefetch-multiplier",
+                "1",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "--hostname",
+                f"raw{index}@%h",
+                "--loglevel",
+                "WARNING",
+            ]
+            services.append(start_service(f"raw-worker-{index}", command, env, work_dir, work_dir))
+        wait_until(
+            lambda: len(list(ready_dir.iterdir())) >= AGENTS,
+            START_TIMEOUT_SECONDS,
+            "the raw Celery workers to be ready",
+            services,
+        )
+        client = [
+            sys.executable,
+            str(BENCH_DIR / "_raw_celery_app.py"),
+            "--tasks",
+            str(tasks),
+            "--warmup",
+            str(RAW_WARMUP_TASKS),
+            "--rounds",
+            str(rounds),
+            "--timeout",
+            str(ATTEMPT_TIMEOUT_SECONDS),
+        ]
+        try:
+            done = subprocess.run(
+                client,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=(rounds + 1) * ATTEMPT_TIMEOUT_SECONDS,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise BenchFailed("the raw Celery client did not finish in time") from None
+        if done.returncode != 0:
+            raise BenchFailed(f"the raw Celery client failed: {done.stderr.strip()[-800:]}")
+        for service in services:
+            service.check_alive()
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    return [RawResult(found["tasks"], publish, wall) for publish, wall in found["rounds"]]
+
+
+# --- (a) and (c) tickwork ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttemptRun:
+    """One timed attempt: its wall time and its operator tasks."""
+
+    name: str
+    tasks: int
+    created_at: float  # time.time() just before the creating transaction
+    wall_seconds: float  # that transaction's start -> success seen in the store
+    rows: list[TaskRow]  # operator tasks, in definition order
+    agent_metrics: dict[str, float]  # both agents' growth over the attempt (empty: unread)
+    agent_times: dict[int, AgentTimes]  # by task id, from the event tap (empty: not tapped)
+
+    @property
+    def tasks_per_s(self) -> float:
+        return self.tasks / self.wall_seconds
+
+    @property
+    def pickup_ms(self) -> float:
+        """From the attempt's creation to its first task queued (the executor noticing it)."""
+        first = min(row.started_at for row in self.rows if row.started_at is not None)
+        return 1000 * (first.timestamp() - self.created_at)
+
+
+class Tickwork:
+    """The running services and what is needed to push work through them."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        project_dir: Path,
+        services: list[Service],
+        redis_at: tuple[str, str],  # URL and key prefix
+    ) -> None:
+        self.engine = engine
+        self.project_dir = project_dir
+        self.redis_url, self.redis_prefix = redis_at
+        self.services = services
+        self.executor = services[0]
+        self.agents = services[1:]
+
+    @classmethod
+    def start(
+        cls, services: list[Service], url: str, redis_url: str, prefix: str, work_dir: Path
+    ) -> Tickwork:
+        """Migrate the database, then start ``tickwork executor`` and the agents, appending
+        each to ``services`` as it starts."""
+        engine = open_store(url)
+        common = {"TICKWORK_REDIS_URL": redis_url, "TICKWORK_REDIS_PREFIX": prefix}
+        tickwork = str(BIN_DIR / "tickwork")
+        log_dir = work_dir / "task-logs"
+        log_dir.mkdir()
+        port = free_port()
+        env = service_env(
+            **common,
+            TICKWORK_DATABASE_URL=url,
+            TICKWORK_LOG_DIR=str(log_dir),
+            TICKWORK_METRICS_PORT=str(port),
+        )
+        command = [tickwork, "executor", "--metrics-port", str(port)]
+        services.append(start_service("executor", command, env, work_dir, work_dir, port))
+        for index in range(1, AGENTS + 1):
+            port = free_port()
+            env = service_env(**common, TICKWORK_METRICS_PORT=str(port))  # no database URL
+            command = [tickwork, "agent", "--concurrency", "1", "--metrics-port", str(port)]
+            services.append(start_service(f"agent-{index}", command, env, work_dir, work_dir, port))
+        project_dir = work_dir / "project"
+        project_dir.mkdir()
+        return cls(engine, project_dir, services, (redis_url, prefix))
+
+    def warm_up(self, err: Console) -> None:
+        """Run small attempts until every agent has run a task: the services are ready."""
+        executor_port = self.executor.metrics_port
+        wait_until(
+            lambda: read_metrics(executor_port) is not None,
+            START_TIMEOUT_SECONDS,
+            "the executor's metrics endpoint",
+            self.services,
+        )
+        done: list[float | None] = []
+        for round_number in range(1, WARMUP_ROUNDS + 1):
+            self.run_attempt(f"warmup_{round_number}", WARMUP_TASKS, True, START_TIMEOUT_SECONDS)
+            done = [self.agent_tasks(agent) for agent in self.agents]
+            if all(count is not None and count > 0 for count in done):
+                return
+            shown = ["no metrics" if count is None else f"{count:g}" for count in done]
+            err.print(f"  warm-up {round_number}: tasks run per agent: {', '.join(shown)}")
+        raise BenchFailed(
+            f"after {WARMUP_ROUNDS} warm-up attempts not every agent had run a task "
+            f"(tickwork_agent_tasks_total per agent: {done})"
+        )
+
+    @staticmethod
+    def agent_tasks(agent: Service) -> float | None:
+        """Task runs the agent has ended (0 before the first); None if it does not answer."""
+        metrics = read_metrics(agent.metrics_port)
+        if metrics is None:
+            return None
+        return metric_total(metrics, "tickwork_agent_tasks_total") or 0.0
+
+    def run_attempt(
+        self, name: str, tasks: int, parallel: bool, timeout: float, *, tap: bool = False
+    ) -> AttemptRun:
+        """Create an attempt of ``tasks`` echo> tasks and wait until it succeeded; with
+        ``tap``, note the agents' start and end of each task from their events."""
+        definition = parse_workflow_text(
+            workflow_text(tasks, parallel), f"{name}.dig", self.project_dir
+        )
+        request = RunRequest(
+            definition=definition,
+            project_dir=self.project_dir,
+            state_dir=self.project_dir / ".tickwork",
+            database_url=self.engine.url.render_as_string(hide_password=False),
+            params={},
+            session_time=default_session_time(definition, SystemClock().now()),
+        )
+        metrics_before = self.agent_metrics()
+        with ExitStack() as stack:
+            events = (
+                stack.enter_context(EventTap(self.redis_url, self.redis_prefix)) if tap else None
+            )
+            created_at = time.time()
+            started = time.perf_counter()
+            with self.engine.begin() as conn:
+                attempt_id = create_run_attempt(conn, request, SystemClock().now()).attempt_id
+            state = self.wait_for_attempt(attempt_id, timeout)
+            ended = time.perf_counter()
+        metrics_after = self.agent_metrics()
+        with self.engine.connect() as conn:
+            rows = [r for r in list_attempt_tasks(conn, attempt_id) if not r.is_group]
+        rows.sort(key=lambda r: r.position)
+        check_attempt(name, tasks, state, rows)
+        return AttemptRun(
+            name=name,
+            tasks=tasks,
+            created_at=created_at,
+            wall_seconds=ended - started,
+            rows=rows,
+            agent_metrics=metric_differences(metrics_before, metrics_after),
+            agent_times={} if events is None else {r.id: events.times(r.id) for r in rows},
+        )
+
+    def agent_metrics(self) -> dict[str, float] | None:
+        """Every agent's metrics, summed by series; None if one cannot be read."""
+        summed: dict[str, float] = {}
+        for agent in self.agents:
+            metrics = read_metrics(agent.metrics_port)
+            if metrics is None:
+                return None
+            for key, value in metrics.items():
+                summed[key] = summed.get(key, 0.0) + value
+        return summed
+
+    def wait_for_attempt(self, attempt_id: int, timeout: float) -> AttemptState:
+        """Poll the attempt's state until it is done; fail if a service dies or on timeout."""
+        deadline = time.monotonic() + timeout
+        next_check = 0.0
+        while True:
+            with self.engine.connect() as conn:
+                state = get_attempt_state(conn, attempt_id)
+            if state.is_done:
+                return state
+            now = time.monotonic()
+            if now >= next_check:
+                for service in self.services:
+                    service.check_alive()
+                next_check = now + 0.5
+            if now > deadline:
+                raise BenchFailed(
+                    f"attempt {attempt_id} still {state.value} after {timeout:.0f} s; "
+                    f"executor log:\n{self.executor.log_tail()}"
+                )
+            time.sleep(ATTEMPT_POLL_SECONDS)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def workflow_text(tasks: int, parallel: bool) -> str:
+    """One group of ``tasks`` no-op ``echo>: x`` tasks, fanned out or chained."""
+    lines = ["+all:"]
+    if parallel:
+        lines.append("  _parallel: true")
+    for index in range(tasks):
+        lines += [f"  +t{index:05d}:", "    echo>: x"]
+    return "\n".join(lines) + "\n"
+
+
+def check_attempt(name: str, tasks: int, state: AttemptState, rows: list[TaskRow]) -> None:
+    """Fail unless the attempt succeeded and ran each of its tasks exactly once."""
+    problems = []
+    if state is not AttemptState.SUCCESS:
+        problems.append(f"attempt ended {state.value}")
+    if len(rows) != tasks:
+        problems.append(f"{len(rows)} tasks stored, {tasks} expected")
+    failed = [r for r in rows if r.state is not TaskState.SUCCESS]
+    if failed:
+        examples = [(r.full_name, r.state.value, r.error) for r in failed[:3]]
+        problems.append(f"{len(failed)} tasks not in success, e.g. {examples}")
+    rerun = [r.full_name for r in rows if r.lease_token != 1]
+    if rerun:
+        problems.append(f"{len(rerun)} tasks dispatched more than once, e.g. {rerun[:3]}")
+    if problems:
+        raise BenchFailed(f"{name}: " + "; ".join(problems))
+
+
+def metric_differences(
+    before: dict[str, float] | None, after: dict[str, float] | None
+) -> dict[str, float]:
+    """What each metric grew by over an attempt (empty if either reading is missing)."""
+    if before is None or after is None:
+        return {}
+    return {key: value - before.get(key, 0.0) for key, value in after.items()}
+
+
+def chain_hops(rows: list[TaskRow]) -> tuple[list[float], list[float]]:
+    """Hop seconds (``finished_at[n+1] - finished_at[n]``), and the queue gaps
+    (``started_at[n+1] - finished_at[n]``), along a chain in definition order."""
+    hops: list[float] = []
+    gaps: list[float] = []
+    for before, after in itertools.pairwise(rows):
+        assert before.finished_at and after.finished_at and after.started_at
+        hops.append((after.finished_at - before.finished_at).total_seconds())
+        gaps.append((after.started_at - before.finished_at).total_seconds())
+    return hops, gaps
+
+
+@dataclass(frozen=True)
+class HopParts:
+    """Each hop of a chain split in three at the agents' start and end of the later task,
+    over the hops whose task the event tap saw start and end; the parts add up to the hop.
+
+    ``dispatch``: the executor's pass that applied task n's result (from its ``now``),
+    its commit, publishing, the broker and the agent taking task n+1, to the operator's
+    start. ``run``: the operator's start to its end on the agent. ``report``: the end,
+    through the event stream, to the ``now`` of the executor pass that applied it.
+    ``agent_gap`` is task n's end to task n+1's start, both on the agents' clock.
+    """
+
+    dispatch: list[float]
+    run: list[float]
+    report: list[float]
+    agent_gap: list[float]
+
+
+def hop_parts(run: AttemptRun) -> HopParts | None:
+    """The chain's hops in parts, from the event tap; None if it saw no whole hop."""
+    parts = HopParts([], [], [], [])
+    for before, after in itertools.pairwise(run.rows):
+        seen_before, seen = run.agent_times.get(before.id), run.agent_times.get(after.id)
+        if seen is None or seen.started_at is None or seen.finished_at is None:
+            continue
+        assert before.finished_at and after.finished_at
+        parts.dispatch.append(seen.started_at - before.finished_at.timestamp())
+        parts.run.append(seen.finished_at - seen.started_at)
+        parts.report.append(after.finished_at.timestamp() - seen.finished_at)
+        if seen_before is not None and seen_before.finished_at is not None:
+            parts.agent_gap.append(seen.started_at - seen_before.finished_at)
+    return parts if parts.dispatch and parts.agent_gap else None
+
+
+def publish_to_start_mean_ms(run: AttemptRun) -> float | None:
+    """The agents' mean time from a task's publishing to its start over the attempt
+    (``tickwork_dispatch_start_latency_seconds``), if they report it."""
+    total = run.agent_metrics.get("tickwork_dispatch_start_latency_seconds_sum")
+    count = run.agent_metrics.get("tickwork_dispatch_start_latency_seconds_count")
+    if total is None or not count:
+        return None
+    return 1000 * total / count
+
+
+# --- the whole run -----------------------------------------------------------------------
+
+
+_Timed = TypeVar("_Timed", RawResult, AttemptRun)
+
+
+@dataclass(frozen=True)
+class Results:
+    """The run of each part that counts."""
+
+    raw: RawResult
+    parallel: AttemptRun
+    chain: AttemptRun
+
+
+def run_all(
+    server_url: str, redis_url: str, sizes: tuple[int, int], repeat: int, err: Console
+) -> Results:
+    """Run the three parts in a temporary directory, kept (with the logs) after a failure."""
+    work_dir = Path(tempfile.mkdtemp(prefix="tickwork-bench-dispatch-"))
+    try:
+        results = run_parts(server_url, redis_url, sizes, repeat, work_dir, err)
+    except BenchFailed:
+        err.print(f"service logs kept in {work_dir}", highlight=False, soft_wrap=True)
+        raise
+    except BaseException:
+        shutil.rmtree(work_dir, ignore_errors=True)
+        raise
+    shutil.rmtree(work_dir, ignore_errors=True)
+    return results
+
+
+def median_by_wall(runs: Sequence[_Timed]) -> _Timed:
+    """The run with the median wall time (the only run when there is one)."""
+    return sorted(runs, key=lambda run: run.wall_seconds)[(len(runs) - 1) // 2]
+
+
+def run_parts(
+    server_url: str,
+    redis_url: str,
+    sizes: tuple[int, int],
+    repeat: int,
+    work_dir: Path,
+    err: Console,
+) -> Results:
+    """Raw Celery first, then tickwork's services for the fan-out and the chain; each part
+    ``repeat`` times, of which the run with the median wall time counts."""
+    tasks, chain = sizes
+    columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
+    with ExitStack() as stack:
+        progress = stack.enter_context(
+            Progress(*columns, console=err, disable=not err.is_terminal, refresh_per_second=4)
+        )
+
+        def say(line: str) -> None:
+            progress.console.print(line, highlight=False, soft_wrap=True)
+
+        bar = progress.add_task("starting", total=2 + 2 * repeat)
+        prefix = stack.enter_context(redis_prefix(redis_url))
+        url = stack.enter_context(throwaway_database(server_url))  # fails early if unreachable
+
+        progress.update(bar, description=f"(b) raw Celery, {tasks:,} tasks x {repeat}")
+        raws = run_raw_celery(tasks, repeat, redis_url, f"{prefix}raw:", work_dir)
+        for raw in raws:
+            say(describe_raw(raw))
+        progress.advance(bar)
+
+        progress.update(bar, description="starting the executor and agents")
+        services = stack.enter_context(running([]))
+        tickwork = Tickwork.start(services, url, redis_url, f"{prefix}tw:", work_dir)
+        stack.callback(tickwork.close)
+        tickwork.warm_up(err)
+        say(f"services ready: an executor and {AGENTS} agents")
+        progress.advance(bar)
+
+        raw = median_by_wall(raws)
+        parallels: list[AttemptRun] = []
+        for round_number in range(1, repeat + 1):
+            progress.update(bar, description=f"(a) tickwork fan-out ({round_number}/{repeat})")
+            run = tickwork.run_attempt(
+                f"parallel_{round_number}", tasks, True, ATTEMPT_TIMEOUT_SECONDS
+            )
+            parallels.append(run)
+            say(describe_parallel(run, raw))
+            progress.advance(bar)
+
+        chains: list[AttemptRun] = []
+        for round_number in range(1, repeat + 1):
+            progress.update(bar, description=f"(c) tickwork chain ({round_number}/{repeat})")
+            run = tickwork.run_attempt(
+                f"chain_{round_number}", chain, False, ATTEMPT_TIMEOUT_SECONDS, tap=True
+            )
+            chains.append(run)
+            say(describe_chain(run))
+            progress.advance(bar)
+    return Results(raw, median_by_wall(parallels), median_by_wall(chains))
+
+
+def describe_raw(raw: RawResult) -> str:
+    return (
+        f"(b) raw Celery: {raw.tasks:,} tasks in {raw.wall_seconds:.2f} s "
+        f"({raw.tasks_per_s:,.0f} tasks/s; sending took {raw.publish_seconds:.2f} s)"
+    )
+
+
+def describe_parallel(run: AttemptRun, raw: RawResult) -> str:
+    return (
+        f"(a) tickwork fan-out: {run.tasks:,} tasks in {run.wall_seconds:.2f} s "
+        f"({run.tasks_per_s:,.0f} tasks/s, {run.wall_seconds / raw.wall_seconds:.2f}x raw "
+        f"Celery's time; first task queued {run.pickup_ms:.0f} ms after the attempt)"
+    )
+
+
+def describe_chain(run: AttemptRun) -> str:
+    hops, _ = chain_hops(run.rows)
+    line = (
+        f"(c) tickwork chain: {run.tasks:,} tasks in {run.wall_seconds:.2f} s, hop "
+        f"p50 {1000 * percentile(hops, 0.5):.1f} ms, p99 {1000 * percentile(hops, 0.99):.1f} ms"
+    )
+    parts = hop_parts(run)
+    if parts is None:
+        return line + " (the event tap saw no whole hop)"
+    means = [1000 * statistics.fmean(v) for v in (parts.dispatch, parts.run, parts.report)]
+    return line + (
+        f"; mean parts: dispatch {means[0]:.1f} + run {means[1]:.1f} + report {means[2]:.1f} ms;"
+        f" agents' end to next start p50 {1000 * percentile(parts.agent_gap, 0.5):.1f} ms"
+    )
+
+
+def figures(results: Results) -> dict[str, Any]:
+    """The JSON figures: the five headline ones first, then what supports them."""
+    raw, parallel, chain = results.raw, results.parallel, results.chain
+    hops, gaps = chain_hops(chain.rows)
+    ratio = parallel.wall_seconds / raw.wall_seconds
+    p50_ms, p99_ms = 1000 * percentile(hops, 0.5), 1000 * percentile(hops, 0.99)
+    out: dict[str, Any] = {
+        "tickwork_tasks_per_s": round(parallel.tasks_per_s, 1),
+        "raw_celery_tasks_per_s": round(raw.tasks_per_s, 1),
+        "wall_time_ratio": round(ratio, 3),
+        "hop_p50_ms": round(p50_ms, 2),
+        "hop_p99_ms": round(p99_ms, 2),
+        "hop_max_ms": round(1000 * max(hops), 2),
+        "hop_queue_gap_max_ms": round(1000 * max(gaps), 2),
+        "tickwork_wall_seconds": round(parallel.wall_seconds, 3),
+        "tickwork_pickup_ms": round(parallel.pickup_ms, 1),
+        "raw_celery_wall_seconds": round(raw.wall_seconds, 3),
+        "raw_celery_publish_seconds": round(raw.publish_seconds, 3),
+        "chain_wall_seconds": round(chain.wall_seconds, 3),
+        "chain_pickup_ms": round(chain.pickup_ms, 1),
+        "tasks": parallel.tasks,
+        "chain_tasks": chain.tasks,
+    }
+    out["hop_mean_ms"] = round(1000 * statistics.fmean(hops), 2)
+    parts = hop_parts(chain)
+    if parts is not None:
+        out["hop_agent_gap_p50_ms"] = round(1000 * percentile(parts.agent_gap, 0.5), 2)
+        out["hop_agent_gap_p99_ms"] = round(1000 * percentile(parts.agent_gap, 0.99), 2)
+        for name in ("dispatch", "run", "report"):
+            values = getattr(parts, name)
+            out[f"hop_{name}_mean_ms"] = round(1000 * statistics.fmean(values), 2)
+        out["hops_tapped"] = len(parts.dispatch)
+    mean_ms = publish_to_start_mean_ms(chain)  # in the fan-out it is mostly time queued
+    if mean_ms is not None:
+        out["chain_publish_to_start_mean_ms"] = round(mean_ms, 2)
+    out["meets_targets"] = (
+        ratio <= TARGET_WALL_TIME_RATIO
+        and p50_ms < TARGET_HOP_P50_MS
+        and p99_ms < TARGET_HOP_P99_MS
+    )
+    return out
+
+
+def report_targets(out: dict[str, Any], err: Console) -> None:
+    """One line per target on stderr: met or missed."""
+    checks = (
+        ("wall_time_ratio", "<=", TARGET_WALL_TIME_RATIO, out["wall_time_ratio"], ""),
+        ("hop_p50_ms", "<", TARGET_HOP_P50_MS, out["hop_p50_ms"], " ms"),
+        ("hop_p99_ms", "<", TARGET_HOP_P99_MS, out["hop_p99_ms"], " ms"),
+    )
+    for key, op, target, value, unit in checks:
+        met = value <= target if op == "<=" else value < target
+        verdict = "met" if met else "MISSED"
+        err.print(
+            f"target {key} {op} {target:g}{unit}: {value:g}{unit}, {verdict}", highlight=False
+        )
+
+
+def _interrupt_on_sigterm(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=PARALLEL_TASKS, help="fan-out size")
+    parser.add_argument("--chain", type=int, default=CHAIN_TASKS, help="chain length")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per part; the median counts")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    args = parser.parse_args()
+    err = Console(stderr=True)
+    server_url = os.environ.get("TICKWORK_BENCH_DATABASE_URL", DEFAULT_SERVER_URL)
+    redis_url = os.environ.get("TICKWORK_BENCH_REDIS_URL", DEFAULT_REDIS_URL)
+    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)  # clean up as on Ctrl-C
+    try:
+        sizes = (max(1, args.tasks), max(2, args.chain))
+        results = run_all(server_url, redis_url, sizes, max(1, args.repeat), err)
+    except BenchFailed as exc:
+        err.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
+        return 1
+    except (psycopg.OperationalError, redis.ConnectionError) as exc:
+        where = f"PostgreSQL at {make_url(server_url)!r} or Redis at {redis_url}"
+        err.print(
+            f"error: cannot use {where}: {exc}", highlight=False, markup=False, soft_wrap=True
+        )
+        return 1
+    except KeyboardInterrupt:
+        err.print("interrupted; services stopped, database and Redis keys removed")
+        return 130
+    out = figures(results)
+    report_targets(out, err)
+    print(json.dumps(out))
+    if args.check and not out["meets_targets"]:
+        err.print("error: a dispatch target was missed (see bench/README.md)")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
