@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -43,7 +44,7 @@ class TaskGraph:
         self.now = now
         self.finished_attempts: list[tuple[int, AttemptState]] = []
         self.ready_groups: list[int] = []  # groups that became READY: start them
-        self.operators_ready = False  # an operator task became READY: dispatch has work
+        self.ready_operators: list[TaskRow] = []  # operator tasks that became READY, as rows
         self.earliest_wake: datetime | None = None  # soonest not_before this pass set
         self._attempts: dict[int, AttemptRow] = {}  # session time and zone, for delays
         self._limits = {} if limits is None else limits  # parent id -> _parallel limit
@@ -77,22 +78,22 @@ class TaskGraph:
         goes to DELAYED until then, or straight to READY if that time has passed.
         """
         first_time = from_state is TaskState.BLOCKED
-        promoted = task_store.update_tasks_state(
-            self.conn, task_ids, (from_state,), TaskState.READY, self.now, skip_delayed=first_time
+        promoted = task_store.make_ready(
+            self.conn, task_ids, from_state, self.now, skip_delayed=first_time
         )
         if first_time and len(promoted) < len(task_ids):
-            moved = {task_id for task_id, _ in promoted}
+            moved = {task.id for task in promoted}
             promoted += self._start_delayed([i for i in task_ids if i not in moved])
-        for task_id, is_group in promoted:
-            if is_group:
-                self.ready_groups.append(task_id)
+        for task in promoted:
+            if task.is_group:
+                self.ready_groups.append(task.id)
             else:
-                self.operators_ready = True
-        return [task_id for task_id, _ in promoted]
+                self.ready_operators.append(task)
+        return [task.id for task in promoted]
 
-    def _start_delayed(self, task_ids: Sequence[int]) -> list[tuple[int, bool]]:
+    def _start_delayed(self, task_ids: Sequence[int]) -> list[TaskRow]:
         """BLOCKED tasks with a start rule -> DELAYED, or READY (returned) if already due."""
-        started: list[tuple[int, bool]] = []
+        started: list[TaskRow] = []
         for task in task_store.get_tasks(self.conn, task_ids):
             rule = task.config.get("start")
             if task.state is not TaskState.BLOCKED or rule is None:
@@ -112,7 +113,8 @@ class TaskGraph:
             ):
                 continue
             if target is TaskState.READY:
-                started.append((task.id, task.is_group))
+                ready = replace(task, state=target, not_before=not_before, updated_at=self.now)
+                started.append(ready)
             else:
                 self.wake_at(not_before)
                 log.info("task %s delayed until %s", task.full_name, not_before.isoformat())

@@ -136,6 +136,7 @@ class WorkflowExecutor:
         self._wake_due: datetime | None = None  # soonest not_before of a waiting task
         self._reap_at: datetime | None = None
         self._look_again = False  # a pass hit ATTEMPTS_PER_PASS: look again next pass
+        self._scan_ready = False  # a pass hit its dispatch batch: scan for READY tasks next
         self._stop = threading.Event()
 
     # -- one pass ----------------------------------------------------------------------
@@ -165,7 +166,8 @@ class WorkflowExecutor:
                 due = [t for t in (self._wake_due, graph.earliest_wake) if t is not None]
                 if rescan or (due and min(due) <= now):
                     report.tasks_woken = self._wake_due_tasks(conn, graph, now)
-                messages += self._start_and_dispatch(conn, graph, now, rescan, report)
+                scan_ready, self._scan_ready = rescan or self._scan_ready, False
+                messages += self._start_and_dispatch(conn, graph, now, scan_ready, report)
                 report.finished_attempts += graph.finished_attempts
         except BaseException:
             self.dispatcher.redeliver()
@@ -193,18 +195,17 @@ class WorkflowExecutor:
         messages: list[TaskMessage] = []
         scan = rescan
         for _ in range(1000):  # each round goes one level deeper into new subtrees
-            if not (scan or graph.ready_groups or graph.operators_ready):
+            if not (scan or graph.ready_groups or graph.ready_operators):
                 break
             report.groups_started += self._start_ready_groups(conn, graph, now, scan)
             graph.settle()
-            if scan or graph.operators_ready:
-                graph.operators_ready = False
+            if scan or graph.ready_operators:
                 room = self.dispatch_batch_size - len(messages)
-                batch = self._dispatch_ready_operators(conn, graph, now, room)
+                batch = self._dispatch_ready_operators(conn, graph, now, room, scan)
                 messages += batch
                 graph.settle()
                 if len(batch) >= room:
-                    report.more_ready = True
+                    report.more_ready = self._scan_ready = True
                     break
             scan = False
         return messages
@@ -446,11 +447,25 @@ class WorkflowExecutor:
         return started
 
     def _dispatch_ready_operators(
-        self, conn: Connection, graph: TaskGraph, now: datetime, limit: int
+        self, conn: Connection, graph: TaskGraph, now: datetime, limit: int, scan: bool
     ) -> list[TaskMessage]:
-        ready = task_store.select_tasks_due(
-            conn, TaskState.READY, now, limit=limit, is_group=False, attempt_ids=self.attempt_ids
-        )
+        """Queue READY operator tasks: those this pass made READY, or with ``scan`` every
+        one in the store (work other passes or processes left)."""
+        if scan:
+            graph.ready_operators = []
+            ready = task_store.select_tasks_due(
+                conn,
+                TaskState.READY,
+                now,
+                limit=limit,
+                is_group=False,
+                attempt_ids=self.attempt_ids,
+            )
+        else:
+            ready, graph.ready_operators = (
+                graph.ready_operators[:limit],
+                graph.ready_operators[limit:],
+            )
         if not ready:
             return []
         stored = graph.stored_params(ready)

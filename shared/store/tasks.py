@@ -235,14 +235,8 @@ def update_tasks_state(
     from_states: Iterable[TaskState],
     state: TaskState,
     now: datetime,
-    *,
-    skip_delayed: bool = False,
 ) -> list[tuple[int, bool]]:
-    """Move many tasks to ``state``; ``(id, is_group)`` of those that were in ``from_states``.
-
-    ``skip_delayed`` leaves tasks with a ``_delay``/``_start_at`` where they are: their
-    time has to be worked out first.
-    """
+    """Move many tasks to ``state``; ``(id, is_group)`` of those that were in ``from_states``."""
     if not task_ids:
         return []
     values = {
@@ -251,22 +245,46 @@ def update_tasks_state(
         "to_state": state.value,
         "now": now,
     }
-    statement = _state_update(skip_delayed)
-    return [(int(i), bool(g)) for i, g in conn.execute(statement, values)]
+    return [(int(i), bool(g)) for i, g in conn.execute(_STATE_UPDATE, values)]
+
+
+def make_ready(
+    conn: Connection,
+    task_ids: Sequence[int],
+    from_state: TaskState,
+    now: datetime,
+    *,
+    skip_delayed: bool = False,
+) -> list[TaskRow]:
+    """Move tasks in ``from_state`` to READY; the rows of those that moved, as they are now
+    (the executor dispatches them without reading them again). ``skip_delayed`` leaves
+    tasks with a ``_delay``/``_start_at`` where they are: their time is worked out first."""
+    if not task_ids:
+        return []
+    values = {"ids": list(task_ids), "from_state": from_state.value, "now": now}
+    return [_task_from_row(row) for row in conn.execute(_make_ready(skip_delayed), values)]
 
 
 @lru_cache(maxsize=2)
-def _state_update(skip_delayed: bool) -> Any:
+def _make_ready(skip_delayed: bool) -> Any:
     statement = (
         tasks.update()
-        .where(
-            tasks.c.id.in_(bindparam("ids", expanding=True)),
-            tasks.c.state.in_(bindparam("from_states", expanding=True)),
-        )
-        .values(state=bindparam("to_state"), updated_at=bindparam("now"))
-        .returning(tasks.c.id, tasks.c.is_group)
+        .where(tasks.c.id.in_(_IDS), tasks.c.state == bindparam("from_state"))
+        .values(state=TaskState.READY.value, updated_at=bindparam("now"))
+        .returning(*_TASK_COLUMNS)
     )
     return statement.where(_HAS_NO_START_RULE) if skip_delayed else statement
+
+
+_STATE_UPDATE = (
+    tasks.update()
+    .where(
+        tasks.c.id.in_(_IDS),
+        tasks.c.state.in_(bindparam("from_states", expanding=True)),
+    )
+    .values(state=bindparam("to_state"), updated_at=bindparam("now"))
+    .returning(tasks.c.id, tasks.c.is_group)
+)
 
 
 _MARK_QUEUED = (

@@ -300,22 +300,18 @@ class TestTaskRows:
             assert moved == [(a, True)]  # with whether it is a group
             assert task_store.get_task(conn, b).state is TaskState.SUCCESS
 
-    def test_update_tasks_state_can_leave_tasks_with_a_start_rule_alone(
+    def test_make_ready_returns_the_rows_it_moved_and_can_leave_delayed_tasks_alone(
         self, engine: Engine
     ) -> None:
         with engine.begin() as conn:
             attempt_id = _attempt(conn)
             plain = _insert(conn, attempt_id, "+a")
             delayed = _insert(conn, attempt_id, "+b", config={"name": "+b", "start": {"delay": 5}})
-            moved = task_store.update_tasks_state(
-                conn,
-                [plain, delayed],
-                (TaskState.BLOCKED,),
-                TaskState.READY,
-                NOW,
-                skip_delayed=True,
+            moved = task_store.make_ready(
+                conn, [plain, delayed], TaskState.BLOCKED, NOW, skip_delayed=True
             )
-            assert moved == [(plain, False)]
+            assert moved == [task_store.get_task(conn, plain)]
+            assert moved[0].state is TaskState.READY
             assert task_store.get_task(conn, delayed).state is TaskState.BLOCKED
 
     def test_a_fenced_update_applies_only_under_the_tasks_current_lease_token(
