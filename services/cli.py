@@ -19,7 +19,14 @@ from services.agent.operators.base import ResourceLimits
 from services.cli_support import fail as _fail
 from services.cli_support import parse_session_time
 from services.distributed_cli import agent_command, executor_command, kill_command
-from services.embedded import RunOutcome, RunRequest, default_session_time, open_store, run_workflow
+from services.embedded import (
+    RunOutcome,
+    RunRequest,
+    default_session_time,
+    follow_on_executor,
+    open_store,
+    run_workflow,
+)
 from services.progress import make_display
 from services.schedule_cli import (
     backfill_command,
@@ -106,6 +113,12 @@ def _settings_epilog() -> str:
 )
 @click.option("-a", "--rerun", is_flag=True, help="Run every task, even those that succeeded.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the summary.")
+@click.option(
+    "--on-executor",
+    is_flag=True,
+    help="Leave the tasks to `tickwork executor` and its agents (TICKWORK_DATABASE_URL must "
+    "name their PostgreSQL database) and follow the run until it ends.",
+)
 def run(
     workflow_file: Path,
     project: Path | None,
@@ -113,6 +126,7 @@ def run(
     raw_session_time: str | None,
     rerun: bool,
     quiet: bool,
+    on_executor: bool,
 ) -> None:
     """Run WORKFLOW_FILE in this process; running the same session again resumes it."""
     config = _config()
@@ -123,6 +137,11 @@ def run(
         path = project_dir / workflow_file
     if not path.is_file():
         raise click.BadParameter(f"no such file: {workflow_file}", param_hint="'WORKFLOW_FILE'")
+    if on_executor and not (config.database_url or "").startswith("postgres"):
+        _fail(
+            "error: --on-executor needs TICKWORK_DATABASE_URL to name the PostgreSQL "
+            "database that `tickwork executor` uses"
+        )
     definition = _parse(path, project_dir)
     params = build_params(raw_params)
     session_time = (
@@ -149,7 +168,7 @@ def run(
             config.task_max_memory_mb, config.task_max_open_files, config.task_max_cpu_seconds
         ),
     )
-    sys.exit(_run(request, quiet))
+    sys.exit(_run(request, quiet, on_executor))
 
 
 def _config() -> EmbeddedConfig:
@@ -172,29 +191,37 @@ def _exit_on_sigterm(_signum: int, _frame: object) -> None:
     sys.exit(128 + signal.SIGTERM)
 
 
-def _run(request: RunRequest, quiet: bool) -> int:
+def _run(request: RunRequest, quiet: bool, on_executor: bool = False) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     display = make_display(quiet=quiet)
     try:
         try:
             engine = open_store(request.database_url)
-            outcome = run_workflow(
-                request, on_progress=display.refresh, on_event=display.on_event, engine=engine
-            )
+            if on_executor:
+                outcome = follow_on_executor(request, on_progress=display.refresh, engine=engine)
+            else:
+                outcome = run_workflow(
+                    request, on_progress=display.refresh, on_event=display.on_event, engine=engine
+                )
         finally:
             display.close()  # before any message, and on SystemExit (SIGTERM) too
     except KeyboardInterrupt:
+        if on_executor:
+            click.echo("interrupted: the run goes on in the executor (`tickwork kill` ends it)")
+            return 130
         click.echo(
             f"interrupted: to resume, run it again with {_session_option(request)}", err=True
         )
         return 130
     except TickworkError as exc:
         _fail(f"error: {exc}")
-    _print_summary(engine, request, outcome)
+    _print_summary(engine, request, outcome, on_executor)
     return 0 if outcome.state is AttemptState.SUCCESS else 1
 
 
-def _print_summary(engine: Engine, request: RunRequest, outcome: RunOutcome) -> None:
+def _print_summary(
+    engine: Engine, request: RunRequest, outcome: RunOutcome, on_executor: bool = False
+) -> None:
     with read_only(engine) as conn:
         rows = list_attempt_tasks(conn, outcome.attempt_id)
     resumed = {r.id for r in rows if (r.result or {}).get("resumed")}
@@ -215,7 +242,8 @@ def _print_summary(engine: Engine, request: RunRequest, outcome: RunOutcome) -> 
     for row in rows:
         if row.state is TaskState.ERROR and not row.is_group:
             click.echo(f"  failed {row.full_name}: {(row.error or {}).get('message', '')}")
-    click.echo(f"  logs: {request.state_dir / 'logs' / str(outcome.attempt_id)}")
+    logs = "the executor's log directory" if on_executor else request.state_dir / "logs"
+    click.echo(f"  logs: {logs}/{outcome.attempt_id}")
     if outcome.state is not AttemptState.SUCCESS:
         click.echo(f"  to resume, run it again with {_session_option(request)}")
 

@@ -20,7 +20,7 @@ from services.agent.operators.base import ResourceLimits
 from services.agent.operators.process import terminate_children
 from services.agent.runner import TaskRunner
 from services.executor.loop import WorkflowExecutor
-from shared.clock import SystemClock
+from shared.clock import SystemClock, utc_now
 from shared.dispatch.messages import TaskEvent, TaskMessage
 from shared.dispatch.seam import EventSink, InProcessDispatcher
 from shared.domain.schedule import ScheduleSpec
@@ -194,6 +194,36 @@ def run_workflow(
     finally:
         dispatcher.close()
     return outcome
+
+
+FOLLOW_POLL_SECONDS = 0.2
+
+
+def follow_on_executor(
+    request: RunRequest,
+    *,
+    on_progress: Callable[[Engine, int, bool], None] | None = None,
+    engine: Engine | None = None,
+) -> RunOutcome:
+    """Store the run's attempt for ``tickwork executor`` and its agents to run, and follow
+    it in the store until it ends (this process runs nothing)."""
+    engine = engine or open_store(request.database_url)
+    if engine.dialect.name != "postgresql":
+        raise StoreUnavailable(
+            "--on-executor needs TICKWORK_DATABASE_URL to name the PostgreSQL database "
+            "that `tickwork executor` uses"
+        )
+    with engine.begin() as conn:
+        outcome = create_run_attempt(conn, request, utc_now())
+    while True:
+        with read_only(engine) as conn:
+            state = session_store.get_attempt_state(conn, outcome.attempt_id)
+        if on_progress:
+            on_progress(engine, outcome.attempt_id, state.is_done)
+        if state.is_done:
+            outcome.state = state
+            return outcome
+        time.sleep(FOLLOW_POLL_SECONDS)
 
 
 def _drive(

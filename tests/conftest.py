@@ -19,6 +19,7 @@ from sqlalchemy import Engine
 
 from shared.store.engine import create_store_engine
 from shared.store.migrate import upgrade_database
+from tests.fault._cluster import Cluster
 from tests.support.servers import (
     RedisAddress,
     RespClient,
@@ -157,3 +158,13 @@ def redis_url(redis_server_url: str, redis_prefix: str) -> Iterator[str]:
     yield redis_server_url
     with RespClient(RedisAddress.from_url(redis_server_url)) as client:
         client.delete_keys_with_prefix(redis_prefix)
+
+
+@pytest.fixture
+def cluster(
+    postgres_url: str, redis_url: str, redis_prefix: str, tmp_path: Path
+) -> Iterator[Cluster]:
+    """A distributed cluster of real processes (tests/fault/_cluster.py) on the test's
+    servers; no process started yet, and every one it starts is killed however the test ends."""
+    with Cluster(postgres_url, redis_url, redis_prefix, tmp_path) as started:
+        yield started

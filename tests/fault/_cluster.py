@@ -546,12 +546,14 @@ class Cluster:
         )
         return self.ledger.starts(task)[count - 1]
 
-    def tickwork(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """A one-shot ``tickwork ARGS`` with the store's URL, bounded in time."""
+    def tickwork(
+        self, *args: str, env: Mapping[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """A one-shot ``tickwork ARGS`` with the store's URL (or ``env``), bounded in time."""
         return subprocess.run(
             [*tickwork_command(), *args],
             cwd=self.root / "work",
-            env=self._environment(database=True, extra=None),
+            env=self._environment(database=True, extra=env),
             capture_output=True,
             text=True,
             timeout=COMMAND_TIMEOUT_SECONDS,
