@@ -93,10 +93,17 @@ def events(reader: EventReader) -> list[AgentEvent]:
     return [e for e in found if e is not None]
 
 
-def run_in_thread(runtime: AgentRuntime, body: dict[str, object]) -> threading.Thread:
+def start_sleeping(
+    runtime: AgentRuntime, tmp_path: Path, seconds: int
+) -> tuple[threading.Thread, int]:
+    """Run task 7 (token 1), a ``sleep`` under a shell, in a thread; the thread and the
+    sleep's pid once it runs."""
+    body = message(tmp_path, "sh", f"sleep {seconds} & echo $! > pid; wait").to_json()
     thread = threading.Thread(target=runtime.run, args=(body,), daemon=True)
     thread.start()
-    return thread
+    pid_file = tmp_path / "pid"
+    wait_until("the task started", lambda: pid_file.exists() and pid_file.read_text().strip(), 10)
+    return thread, int(pid_file.read_text())
 
 
 class TestRunningAMessage:
@@ -173,13 +180,7 @@ class TestStopping:
         redis_prefix: str,
         tmp_path: Path,
     ) -> None:
-        body = message(tmp_path, "sh", "sleep 60 & echo $! > pid; wait").to_json()
-        thread = run_in_thread(runtime, body)
-        pid_file = tmp_path / "pid"
-        wait_until(
-            "the task started", lambda: pid_file.exists() and pid_file.read_text().strip(), 10
-        )
-        pid = int(pid_file.read_text())
+        thread, pid = start_sleeping(runtime, tmp_path, 60)
         # The executor requeued the task: a newer token takes the lease.
         assert LeaseStore(client, redis_prefix).take(Lease(7, 2, "another-agent"), 10_000)
         wait_until("the run stopped", lambda: not thread.is_alive(), 10)
@@ -193,13 +194,7 @@ class TestStopping:
         redis_settings: RedisSettings,
         tmp_path: Path,
     ) -> None:
-        body = message(tmp_path, "sh", "sleep 300 & echo $! > pid; wait").to_json()
-        thread = run_in_thread(runtime, body)
-        pid_file = tmp_path / "pid"
-        wait_until(
-            "the task started", lambda: pid_file.exists() and pid_file.read_text().strip(), 10
-        )
-        pid = int(pid_file.read_text())
+        thread, pid = start_sleeping(runtime, tmp_path, 300)
         dispatcher = CeleryDispatcher(redis_settings, tmp_path / "logs", "test-executor")
         try:
             killed_at = time.monotonic()
@@ -219,12 +214,7 @@ class TestStopping:
         redis_prefix: str,
         tmp_path: Path,
     ) -> None:
-        body = message(tmp_path, "sh", "sleep 60 & echo $! > pid; wait").to_json()
-        thread = run_in_thread(runtime, body)
-        pid_file = tmp_path / "pid"
-        wait_until(
-            "the task started", lambda: pid_file.exists() and pid_file.read_text().strip(), 10
-        )
+        thread, _pid = start_sleeping(runtime, tmp_path, 60)
         runtime.release_all()
         wait_until("the run ended", lambda: not thread.is_alive(), 10)
         released = [e for e in events(reader) if isinstance(e, TaskReleased)]
