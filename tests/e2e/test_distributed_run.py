@@ -1,14 +1,19 @@
-"""``tickwork run --on-executor``: a run handed to a real executor and agent, followed to its end.
+"""The distributed mode when nothing goes wrong: real executors and agents as OS processes.
 
-The cluster harness of the fault tests (tests/fault/_cluster.py) starts the services as
-OS processes; here nothing goes wrong, so this is the by-hand flow of the README.
+The cluster harness of the fault tests (tests/fault/_cluster.py) starts the services:
+`tickwork run --on-executor` (the by-hand flow of the README), `_queue` routing, a
+standby executor taking over, and the agents' metrics summed over their processes.
 """
 
 from __future__ import annotations
 
+import json
+import signal
+
 import pytest
 
-from tests.fault._cluster import Cluster, session_of, workflow_text
+from tests.fault._cluster import Cluster, literal, session_of, workflow_text
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e]
 
@@ -46,3 +51,50 @@ def test_on_executor_refuses_a_store_that_is_not_postgresql(cluster: Cluster) ->
     assert done.returncode == 2
     assert "--on-executor needs TICKWORK_DATABASE_URL" in done.stderr
     assert not (cluster.project_dir / ".tickwork").exists()
+
+
+@pytest.mark.timeout(60)
+def test_a_task_with_a_queue_runs_only_on_the_agents_serving_that_queue(
+    cluster: Cluster,
+) -> None:
+    cluster.start_executor()
+    plain_agent = cluster.start_agent("agent-default")
+    gpu_agent = cluster.start_agent("agent-gpu", queues="gpu")
+    text = (
+        "_parallel: true\n"
+        f"+plain:\n  sh>: {json.dumps(literal(cluster.ledger.task('plain')))}\n"
+        f"+routed:\n  _queue: gpu\n  sh>: {json.dumps(literal(cluster.ledger.task('routed')))}\n"
+    )
+    attempt = cluster.submit("routing", text)
+    assert cluster.wait_for_attempt_end(attempt, 40) == "success", cluster.explain(attempt)
+    ran_on = {e.task: session_of(e.ppid) for e in cluster.ledger.ends()}
+    assert ran_on == {"plain": plain_agent.pid, "routed": gpu_agent.pid}, cluster.explain(attempt)
+
+
+@pytest.mark.timeout(60)
+def test_a_standby_executor_takes_over_when_the_active_one_dies(cluster: Cluster) -> None:
+    first = cluster.start_executor()
+    wait_until("one executor is active", lambda: first.metric("tickwork_executor_active") == 1, 10)
+    second = cluster.start_executor()
+    assert second.metric("tickwork_executor_active") == 0  # it stands by
+    cluster.start_agent("agent-a")
+
+    first.signal_group(signal.SIGKILL)
+    first.wait_exit(10)
+    attempt = cluster.submit("after_failover", workflow_text({"t": cluster.ledger.task("t")}))
+
+    assert cluster.wait_for_attempt_end(attempt, 30) == "success", cluster.explain(attempt)
+    assert second.metric("tickwork_executor_active") == 1
+    assert [e.token for e in cluster.ledger.ends("t")] == [1]
+
+
+@pytest.mark.timeout(60)
+def test_an_agent_counts_its_runs_over_all_its_worker_processes(cluster: Cluster) -> None:
+    cluster.start_executor()
+    agent = cluster.start_agent("agent-a", concurrency=2)
+    tasks = {f"t{i}": cluster.ledger.task(f"t{i}") for i in range(4)}
+    attempt = cluster.submit("counted", workflow_text(tasks, parallel=True))
+    assert cluster.wait_for_attempt_end(attempt, 30) == "success", cluster.explain(attempt)
+    assert agent.metric("tickwork_agent_tasks_total", outcome="success") == 4
+    assert agent.metric("tickwork_dispatch_start_latency_seconds_count") == 4
+    assert cluster.executor.metric("tickwork_tasks_dispatched_total") == 4
