@@ -173,3 +173,30 @@ def test_an_agent_sent_sigterm_finishes_its_running_task_then_exits_0(cluster: C
     assert [end.token for end in cluster.ledger.ends("work")] == [first.token], explained
     assert cluster.applied_results(attempt, "work") == [task.lease_token], explained
     assert agent.wait_exit(15) == 0, cluster.explain(attempt)
+
+
+@pytest.mark.timeout(60)
+def test_an_agent_whose_grace_runs_out_gives_its_task_back_to_run_elsewhere_at_once(
+    cluster: Cluster,
+) -> None:
+    cluster.start_executor()
+    leaving = cluster.start_agent("agent-a", grace_seconds=1)
+    work = cluster.ledger.task("work", sleep_seconds=8)
+    quick = cluster.ledger.task("quick")
+    attempt = cluster.submit("handed_back", workflow_text({"work": work, "after": quick}))
+    first = cluster.wait_for_start("work", FIRST_START_SECONDS)
+    cluster.start_agent("agent-b")
+
+    stopped_at = time.monotonic()
+    cluster.stop_agent("agent-a")
+
+    assert leaving.wait_exit(15) == 0, cluster.explain(attempt)
+    # Given back, not lost: requeued under the next token at once, without waiting for
+    # the lease to expire and without counting a lost agent.
+    second = cluster.wait_for_start("work", 10, count=2)
+    assert second.token == first.token + 1, cluster.explain(attempt)
+    assert time.monotonic() - stopped_at < 1 + LEASE_TTL_SECONDS, cluster.explain(attempt)
+    assert cluster.wait_for_attempt_end(attempt, 30) == "success", cluster.explain(attempt)
+    task = cluster.task(attempt, "work")
+    assert (task.lease_token, task.lost_count) == (second.token, 0), cluster.explain(attempt)
+    assert [end.token for end in cluster.ledger.ends("work")] == [second.token]
