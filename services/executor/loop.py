@@ -471,9 +471,13 @@ class WorkflowExecutor:
         stored = graph.stored_params(ready)
         drafts: dict[int, TaskMessage] = {}
         for task in ready:
-            if task.config.get("operator") == "call":
+            operator = task.config.get("operator")
+            if operator == "call":
                 called = TaskSpec.from_config(task.config).called
                 graph.succeed_operator(task, {}, called=called, params=stored[task.id])
+                continue
+            if operator == "nop":  # nothing to run: no agent needed
+                graph.succeed_operator(task, {}, params=stored[task.id])
                 continue
             try:
                 context = self._context(conn, task.attempt_id)

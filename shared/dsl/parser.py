@@ -313,6 +313,8 @@ class _ProjectParser:
         return operator, self._command(operator, body.get(command_key), line, where), None
 
     def _command(self, operator: str, command: Any, line: int, where: _Where) -> Any:
+        if operator == "nop":
+            return None  # `nop>:` takes no command; whatever follows is ignored, as in Digdag
         if operator == "py":
             if not isinstance(command, str) or not PY_TARGET.match(command):
                 self.report(where, line, f"'py>' needs module.function, got {command!r}")

@@ -694,3 +694,55 @@ def test_run_help_lists_every_setting_it_reads() -> None:
     assert completed.returncode == 0
     for setting in EMBEDDED_SETTINGS:
         assert f"{setting.name}: {setting.doc}" in completed.stdout
+
+
+class TestShellOutput:
+    def test_a_shell_command_stores_key_value_lines_for_later_tasks(self, project: Project) -> None:
+        project.write(
+            "wf.dig",
+            """
+            +produce:
+              sh>: echo "greeting=hello world" >> "$TICKWORK_OUTPUT"
+            +consume:
+              sh>: echo "${greeting}" > got.txt
+            """,
+        )
+        run = project.run("wf.dig")
+        assert run.exit_code == 0, run.explain()
+        assert project.read("got.txt") == "hello world\n"
+
+    def test_a_shell_command_stores_a_json_object(self, project: Project) -> None:
+        project.write(
+            "wf.dig",
+            """
+            +produce:
+              sh>: 'echo "{\\"count\\": 3, \\"names\\": [\\"a\\"]}" > "$TICKWORK_OUTPUT"'
+            +consume:
+              sh>: echo "${count + 1} ${names[0]}" > got.txt
+            """,
+        )
+        run = project.run("wf.dig")
+        assert run.exit_code == 0, run.explain()
+        assert project.read("got.txt") == "4 a\n"
+
+    def test_an_output_line_that_is_not_key_value_fails_the_task_naming_the_line(
+        self, project: Project
+    ) -> None:
+        project.write(
+            "wf.dig",
+            """
+            +produce:
+              sh>: printf 'a=1\\nnot a pair\\n' > "$TICKWORK_OUTPUT"
+            """,
+        )
+        run = project.run("wf.dig")
+        assert run.exit_code == 1
+        assert "$TICKWORK_OUTPUT line 2: expected key=value, got 'not a pair'" in run.stdout
+
+    def test_nop_succeeds_without_being_dispatched_to_an_agent(self, project: Project) -> None:
+        project.write("wf.dig", "+nothing:\n  nop>:\n+after:\n  sh>: touch ran\n")
+        run = project.run("wf.dig")
+        assert run.exit_code == 0, run.explain()
+        assert (project.root / "ran").exists()
+        states = [line.split()[1:] for line in run.stdout.splitlines() if "+wf+nothing" in line]
+        assert states == [["+wf+nothing", "success"]]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from services.agent.operators.base import OperatorContext, OperatorFailed
@@ -23,13 +25,51 @@ def params_as_environment(params: Mapping[str, Any]) -> dict[str, str]:
     return env
 
 
+OUTPUT_LIMIT_BYTES = 1024 * 1024
+OUTPUT_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
 def run_sh(context: OperatorContext) -> dict[str, Any]:
-    """Run ``/bin/sh -c command``; a non-zero exit fails the task."""
+    """Run ``/bin/sh -c command``; a non-zero exit fails the task.
+
+    What the command writes to the file ``$TICKWORK_OUTPUT`` is stored for later tasks:
+    ``key=value`` lines (strings), or one JSON object."""
     env = {**task_environment(), **params_as_environment(context.message.params)}
     env["PATH"] = f"{env.get('PATH', '')}{os.pathsep}{context.project_dir}"
-    code = run_child(context, ["/bin/sh", "-c", str(context.message.command)], env)
-    if code < 0:
-        raise OperatorFailed(f"command was killed by signal {-code}")
-    if code != 0:
-        raise OperatorFailed(f"command exited with status {code}")
-    return {}
+    with tempfile.TemporaryDirectory(prefix="tickwork-sh-") as scratch:
+        output = Path(scratch) / "output"
+        output.touch()
+        env["TICKWORK_OUTPUT"] = str(output)
+        code = run_child(context, ["/bin/sh", "-c", str(context.message.command)], env)
+        if code < 0:
+            raise OperatorFailed(f"command was killed by signal {-code}")
+        if code != 0:
+            raise OperatorFailed(f"command exited with status {code}")
+        return read_output(output)
+
+
+def read_output(path: Path) -> dict[str, Any]:
+    """The values a command stored through ``$TICKWORK_OUTPUT``; OperatorFailed, naming the
+    line, when the file is neither ``key=value`` lines nor one JSON object."""
+    if path.stat().st_size > OUTPUT_LIMIT_BYTES:
+        raise OperatorFailed(f"$TICKWORK_OUTPUT is larger than {OUTPUT_LIMIT_BYTES} bytes")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if text.lstrip().startswith("{"):
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise OperatorFailed(f"$TICKWORK_OUTPUT is not valid JSON: {exc}") from None
+        if not isinstance(value, dict):
+            raise OperatorFailed("$TICKWORK_OUTPUT must hold one JSON object")
+        return value
+    stored: dict[str, Any] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        key, equals, value = line.partition("=")
+        if not equals or not OUTPUT_KEY.match(key.strip()):
+            raise OperatorFailed(
+                f"$TICKWORK_OUTPUT line {number}: expected key=value, got {line!r}"
+            )
+        stored[key.strip()] = value
+    return stored
