@@ -161,7 +161,7 @@ class TestRunningAMessage:
         monkeypatch: pytest.MonkeyPatch,
     ) -> None:
         monkeypatch.setenv("TICKWORK_REDIS_URL", "redis://secret")
-        command = "env | grep ^TICKWORK_ | sort"
+        command = "env | grep ^TICKWORK_ | grep -v ^TICKWORK_OUTPUT= | sort"
         runtime.run(message(tmp_path, "sh", command, task_id=9, token=2).to_json())
         (chunk,) = [e for e in events(reader) if isinstance(e, TaskLogChunk)]
         assert chunk.data.splitlines() == [

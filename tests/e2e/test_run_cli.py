@@ -660,7 +660,12 @@ class TestTaskProcesses:
             for line in project.lines("env.txt")
             if line.startswith("TICKWORK_")
         )
-        assert names == ["TICKWORK_ATTEMPT_ID", "TICKWORK_LEASE_TOKEN", "TICKWORK_TASK_ID"]
+        assert names == [
+            "TICKWORK_ATTEMPT_ID",
+            "TICKWORK_LEASE_TOKEN",
+            "TICKWORK_OUTPUT",
+            "TICKWORK_TASK_ID",
+        ]
 
     def test_a_param_with_a_dollar_sign_reaches_the_command_unchanged(
         self, project: Project
