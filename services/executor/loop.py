@@ -26,6 +26,7 @@ from shared.dispatch.messages import (
     WorkCommitted,
 )
 from shared.dispatch.seam import Dispatcher
+from shared.domain.control import CONTROL_OPERATORS, BadControl, expand
 from shared.domain.states import TIMED_TASK_STATES, AttemptState, TaskState
 from shared.domain.workflow import TaskSpec
 from shared.errors import InvalidExpression
@@ -49,6 +50,9 @@ ATTEMPTS_PER_PASS = 100
 """Created attempts one pass starts, at most (the next pass goes on at once)."""
 
 REAP_BATCH = 5000
+
+EXECUTOR_OPERATORS = frozenset({"call", "nop", *CONTROL_OPERATORS})
+"""Operators the executor runs itself, without an agent."""
 """In-flight tasks one reaper pass looks at, at most."""
 
 
@@ -471,20 +475,15 @@ class WorkflowExecutor:
         stored = graph.stored_params(ready)
         drafts: dict[int, TaskMessage] = {}
         for task in ready:
-            operator = task.config.get("operator")
-            if operator == "call":
-                called = TaskSpec.from_config(task.config).called
-                graph.succeed_operator(task, {}, called=called, params=stored[task.id])
-                continue
-            if operator == "nop":  # nothing to run: no agent needed
-                graph.succeed_operator(task, {}, params=stored[task.id])
-                continue
             try:
                 context = self._context(conn, task.attempt_id)
+                if task.config.get("operator") in EXECUTOR_OPERATORS:
+                    self._run_here(graph, task, context, stored[task.id])
+                    continue
                 drafts[task.id] = build_task_message(
                     task, context, stored[task.id], 0, self.task_timeout_seconds
                 )
-            except InvalidExpression as exc:
+            except (InvalidExpression, BadControl) as exc:
                 graph.fail(task, {"message": str(exc)})
         tokens = task_store.mark_tasks_queued(
             conn, {task_id: stored[task_id] for task_id in drafts}, now
@@ -493,6 +492,24 @@ class WorkflowExecutor:
             dataclasses.replace(drafts[task_id], lease_token=token)
             for task_id, token in tokens.items()
         ]
+
+    def _run_here(
+        self,
+        graph: TaskGraph,
+        task: TaskRow,
+        context: AttemptContext,
+        stored: dict[str, Any] | None,
+    ) -> None:
+        """Operators the executor runs itself: ``call>`` and the control operators generate
+        their subtasks, ``nop>`` just succeeds. Raises InvalidExpression or BadControl."""
+        spec = TaskSpec.from_config(task.config)
+        if spec.operator == "call":
+            graph.succeed_operator(task, {}, called=spec.called, params=stored)
+        elif spec.operator == "nop":
+            graph.succeed_operator(task, {}, params=stored)
+        else:
+            command = build_task_message(task, context, stored, 0, None).command
+            graph.succeed_operator(task, {}, called=expand(spec, command), params=stored)
 
     def _context(self, conn: Connection, attempt_id: int) -> AttemptContext:
         context = self._contexts.get(attempt_id)

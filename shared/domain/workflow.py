@@ -9,7 +9,7 @@ from typing import Any
 
 from shared.domain.delays import StartRule
 
-OPERATORS = ("echo", "sh", "py", "call", "fail", "nop")
+OPERATORS = ("echo", "sh", "py", "call", "fail", "nop", "loop", "for_each", "for_range", "if")
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 """What a ``_queue`` (and an agent's ``--queues``) may be called."""
@@ -92,6 +92,8 @@ class TaskSpec:
     check: TaskSpec | None = None
     children: tuple[TaskSpec, ...] = ()
     called: TaskSpec | None = None
+    do: TaskSpec | None = None  # what a control operator (loop>, if>, …) runs
+    else_do: TaskSpec | None = None  # if>'s false branch
 
     @property
     def is_group(self) -> bool:
@@ -118,7 +120,14 @@ class TaskSpec:
             config["retry"] = self.retry.to_config()
         if self.start is not None:
             config["start"] = self.start.to_config()
-        for key, spec in (("error", self.error), ("check", self.check), ("called", self.called)):
+        subtrees = (
+            ("error", self.error),
+            ("check", self.check),
+            ("called", self.called),
+            ("do", self.do),
+            ("else_do", self.else_do),
+        )
+        for key, spec in subtrees:
             if spec is not None:
                 config[key] = spec.to_config()
         if with_children and self.children:
@@ -151,6 +160,8 @@ class TaskSpec:
             check=sub("check"),
             children=tuple(cls.from_config(c) for c in config.get("children", ())),
             called=sub("called"),
+            do=sub("do"),
+            else_do=sub("else_do"),
         )
 
     def routed_to(self, queue: str) -> TaskSpec:
@@ -167,6 +178,8 @@ class TaskSpec:
             children=tuple(child.routed_to(queue) for child in self.children),
             error=route(self.error),
             check=route(self.check),
+            do=route(self.do),
+            else_do=route(self.else_do),
         )
 
     def count_tasks(self) -> int:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from shared.domain.control import CONTROL_OPERATORS
 from shared.domain.delays import StartRule
 from shared.domain.expressions import check_template
 from shared.domain.schedule import parse_schedule, resolve_timezone, suggest
@@ -59,6 +60,7 @@ GROUP_DIRECTIVES = (
     *DELAY_DIRECTIVES,
 )
 OPERATOR_DIRECTIVES = (*GROUP_DIRECTIVES[1:], "_type", "_command")
+CONTROL_DIRECTIVES = ("_do", "_else_do", "_parallel")
 # '+' and '^' join the parts of a full name (+wf+group^error); the rest cannot be shown.
 _BAD_NAME_CHARACTER = re.compile(r"[+^\x00-\x1f\x7f]")
 PY_TARGET = re.compile(r"^[A-Za-z_][\w.]*\.[A-Za-z_]\w*$")
@@ -275,15 +277,40 @@ class _ProjectParser:
                 message = f"operator task '{name}' cannot have child tasks ('{key}')"
                 self.report(where, body.line_of(key), message)
             elif key.startswith("_"):
-                if key not in OPERATOR_DIRECTIVES:
-                    self._unknown_directive(key, body, where, OPERATOR_DIRECTIVES)
+                allowed = CONTROL_DIRECTIVES if operator in CONTROL_OPERATORS else ()
+                if key not in OPERATOR_DIRECTIVES and key not in allowed:
+                    self._unknown_directive(key, body, where, (*OPERATOR_DIRECTIVES, *allowed))
             else:
                 self._check_values(value, body.line_of(key), where)
                 params[key] = _plain(value)
         common = self._directives(body, where, OPERATOR_DIRECTIVES, is_group=False)
+        if operator in CONTROL_OPERATORS:
+            common.update(self._control(operator, name, body, where))
         return TaskSpec(
             name, operator=operator, command=command, params=params, called=called, **common
         )
+
+    def _control(self, operator: str, name: str, body: LineMap, where: _Where) -> dict[str, Any]:
+        """``_do``, ``_else_do`` and ``_parallel`` of a control operator (loop>, if>, …)."""
+        fields: dict[str, Any] = {}
+        plain = replace(where, in_parallel=False)
+        if "_do" in body:
+            fields["do"] = self._body("+do", "_do", body, plain)
+        if "_else_do" in body and operator != "if":
+            self.report(where, body.line_of("_else_do"), "'_else_do' is only valid on 'if>'")
+        elif "_else_do" in body:
+            fields["else_do"] = self._body("+else_do", "_else_do", body, plain)
+        if "_do" not in body and "_else_do" not in body:
+            needs = "'_do' or '_else_do'" if operator == "if" else "'_do'"
+            self.report(
+                where, body.line_of(f"{operator}>"), f"'{operator}>' in '{name}' needs {needs}"
+            )
+        if "_parallel" in body:
+            if operator == "if":
+                self.report(where, body.line_of("_parallel"), "'_parallel' is not valid on 'if>'")
+            else:
+                fields["parallel"], fields["parallel_limit"] = self._parallel(body, where)
+        return fields
 
     def _operator(
         self, name: str, body: LineMap, where: _Where
@@ -315,6 +342,14 @@ class _ProjectParser:
     def _command(self, operator: str, command: Any, line: int, where: _Where) -> Any:
         if operator == "nop":
             return None  # `nop>:` takes no command; whatever follows is ignored, as in Digdag
+        if operator in CONTROL_OPERATORS:
+            # A count, a mapping or a boolean, or ${...} giving one: checked once rendered.
+            if isinstance(command, LineMap):
+                self._check_values(command, line, where)
+                return _plain(command)
+            if isinstance(command, str):
+                self._check_values(command, line, where)
+            return command
         if operator == "py":
             if not isinstance(command, str) or not PY_TARGET.match(command):
                 self.report(where, line, f"'py>' needs module.function, got {command!r}")
