@@ -102,6 +102,18 @@ class TestParallelLimit:
         assert "success: 6" in run.summary
 
 
+class TestLoops:
+    def test_loops_example_runs_each_region_loop_index_and_the_true_branch_once(
+        self, run_example: RunExample
+    ) -> None:
+        examples, run = run_example("loops.dig")
+
+        assert run.exit_code == 0, run.explain()
+        notes = examples.notes("loops")
+        assert sorted(notes[:3]) == ["load ap", "load eu", "load us"]
+        assert notes[3:] == ["poll 0", "poll 1", "publish"]
+
+
 class TestRetryBackoff:
     def test_retry_example_runs_the_flaky_task_three_times(self, run_example: RunExample) -> None:
         examples, run = run_example("retry_backoff.dig")
