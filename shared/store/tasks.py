@@ -51,7 +51,6 @@ _TASK_COLUMNS = tuple(tasks.c[name] for name in TaskRow.__dataclass_fields__)
 
 # Hot statements are built once; SQLAlchemy then reuses their compiled form.
 _BY_ID = select(*_TASK_COLUMNS).where(tasks.c.id == bindparam("task_id"))
-_BY_ID_LOCKED = _BY_ID.with_for_update()
 _UPSTREAM = aliased(tasks, name="upstream")
 _STATES: BindParameter[str] = bindparam("states", expanding=True)
 _HAS_CHILD_IN = select(
@@ -59,9 +58,6 @@ _HAS_CHILD_IN = select(
 )
 # The "start" key of a task's config is its _delay/_start_at (TaskSpec.to_config).
 _HAS_NO_START_RULE = tasks.c.config["start"].as_string().is_(None)
-_DOWNSTREAM_IDS = select(task_dependencies.c.downstream_id).where(
-    task_dependencies.c.upstream_id == bindparam("task_id")
-)
 _MARK_RUNNING = (
     tasks.update()
     .where(
@@ -100,17 +96,15 @@ def insert_dependencies(conn: Connection, edges: Sequence[tuple[int, int]]) -> N
         )
 
 
-def find_task(conn: Connection, task_id: int, *, lock: bool = False) -> TaskRow | None:
-    """One task by id, or None if it no longer exists (a retry deleted it); ``lock`` takes
-    its row lock (``FOR UPDATE``) on PostgreSQL."""
-    query = _BY_ID_LOCKED if lock else _BY_ID
-    row = conn.execute(query, {"task_id": task_id}).one_or_none()
+def find_task(conn: Connection, task_id: int) -> TaskRow | None:
+    """One task by id, or None if it no longer exists (a retry deleted it)."""
+    row = conn.execute(_BY_ID, {"task_id": task_id}).one_or_none()
     return None if row is None else _task_from_row(row)
 
 
-def get_task(conn: Connection, task_id: int, *, lock: bool = False) -> TaskRow:
+def get_task(conn: Connection, task_id: int) -> TaskRow:
     """One task by id; raises NotFound if there is none."""
-    task = find_task(conn, task_id, lock=lock)
+    task = find_task(conn, task_id)
     if task is None:
         raise NotFound(f"no task {task_id}")
     return task
@@ -410,11 +404,6 @@ def cancel_unfinished_tasks(conn: Connection, attempt_id: int, now: datetime) ->
         .values(state=TaskState.CANCELED.value, finished_at=now, updated_at=now)
     )
     return int(result.rowcount)
-
-
-def downstream_ids(conn: Connection, task_id: int) -> list[int]:
-    """Ids of the tasks that wait for ``task_id``."""
-    return [int(i) for i in conn.execute(_DOWNSTREAM_IDS, {"task_id": task_id}).scalars()]
 
 
 def _all_upstreams_succeeded() -> Any:
