@@ -120,6 +120,13 @@ class TaskGraph:
                 log.info("task %s delayed until %s", task.full_name, not_before.isoformat())
         return started
 
+    def hold_until(self, task: TaskRow, until: datetime) -> None:
+        """A READY ``wait>`` task waits DELAYED until ``until``, then is READY again and
+        succeeds (its ``result`` says it has waited)."""
+        if self._move(task, TaskState.DELAYED, not_before=until, result={"waited": True}):
+            self.wake_at(until)
+            log.info("task %s waits until %s", task.full_name, until.isoformat())
+
     def _attempt(self, attempt_id: int) -> AttemptRow:
         if attempt_id not in self._attempts:
             self._attempts[attempt_id] = get_attempt(self.conn, attempt_id)

@@ -26,7 +26,7 @@ from shared.dispatch.messages import (
     WorkCommitted,
 )
 from shared.dispatch.seam import Dispatcher
-from shared.domain.control import CONTROL_OPERATORS, BadControl, expand
+from shared.domain.control import CONTROL_OPERATORS, BadControl, expand, wait_seconds
 from shared.domain.states import TIMED_TASK_STATES, AttemptState, TaskState
 from shared.domain.workflow import TaskSpec
 from shared.errors import InvalidExpression
@@ -51,7 +51,7 @@ ATTEMPTS_PER_PASS = 100
 
 REAP_BATCH = 5000
 
-EXECUTOR_OPERATORS = frozenset({"call", "nop", *CONTROL_OPERATORS})
+EXECUTOR_OPERATORS = frozenset({"call", "nop", "wait", *CONTROL_OPERATORS})
 """Operators the executor runs itself, without an agent."""
 """In-flight tasks one reaper pass looks at, at most."""
 
@@ -501,12 +501,20 @@ class WorkflowExecutor:
         stored: dict[str, Any] | None,
     ) -> None:
         """Operators the executor runs itself: ``call>`` and the control operators generate
-        their subtasks, ``nop>`` just succeeds. Raises InvalidExpression or BadControl."""
+        their subtasks, ``nop>`` just succeeds, ``wait>`` waits DELAYED (no agent holds it)
+        and succeeds when its time comes. Raises InvalidExpression or BadControl."""
         spec = TaskSpec.from_config(task.config)
         if spec.operator == "call":
             graph.succeed_operator(task, {}, called=spec.called, params=stored)
         elif spec.operator == "nop":
             graph.succeed_operator(task, {}, params=stored)
+        elif spec.operator == "wait":
+            if (task.result or {}).get("waited"):
+                graph.succeed_operator(task, {}, params=stored)
+            else:
+                command = build_task_message(task, context, stored, 0, None).command
+                until = graph.now + timedelta(seconds=wait_seconds(command))
+                graph.hold_until(task, until)
         else:
             command = build_task_message(task, context, stored, 0, None).command
             graph.succeed_operator(task, {}, called=expand(spec, command), params=stored)

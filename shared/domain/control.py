@@ -22,15 +22,26 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
+from shared.domain.durations import BadDuration, parse_duration
 from shared.domain.workflow import TaskSpec
 
 CONTROL_OPERATORS = ("loop", "for_each", "for_range", "if")
 MAX_ITERATIONS = 10_000
 """Iterations one control task may generate; more is an error, not a silent cut."""
+MAX_WAIT_SECONDS = 31 * 24 * 3600
+"""The longest ``wait>``."""
 
 
 class BadControl(ValueError):
     """The rendered command of a control operator cannot be used; the message says why."""
+
+
+def wait_seconds(command: Any) -> int:
+    """How long a ``wait>`` waits, from its rendered command (``10s``, ``1h30m``, seconds)."""
+    try:
+        return parse_duration(command, maximum=MAX_WAIT_SECONDS)
+    except BadDuration as exc:
+        raise BadControl(f"'wait>' {exc}") from None
 
 
 def expand(task: TaskSpec, command: Any) -> TaskSpec | None:

@@ -48,6 +48,7 @@ ALLOWED_TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
     TaskState.DELAYED: frozenset({TaskState.READY, TaskState.CANCELED}),
     TaskState.READY: frozenset(
         {
+            TaskState.DELAYED,  # a wait> task waiting out its time (no agent holds it)
             TaskState.QUEUED,
             TaskState.PLANNED,
             TaskState.RETRY_WAITING,  # its params could not be evaluated, and it has retries

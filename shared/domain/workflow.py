@@ -9,7 +9,19 @@ from typing import Any
 
 from shared.domain.delays import StartRule
 
-OPERATORS = ("echo", "sh", "py", "call", "fail", "nop", "loop", "for_each", "for_range", "if")
+OPERATORS = (
+    "echo",
+    "sh",
+    "py",
+    "call",
+    "fail",
+    "nop",
+    "wait",
+    "loop",
+    "for_each",
+    "for_range",
+    "if",
+)
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 """What a ``_queue`` (and an agent's ``--queues``) may be called."""

@@ -13,8 +13,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from shared.domain.control import CONTROL_OPERATORS
+from shared.domain.control import CONTROL_OPERATORS, MAX_WAIT_SECONDS
 from shared.domain.delays import StartRule
+from shared.domain.durations import BadDuration, parse_duration
 from shared.domain.expressions import check_template
 from shared.domain.schedule import parse_schedule, resolve_timezone, suggest
 from shared.domain.workflow import (
@@ -342,6 +343,12 @@ class _ProjectParser:
     def _command(self, operator: str, command: Any, line: int, where: _Where) -> Any:
         if operator == "nop":
             return None  # `nop>:` takes no command; whatever follows is ignored, as in Digdag
+        if operator == "wait" and not (isinstance(command, str) and "${" in command):
+            try:
+                parse_duration(command, maximum=MAX_WAIT_SECONDS)
+            except BadDuration as exc:
+                self.report(where, line, f"'wait>' {exc}")
+            return command
         if operator in CONTROL_OPERATORS:
             # A count, a mapping or a boolean, or ${...} giving one: checked once rendered.
             if isinstance(command, LineMap):

@@ -103,9 +103,10 @@ class TestStatesBefore:
             TaskState.DELAYED,
         }
 
-    def test_only_a_blocked_task_is_delayed_as_it_becomes_ready(self) -> None:
-        # a retry waits for its _retry interval, never for _delay/_start_at again
-        assert states_before(TaskState.DELAYED) == (TaskState.BLOCKED,)
+    def test_a_task_is_delayed_as_it_becomes_ready_or_by_wait_never_for_a_retry(self) -> None:
+        # BLOCKED: its _delay/_start_at; READY: a wait> task waiting out its time. A retry
+        # waits for its _retry interval, never for _delay/_start_at again.
+        assert states_before(TaskState.DELAYED) == (TaskState.BLOCKED, TaskState.READY)
 
     def test_running_comes_only_from_queued(self) -> None:
         assert states_before(TaskState.RUNNING) == (TaskState.QUEUED,)

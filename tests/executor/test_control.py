@@ -6,6 +6,7 @@ Digdag's iteration names, and the iterations run like any other tasks.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from shared.domain.states import AttemptState, TaskState
 from shared.dsl.parser import parse_workflow_text
 from shared.errors import InvalidWorkflow
-from tests.executor.scenario import Scenario
+from tests.executor.scenario import START, Scenario
 
 
 def params(run: Scenario, name: str) -> dict[str, object]:
@@ -187,3 +188,40 @@ class TestControlErrors:
             parse_workflow_text(text, "wf.dig", tmp_path)
         first = str(caught.value.problems[0])
         assert first.startswith(problem), first
+
+
+class TestWait:
+    def test_wait_holds_no_agent_and_lets_the_next_task_start_when_its_time_is_up(
+        self, run: Scenario
+    ) -> None:
+        run.start("""
+            +pause:
+              wait>: 30s
+            +after:
+              echo>: b
+        """)
+        assert run.step() == []  # nothing was sent to an agent
+        waiting = run.task("+wf+pause")
+        assert waiting.state is TaskState.DELAYED
+        assert waiting.not_before == START + timedelta(seconds=30)
+        assert run.step(29.999) == []
+        assert run.step(0.001) == ["+wf+after"]
+        assert run.task("+wf+pause").state is TaskState.SUCCESS
+        assert run.run_to_end() is AttemptState.SUCCESS
+
+    def test_a_wait_whose_rendered_duration_is_bad_fails_the_task(self, run: Scenario) -> None:
+        run.start("""
+            _export:
+              how_long: soon
+            +pause:
+              wait>: ${how_long}
+        """)
+        run.step()
+        task = run.task("+wf+pause")
+        assert task.state is TaskState.ERROR
+        assert (task.error or {})["message"].startswith("'wait>' expected a duration")
+
+    def test_a_literal_bad_wait_is_reported_at_its_line(self, tmp_path: Path) -> None:
+        with pytest.raises(InvalidWorkflow) as caught:
+            parse_workflow_text("+w:\n  wait>: forever\n", "wf.dig", tmp_path)
+        assert str(caught.value.problems[0]).startswith("wf.dig:2: 'wait>' expected a duration")
