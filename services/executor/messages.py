@@ -71,6 +71,12 @@ def build_task_message(
         command=render(config.get("command"), params),
         params=rendered,
         project_dir=context.project_dir,
-        timeout_seconds=timeout_seconds,
+        timeout_seconds=_shortest(config.get("timeout"), timeout_seconds),
         queue=config.get("queue") or DEFAULT_QUEUE,
     )
+
+
+def _shortest(*limits: float | None) -> float | None:
+    """The tightest of the time limits given (None: no limit)."""
+    given = [limit for limit in limits if limit is not None]
+    return min(given) if given else None

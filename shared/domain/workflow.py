@@ -98,6 +98,7 @@ class TaskSpec:
     after: tuple[str, ...] = ()
     background: bool = False
     queue: str | None = None  # the agents' queue an operator task is routed to
+    timeout_seconds: int | None = None  # an operator task's own time limit (_timeout)
     retry: RetryPolicy | None = None
     start: StartRule | None = None
     error: TaskSpec | None = None
@@ -126,6 +127,7 @@ class TaskSpec:
             "after": list(self.after),
             "background": self.background,
             "queue": self.queue,
+            "timeout": self.timeout_seconds,
         }
         config.update({k: v for k, v in optional.items() if v})
         if self.retry is not None:
@@ -166,6 +168,7 @@ class TaskSpec:
             after=tuple(config.get("after", ())),
             background=bool(config.get("background", False)),
             queue=config.get("queue"),
+            timeout_seconds=config.get("timeout"),
             retry=None if retry is None else RetryPolicy.from_config(retry),
             start=None if start is None else StartRule.from_config(start),
             error=sub("error"),

@@ -60,8 +60,9 @@ GROUP_DIRECTIVES = (
     "_queue",
     *DELAY_DIRECTIVES,
 )
-OPERATOR_DIRECTIVES = (*GROUP_DIRECTIVES[1:], "_type", "_command")
+OPERATOR_DIRECTIVES = (*GROUP_DIRECTIVES[1:], "_type", "_command", "_timeout")
 CONTROL_DIRECTIVES = ("_do", "_else_do", "_parallel")
+MAX_TIMEOUT_SECONDS = 31 * 24 * 3600
 # '+' and '^' join the parts of a full name (+wf+group^error); the rest cannot be shown.
 _BAD_NAME_CHARACTER = re.compile(r"[+^\x00-\x1f\x7f]")
 PY_TARGET = re.compile(r"^[A-Za-z_][\w.]*\.[A-Za-z_]\w*$")
@@ -419,7 +420,21 @@ class _ProjectParser:
             common["after"] = self._after(body, where)
         if "_queue" in body and "_queue" in allowed:
             common["queue"] = self._queue(body, where)
+        if "_timeout" in body and "_timeout" in allowed:
+            common["timeout_seconds"] = self._timeout(body, where)
         return common
+
+    def _timeout(self, body: LineMap, where: _Where) -> int | None:
+        value = body["_timeout"]
+        line = body.line_of("_timeout")
+        if isinstance(value, str) and "${" in value:
+            self.report(where, line, "'_timeout' cannot use ${...} expressions")
+            return None
+        try:
+            return parse_duration(value, minimum=1, maximum=MAX_TIMEOUT_SECONDS)
+        except BadDuration as exc:
+            self.report(where, line, f"'_timeout' {exc}")
+        return None
 
     def _queue(self, body: LineMap, where: _Where) -> str | None:
         value = body["_queue"]

@@ -751,3 +751,17 @@ class TestShellOutput:
         assert (project.root / "ran").exists()
         states = [line.split()[1:] for line in run.stdout.splitlines() if "+wf+nothing" in line]
         assert states == [["+wf+nothing", "success"]]
+
+
+class TestTaskTimeout:
+    def test_a_task_timeout_stops_the_command_and_fails_the_task(self, project: Project) -> None:
+        project.write("wf.dig", "+slow:\n  _timeout: 1s\n  sh>: sleep 30\n")
+        run = project.run("wf.dig")
+        assert run.exit_code == 1, run.explain()
+        assert "failed +wf+slow: timed out after 1s" in run.summary
+
+    def test_a_bad_timeout_is_reported_at_its_line(self, project: Project) -> None:
+        project.write("wf.dig", "+slow:\n  _timeout: forever\n  sh>: sleep 30\n")
+        run = project.run("wf.dig")
+        assert run.exit_code == 2
+        assert run.stderr.startswith("wf.dig:2: '_timeout' expected a duration")
