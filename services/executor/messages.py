@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +74,9 @@ def build_task_message(
         project_dir=context.project_dir,
         timeout_seconds=_shortest(config.get("timeout"), timeout_seconds),
         queue=config.get("queue") or DEFAULT_QUEUE,
+        env={
+            name: _env_text(render(value, params)) for name, value in config.get("env", {}).items()
+        },
     )
 
 
@@ -80,3 +84,8 @@ def _shortest(*limits: float | None) -> float | None:
     """The tightest of the time limits given (None: no limit)."""
     given = [limit for limit in limits if limit is not None]
     return min(given) if given else None
+
+
+def _env_text(value: Any) -> str:
+    """An environment value: strings as they are, anything else as JSON (as params are)."""
+    return value if isinstance(value, str) else json.dumps(value)

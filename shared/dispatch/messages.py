@@ -25,6 +25,7 @@ class TaskMessage:
     timeout_seconds: float | None = None
     queue: str = DEFAULT_QUEUE
     dispatched_at: float = 0.0  # unix seconds when the executor published it
+    env: dict[str, str] = field(default_factory=dict)  # _env: variables for its processes
 
     def to_json(self) -> dict[str, Any]:
         """The JSON body of the message."""

@@ -99,6 +99,7 @@ class TaskSpec:
     background: bool = False
     queue: str | None = None  # the agents' queue an operator task is routed to
     timeout_seconds: int | None = None  # an operator task's own time limit (_timeout)
+    env: dict[str, Any] = field(default_factory=dict)  # _env: variables for its processes
     retry: RetryPolicy | None = None
     start: StartRule | None = None
     error: TaskSpec | None = None
@@ -128,6 +129,7 @@ class TaskSpec:
             "background": self.background,
             "queue": self.queue,
             "timeout": self.timeout_seconds,
+            "env": self.env,
         }
         config.update({k: v for k, v in optional.items() if v})
         if self.retry is not None:
@@ -169,6 +171,7 @@ class TaskSpec:
             background=bool(config.get("background", False)),
             queue=config.get("queue"),
             timeout_seconds=config.get("timeout"),
+            env=dict(config.get("env", {})),
             retry=None if retry is None else RetryPolicy.from_config(retry),
             start=None if start is None else StartRule.from_config(start),
             error=sub("error"),
@@ -195,6 +198,22 @@ class TaskSpec:
             check=route(self.check),
             do=route(self.do),
             else_do=route(self.else_do),
+        )
+
+    def with_env(self, env: dict[str, Any]) -> TaskSpec:
+        """This subtree with ``env`` under every task's own ``_env`` (a group's ``_env``)."""
+
+        def sub(spec: TaskSpec | None) -> TaskSpec | None:
+            return None if spec is None else spec.with_env(env)
+
+        return replace(
+            self,
+            env={**env, **self.env},
+            children=tuple(child.with_env(env) for child in self.children),
+            error=sub(self.error),
+            check=sub(self.check),
+            do=sub(self.do),
+            else_do=sub(self.else_do),
         )
 
     def count_tasks(self) -> int:

@@ -58,11 +58,13 @@ GROUP_DIRECTIVES = (
     "_retry",
     "_export",
     "_queue",
+    "_env",
     *DELAY_DIRECTIVES,
 )
 OPERATOR_DIRECTIVES = (*GROUP_DIRECTIVES[1:], "_type", "_command", "_timeout")
 CONTROL_DIRECTIVES = ("_do", "_else_do", "_parallel")
 MAX_TIMEOUT_SECONDS = 31 * 24 * 3600
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # '+' and '^' join the parts of a full name (+wf+group^error); the rest cannot be shown.
 _BAD_NAME_CHARACTER = re.compile(r"[+^\x00-\x1f\x7f]")
 PY_TARGET = re.compile(r"^[A-Za-z_][\w.]*\.[A-Za-z_]\w*$")
@@ -241,6 +243,8 @@ class _ProjectParser:
         group = TaskSpec(
             name, parallel=parallel, parallel_limit=limit, children=tuple(children), **common
         )
+        if group.env:
+            group = group.with_env(group.env)
         return group if group.queue is None else group.routed_to(group.queue)
 
     def _child(self, key: str, value: Any, parent: LineMap, where: _Where) -> TaskSpec | None:
@@ -422,7 +426,31 @@ class _ProjectParser:
             common["queue"] = self._queue(body, where)
         if "_timeout" in body and "_timeout" in allowed:
             common["timeout_seconds"] = self._timeout(body, where)
+        if "_env" in body:
+            common["env"] = self._env(body, where)
         return common
+
+    def _env(self, body: LineMap, where: _Where) -> dict[str, Any]:
+        value = body["_env"]
+        if not isinstance(value, LineMap):
+            message = (
+                f"'_env' must be a mapping of variable names to values, got {_describe(value)}"
+            )
+            self.report(where, body.line_of("_env"), message)
+            return {}
+        env: dict[str, Any] = {}
+        for key, item in value.items():
+            line = value.line_of(key)
+            if not isinstance(key, str) or not ENV_NAME.match(key):
+                self.report(where, line, f"'_env' name {key!r} is not a variable name")
+            elif key.startswith("TICKWORK_"):
+                self.report(where, line, f"'_env' name {key!r}: TICKWORK_ names are tickwork's")
+            elif isinstance(item, LineMap | list) or item is None:
+                self.report(where, line, f"'_env' {key} must be a string or number")
+            else:
+                self._check_values(item, line, where)
+                env[key] = item
+        return env
 
     def _timeout(self, body: LineMap, where: _Where) -> int | None:
         value = body["_timeout"]

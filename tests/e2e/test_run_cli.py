@@ -765,3 +765,44 @@ class TestTaskTimeout:
         run = project.run("wf.dig")
         assert run.exit_code == 2
         assert run.stderr.startswith("wf.dig:2: '_timeout' expected a duration")
+
+
+class TestTaskEnvironment:
+    def test_env_of_a_group_reaches_its_tasks_rendered_and_a_tasks_own_env_wins(
+        self, project: Project
+    ) -> None:
+        project.write(
+            "wf.dig",
+            """
+            _export:
+              region: eu
+            +load:
+              _env:
+                TARGET: db-${region}
+                MODE: batch
+              +plain:
+                sh>: echo "$TARGET $MODE" > plain.txt
+              +own:
+                _env:
+                  MODE: stream
+                sh>: echo "$TARGET $MODE" > own.txt
+            """,
+        )
+        run = project.run("wf.dig")
+        assert run.exit_code == 0, run.explain()
+        assert project.read("plain.txt") == "db-eu batch\n"
+        assert project.read("own.txt") == "db-eu stream\n"
+
+    def test_an_env_name_that_is_not_a_variable_or_is_tickworks_is_reported(
+        self, project: Project
+    ) -> None:
+        project.write(
+            "wf.dig",
+            "+t:\n  _env:\n    not-a-name: x\n    TICKWORK_TASK_ID: 1\n  sh>: env\n",
+        )
+        run = project.run("wf.dig")
+        assert run.exit_code == 2
+        assert run.stderr.splitlines() == [
+            "wf.dig:3: '_env' name 'not-a-name' is not a variable name",
+            "wf.dig:4: '_env' name 'TICKWORK_TASK_ID': TICKWORK_ names are tickwork's",
+        ]

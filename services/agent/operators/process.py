@@ -80,7 +80,7 @@ def run_child(
         child = subprocess.Popen(
             limited(argv, context.limits),
             cwd=context.project_dir,
-            env={**env, **task_identity(context)},
+            env={**env, **context.message.env, **task_identity(context)},
             stdin=subprocess.PIPE if stdin_text is not None else subprocess.DEVNULL,
             stdout=context.log_file,
             stderr=subprocess.STDOUT,
