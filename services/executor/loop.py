@@ -27,6 +27,7 @@ from shared.dispatch.messages import (
 )
 from shared.dispatch.seam import Dispatcher
 from shared.domain.control import CONTROL_OPERATORS, BadControl, expand, wait_seconds
+from shared.domain.schedule import ScheduleSpec
 from shared.domain.states import TIMED_TASK_STATES, AttemptState, TaskState
 from shared.domain.workflow import TaskSpec
 from shared.errors import InvalidExpression
@@ -522,7 +523,15 @@ class WorkflowExecutor:
     def _context(self, conn: Connection, attempt_id: int) -> AttemptContext:
         context = self._contexts.get(attempt_id)
         if context is None:
-            context = AttemptContext.of(session_store.get_attempt(conn, attempt_id))
+            attempt = session_store.get_attempt(conn, attempt_id)
+            definition = load_workflow_definition(conn, attempt.workflow_definition_id)
+            schedule = None
+            if definition.schedule is not None:
+                schedule = ScheduleSpec.from_config(definition.schedule)
+            last_executed = session_store.last_executed_session_time(
+                conn, attempt.project_id, attempt.workflow_name, attempt.session_time
+            )
+            context = AttemptContext.of(attempt, schedule, last_executed)
             self._contexts[attempt_id] = context
         return context
 

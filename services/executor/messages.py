@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from shared.dispatch.messages import DEFAULT_QUEUE, TaskMessage
 from shared.domain.expressions import escape, render
-from shared.domain.params import session_variables, task_params
+from shared.domain.params import (
+    schedule_variables,
+    session_variables,
+    task_params,
+    time_variables,
+)
+from shared.domain.schedule import ScheduleSpec
 from shared.store.sessions import AttemptRow
 from shared.store.tasks import TaskRow
 
@@ -23,10 +30,27 @@ class AttemptContext:
     project_dir: str
 
     @classmethod
-    def of(cls, attempt: AttemptRow) -> AttemptContext:
-        """The context of an attempt row."""
+    def of(
+        cls,
+        attempt: AttemptRow,
+        schedule: ScheduleSpec | None = None,
+        last_executed: datetime | None = None,
+    ) -> AttemptContext:
+        """The context of an attempt row; ``schedule`` (the workflow's, if any) gives the
+        ``last_session_*``/``next_session_*`` variables, ``last_executed`` the session time
+        of the session that ran before this one."""
+        timezone = attempt.timezone
+        ran_before: dict[str, Any] = {
+            "last_executed_session_time": "",
+            "last_executed_session_unixtime": "",
+        }
+        if last_executed is not None:
+            executed = time_variables("last_executed_session", last_executed, timezone)
+            ran_before = {k: executed[k] for k in ran_before}
         builtins = {
-            **session_variables(attempt.session_time, attempt.timezone),
+            **session_variables(attempt.session_time, timezone),
+            **(schedule_variables(schedule, attempt.session_time, timezone) if schedule else {}),
+            **ran_before,
             "session_id": attempt.session_id,
             "session_uuid": attempt.session_uuid,
             "attempt_id": attempt.id,

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
+
+from shared.domain.schedule import ScheduleSpec
 
 
 def merge_params(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -36,16 +38,35 @@ def merge_outputs(outputs: Iterable[Mapping[str, Any] | None]) -> dict[str, Any]
 
 def session_variables(session_time: datetime, timezone: str) -> dict[str, Any]:
     """``session_time`` and friends, written in the workflow's time zone as Digdag does."""
-    local = session_time.astimezone(ZoneInfo(timezone))
+    return {"timezone": timezone, **time_variables("session", session_time, timezone)}
+
+
+def time_variables(prefix: str, instant: datetime, timezone: str) -> dict[str, Any]:
+    """``<prefix>_time`` and its ``_date``, ``_date_compact``, ``_local_time``,
+    ``_tz_offset`` and ``_unixtime`` variants, in the workflow's time zone."""
+    local = instant.astimezone(ZoneInfo(timezone))
     return {
-        "timezone": timezone,
-        "session_time": local.isoformat(),
-        "session_date": local.strftime("%Y-%m-%d"),
-        "session_date_compact": local.strftime("%Y%m%d"),
-        "session_local_time": local.strftime("%Y-%m-%d %H:%M:%S"),
-        "session_tz_offset": local.strftime("%z"),
-        "session_unixtime": int(session_time.timestamp()),
+        f"{prefix}_time": local.isoformat(),
+        f"{prefix}_date": local.strftime("%Y-%m-%d"),
+        f"{prefix}_date_compact": local.strftime("%Y%m%d"),
+        f"{prefix}_local_time": local.strftime("%Y-%m-%d %H:%M:%S"),
+        f"{prefix}_tz_offset": local.strftime("%z"),
+        f"{prefix}_unixtime": int(instant.timestamp()),
     }
+
+
+def schedule_variables(
+    schedule: ScheduleSpec, session_time: datetime, timezone: str
+) -> dict[str, Any]:
+    """``last_session_*`` and ``next_session_*``: the schedule's slots before and after the
+    session time, whether or not sessions ran then (Digdag's rule)."""
+    variables: dict[str, Any] = {}
+    before = schedule.last_session_time(session_time - timedelta(microseconds=1))
+    after = schedule.next_session_time(session_time)
+    for prefix, instant in (("last_session", before), ("next_session", after)):
+        if instant is not None:
+            variables.update(time_variables(prefix, instant, timezone))
+    return variables
 
 
 def task_params(

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, func, select
 
 from shared.domain.states import KILLABLE_ATTEMPT_STATES, AttemptState
 from shared.errors import NotFound
@@ -195,3 +195,22 @@ def request_kill(conn: Connection, attempt_id: int, now: datetime) -> AttemptSta
         conn, attempt_id, AttemptState.CANCELING, now, from_states=KILLABLE_ATTEMPT_STATES
     )
     return AttemptState.CANCELING if moved else get_attempt_state(conn, attempt_id)
+
+
+def last_executed_session_time(
+    conn: Connection, project_id: int, workflow_name: str, before: datetime
+) -> datetime | None:
+    """The latest session time before ``before`` of the workflow's sessions that started
+    an attempt (one held back by its schedule's policy does not count)."""
+    query = (
+        select(func.max(sessions.c.session_time))
+        .join(attempts, attempts.c.session_id == sessions.c.id)
+        .where(
+            sessions.c.project_id == project_id,
+            sessions.c.workflow_name == workflow_name,
+            sessions.c.session_time < before,
+            attempts.c.state != AttemptState.WAITING.value,
+        )
+    )
+    found: datetime | None = conn.execute(query).scalar_one_or_none()
+    return found

@@ -806,3 +806,41 @@ class TestTaskEnvironment:
             "wf.dig:3: '_env' name 'not-a-name' is not a variable name",
             "wf.dig:4: '_env' name 'TICKWORK_TASK_ID': TICKWORK_ names are tickwork's",
         ]
+
+
+class TestBuiltInVariables:
+    def test_a_scheduled_workflow_sees_the_slots_around_its_session_as_digdag_does(
+        self, project: Project
+    ) -> None:
+        # Digdag's acceptance/built_in_variables: daily, -t "2016-01-02 03:04:05", UTC
+        project.write(
+            "wf.dig",
+            """
+            schedule:
+              daily>: 00:00:00
+            +show:
+              _export:
+                times: ${last_session_time} ${next_session_date_compact}
+                seconds: ${session_unixtime} ${last_session_unixtime}
+              sh>: echo "${times} ${seconds}" > vars.txt
+            """,
+        )
+        run = project.run("wf.dig", "-t", "2016-01-02 03:04:05")
+        assert run.exit_code == 0, run.explain()
+        assert project.read("vars.txt").split() == [
+            "2016-01-02T00:00:00+00:00",
+            "20160103",
+            "1451703845",
+            "1451692800",
+        ]
+
+    def test_last_executed_session_time_is_the_session_that_ran_before_or_empty(
+        self, project: Project
+    ) -> None:
+        project.write(
+            "wf.dig",
+            '+show:\n  sh>: echo "[${last_executed_session_time}]" >> seen.txt\n',
+        )
+        assert project.run("wf.dig", "-t", "2026-01-01").exit_code == 0
+        assert project.run("wf.dig", "-t", "2026-01-03").exit_code == 0
+        assert project.lines("seen.txt") == ["[]", "[2026-01-01T00:00:00+00:00]"]
