@@ -41,6 +41,7 @@ class RunControl:
         self._lock = threading.Lock()
         self._stop_child: Callable[[], None] | None = None  # stops the running child
         self._child_ended: Callable[[], bool] | None = None  # has the child exited?
+        self._child_done = False  # the last child started has ended and was seen to
         self._finished = False
         self.reason: str | None = None  # why the run was stopped; None unless it was
 
@@ -51,12 +52,14 @@ class RunControl:
             if self.reason is not None:
                 return False
             self._stop_child, self._child_ended = stop_child, child_ended
+            self._child_done = False
             return True
 
     def detach(self) -> None:
-        """The child ended."""
+        """The child ended (the operator is about to return what it did)."""
         with self._lock:
             self._stop_child = self._child_ended = None
+            self._child_done = True
 
     def finish(self) -> None:
         """The operator returned: from now on its outcome stands and stop() does nothing."""
@@ -68,8 +71,9 @@ class RunControl:
         in the background (SIGTERM to its group, SIGKILL after a grace). True if stopped."""
         with self._lock:
             # A child that already exited has finished the operator's work, even if the
-            # thread running the operator has not seen it yet (the agent was stopped).
-            if self._finished or (self._child_ended is not None and self._child_ended()):
+            # thread running the operator has not returned yet (the agent was stopped).
+            ended = self._child_done or (self._child_ended is not None and self._child_ended())
+            if self._finished or ended:
                 return False
             if self.reason is None:
                 self.reason = reason
