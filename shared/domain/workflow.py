@@ -17,6 +17,7 @@ OPERATORS = (
     "fail",
     "nop",
     "wait",
+    "http",
     "loop",
     "for_each",
     "for_range",
