@@ -26,7 +26,14 @@ from shared.dispatch.messages import (
     WorkCommitted,
 )
 from shared.dispatch.seam import Dispatcher
-from shared.domain.control import CONTROL_OPERATORS, BadControl, expand, wait_seconds
+from shared.domain.control import (
+    CONTROL_OPERATORS,
+    BadControl,
+    expand,
+    parallel_flag,
+    wait_seconds,
+)
+from shared.domain.expressions import escape, render
 from shared.domain.schedule import ScheduleSpec
 from shared.domain.states import TIMED_TASK_STATES, AttemptState, TaskState
 from shared.domain.workflow import TaskSpec
@@ -517,8 +524,12 @@ class WorkflowExecutor:
                 until = graph.now + timedelta(seconds=wait_seconds(command))
                 graph.hold_until(task, until)
         else:
-            command = build_task_message(task, context, stored, 0, None).command
-            graph.succeed_operator(task, {}, called=expand(spec, command), params=stored)
+            message = build_task_message(task, context, stored, 0, None)
+            if spec.parallel_expr is not None:
+                rendered = render(spec.parallel_expr, escape(message.params))
+                spec = dataclasses.replace(spec, parallel=parallel_flag(rendered))
+            sub = expand(spec, message.command)
+            graph.succeed_operator(task, {}, called=sub, params=stored)
 
     def _context(self, conn: Connection, attempt_id: int) -> AttemptContext:
         context = self._contexts.get(attempt_id)

@@ -44,6 +44,15 @@ def wait_seconds(command: Any) -> int:
         raise BadControl(f"'wait>' {exc}") from None
 
 
+def parallel_flag(value: Any) -> bool:
+    """What a loop's ``_parallel: ${...}`` rendered to: true or false."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise BadControl(f"'_parallel' needs true or false, got {value!r}")
+
+
 def expand(task: TaskSpec, command: Any) -> TaskSpec | None:
     """The ``^sub`` group ``task`` generates for its rendered ``command``; None when there
     is nothing to run (``if>`` false without ``_else_do``, or no iteration)."""

@@ -96,6 +96,7 @@ class TaskSpec:
     export: dict[str, Any] = field(default_factory=dict)
     parallel: bool = False
     parallel_limit: int | None = None
+    parallel_expr: str | None = None  # a loop's `_parallel: ${...}`, decided once rendered
     after: tuple[str, ...] = ()
     background: bool = False
     queue: str | None = None  # the agents' queue an operator task is routed to
@@ -126,6 +127,7 @@ class TaskSpec:
             "export": self.export,
             "parallel": self.parallel,
             "parallel_limit": self.parallel_limit,
+            "parallel_expr": self.parallel_expr,
             "after": list(self.after),
             "background": self.background,
             "queue": self.queue,
@@ -168,6 +170,7 @@ class TaskSpec:
             export=dict(config.get("export", {})),
             parallel=bool(config.get("parallel", False)),
             parallel_limit=config.get("parallel_limit"),
+            parallel_expr=config.get("parallel_expr"),
             after=tuple(config.get("after", ())),
             background=bool(config.get("background", False)),
             queue=config.get("queue"),

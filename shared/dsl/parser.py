@@ -314,6 +314,9 @@ class _ProjectParser:
         if "_parallel" in body:
             if operator == "if":
                 self.report(where, body.line_of("_parallel"), "'_parallel' is not valid on 'if>'")
+            elif isinstance(body["_parallel"], str) and "${" in body["_parallel"]:
+                self._check_values(body["_parallel"], body.line_of("_parallel"), where)
+                fields["parallel_expr"] = body["_parallel"]
             else:
                 fields["parallel"], fields["parallel_limit"] = self._parallel(body, where)
         return fields

@@ -225,3 +225,29 @@ class TestWait:
         with pytest.raises(InvalidWorkflow) as caught:
             parse_workflow_text("+w:\n  wait>: forever\n", "wf.dig", tmp_path)
         assert str(caught.value.problems[0]).startswith("wf.dig:2: 'wait>' expected a duration")
+
+
+class TestParallelExpression:
+    @pytest.mark.parametrize(("flag", "first"), [("true", 3), ("false", 1)])
+    def test_a_loops_parallel_may_be_an_expression(
+        self, run: Scenario, flag: str, first: int
+    ) -> None:
+        run.start(f"""
+            _export:
+              fan_out: {flag}
+            +repeat:
+              loop>: 3
+              _parallel: ${{fan_out}}
+              _do:
+                echo>: ${{i}}
+        """)
+        assert len(run.step()) == first
+        assert run.run_to_end() is AttemptState.SUCCESS
+
+    def test_a_parallel_expression_that_is_not_a_boolean_fails_the_task(
+        self, run: Scenario
+    ) -> None:
+        run.start("+repeat:\n  loop>: 2\n  _parallel: ${1 + 1}\n  _do:\n    echo>: x\n")
+        run.step()
+        error = run.task("+wf+repeat").error or {}
+        assert error["message"] == "'_parallel' needs true or false, got 2"
