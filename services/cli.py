@@ -167,6 +167,7 @@ def run(
         limits=ResourceLimits(
             config.task_max_memory_mb, config.task_max_open_files, config.task_max_cpu_seconds
         ),
+        max_tasks_per_attempt=config.max_tasks_per_attempt,
     )
     sys.exit(_run(request, quiet, on_executor))
 

@@ -99,6 +99,15 @@ def _seconds(name: str, envvar: str, default: float, doc: str) -> Callable[[F], 
     help="A task whose agent was lost this many times fails (env TICKWORK_MAX_LOST_LEASES).",
 )
 @click.option(
+    "--max-tasks-per-attempt",
+    envvar="TICKWORK_MAX_TASKS_PER_ATTEMPT",
+    type=click.IntRange(1),
+    default=10_000,
+    show_default=True,
+    help="Tasks one attempt may have, generated ones included; a task that would generate "
+    "more fails (env TICKWORK_MAX_TASKS_PER_ATTEMPT).",
+)
+@click.option(
     "--task-timeout",
     envvar="TICKWORK_TASK_TIMEOUT_SECONDS",
     type=click.FloatRange(min=1),
@@ -114,6 +123,7 @@ def executor_command(
     log_dir: Path,
     reaper_interval: float,
     max_lost_leases: int,
+    max_tasks_per_attempt: int,
     task_timeout: float,
     metrics_port: int,
     log_level: str,
@@ -135,6 +145,7 @@ def executor_command(
         recovery=Recovery(every_seconds=reaper_interval, max_lost=max_lost_leases),
         task_timeout_seconds=task_timeout,
         crash_before_publish=crash_point == CRASH_POINT,
+        max_tasks_per_attempt=max_tasks_per_attempt,
     )
     metrics = ExecutorMetrics()
     try:

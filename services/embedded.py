@@ -19,7 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from services.agent.operators.base import ResourceLimits
 from services.agent.operators.process import terminate_children
 from services.agent.runner import TaskRunner
-from services.executor.loop import WorkflowExecutor
+from services.executor.loop import MAX_TASKS_PER_ATTEMPT, WorkflowExecutor
 from shared.clock import SystemClock, utc_now
 from shared.dispatch.messages import TaskEvent, TaskMessage
 from shared.dispatch.seam import EventSink, InProcessDispatcher
@@ -52,6 +52,7 @@ class RunRequest:
     max_task_threads: int = 8
     task_timeout_seconds: float | None = None
     limits: ResourceLimits = field(default_factory=ResourceLimits)
+    max_tasks_per_attempt: int = MAX_TASKS_PER_ATTEMPT
 
 
 @dataclass
@@ -183,6 +184,7 @@ def run_workflow(
         clock=clock,
         task_timeout_seconds=request.task_timeout_seconds,
         attempt_ids={outcome.attempt_id},
+        max_tasks_per_attempt=request.max_tasks_per_attempt,
     )
     try:
         outcome.state = _drive(executor, outcome.attempt_id, engine, on_progress)

@@ -27,6 +27,7 @@ EMBEDDED_SETTINGS = (
     Setting("TICKWORK_TASK_MAX_MEMORY_MB", "0", "address-space limit of a task's process; 0: none"),
     Setting("TICKWORK_TASK_MAX_OPEN_FILES", "0", "open-file limit of a task's process; 0: none"),
     Setting("TICKWORK_TASK_MAX_CPU_SECONDS", "0", "CPU-time limit of a task's process; 0: none"),
+    Setting("TICKWORK_MAX_TASKS_PER_ATTEMPT", "10000", "tasks one attempt may have, generated too"),
     Setting("TICKWORK_LOG_LEVEL", "WARNING", "level of tickwork's own log lines"),
 )
 
@@ -42,6 +43,7 @@ class EmbeddedConfig:
     task_max_memory_mb: int
     task_max_open_files: int
     task_max_cpu_seconds: int
+    max_tasks_per_attempt: int
     log_level: str
 
     @classmethod
@@ -58,6 +60,7 @@ class EmbeddedConfig:
             task_max_memory_mb=_count(values, "TICKWORK_TASK_MAX_MEMORY_MB"),
             task_max_open_files=_count(values, "TICKWORK_TASK_MAX_OPEN_FILES"),
             task_max_cpu_seconds=_count(values, "TICKWORK_TASK_MAX_CPU_SECONDS"),
+            max_tasks_per_attempt=_positive_int(values, "TICKWORK_MAX_TASKS_PER_ATTEMPT"),
             log_level=_log_level(values, "TICKWORK_LOG_LEVEL"),
         )
 

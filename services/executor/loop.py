@@ -59,6 +59,9 @@ ATTEMPTS_PER_PASS = 100
 
 REAP_BATCH = 5000
 
+MAX_TASKS_PER_ATTEMPT = 10_000
+"""Tasks one attempt may have, generated ones included (configurable)."""
+
 EXECUTOR_OPERATORS = frozenset({"call", "nop", "wait", *CONTROL_OPERATORS})
 """Operators the executor runs itself, without an agent."""
 """In-flight tasks one reaper pass looks at, at most."""
@@ -133,9 +136,11 @@ class WorkflowExecutor:
         task_timeout_seconds: float | None = None,
         attempt_ids: Collection[int] | None = None,
         recovery: Recovery | None = None,
+        max_tasks_per_attempt: int = MAX_TASKS_PER_ATTEMPT,
     ) -> None:
         self.engine = engine
         self.recovery = recovery
+        self.max_tasks_per_attempt = max_tasks_per_attempt
         self.dispatcher = dispatcher
         self.clock = clock or SystemClock()
         self.dispatch_batch_size = dispatch_batch_size
@@ -486,7 +491,7 @@ class WorkflowExecutor:
             try:
                 context = self._context(conn, task.attempt_id)
                 if task.config.get("operator") in EXECUTOR_OPERATORS:
-                    self._run_here(graph, task, context, stored[task.id])
+                    self._run_here(conn, graph, task, context, stored[task.id])
                     continue
                 drafts[task.id] = build_task_message(
                     task, context, stored[task.id], 0, self.task_timeout_seconds
@@ -503,6 +508,7 @@ class WorkflowExecutor:
 
     def _run_here(
         self,
+        conn: Connection,
         graph: TaskGraph,
         task: TaskRow,
         context: AttemptContext,
@@ -513,6 +519,7 @@ class WorkflowExecutor:
         and succeeds when its time comes. Raises InvalidExpression or BadControl."""
         spec = TaskSpec.from_config(task.config)
         if spec.operator == "call":
+            self._check_room(conn, task, spec.called)
             graph.succeed_operator(task, {}, called=spec.called, params=stored)
         elif spec.operator == "nop":
             graph.succeed_operator(task, {}, params=stored)
@@ -529,7 +536,19 @@ class WorkflowExecutor:
                 rendered = render(spec.parallel_expr, escape(message.params))
                 spec = dataclasses.replace(spec, parallel=parallel_flag(rendered))
             sub = expand(spec, message.command)
+            self._check_room(conn, task, sub)
             graph.succeed_operator(task, {}, called=sub, params=stored)
+
+    def _check_room(self, conn: Connection, task: TaskRow, generated: TaskSpec | None) -> None:
+        """BadControl if generating ``generated`` would take the attempt over its limit."""
+        if generated is None:
+            return
+        total = task_store.count_attempt_tasks(conn, task.attempt_id) + generated.count_tasks()
+        if total > self.max_tasks_per_attempt:
+            raise BadControl(
+                f"the attempt would have {total} tasks, over the limit of "
+                f"{self.max_tasks_per_attempt} (TICKWORK_MAX_TASKS_PER_ATTEMPT)"
+            )
 
     def _context(self, conn: Connection, attempt_id: int) -> AttemptContext:
         context = self._contexts.get(attempt_id)

@@ -28,7 +28,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from services.executor.loop import Recovery, WorkflowExecutor
+from services.executor.loop import MAX_TASKS_PER_ATTEMPT, Recovery, WorkflowExecutor
 from services.executor.metrics import ExecutorMetrics
 from shared.dispatch.celery_app import RedisSettings
 from shared.dispatch.celery_dispatch import CeleryDispatcher
@@ -59,6 +59,7 @@ class ExecutorSettings:
     recovery: Recovery
     task_timeout_seconds: float | None = None
     crash_before_publish: bool = False
+    max_tasks_per_attempt: int = MAX_TASKS_PER_ATTEMPT
 
 
 class NotifyListener:
@@ -113,6 +114,7 @@ class ExecutorService:
             self.dispatcher,
             task_timeout_seconds=settings.task_timeout_seconds,
             recovery=settings.recovery,
+            max_tasks_per_attempt=settings.max_tasks_per_attempt,
         )
         self._stop = threading.Event()
 

@@ -450,6 +450,12 @@ def select_startable_children(conn: Connection, parent_id: int, limit: int | Non
     return [int(i) for i in conn.execute(query).scalars()]
 
 
+def count_attempt_tasks(conn: Connection, attempt_id: int) -> int:
+    """How many tasks an attempt has."""
+    query = select(func.count()).where(tasks.c.attempt_id == attempt_id)
+    return int(conn.execute(query).scalar_one())
+
+
 def count_children(conn: Connection, parent_id: int) -> int:
     """How many children a task has."""
     query = select(func.count()).where(tasks.c.parent_id == parent_id)

@@ -251,3 +251,18 @@ class TestParallelExpression:
         run.step()
         error = run.task("+wf+repeat").error or {}
         assert error["message"] == "'_parallel' needs true or false, got 2"
+
+
+class TestTaskLimit:
+    def test_a_loop_that_would_take_the_attempt_over_its_task_limit_fails_instead(
+        self, run: Scenario
+    ) -> None:
+        run.executor.max_tasks_per_attempt = 10
+        run.start("+repeat:\n  loop>: 5\n  _do:\n    +a:\n      echo>: a\n")
+        run.step()
+        error = run.task("+wf+repeat").error or {}
+        # 2 tasks exist (the root and the loop); ^sub, 5 iterations and 5 of +a would follow
+        assert error["message"] == (
+            "the attempt would have 13 tasks, over the limit of 10 (TICKWORK_MAX_TASKS_PER_ATTEMPT)"
+        )
+        assert [t.full_name for t in run.tasks()] == ["+wf", "+wf+repeat"]
