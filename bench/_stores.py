@@ -11,7 +11,7 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from shared.store.engine import create_store_engine
+from shared.store.engine import create_store_engine, libpq_url
 from shared.store.migrate import upgrade_database
 
 
@@ -19,11 +19,6 @@ def percentile(values: Sequence[float], fraction: float) -> float:
     """The nearest-rank percentile: the smallest value with ``fraction`` of values at or below."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
-
-
-def libpq_url(url: str) -> str:
-    """``postgresql+psycopg://...`` as the ``postgresql://...`` URI psycopg accepts."""
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 @contextmanager

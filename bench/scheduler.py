@@ -35,7 +35,7 @@ from typing import IO, Any
 
 import psycopg
 from _schedule_fleet import MINUTELY_PREFIX, arm_minutely, load_fleet, plan_fleet
-from _stores import libpq_url, percentile, throwaway_database
+from _stores import percentile, throwaway_database
 from psycopg import sql
 from rich.console import Console
 from sqlalchemy import Engine, func, select, text
@@ -46,7 +46,7 @@ from shared.dsl.parser import parse_workflow_text
 from shared.store import emission as emission_store
 from shared.store import projects as project_store
 from shared.store import schedules as schedule_store
-from shared.store.engine import create_store_engine
+from shared.store.engine import create_store_engine, libpq_url
 from shared.store.tables import schedules, sessions
 
 DEFAULT_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"

@@ -14,8 +14,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import click
+from redis.exceptions import RedisError
 
 from services.cli_support import fail
 from services.schedule_cli import DATABASE_OPTION, store_transaction
@@ -50,8 +52,15 @@ def _redis_options(command: F) -> F:
         envvar="TICKWORK_REDIS_URL",
         default="redis://127.0.0.1:6379/0",
         show_default=True,
+        callback=_redis_url,
         help="Redis for queues, leases and events (env TICKWORK_REDIS_URL).",
     )(command)
+
+
+def _redis_url(_ctx: click.Context, _param: click.Parameter, url: str) -> str:
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise click.BadParameter("expected a redis://, rediss:// or unix:// URL")
+    return url
 
 
 def _common_options(command: F) -> F:
@@ -75,6 +84,16 @@ def _seconds(name: str, envvar: str, default: float, doc: str) -> Callable[[F], 
         default=default,
         show_default=True,
         help=f"{doc} (env {envvar}).",
+    )
+
+
+def _limit(name: str, envvar: str, doc: str) -> Callable[[F], F]:
+    return click.option(
+        name,
+        envvar=envvar,
+        type=click.IntRange(min=0),
+        default=0,
+        help=f"The {doc} of each task's process; 0: none (env {envvar}).",
     )
 
 
@@ -152,6 +171,8 @@ def executor_command(
         service = ExecutorService(settings, metrics)
     except StoreUnavailable as exc:
         fail(f"error: {exc}")
+    except RedisError as exc:
+        fail(f"error: cannot use Redis at {_without_password(redis_url)}: {exc}")
     if metrics_port:
         metrics.serve(metrics_port)
 
@@ -161,6 +182,14 @@ def executor_command(
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     service.run()
+
+
+def _without_password(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _queues(_ctx: click.Context, _param: click.Parameter, raw: str) -> tuple[str, ...]:
@@ -210,6 +239,9 @@ def _queues(_ctx: click.Context, _param: click.Parameter, raw: str) -> tuple[str
     help="Where the agent keeps task logs while it streams them (default: a temporary "
     "directory; env TICKWORK_AGENT_WORK_DIR).",
 )
+@_limit("--max-memory-mb", "TICKWORK_TASK_MAX_MEMORY_MB", "address-space limit, in MiB")
+@_limit("--max-open-files", "TICKWORK_TASK_MAX_OPEN_FILES", "open-file limit")
+@_limit("--max-cpu-seconds", "TICKWORK_TASK_MAX_CPU_SECONDS", "CPU-time limit, in seconds")
 @_common_options
 def agent_command(
     redis_url: str,
@@ -220,6 +252,9 @@ def agent_command(
     lease_ttl: float,
     heartbeat: float,
     work_dir: Path | None,
+    max_memory_mb: int,
+    max_open_files: int,
+    max_cpu_seconds: int,
     metrics_port: int,
     log_level: str,
 ) -> None:
@@ -237,11 +272,7 @@ def agent_command(
         )
     if os.environ.pop("TICKWORK_DATABASE_URL", None) is not None:
         click.echo("warning: agents do not use TICKWORK_DATABASE_URL; ignoring it", err=True)
-    limits = ResourceLimits(
-        max_memory_mb=_env_count("TICKWORK_TASK_MAX_MEMORY_MB"),
-        max_open_files=_env_count("TICKWORK_TASK_MAX_OPEN_FILES"),
-        max_cpu_seconds=_env_count("TICKWORK_TASK_MAX_CPU_SECONDS"),
-    )
+    limits = ResourceLimits(max_memory_mb, max_open_files, max_cpu_seconds)
     settings = AgentSettings(
         redis=RedisSettings(redis_url, redis_prefix),
         queues=queues,
@@ -264,13 +295,6 @@ def _temporary_directory(prefix: str) -> Path:
     path = tempfile.mkdtemp(prefix=prefix)
     atexit.register(shutil.rmtree, path, ignore_errors=True)
     return Path(path)
-
-
-def _env_count(name: str) -> int:
-    raw = os.environ.get(name, "0")
-    if not raw.isdigit():
-        fail(f"error: {name}: expected a whole number >= 0, got {raw!r}")
-    return int(raw)
 
 
 @click.command("kill")

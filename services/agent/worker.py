@@ -159,7 +159,10 @@ class LogStreamer:
             return chunks
 
     def stop(self) -> list[AgentEvent]:
-        """Stop streaming; the events not sent yet (``started`` first, if still held)."""
+        """Stop streaming; the events not sent yet (``started`` first, if still held).
+        Stopping again returns nothing and reads nothing."""
+        if self._stop.is_set():
+            return []
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
@@ -274,7 +277,7 @@ class AgentRuntime:
             self.runner(message, self._reporter(run, streamer), run.control)
         finally:
             self.heartbeat.drop(lease)
-            streamer.stop()
+            streamer.stop()  # the report stopped it already, unless the runner failed
             with self._lock:
                 self._runs.pop(message.task_id, None)
             if streamer.offset < LOG_STREAM_LIMIT_BYTES:

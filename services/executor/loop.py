@@ -36,11 +36,12 @@ from shared.domain.control import (
 from shared.domain.expressions import escape, render
 from shared.domain.schedule import ScheduleSpec
 from shared.domain.states import TIMED_TASK_STATES, AttemptState, TaskState
-from shared.domain.workflow import TaskSpec
+from shared.domain.workflow import TaskSpec, WorkflowDefinition
 from shared.errors import InvalidExpression
 from shared.store import sessions as session_store
 from shared.store import tasks as task_store
 from shared.store.projects import load_workflow_definition
+from shared.store.sessions import AttemptRow
 from shared.store.tasks import TaskRow
 
 log = logging.getLogger(__name__)
@@ -234,6 +235,7 @@ class WorkflowExecutor:
         for attempt_id in ids:
             attempt = session_store.get_attempt(conn, attempt_id)
             definition = load_workflow_definition(conn, attempt.workflow_definition_id)
+            self._remember_context(conn, attempt, definition)
             placement = Placement(
                 attempt_id=attempt.id,
                 parent_id=None,
@@ -551,18 +553,26 @@ class WorkflowExecutor:
             )
 
     def _context(self, conn: Connection, attempt_id: int) -> AttemptContext:
+        """What every task of an attempt shares, read once per attempt (this executor
+        started it, or it reads it on the attempt's first dispatch after a restart)."""
         context = self._contexts.get(attempt_id)
         if context is None:
             attempt = session_store.get_attempt(conn, attempt_id)
             definition = load_workflow_definition(conn, attempt.workflow_definition_id)
-            schedule = None
-            if definition.schedule is not None:
-                schedule = ScheduleSpec.from_config(definition.schedule)
-            last_executed = session_store.last_executed_session_time(
-                conn, attempt.project_id, attempt.workflow_name, attempt.session_time
-            )
-            context = AttemptContext.of(attempt, schedule, last_executed)
-            self._contexts[attempt_id] = context
+            context = self._remember_context(conn, attempt, definition)
+        return context
+
+    def _remember_context(
+        self, conn: Connection, attempt: AttemptRow, definition: WorkflowDefinition
+    ) -> AttemptContext:
+        schedule = None
+        if definition.schedule is not None:
+            schedule = ScheduleSpec.from_config(definition.schedule)
+        last_executed = session_store.last_executed_session_time(
+            conn, attempt.project_id, attempt.workflow_name, attempt.session_time
+        )
+        context = AttemptContext.of(attempt, schedule, last_executed)
+        self._contexts[attempt.id] = context
         return context
 
     # -- waiting -----------------------------------------------------------------------

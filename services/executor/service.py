@@ -25,7 +25,6 @@ from pathlib import Path
 import psycopg
 from redis.exceptions import RedisError
 from sqlalchemy import Connection, Engine, text
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from services.executor.loop import MAX_TASKS_PER_ATTEMPT, Recovery, WorkflowExecutor
@@ -35,7 +34,13 @@ from shared.dispatch.celery_dispatch import CeleryDispatcher
 from shared.dispatch.messages import DEFAULT_QUEUE
 from shared.errors import StoreUnavailable
 from shared.store import tasks as task_store
-from shared.store.engine import WORK_CHANNEL, create_store_engine, describe_store_error, read_only
+from shared.store.engine import (
+    WORK_CHANNEL,
+    create_store_engine,
+    describe_store_error,
+    libpq_url,
+    read_only,
+)
 from shared.store.migrate import is_up_to_date
 
 log = logging.getLogger(__name__)
@@ -65,10 +70,9 @@ class ExecutorSettings:
 class NotifyListener:
     """Turns PostgreSQL notifications on :data:`WORK_CHANNEL` into executor wake-ups."""
 
-    def __init__(self, database_url: str, wake: CeleryDispatcher) -> None:
-        url = make_url(database_url).set(drivername="postgresql")
-        self.conninfo = url.render_as_string(hide_password=False)
-        self.dispatcher = wake
+    def __init__(self, database_url: str, dispatcher: CeleryDispatcher) -> None:
+        self.conninfo = libpq_url(database_url)
+        self.dispatcher = dispatcher
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="notify-listener", daemon=True)
 

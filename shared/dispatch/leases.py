@@ -40,7 +40,6 @@ from redis.exceptions import RedisError
 QUEUED = "queued"
 DONE = "done"
 CANCELED = "canceled"
-MARKS = frozenset({QUEUED, DONE, CANCELED})
 
 _TAKE = """
 local current = redis.call('GET', KEYS[1])
@@ -131,11 +130,6 @@ class Lease:
     def value(self) -> str:
         """What the lease key holds."""
         return f"{self.token}:{self.owner}"
-
-    @property
-    def is_mark(self) -> bool:
-        """Whether this is a mark between runs (queued, done, canceled), not an agent."""
-        return self.owner in MARKS
 
     @classmethod
     def parse(cls, task_id: int, raw: bytes | str | None) -> Lease | None:

@@ -101,3 +101,9 @@ def notify_work(conn: Connection) -> None:
     whose embedded executor polls)."""
     if conn.dialect.name == "postgresql":
         conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": WORK_CHANNEL})
+
+
+def libpq_url(url: str) -> str:
+    """A ``postgresql+psycopg://...`` SQLAlchemy URL as the ``postgresql://...`` URI that
+    psycopg (libpq) itself accepts."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 
 import pytest
+import sqlalchemy as sa
 
+from services.executor.service import LOCK_KEY, STANDBY_POLL_SECONDS
 from tests.fault._cluster import Cluster, literal, session_of, workflow_text
 from tests.support.waiting import wait_until
 
@@ -75,7 +78,11 @@ def test_a_task_with_a_queue_runs_only_on_the_agents_serving_that_queue(
 def test_a_standby_executor_takes_over_when_the_active_one_dies(cluster: Cluster) -> None:
     first = cluster.start_executor()
     wait_until("one executor is active", lambda: first.metric("tickwork_executor_active") == 1, 10)
+    with cluster.engine.connect() as conn:
+        held = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = :key"
+        assert conn.execute(sa.text(held), {"key": LOCK_KEY}).scalar_one() == 1
     second = cluster.start_executor()
+    time.sleep(2 * STANDBY_POLL_SECONDS)  # it tried for the lock, at least once
     assert second.metric("tickwork_executor_active") == 0  # it stands by
     cluster.start_agent("agent-a")
 
@@ -98,3 +105,17 @@ def test_an_agent_counts_its_runs_over_all_its_worker_processes(cluster: Cluster
     assert agent.metric("tickwork_agent_tasks_total", outcome="success") == 4
     assert agent.metric("tickwork_dispatch_start_latency_seconds_count") == 4
     assert cluster.executor.metric("tickwork_tasks_dispatched_total") == 4
+
+
+def test_an_executor_that_cannot_reach_redis_says_so_in_one_line(cluster: Cluster) -> None:
+    done = cluster.tickwork("executor", "--redis-url", "redis://:secret@127.0.0.1:1/0")
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and "secret" not in done.stderr
+    last = done.stderr.splitlines()[-1]  # after the service's own INFO log lines
+    assert last.startswith("error: cannot use Redis at redis://:***@127.0.0.1:1/0: "), last
+
+
+def test_an_agent_refuses_a_redis_url_that_is_not_one(cluster: Cluster) -> None:
+    done = cluster.tickwork("agent", "--redis-url", "localhost:6379")
+    assert done.returncode == 2
+    assert "Invalid value for '--redis-url': expected a redis://" in done.stderr

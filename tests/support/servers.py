@@ -27,6 +27,8 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
+from shared.store.engine import libpq_url
+
 POSTGRES_CONNECT_TIMEOUT_SECONDS = 3
 POSTGRES_START_TIMEOUT_SECONDS = 30
 REDIS_START_TIMEOUT_SECONDS = 10
@@ -58,8 +60,7 @@ def find_free_port() -> int:
 
 def libpq_conninfo(sqlalchemy_url: str) -> str:
     """Turn `postgresql+psycopg://...` into the `postgresql://...` URI libpq accepts."""
-    url = make_url(sqlalchemy_url).set(drivername="postgresql")
-    return url.render_as_string(hide_password=False)
+    return libpq_url(sqlalchemy_url)
 
 
 def with_database(sqlalchemy_url: str, database: str) -> str:
