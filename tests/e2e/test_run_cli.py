@@ -14,6 +14,7 @@ import sqlalchemy as sa
 
 from shared.config import EMBEDDED_SETTINGS
 from tests.e2e._run import PROBLEM_LINE, Project, tickwork_command
+from tests.fault._cluster import is_running
 
 pytestmark = pytest.mark.e2e
 
@@ -749,16 +750,18 @@ class TestShellOutput:
         run = project.run("wf.dig")
         assert run.exit_code == 0, run.explain()
         assert (project.root / "ran").exists()
-        states = [line.split()[1:] for line in run.stdout.splitlines() if "+wf+nothing" in line]
-        assert states == [["+wf+nothing", "success"]]
+        assert [state for task, state in run.progress() if task == "+wf+nothing"] == ["success"]
 
 
 class TestTaskTimeout:
     def test_a_task_timeout_stops_the_command_and_fails_the_task(self, project: Project) -> None:
-        project.write("wf.dig", "+slow:\n  _timeout: 1s\n  sh>: sleep 30\n")
+        project.write("wf.dig", "+slow:\n  _timeout: 1s\n  sh>: sleep 30 & echo $$! > pid; wait\n")
+        started = time.monotonic()
         run = project.run("wf.dig")
         assert run.exit_code == 1, run.explain()
         assert "failed +wf+slow: timed out after 1s" in run.summary
+        assert time.monotonic() - started < 20  # not the 30 s the command would take
+        assert not is_running(int(project.read("pid")))
 
     def test_a_bad_timeout_is_reported_at_its_line(self, project: Project) -> None:
         project.write("wf.dig", "+slow:\n  _timeout: forever\n  sh>: sleep 30\n")

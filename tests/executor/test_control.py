@@ -181,7 +181,7 @@ class TestControlErrors:
             ),
         ],
     )
-    def test_a_control_operator_without_what_it_runs_is_reported_at_its_line(
+    def test_a_missing_or_misplaced_do_or_else_do_is_reported_at_its_line(
         self, tmp_path: Path, text: str, problem: str
     ) -> None:
         with pytest.raises(InvalidWorkflow) as caught:

@@ -34,7 +34,7 @@ FIRST_START_SECONDS = 20.0
 """How long a submitted task may take to start on an idle agent (services just started)."""
 PAUSE_SECONDS = 5.0
 """How long a frozen agent stays stopped: past its lease TTL of 3 s."""
-FROZEN_TASK_SECONDS = 2.0
+FROZEN_TASK_SECONDS = 3.0
 """How long the frozen agent's task runs: it ends while the agent is stopped."""
 assert FROZEN_TASK_SECONDS < PAUSE_SECONDS
 assert PAUSE_SECONDS > LEASE_TTL_SECONDS
@@ -80,12 +80,15 @@ def test_an_agent_frozen_past_its_lease_loses_the_task_and_its_late_result_is_no
     attempt = cluster.submit("frozen_agent", workflow_text({"work": work}))
     first = cluster.wait_for_start("work", FIRST_START_SECONDS)
     # Freeze it once the executor knows that agent-a runs the task (its start was applied).
-    wait_until(
-        "the executor marks the task running",
-        lambda: cluster.task(attempt, "work").state is TaskState.RUNNING,
-        FROZEN_TASK_SECONDS / 2,
-        poll=0.01,
-    )
+    try:
+        wait_until(
+            "the executor marks the task running",
+            lambda: cluster.task(attempt, "work").state is TaskState.RUNNING,
+            FROZEN_TASK_SECONDS - 1,
+            poll=0.01,
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{cluster.explain(attempt)}") from None
     cluster.pause_agent("agent-a")
     paused_at = time.monotonic()
     cluster.start_agent("agent-b")
