@@ -14,6 +14,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -77,7 +78,19 @@ revisions = Table(
     Column("name", String(255), nullable=False),
     Column("default_params", JSON, nullable=False),
     Column("created_at", Timestamp, nullable=False),
+    # The pushed tar.gz (project_archives.digest); null for a directory run locally.
+    Column("archive_digest", String(64)),
     UniqueConstraint("project_id", "name"),
+)
+
+# Pushed project archives, stored once per content: revisions with the same files share one.
+project_archives = Table(
+    "project_archives",
+    metadata,
+    Column("digest", String(64), primary_key=True),  # SHA-256 of the tar.gz bytes
+    Column("content", LargeBinary, nullable=False),
+    Column("size_bytes", BigInteger, nullable=False),
+    Column("created_at", Timestamp, nullable=False),
 )
 
 workflow_configs = Table(
@@ -172,6 +185,8 @@ sessions = Table(
     Column("created_at", Timestamp, nullable=False),
     UniqueConstraint("project_id", "workflow_name", "session_time", name="uq_sessions_idempotency"),
     Index("ix_sessions_schedule_time", "schedule_id", "session_time"),
+    Index("ix_sessions_project_workflow_id", "project_id", "workflow_name", "id"),
+    Index("ix_sessions_session_time", "session_time"),
     sqlite_autoincrement=True,
 )
 
@@ -190,8 +205,15 @@ attempts = Table(
     Column("backfill_id", Id, ForeignKey("backfills.id")),
     Column("created_at", Timestamp, nullable=False),
     Column("finished_at", Timestamp),
+    # A client's key for POST /api/attempts: the same key twice names the same attempt.
+    Column("idempotency_key", String(255)),
+    # Retry "from +task": full names of the resumed attempt's tasks that count as done
+    # (null: every task that succeeded there).
+    Column("resume_only", JSON),
     UniqueConstraint("session_id", "name", name="uq_attempts_session_name"),
+    UniqueConstraint("idempotency_key", name="uq_attempts_idempotency_key"),
     Index("ix_attempts_state", "state"),
+    Index("ix_attempts_session_id", "session_id", "id"),
     sqlite_autoincrement=True,
 )
 
