@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from services.agent.archives import ArchiveCache
 from services.agent.operators.base import ResourceLimits
 from services.agent.operators.process import terminate_children
 from services.agent.runner import TaskRunner
@@ -148,6 +149,18 @@ def _store_workflow(conn: Connection, request: RunRequest, now: datetime) -> tup
     return project_id, definition_id
 
 
+def make_in_process_runner(
+    state_dir: Path, engine: Engine, limits: ResourceLimits | None = None
+) -> TaskRunner:
+    """The task runner of an executor that runs tasks in its own process.
+
+    Logs go to ``<state_dir>/logs``; a pushed project's archive is read from the store
+    (this process has it) and unpacked once under ``<state_dir>/projects/<digest>``.
+    """
+    archives = ArchiveCache(state_dir / "projects", project_store.archive_reader(engine))
+    return TaskRunner(state_dir / "logs", limits, archives)
+
+
 def _watched(runner: TaskRunner, watch: EventSink) -> Callable[[TaskMessage, EventSink], None]:
     """``runner``, also handing every event it reports to ``watch`` (the display)."""
 
@@ -173,7 +186,7 @@ def run_workflow(
     engine = engine or open_store(request.database_url)
     with engine.begin() as conn:
         outcome = create_run_attempt(conn, request, clock.now())
-    runner = TaskRunner(request.state_dir / "logs", request.limits)
+    runner = make_in_process_runner(request.state_dir, engine, request.limits)
     if on_event is not None:
         dispatcher = InProcessDispatcher(_watched(runner, on_event), request.max_task_threads)
     else:

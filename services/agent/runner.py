@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import time
 from pathlib import Path
 
+from services.agent.archives import ArchiveCache, ArchiveUnavailable
 from services.agent.operators import OPERATORS
 from services.agent.operators.base import (
     OperatorContext,
@@ -33,11 +35,35 @@ def log_path_for(message: TaskMessage) -> Path:
 
 
 class TaskRunner:
-    """Runs task messages, writing logs under ``log_root``; thread-safe."""
+    """Runs task messages, writing logs under ``log_root``; thread-safe.
 
-    def __init__(self, log_root: Path, limits: ResourceLimits | None = None) -> None:
+    A message with an ``archive_digest`` runs in that archive's files, which ``archives``
+    unpacks; without ``archives`` such a task fails, saying its files are not available.
+    """
+
+    def __init__(
+        self,
+        log_root: Path,
+        limits: ResourceLimits | None = None,
+        archives: ArchiveCache | None = None,
+    ) -> None:
         self.log_root = log_root.resolve()
         self.limits = limits or ResourceLimits()
+        self.archives = archives
+
+    def resolve_project_dir(self, message: TaskMessage) -> TaskMessage:
+        """``message`` with ``project_dir`` naming its archive's unpacked folder, if it has
+        an archive; raises OperatorFailed when that archive cannot be had."""
+        digest = message.archive_digest
+        if not digest:
+            return message
+        if self.archives is None:
+            raise OperatorFailed(f"project archive {digest} is not available on this agent")
+        try:
+            directory = self.archives.directory_of(digest)
+        except ArchiveUnavailable as exc:
+            raise OperatorFailed(str(exc)) from None
+        return dataclasses.replace(message, project_dir=str(directory))
 
     def log_file_of(self, message: TaskMessage) -> tuple[Path, Path]:
         """``(relative, absolute)`` path of the log file a run of ``message`` writes."""
@@ -56,6 +82,7 @@ class TaskRunner:
         with path.open("w", encoding="utf-8") as log_file:
             context = OperatorContext(message, log_file, path, self.limits, control)
             try:
+                context.message = self.resolve_project_dir(message)
                 operator = OPERATORS.get(message.operator)
                 if operator is None:
                     raise OperatorFailed(f"this agent has no operator {message.operator!r}")

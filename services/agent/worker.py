@@ -16,7 +16,9 @@ executor has given the task to someone else. On SIGTERM the worker stops taking 
 and lets running tasks finish for ``grace_seconds``; then it stops them, releases their
 leases and reports them released, so the executor requeues them at once.
 
-The agent needs Redis only: everything a task needs is in its message.
+The agent needs Redis only: everything a task needs is in its message, or, for a pushed
+project, in its archive, which the executor leaves in Redis and the agent unpacks once
+under ``<work dir>/projects/<digest>`` (see :mod:`services.agent.archives`).
 """
 
 from __future__ import annotations
@@ -39,9 +41,11 @@ from celery import Celery
 from celery import signals as celery_signals
 from redis.exceptions import RedisError
 
+from services.agent.archives import ArchiveCache
 from services.agent.metrics import AgentMetrics
 from services.agent.operators.base import ResourceLimits, RunControl
 from services.agent.runner import TaskRunner
+from shared.dispatch.archives import RedisArchives
 from shared.dispatch.celery_app import TASK_NAME, RedisSettings, make_celery
 from shared.dispatch.events import EventStream
 from shared.dispatch.leases import Heartbeat, Lease, LeaseStore
@@ -193,7 +197,12 @@ class AgentRuntime:
             self._lost,
             interval_ms=int(settings.heartbeat_seconds * 1000),
         )
-        self.runner = TaskRunner(settings.work_dir / "logs" / str(os.getpid()), settings.limits)
+        self.archives = RedisArchives(self.client, settings.redis.prefix)
+        self.runner = TaskRunner(
+            settings.work_dir / "logs" / str(os.getpid()),
+            settings.limits,
+            ArchiveCache(settings.work_dir / "projects", self.archives.fetch),
+        )
         self.owner_prefix = f"{socket.gethostname()}/{os.getpid()}"
         self._runs: dict[int, _Run] = {}
         self._lock = threading.Lock()

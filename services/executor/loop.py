@@ -40,7 +40,7 @@ from shared.domain.workflow import TaskSpec, WorkflowDefinition
 from shared.errors import InvalidExpression
 from shared.store import sessions as session_store
 from shared.store import tasks as task_store
-from shared.store.projects import load_workflow_definition
+from shared.store.projects import archive_digest_of_attempt, load_workflow_definition
 from shared.store.sessions import AttemptRow
 from shared.store.tasks import TaskRow
 
@@ -571,7 +571,8 @@ class WorkflowExecutor:
         last_executed = session_store.last_executed_session_time(
             conn, attempt.project_id, attempt.workflow_name, attempt.session_time
         )
-        context = AttemptContext.of(attempt, schedule, last_executed)
+        digest = archive_digest_of_attempt(conn, attempt.id)
+        context = AttemptContext.of(attempt, schedule, last_executed, digest)
         self._contexts[attempt.id] = context
         return context
 

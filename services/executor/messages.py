@@ -28,6 +28,7 @@ class AttemptContext:
     session_params: dict[str, Any]
     builtins: dict[str, Any]
     project_dir: str
+    archive_digest: str | None = None  # the pushed archive whose files the tasks run in
 
     @classmethod
     def of(
@@ -35,10 +36,12 @@ class AttemptContext:
         attempt: AttemptRow,
         schedule: ScheduleSpec | None = None,
         last_executed: datetime | None = None,
+        archive_digest: str | None = None,
     ) -> AttemptContext:
         """The context of an attempt row; ``schedule`` (the workflow's, if any) gives the
         ``last_session_*``/``next_session_*`` variables, ``last_executed`` the session time
-        of the session that ran before this one."""
+        of the session that ran before this one, ``archive_digest`` the archive of a pushed
+        project's revision (its tasks run in its files)."""
         timezone = attempt.timezone
         ran_before: dict[str, Any] = {
             "last_executed_session_time": "",
@@ -62,6 +65,7 @@ class AttemptContext:
             session_params=escape(attempt.params),
             builtins=builtins,
             project_dir=attempt.project_dir or ".",
+            archive_digest=archive_digest,
         )
 
 
@@ -96,6 +100,7 @@ def build_task_message(
         command=render(config.get("command"), params),
         params=rendered,
         project_dir=context.project_dir,
+        archive_digest=context.archive_digest,
         timeout_seconds=_shortest(config.get("timeout"), timeout_seconds),
         queue=config.get("queue") or DEFAULT_QUEUE,
         env={

@@ -42,6 +42,7 @@ from shared.store.engine import (
     read_only,
 )
 from shared.store.migrate import is_up_to_date
+from shared.store.projects import archive_reader
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,7 @@ class ExecutorService:
             settings.log_dir,
             consumer,
             crash_before_publish=settings.crash_before_publish,
+            archive_source=archive_reader(self.engine),
         )
         self.executor = WorkflowExecutor(
             self.engine,

@@ -1,10 +1,12 @@
 """The executor's side of the distributed seam: Celery messages out, Redis events in.
 
 ``publish`` runs after the transaction that made the tasks QUEUED committed (the outbox
-rule), sends one Celery message per task to the task's queue, then leaves the ``queued``
-mark on each lease key: a QUEUED task whose key is empty lost its message, and the reaper
-publishes it again. Events come from the stream (see :mod:`shared.dispatch.events`); log
-chunks among them are written to the log directory here and never reach the loop.
+rule), makes sure the project archives the tasks run in are in Redis (see
+:mod:`shared.dispatch.archives`), sends one Celery message per task to the task's queue,
+then leaves the ``queued`` mark on each lease key: a QUEUED task whose key is empty lost
+its message, and the reaper publishes it again. Events come from the stream (see
+:mod:`shared.dispatch.events`); log chunks among them are written to the log directory
+here and never reach the loop.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 
 from redis.exceptions import RedisError
 
+from shared.dispatch.archives import ArchiveSource, RedisArchives
 from shared.dispatch.celery_app import TASK_NAME, RedisSettings, make_celery
 from shared.dispatch.events import EventReader, EventStream, decode
 from shared.dispatch.leases import CANCELED, QUEUED, LeaseState, LeaseStore
@@ -65,7 +68,9 @@ class LogDirectory:
 class CeleryDispatcher:
     """Publishes task messages with Celery and reads agents' events from Redis.
 
-    ``consumer`` names this executor in the event stream's group. ``crash_before_publish``
+    ``consumer`` names this executor in the event stream's group. ``archive_source``
+    reads a pushed project's archive from the store, to put it in Redis for the agents
+    (without it, tasks of pushed projects fail on the agent). ``crash_before_publish``
     exits the process between commit and publish (a fault test's crash point).
     """
 
@@ -76,6 +81,7 @@ class CeleryDispatcher:
         consumer: str,
         *,
         crash_before_publish: bool = False,
+        archive_source: ArchiveSource | None = None,
     ) -> None:
         self.redis = redis
         self.app = make_celery(redis)
@@ -86,6 +92,8 @@ class CeleryDispatcher:
         self.logs = LogDirectory(log_root)
         self.kill_channel = f"{redis.prefix}kill"
         self.crash_before_publish = crash_before_publish
+        self.archives = RedisArchives(self.client, redis.prefix)
+        self.archive_source = archive_source
         self._delivered: list[bytes] = []  # read, not yet applied
         self._applied: list[bytes] = []  # applied and committed, not yet acknowledged
         self.queues_seen: set[str] = set()
@@ -109,6 +117,7 @@ class CeleryDispatcher:
         if self.crash_before_publish:
             log.error("crash point after-commit-before-publish: exiting")
             os._exit(CRASH_EXIT_CODE)
+        self._ensure_archives(messages)
         marks = [(m.task_id, m.lease_token) for m in messages]
         self.leases.mark(marks, QUEUED, PENDING_MARK_TTL_MS)
         now = time.time()
@@ -133,6 +142,16 @@ class CeleryDispatcher:
         applied, self._applied = self._applied, []
         self.reader.add_acknowledgement(pipe, applied)
         pipe.execute()
+
+    def _ensure_archives(self, messages: Sequence[TaskMessage]) -> None:
+        """Put the archives these tasks run in into Redis (only those it lost or never had)."""
+        digests = {m.archive_digest for m in messages if m.archive_digest}
+        if not digests:
+            return
+        if self.archive_source is None:
+            log.error("no archive source: tasks of pushed projects cannot get their files")
+            return
+        self.archives.ensure(digests, self.archive_source)
 
     def poll_events(self, timeout_seconds: float) -> list[TaskEvent]:
         """Events from the stream; log chunks are stored on the way."""

@@ -26,6 +26,9 @@ class TaskMessage:
     queue: str = DEFAULT_QUEUE
     dispatched_at: float = 0.0  # unix seconds when the executor published it
     env: dict[str, str] = field(default_factory=dict)  # _env: variables for its processes
+    # SHA-256 of the pushed project's archive: the agent runs the task in that archive's
+    # files (fetched through Redis, see shared.dispatch.archives) instead of project_dir.
+    archive_digest: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON body of the message."""

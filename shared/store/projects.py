@@ -4,17 +4,29 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, Engine, select
+from sqlalchemy.dialects import postgresql, sqlite
 
 from shared.domain.workflow import WorkflowDefinition
+from shared.dsl.archive import ProjectArchive
+from shared.errors import Conflict, InvalidInput, NotFound, Problem
+from shared.store.engine import read_only
+from shared.store.schedules import remove_schedules, remove_schedules_except, upsert_schedule
 from shared.store.sql import insert_ignoring_conflict
 from shared.store.tables import (
+    attempts,
+    project_archives,
     projects,
     revisions,
+    schedules,
     workflow_configs,
     workflow_definitions,
 )
@@ -101,3 +113,226 @@ def load_workflow_definition(conn: Connection, definition_id: int) -> WorkflowDe
         .where(workflow_definitions.c.id == definition_id)
     )
     return WorkflowDefinition.from_config(conn.execute(query).scalar_one())
+
+
+# -- pushed projects -------------------------------------------------------------------
+
+PROJECT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+MAX_REVISION_NAME_CHARS = 255
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """What a push stored: the revision, and how the project's schedules changed.
+
+    ``schedules_added`` counts new and re-enabled schedules, ``schedules_updated`` active
+    schedules whose ``schedule:`` or time zone changed, ``schedules_removed`` active ones
+    whose workflow is gone or no longer has a schedule.
+    """
+
+    project_id: int
+    project_name: str
+    revision_id: int
+    revision_name: str
+    archive_digest: str
+    created: bool
+    workflows: tuple[str, ...]
+    schedules_added: tuple[str, ...] = ()
+    schedules_updated: tuple[str, ...] = ()
+    schedules_removed: tuple[str, ...] = ()
+
+
+def check_project_name(name: str) -> None:
+    """InvalidInput (field ``project``) unless ``name`` can name a pushed project."""
+    if not PROJECT_NAME.match(name) or name in (".", ".."):
+        raise InvalidInput(
+            [
+                Problem(
+                    "project",
+                    None,
+                    f"{name!r} is not a project name: 1-128 letters, digits, '_', '.' or '-', "
+                    "starting with a letter or digit",
+                )
+            ]
+        )
+
+
+def check_revision_name(name: str) -> None:
+    """InvalidInput (field ``revision``) unless ``name`` is 1-255 printable characters."""
+    if not 0 < len(name) <= MAX_REVISION_NAME_CHARS or not name.isprintable():
+        raise InvalidInput(
+            [
+                Problem(
+                    "revision",
+                    None,
+                    f"{name[:80]!r} is not a revision name: 1-{MAX_REVISION_NAME_CHARS} "
+                    "printable characters",
+                )
+            ]
+        )
+
+
+def push_revision(
+    conn: Connection,
+    *,
+    project_name: str,
+    revision_name: str | None,
+    archive: ProjectArchive,
+    now: datetime,
+    schedule_from: datetime | None = None,
+) -> PushResult:
+    """Store a validated archive as a new revision of a project and update its schedules.
+
+    The project is created (or revived, if it was deleted) as needed and the archive is
+    stored once by digest. Pushing revision ``R`` again with the same archive changes
+    nothing (``created=False``); with another archive it raises Conflict. The revision
+    name defaults to a UUID. Raises InvalidInput naming ``project`` or ``revision``.
+    """
+    check_project_name(project_name)
+    name = revision_name if revision_name is not None else str(uuid.uuid4())
+    check_revision_name(name)
+    project_id = _ensure_pushed_project(conn, project_name, now)
+    _store_archive(conn, archive, now)
+    revision_id = insert_ignoring_conflict(
+        conn,
+        revisions,
+        {
+            "project_id": project_id,
+            "name": name,
+            "default_params": {},
+            "created_at": now,
+            "archive_digest": archive.digest,
+        },
+    )
+    result = PushResult(
+        project_id, project_name, 0, name, archive.digest, False, tuple(sorted(archive.workflows))
+    )
+    if revision_id is None:
+        return _existing_revision(conn, result)
+    before = _active_schedules(conn, project_id)
+    for definition in archive.workflows.values():
+        definition_id = ensure_workflow_definition(conn, revision_id, definition)
+        upsert_schedule(
+            conn,
+            project_id=project_id,
+            definition_id=definition_id,
+            definition=definition,
+            now=now,
+            schedule_from=schedule_from,
+        )
+    remove_schedules_except(conn, project_id, list(archive.workflows), now)
+    after = _active_schedules(conn, project_id)
+    return replace(
+        result,
+        revision_id=revision_id,
+        created=True,
+        schedules_added=tuple(sorted(after.keys() - before.keys())),
+        schedules_updated=tuple(
+            sorted(n for n in after.keys() & before.keys() if after[n] != before[n])
+        ),
+        schedules_removed=tuple(sorted(before.keys() - after.keys())),
+    )
+
+
+def _ensure_pushed_project(conn: Connection, name: str, now: datetime) -> int:
+    """The id of project ``name``, created or revived; a pushed project has no source dir."""
+    project_id = ensure_project(conn, name, now)
+    conn.execute(
+        projects.update()
+        .where(projects.c.id == project_id)
+        .where((projects.c.deleted_at.is_not(None)) | (projects.c.source_dir.is_not(None)))
+        .values(deleted_at=None, source_dir=None)
+    )
+    return project_id
+
+
+def _store_archive(conn: Connection, archive: ProjectArchive, now: datetime) -> None:
+    """Store the archive's bytes under its digest unless they are already there."""
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    conn.execute(
+        dialect.insert(project_archives)
+        .values(
+            digest=archive.digest,
+            content=archive.content,
+            size_bytes=len(archive.content),
+            created_at=now,
+        )
+        .on_conflict_do_nothing(index_elements=["digest"])
+    )
+
+
+def _existing_revision(conn: Connection, result: PushResult) -> PushResult:
+    """The result of pushing a revision name that exists: nothing to do, or a Conflict."""
+    query = select(revisions.c.id, revisions.c.archive_digest).where(
+        revisions.c.project_id == result.project_id, revisions.c.name == result.revision_name
+    )
+    existing = conn.execute(query).one()
+    if existing.archive_digest != result.archive_digest:
+        raise Conflict(
+            f"revision {result.revision_name!r} of project {result.project_name!r} already "
+            "holds another archive; push under a new revision name"
+        )
+    return replace(result, revision_id=int(existing.id))
+
+
+def _active_schedules(conn: Connection, project_id: int) -> dict[str, tuple[Any, str]]:
+    """The active schedules of a project: workflow name -> (spec, time zone)."""
+    query = select(schedules.c.workflow_name, schedules.c.spec, schedules.c.timezone).where(
+        schedules.c.project_id == project_id, schedules.c.disabled_at.is_(None)
+    )
+    return {row.workflow_name: (row.spec, row.timezone) for row in conn.execute(query)}
+
+
+def delete_project(conn: Connection, name: str, now: datetime) -> None:
+    """Soft-delete a project: its schedules are removed, its sessions and revisions kept.
+
+    Raises NotFound if there is no such project (or it is already deleted).
+    """
+    query = select(projects.c.id).where(projects.c.name == name, projects.c.deleted_at.is_(None))
+    project_id = conn.execute(query).scalar_one_or_none()
+    if project_id is None:
+        raise NotFound(f"project {name!r} does not exist")
+    conn.execute(projects.update().where(projects.c.id == project_id).values(deleted_at=now))
+    names = select(schedules.c.workflow_name).where(schedules.c.project_id == project_id)
+    remove_schedules(conn, int(project_id), list(conn.execute(names).scalars()), now)
+
+
+def get_project_archive(conn: Connection, digest: str) -> bytes:
+    """The bytes of the archive stored under ``digest``; NotFound if there is none."""
+    query = select(project_archives.c.content).where(project_archives.c.digest == digest)
+    content = conn.execute(query).scalar_one_or_none()
+    if content is None:
+        raise NotFound(f"project archive {digest} does not exist")
+    return bytes(content)
+
+
+def archive_digest_of_attempt(conn: Connection, attempt_id: int) -> str | None:
+    """The digest of the archive an attempt's revision was pushed with; None for a
+    revision that has none (a workflow run from a local directory)."""
+    query = (
+        select(revisions.c.archive_digest)
+        .select_from(
+            attempts.join(
+                workflow_definitions,
+                attempts.c.workflow_definition_id == workflow_definitions.c.id,
+            ).join(revisions, workflow_definitions.c.revision_id == revisions.c.id)
+        )
+        .where(attempts.c.id == attempt_id)
+    )
+    digest = conn.execute(query).scalar_one_or_none()
+    return None if digest is None else str(digest)
+
+
+def archive_reader(engine: Engine) -> Callable[[str], bytes | None]:
+    """A function reading an archive's bytes from the store by digest (None if absent),
+    each call on its own short read-only connection: what an in-process runner or the
+    executor's publisher fetches archives with."""
+
+    def read(digest: str) -> bytes | None:
+        with read_only(engine) as conn:
+            try:
+                return get_project_archive(conn, digest)
+            except NotFound:
+                return None
+
+    return read

@@ -1,0 +1,67 @@
+"""Pushed project archives in Redis: how agents, which have no database, get a task's files.
+
+The executor leaves an archive's bytes under ``<prefix>archive:<digest>`` before it
+publishes a task that needs it; agents read that key. The key only caches what the
+database holds: it expires after :data:`ARCHIVE_TTL_SECONDS` unused, and every publish
+that needs it refreshes it, or puts it back when Redis lost it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection
+
+from redis import Redis
+
+log = logging.getLogger(__name__)
+
+ARCHIVE_TTL_SECONDS = 24 * 3600
+"""How long an archive stays in Redis after the last task that needed it was published."""
+
+ArchiveSource = Callable[[str], bytes | None]
+"""Reads an archive's bytes by digest; None when there is no such archive."""
+
+
+def archive_key(prefix: str, digest: str) -> str:
+    """The Redis key of an archive."""
+    return f"{prefix}archive:{digest}"
+
+
+class RedisArchives:
+    """The archives in Redis under one prefix: put by the executor, read by agents."""
+
+    def __init__(self, client: Redis, prefix: str) -> None:
+        self.client = client
+        self.prefix = prefix
+
+    def ensure(self, digests: Collection[str], source: ArchiveSource) -> list[str]:
+        """Make sure each archive is in Redis for another :data:`ARCHIVE_TTL_SECONDS`.
+
+        One round trip refreshes the TTL of every key (``EXPIRE``); only the archives whose
+        key was missing are read from ``source`` and written. Returns the digests that
+        ``source`` did not have (their tasks fail on the agent, saying so).
+        """
+        ordered = sorted(set(digests))
+        if not ordered:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for digest in ordered:
+            pipe.expire(archive_key(self.prefix, digest), ARCHIVE_TTL_SECONDS)
+        present = pipe.execute()
+        missing: list[str] = []
+        for digest, found in zip(ordered, present, strict=True):
+            if found:
+                continue
+            content = source(digest)
+            if content is None:
+                log.error("project archive %s is not in the store", digest)
+                missing.append(digest)
+                continue
+            self.client.set(archive_key(self.prefix, digest), content, ex=ARCHIVE_TTL_SECONDS)
+            log.info("put project archive %s in Redis (%d bytes)", digest, len(content))
+        return missing
+
+    def fetch(self, digest: str) -> bytes | None:
+        """The bytes of an archive, or None if Redis does not hold it."""
+        content = self.client.get(archive_key(self.prefix, digest))
+        return content if isinstance(content, bytes) else None
