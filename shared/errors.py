@@ -14,7 +14,15 @@ class NotFound(TickworkError):
 
 
 class Conflict(TickworkError):
-    """Raised when a write collides with existing state (a duplicate name, a done attempt)."""
+    """Raised when a write collides with existing state (a duplicate name, a done attempt).
+
+    ``attempt_id`` names the existing attempt when the collision is with one (a session
+    started twice, an idempotency key used again).
+    """
+
+    def __init__(self, message: str = "", *, attempt_id: str | None = None) -> None:
+        super().__init__(message)
+        self.attempt_id = attempt_id
 
 
 @dataclass(frozen=True)
@@ -70,3 +78,13 @@ class LeaseLost(TickworkError):
 
 class StoreUnavailable(TickworkError):
     """Raised when the database cannot be reached or its schema is not migrated."""
+
+
+class Unauthorized(TickworkError):
+    """Raised by the API client when the API refuses its token (missing, wrong, or a
+    ``read`` token used for a write)."""
+
+
+class ApiUnavailable(TickworkError):
+    """Raised by the API client when the API cannot be reached or answers with a server
+    error."""

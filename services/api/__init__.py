@@ -1,0 +1,1 @@
+"""The REST API service: a Flask (APIFlask) app under gunicorn; see docs/rest-api.md."""

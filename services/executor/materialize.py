@@ -12,7 +12,7 @@ from sqlalchemy import Connection, select
 from shared.domain.params import merge_params
 from shared.domain.states import TaskState
 from shared.domain.workflow import TaskSpec, sibling_dependencies
-from shared.store.tables import tasks
+from shared.store.tables import attempts, tasks
 from shared.store.tasks import insert_dependencies, insert_tasks
 
 
@@ -42,7 +42,7 @@ def materialize_children(
     being resumed are inserted as SUCCESS with the params they stored.
     """
     names = [placement.parent_full_name + spec.name for spec in specs]
-    resumed = _resumed_outputs(conn, placement.resume_from_attempt_id, names)
+    resumed = _resumed_outputs(conn, placement, names)
     rows = [
         _row(placement, spec, name, placement.first_position + index, resumed, now)
         for index, (spec, name) in enumerate(zip(specs, names, strict=True))
@@ -109,11 +109,21 @@ def _row(
 
 
 def _resumed_outputs(
-    conn: Connection, attempt_id: int | None, names: list[str]
+    conn: Connection, placement: Placement, names: list[str]
 ) -> dict[str, tuple[dict[str, Any] | None, dict[str, Any] | None]]:
-    """``full name -> (result, output_params)`` of the tasks that succeeded in ``attempt_id``."""
+    """``full name -> (result, output_params)`` of the tasks that succeeded in the attempt
+    being resumed; only those the new attempt's ``resume_only`` names, when it has one (a
+    retry from a task)."""
+    attempt_id = placement.resume_from_attempt_id
     if attempt_id is None or not names:
         return {}
+    only_query = select(attempts.c.resume_only).where(attempts.c.id == placement.attempt_id)
+    only = conn.execute(only_query).scalar_one_or_none()
+    if only is not None:
+        kept = set(only)
+        names = [name for name in names if name in kept]
+        if not names:
+            return {}
     query = select(tasks.c.full_name, tasks.c.result, tasks.c.output_params).where(
         tasks.c.attempt_id == attempt_id,
         tasks.c.full_name.in_(names),

@@ -1,0 +1,202 @@
+"""The REST API as a Flask (APIFlask) application: ``create_app(config)``.
+
+Routes live in ``services/api/routes/<resource>.py``, one blueprint each; the OpenAPI
+3.1 document (``/api/openapi.json``) and its viewer (``/api/docs``) are generated from
+them. Before a route runs, every request is authenticated, rate limited and checked
+(:mod:`services.api.body`); every error becomes a problem document (:mod:`services.api.errors`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+import time
+from typing import Any
+
+from apiflask import APIFlask
+from flask import Response, g, request
+from sqlalchemy import Engine
+from werkzeug.routing import BaseConverter
+
+from services.api.auth import SECURITY_SCHEME_NAME, SECURITY_SCHEMES, authenticate, is_open
+from services.api.body import ARCHIVE_REQUEST_BODY, BINARY_BODY_ATTRIBUTE, check_request
+from services.api.config import ApiConfig
+from services.api.database import ENGINE_KEY
+from services.api.errors import PROBLEM_MEDIA_TYPE, ApiProblem, register_error_handlers
+from services.api.metrics import ApiMetrics
+from services.api.ratelimit import RateLimiter, retry_after_header
+from shared.store.engine import create_store_engine
+
+API_VERSION = "1"
+RULE_ARGUMENT = re.compile(r"<(?:[^:<>]+:)?([^<>]+)>")
+CONFIG_KEY = "tickwork.config"
+METRICS_KEY = "tickwork.metrics"
+LIMITER_KEY = "tickwork.rate_limiter"
+# Each module defines ``blueprint``; a module not written yet is left out.
+ROUTE_MODULES = ("health", "projects", "workflows", "schedules", "sessions", "attempts", "logs")
+
+PROBLEM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "An RFC 9457 problem document (application/problem+json).",
+    "properties": {
+        "type": {"type": "string"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string"},
+        "errors": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "detail": {"type": "string"},
+                    "pointer": {"type": "string"},
+                    "parameter": {"type": "string"},
+                    "file": {"type": "string"},
+                    "line": {"type": ["integer", "null"]},
+                },
+            },
+        },
+    },
+    "required": ["type", "title", "status", "detail"],
+}
+
+
+class IdConverter(BaseConverter):
+    """``<id:name>``: a positive id the store can hold (at most 18 digits); else 404."""
+
+    regex = r"[0-9]{1,18}"
+
+    def to_python(self, value: str) -> int:
+        return int(value)
+
+    def to_url(self, value: Any) -> str:
+        return str(int(value))
+
+
+def create_app(config: ApiConfig, engine: Engine | None = None) -> APIFlask:
+    """The API application on ``engine`` (default: one made from ``config.database_url``)."""
+    app = APIFlask(
+        "tickwork",
+        title="tickwork",
+        version=API_VERSION,
+        spec_path="/api/openapi.json",
+        docs_path="/api/docs",
+        docs_oauth2_redirect_path=None,
+    )
+    app.config.update(
+        OPENAPI_VERSION="3.1.0",
+        SECURITY_SCHEMES=SECURITY_SCHEMES,
+        MAX_CONTENT_LENGTH=config.max_archive_bytes,
+        TICKWORK_PAGE_LIMIT=config.page_limit,
+        TICKWORK_MAX_JSON_BYTES=config.max_json_bytes,
+        VALIDATION_ERROR_SCHEMA=PROBLEM_SCHEMA,
+        HTTP_ERROR_SCHEMA=PROBLEM_SCHEMA,
+        AUTO_AUTH_ERROR_RESPONSE=False,
+        INFO={"description": "tickwork's REST API; see docs/rest-api.md for the overview."},
+    )
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.url_map.converters["id"] = IdConverter
+    app.extensions[ENGINE_KEY] = engine or create_store_engine(config.database_url)
+    app.extensions[CONFIG_KEY] = config
+    app.extensions[METRICS_KEY] = ApiMetrics()
+    app.extensions[LIMITER_KEY] = RateLimiter(config.rate_limit_per_second, config.rate_limit_burst)
+    register_error_handlers(app)
+    _register_hooks(app, config)
+    for name in ROUTE_MODULES:
+        module_name = f"services.api.routes.{name}"
+        if importlib.util.find_spec(module_name) is not None:
+            app.register_blueprint(importlib.import_module(module_name).blueprint)
+    app.spec_processor(lambda spec: _complete_spec(app, spec))
+    return app
+
+
+def _register_hooks(app: APIFlask, config: ApiConfig) -> None:
+    limiter: RateLimiter = app.extensions[LIMITER_KEY]
+    metrics: ApiMetrics = app.extensions[METRICS_KEY]
+
+    @app.before_request
+    def _admit() -> None:
+        g.started = time.perf_counter()
+        refused: ApiProblem | None = None
+        try:
+            authenticate(config)
+        except ApiProblem as exc:
+            refused = exc  # counted too: guessing tokens is limited like any request
+        if not is_open(request.path):
+            wait = limiter.acquire(g.client)
+            if wait is not None:
+                raise ApiProblem(
+                    429,
+                    f"more than {config.rate_limit_per_second} requests a second; slow down",
+                    headers={"Retry-After": retry_after_header(wait)},
+                )
+        if refused is not None:
+            raise refused
+        check_request()
+
+    @app.after_request
+    def _count(response: Response) -> Response:
+        started = g.get("started")
+        if started is not None:
+            endpoint = request.url_rule.rule if request.url_rule is not None else "unknown"
+            seconds = time.perf_counter() - started
+            metrics.observe(endpoint, request.method, response.status_code, seconds)
+        return response
+
+
+def _complete_spec(app: APIFlask, spec: dict[str, Any] | str) -> dict[str, Any] | str:
+    """Add what decorators cannot say: who needs a token, and which bodies are archives."""
+    if isinstance(spec, str):  # pragma: no cover - only for a YAML spec
+        return spec
+    paths = spec.get("paths", {})
+    for rule in app.url_map.iter_rules():
+        view = app.view_functions.get(rule.endpoint)
+        if not getattr(view, BINARY_BODY_ATTRIBUTE, False):
+            continue
+        path = RULE_ARGUMENT.sub(r"{\1}", rule.rule)  # /a/<id:x> -> /a/{x}
+        for method in rule.methods or ():
+            operation = paths.get(path, {}).get(method.lower())
+            if isinstance(operation, dict):
+                operation["requestBody"] = ARCHIVE_REQUEST_BODY
+    spec["security"] = [{SECURITY_SCHEME_NAME: []}]
+    for path, operations in paths.items():
+        for method, operation in operations.items():
+            if not isinstance(operation, dict):
+                continue
+            if is_open(path):
+                operation["security"] = []
+            _problem_responses(operation, method, open_path=is_open(path))
+    return spec
+
+
+# Answers any operation may give, by what it takes; each is a problem document.
+COMMON_ERRORS = {
+    "body": {
+        "400": "The body is not well-formed JSON",
+        "413": "The body is larger than the server accepts",
+        "415": "The body's media type is not accepted",
+    },
+    "token": {
+        "401": "No token, or one that is not valid",
+        "429": "Too many requests; retry after Retry-After seconds",
+        "503": "The database cannot be reached",
+    },
+    "write": {"403": "A read token may not write"},
+}
+
+
+def _problem_responses(operation: dict[str, Any], method: str, *, open_path: bool) -> None:
+    """Document the common error answers; every error answer is a problem document."""
+    responses = operation.setdefault("responses", {})
+    kinds = [] if open_path else ["token"]
+    if "requestBody" in operation:
+        kinds.append("body")
+    if not open_path and method.upper() not in ("GET", "HEAD", "OPTIONS"):
+        kinds.append("write")
+    for kind in kinds:
+        for status, description in COMMON_ERRORS[kind].items():
+            responses.setdefault(status, {"description": description})
+    for status, response in responses.items():
+        if str(status)[0] in "45" and isinstance(response, dict):
+            response["content"] = {PROBLEM_MEDIA_TYPE: {"schema": PROBLEM_SCHEMA}}

@@ -1,0 +1,91 @@
+"""``tickwork api``: serve the REST API with gunicorn on an already migrated database."""
+
+from __future__ import annotations
+
+import click
+from sqlalchemy.exc import SQLAlchemyError
+
+from services.api.config import API_SETTINGS, ApiConfig
+from services.cli_support import fail
+from shared.errors import StoreUnavailable, TickworkError
+from shared.logging import configure_logging
+from shared.store.engine import create_store_engine, describe_store_error
+from shared.store.migrate import is_up_to_date
+
+
+def _epilog() -> str:
+    lines = [
+        f"{s.name}: {s.doc}" + (f" (default {s.default})" if s.default else "")
+        for s in API_SETTINGS
+    ]
+    return "\b\nEnvironment:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+@click.command("api", epilog=_epilog())
+@click.option(
+    "--bind",
+    envvar="TICKWORK_API_BIND",
+    default="127.0.0.1:8765",
+    show_default=True,
+    help="HOST:PORT to listen on (env TICKWORK_API_BIND).",
+)
+@click.option(
+    "--workers",
+    envvar="TICKWORK_API_WORKERS",
+    type=click.IntRange(1, 256),
+    default=2,
+    show_default=True,
+    help="Worker processes (env TICKWORK_API_WORKERS).",
+)
+@click.option(
+    "--graceful-timeout",
+    "graceful_timeout_seconds",
+    envvar="TICKWORK_API_GRACEFUL_TIMEOUT",
+    type=click.IntRange(1, 3600),
+    default=30,
+    show_default=True,
+    help="Seconds a stopping worker may finish its requests.",
+)
+@click.option("--log-level", envvar="TICKWORK_LOG_LEVEL", default="INFO", show_default=True)
+def api_command(bind: str, workers: int, graceful_timeout_seconds: int, log_level: str) -> None:
+    """Serve the REST API (docs at /api/docs) until SIGTERM."""
+    configure_logging(log_level.upper())
+    try:
+        config = ApiConfig.from_environment()
+    except TickworkError as exc:
+        fail(f"error: {exc}")
+    if not config.database_url:
+        fail("error: TICKWORK_DATABASE_URL is not set: name the database to serve")
+    if config.auth_enabled and not config.tokens:
+        fail(
+            "error: no API token is configured: set TICKWORK_API_TOKENS=admin:TOKEN (or "
+            "TICKWORK_API_TOKENS_FILE), or TICKWORK_API_AUTH=off to serve without tokens"
+        )
+    _check_schema(config.database_url)
+    # Imported here: the app and gunicorn take half a second to import, which every other
+    # `tickwork` command would pay.
+    from services.api.server import ServerOptions, run_server, stderr_is_terminal
+
+    options = ServerOptions(
+        bind=bind,
+        workers=workers,
+        graceful_timeout_seconds=graceful_timeout_seconds,
+        json_access_log=not stderr_is_terminal(),
+    )
+    run_server(config, options)
+
+
+def _check_schema(database_url: str) -> None:
+    """Exit with one line unless the database is reachable and at the newest schema."""
+    try:
+        engine = create_store_engine(database_url)
+    except StoreUnavailable as exc:
+        fail(f"error: {exc}")
+    try:
+        current = is_up_to_date(engine)
+    except SQLAlchemyError as exc:
+        fail(f"error: {describe_store_error(database_url, exc)}")
+    finally:
+        engine.dispose()  # each worker makes its own after the fork
+    if not current:
+        fail("error: the database schema is not current; run `tickwork db upgrade` first")

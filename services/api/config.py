@@ -1,0 +1,129 @@
+"""Settings of the REST API service, read once from ``TICKWORK_*`` environment variables."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from shared.config import Setting
+from shared.errors import InvalidConfig, Problem
+
+Role = Literal["read", "admin"]
+ROLES: tuple[Role, ...] = ("read", "admin")
+
+API_SETTINGS = (
+    Setting("TICKWORK_DATABASE_URL", "", "the store (PostgreSQL, or SQLite for a single process)"),
+    Setting("TICKWORK_API_TOKENS", "", "comma-separated ROLE:TOKEN, ROLE read or admin"),
+    Setting("TICKWORK_API_TOKENS_FILE", "", "a file of ROLE:TOKEN lines (# comments)"),
+    Setting("TICKWORK_API_AUTH", "on", "on: every request but probes needs a token; off: none"),
+    Setting("TICKWORK_API_MAX_ARCHIVE_MB", "64", "largest project archive accepted, in MiB"),
+    Setting("TICKWORK_API_MAX_JSON_KB", "1024", "largest JSON body accepted, in KiB"),
+    Setting("TICKWORK_API_RATE_LIMIT", "50", "requests per second per token or client; 0: off"),
+    Setting("TICKWORK_LOG_DIR", "", "where the executor writes task logs (read by /api/logs)"),
+    Setting("TICKWORK_API_PAGE_LIMIT", "1000", "largest `limit` of a list"),
+)
+
+
+@dataclass(frozen=True)
+class ApiToken:
+    """One bearer token and what it may do: ``read`` every GET, ``admin`` everything."""
+
+    role: Role
+    token: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    """Settings of ``tickwork api`` (and of the API inside ``tickwork standalone``)."""
+
+    database_url: str
+    tokens: tuple[ApiToken, ...] = ()
+    auth_enabled: bool = True
+    max_archive_bytes: int = 64 * 1024 * 1024
+    max_json_bytes: int = 1024 * 1024
+    rate_limit_per_second: int = 50
+    log_dir: Path | None = None
+    page_limit: int = 1000
+
+    @property
+    def rate_limit_burst(self) -> int:
+        """Requests a token may make at once before the rate applies: twice the rate."""
+        return 2 * self.rate_limit_per_second
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> ApiConfig:
+        """Read the settings; raises InvalidConfig naming the variable on a bad value."""
+        env = os.environ if environ is None else environ
+        values = {s.name: env.get(s.name, s.default) for s in API_SETTINGS}
+        log_dir = values["TICKWORK_LOG_DIR"]
+        return cls(
+            database_url=values["TICKWORK_DATABASE_URL"],
+            tokens=_tokens(values),
+            auth_enabled=_switch(values, "TICKWORK_API_AUTH"),
+            max_archive_bytes=_integer(values, "TICKWORK_API_MAX_ARCHIVE_MB", 1) * 1024 * 1024,
+            max_json_bytes=_integer(values, "TICKWORK_API_MAX_JSON_KB", 1) * 1024,
+            rate_limit_per_second=_integer(values, "TICKWORK_API_RATE_LIMIT", 0),
+            log_dir=Path(log_dir) if log_dir else None,
+            page_limit=_integer(values, "TICKWORK_API_PAGE_LIMIT", 1),
+        )
+
+
+def _invalid(name: str, message: str) -> InvalidConfig:
+    return InvalidConfig(str(Problem(name, None, message)))
+
+
+def _integer(values: Mapping[str, str], name: str, minimum: int) -> int:
+    raw = values[name].strip()
+    try:
+        number = int(raw)
+    except ValueError:
+        number = minimum - 1
+    if number < minimum:
+        kind = "a positive integer" if minimum > 0 else "a whole number >= 0"
+        raise _invalid(name, f"expected {kind}, got {values[name]!r}")
+    return number
+
+
+def _switch(values: Mapping[str, str], name: str) -> bool:
+    raw = values[name].strip().lower()
+    if raw not in ("on", "off"):
+        raise _invalid(name, f"expected on or off, got {values[name]!r}")
+    return raw == "on"
+
+
+def _tokens(values: Mapping[str, str]) -> tuple[ApiToken, ...]:
+    name = "TICKWORK_API_TOKENS"
+    tokens = [_token(name, None, item) for item in values[name].split(",") if item.strip()]
+    path = values["TICKWORK_API_TOKENS_FILE"]
+    if path:
+        tokens.extend(_tokens_file(Path(path)))
+    return tuple(tokens)
+
+
+def _tokens_file(path: Path) -> list[ApiToken]:
+    name = "TICKWORK_API_TOKENS_FILE"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise _invalid(name, f"cannot read {path}: {reason}") from None
+    tokens = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            tokens.append(_token(name, number, stripped))
+    return tokens
+
+
+def _token(name: str, line: int | None, item: str) -> ApiToken:
+    # The token itself is never echoed in an error: it is a secret.
+    role, sep, token = item.strip().partition(":")
+    where = name if line is None else f"{name} line {line}"
+    if not sep or role not in ROLES:
+        raise _invalid(where, "expected ROLE:TOKEN with ROLE read or admin")
+    if len(token) < 8 or any(ch.isspace() for ch in token):
+        raise _invalid(where, f"the {role} token must be 8 or more characters, no spaces")
+    return ApiToken(role, token)

@@ -1,0 +1,33 @@
+"""The store as routes see it: a read connection or a write transaction on the app's engine."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from flask import current_app
+from sqlalchemy import Connection, Engine
+
+from shared.store.engine import read_only
+
+ENGINE_KEY = "tickwork.engine"
+
+
+def current_engine() -> Engine:
+    """The engine of the app serving this request (``app.extensions``)."""
+    engine: Engine = current_app.extensions[ENGINE_KEY]
+    return engine
+
+
+@contextmanager
+def read_connection() -> Iterator[Connection]:
+    """A connection for reads only (on SQLite it never waits for a writer)."""
+    with read_only(current_engine()) as conn:
+        yield conn
+
+
+@contextmanager
+def write_transaction() -> Iterator[Connection]:
+    """A transaction, committed when the block ends and rolled back if it raises."""
+    with current_engine().begin() as conn:
+        yield conn

@@ -1,0 +1,1 @@
+"""The API's blueprints, one module per resource, each defining ``blueprint``."""

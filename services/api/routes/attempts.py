@@ -1,0 +1,311 @@
+"""Attempts: list, start by hand, look at, kill, retry, and their task trees."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+from zoneinfo import ZoneInfo
+
+from apiflask import APIBlueprint
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from services.api.database import read_connection, write_transaction
+from services.api.errors import InvalidBody
+from services.api.paging import PageQuery, decode_cursor, encode_cursor, page_limit
+from shared.clock import utc_now
+from shared.domain.states import AttemptState
+from shared.errors import Conflict, InvalidInput
+from shared.store import history
+from shared.store.history import AttemptView, Page
+from shared.store.starts import RetryMode, kill_attempt, retry_attempt, start_attempt
+
+blueprint = APIBlueprint("attempts", __name__, tag="Attempts")
+
+
+class AttemptOut(BaseModel):
+    """One attempt of a session."""
+
+    id: str
+    name: str
+    session_id: str
+    session_uuid: str
+    session_time: datetime = Field(description="In the workflow's time zone.")
+    project: str
+    project_id: str
+    workflow: str
+    workflow_definition_id: str
+    state: AttemptState
+    done: bool
+    timezone: str
+    params: dict[str, Any]
+    resume_from_attempt_id: str | None
+    resume_only: list[str] | None = Field(
+        description="Retry from a task: the tasks that counted as done (null: all that succeeded)."
+    )
+    idempotency_key: str | None
+    created_at: datetime
+    finished_at: datetime | None
+
+
+class AttemptPage(BaseModel):
+    """A page of attempts, newest first."""
+
+    items: list[AttemptOut]
+    next_cursor: str | None
+
+
+class AttemptsQuery(PageQuery):
+    """Filters of the attempt list."""
+
+    project: str | None = Field(None, max_length=255, description="Project name.")
+    workflow: str | None = Field(None, max_length=255, description="Workflow name.")
+    state: AttemptState | None = None
+
+
+class StartBody(BaseModel):
+    """A session to start by hand."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str = Field(min_length=1, max_length=255)
+    workflow: str = Field(min_length=1, max_length=255)
+    session_time: str | None = Field(
+        None,
+        max_length=64,
+        description="ISO 8601; without an offset it is read in the workflow's time zone. "
+        "Default: now (for a scheduled workflow, its last scheduled time).",
+    )
+    params: dict[str, Any] = Field(default_factory=dict)
+    idempotency_key: str | None = Field(None, min_length=1, max_length=255)
+
+    @field_validator("session_time")
+    @classmethod
+    def _iso_time(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_time(value)
+        return value
+
+
+class RetryBody(BaseModel):
+    """What a retry runs again."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    mode: Literal["all", "failed", "from"] = Field(
+        description="all: every task; failed: what did not succeed; from: a task and what "
+        "follows it."
+    )
+    from_task: str | None = Field(
+        None, alias="from", min_length=1, max_length=2000, description="`+task` for mode from."
+    )
+    params: dict[str, Any] | None = Field(None, description="Merged over the attempt's params.")
+
+
+class TaskOut(BaseModel):
+    """One task of an attempt's tree."""
+
+    id: str
+    full_name: str
+    parent_id: str | None
+    upstream_ids: list[str]
+    position: int
+    is_group: bool
+    is_generated: bool
+    state: str
+    retry_count: int
+    config: dict[str, Any]
+    params: dict[str, Any] | None
+    output_params: dict[str, Any] | None
+    error: dict[str, Any] | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    updated_at: datetime
+
+
+class TaskList(BaseModel):
+    """Every task of an attempt, in creation order (parents before their children)."""
+
+    items: list[TaskOut]
+    next_cursor: str | None = None
+
+
+def parse_time(value: str) -> datetime:
+    """An ISO 8601 time (naive if it has no offset); ValueError with a clear message."""
+    try:
+        return datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise ValueError("expected an ISO 8601 time such as 2026-11-30T07:00:00+00:00") from None
+
+
+def attempt_item(attempt: AttemptView) -> dict[str, Any]:
+    """The JSON of an attempt (ids as strings, the session time in its zone)."""
+    return {
+        "id": str(attempt.id),
+        "name": attempt.name,
+        "session_id": str(attempt.session_id),
+        "session_uuid": attempt.session_uuid,
+        "session_time": attempt.session_time.astimezone(ZoneInfo(attempt.timezone)),
+        "project": attempt.project_name,
+        "project_id": str(attempt.project_id),
+        "workflow": attempt.workflow_name,
+        "workflow_definition_id": str(attempt.workflow_definition_id),
+        "state": attempt.state,
+        "done": attempt.state.is_done,
+        "timezone": attempt.timezone,
+        "params": attempt.params,
+        "resume_from_attempt_id": _id_or_none(attempt.resume_from_attempt_id),
+        "resume_only": attempt.resume_only,
+        "idempotency_key": attempt.idempotency_key,
+        "created_at": attempt.created_at,
+        "finished_at": attempt.finished_at,
+    }
+
+
+def _id_or_none(value: int | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def page_of(page: Page[AttemptView]) -> dict[str, Any]:
+    """A store page of attempts as the JSON of a list."""
+    cursor = None if page.next_after is None else encode_cursor(page.next_after)
+    return {"items": [attempt_item(a) for a in page.items], "next_cursor": cursor}
+
+
+@blueprint.get("/api/attempts")
+@blueprint.input(AttemptsQuery, location="query", arg_name="query")
+@blueprint.output(AttemptPage)
+def list_attempts(query: AttemptsQuery) -> dict[str, Any]:
+    """Attempts, newest first."""
+    after = decode_cursor(query.cursor) if query.cursor else None
+    with read_connection() as conn:
+        page = history.list_attempts(
+            conn,
+            project=query.project,
+            workflow=query.workflow,
+            state=query.state,
+            after=after,
+            limit=page_limit(query),
+        )
+    return page_of(page)
+
+
+@blueprint.post("/api/attempts")
+@blueprint.input(StartBody, arg_name="body")
+@blueprint.output(AttemptOut, status_code=201)
+@blueprint.doc(
+    responses={
+        404: "No such project or workflow",
+        409: "The session already has an attempt, or the idempotency key was used: "
+        "`attempt_id` names that attempt",
+    }
+)
+def start(body: StartBody) -> dict[str, Any]:
+    """Start a session of a workflow of a project's latest revision by hand."""
+    session_time = None if body.session_time is None else parse_time(body.session_time)
+    with write_transaction() as conn:
+        result = start_attempt(
+            conn,
+            project=body.project,
+            workflow=body.workflow,
+            session_time=session_time,
+            params=body.params,
+            idempotency_key=body.idempotency_key,
+            now=utc_now(),
+        )
+    if not result.created:
+        raise Conflict(
+            f"session {result.session_id} already has attempt {result.attempt_id}",
+            attempt_id=str(result.attempt_id),
+        )
+    with read_connection() as conn:
+        return attempt_item(history.get_attempt_view(conn, result.attempt_id))
+
+
+@blueprint.get("/api/attempts/<id:attempt_id>")
+@blueprint.output(AttemptOut)
+@blueprint.doc(responses={404: "No such attempt"})
+def get_attempt(attempt_id: int) -> dict[str, Any]:
+    """One attempt."""
+    with read_connection() as conn:
+        return attempt_item(history.get_attempt_view(conn, attempt_id))
+
+
+@blueprint.post("/api/attempts/<id:attempt_id>/kill")
+@blueprint.output(AttemptOut, status_code=202)
+@blueprint.doc(responses={404: "No such attempt", 409: "The attempt has already ended"})
+def kill(attempt_id: int) -> dict[str, Any]:
+    """Kill an attempt: it moves to `canceling`; its running tasks are stopped and it ends
+    `killed`."""
+    with write_transaction() as conn:
+        kill_attempt(conn, attempt_id, utc_now())
+    with read_connection() as conn:
+        return attempt_item(history.get_attempt_view(conn, attempt_id))
+
+
+@blueprint.post("/api/attempts/<id:attempt_id>/retry")
+@blueprint.input(RetryBody, arg_name="body")
+@blueprint.output(AttemptOut, status_code=201)
+@blueprint.doc(
+    responses={
+        404: "No such attempt",
+        409: "The session's latest attempt has not ended (`attempt_id` names it), or mode "
+        "`failed` was asked of an attempt that succeeded",
+    }
+)
+def retry(attempt_id: int, body: RetryBody) -> dict[str, Any]:
+    """A new attempt of the same session: everything, what did not succeed, or from a task."""
+    if body.mode == "from" and body.from_task is None:
+        raise InvalidBody("/from", "required when mode is 'from'")
+    if body.mode != "from" and body.from_task is not None:
+        raise InvalidBody("/from", "only with mode 'from'")
+    try:
+        with write_transaction() as conn:
+            new_id = retry_attempt(
+                conn,
+                attempt_id,
+                mode=RetryMode(body.mode),
+                from_task=body.from_task,
+                params=body.params,
+                now=utc_now(),
+            )
+    except InvalidInput as error:
+        problem = error.problems[0]
+        raise InvalidBody(problem.file, problem.message) from None
+    with read_connection() as conn:
+        return attempt_item(history.get_attempt_view(conn, new_id))
+
+
+@blueprint.get("/api/attempts/<id:attempt_id>/tasks")
+@blueprint.output(TaskList)
+@blueprint.doc(responses={404: "No such attempt"})
+def tasks(attempt_id: int) -> dict[str, Any]:
+    """The attempt's task tree: each task with its parent and the tasks it waits for."""
+    with read_connection() as conn:
+        nodes = history.list_task_tree(conn, attempt_id)
+    items = [
+        {
+            "id": str(node.task.id),
+            "full_name": node.task.full_name,
+            "parent_id": _id_or_none(node.task.parent_id),
+            "upstream_ids": [str(i) for i in node.upstream_ids],
+            "position": node.task.position,
+            "is_group": node.task.is_group,
+            "is_generated": node.task.is_generated,
+            "state": node.task.state.value,
+            "retry_count": node.task.retry_count,
+            "config": node.task.config,
+            "params": node.task.params,
+            "output_params": node.task.output_params,
+            "error": node.task.error,
+            "started_at": node.task.started_at,
+            "finished_at": node.task.finished_at,
+            "updated_at": node.task.updated_at,
+        }
+        for node in nodes
+    ]
+    return {"items": items, "next_cursor": None}
+
+
+def utc_or_naive(value: datetime) -> datetime:
+    """A time with no offset read in UTC (query parameters other than session times)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value

@@ -1,0 +1,86 @@
+"""Probes and service facts: ``/healthz``, ``/readyz``, ``/metrics``, ``/api/version``."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, cast
+
+from apiflask import APIBlueprint
+from flask import Response, current_app
+from pydantic import BaseModel
+from sqlalchemy.exc import SQLAlchemyError
+
+from services.api.database import current_engine
+from services.api.errors import ApiProblem
+from services.api.metrics import CONTENT_TYPE, ApiMetrics
+from shared.store.migrate import is_up_to_date
+
+blueprint = APIBlueprint("health", __name__, tag="Service")
+
+API_VERSION = "1"
+METRICS_RESPONSES = {
+    200: {
+        "description": "The Prometheus text exposition format",
+        "content": {"text/plain": {"schema": {"type": "string"}}},
+    }
+}
+
+
+class Status(BaseModel):
+    """A probe's answer."""
+
+    status: str
+
+
+class Version(BaseModel):
+    """The server's version and the REST API's version."""
+
+    version: str
+    api_version: str
+
+
+@blueprint.get("/healthz")
+@blueprint.output(Status)
+def healthz() -> dict[str, Any]:
+    """Alive: the process answers (nothing else is checked)."""
+    return {"status": "ok"}
+
+
+@blueprint.get("/readyz")
+@blueprint.output(Status)
+@blueprint.doc(responses={503: "The database cannot be reached or is not migrated"})
+def readyz() -> dict[str, Any]:
+    """Ready: the database is reachable and at the newest schema."""
+    try:
+        migrated = is_up_to_date(current_engine())
+    except SQLAlchemyError:
+        unavailable = "the database cannot be reached"
+        raise ApiProblem(503, unavailable, headers={"Retry-After": "5"}) from None
+    if not migrated:
+        raise ApiProblem(
+            503,
+            "the database schema is not current; run `tickwork db upgrade`",
+            headers={"Retry-After": "30"},
+        )
+    return {"status": "ready"}
+
+
+@blueprint.get("/metrics")
+@blueprint.doc(summary="Prometheus metrics", responses=cast(Any, METRICS_RESPONSES))
+def metrics() -> Response:
+    """Request counts by endpoint and status, and latencies, summed over the workers."""
+    collected: ApiMetrics = current_app.extensions["tickwork.metrics"]
+    return Response(
+        collected.render(), mimetype=CONTENT_TYPE.split(";")[0], content_type=CONTENT_TYPE
+    )
+
+
+@blueprint.get("/api/version")
+@blueprint.output(Version)
+def api_version() -> dict[str, Any]:
+    """The server's version and the REST API's version."""
+    try:
+        server = version("tickwork")
+    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        server = "unknown"
+    return {"version": server, "api_version": API_VERSION}

@@ -1,0 +1,319 @@
+"""Task logs of an attempt: the list of files, a file's content (or a byte range of it),
+and a server-sent event stream that follows the attempt's logs as they are written.
+
+Files live under the log directory (``TICKWORK_LOG_DIR``); the store keeps their paths
+relative to it, and no path that resolves outside it is ever read.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from apiflask import APIBlueprint
+from flask import Response, current_app, request
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import Connection, Engine, select
+
+from services.api.database import current_engine, read_connection
+from services.api.errors import ApiProblem, InvalidParameter
+from shared.store import history
+from shared.store.engine import read_only
+from shared.store.sessions import get_attempt_state
+from shared.store.tables import tasks
+
+blueprint = APIBlueprint("logs", __name__, tag="Logs")
+
+CONFIG_KEY = "tickwork.config"
+FOLLOW_MAX_SECONDS = 600.0
+FOLLOW_POLL_SECONDS = 0.5
+TEXT_TYPE = "text/plain; charset=utf-8"
+# What the agent names a run's log file: <task name>.<task id>.<lease token>.log
+_RUN_FILE = re.compile(r"\.(\d+)\.(\d+)\.log$")
+_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+
+
+class LogFileOut(BaseModel):
+    """One log file: the log of one run of a task."""
+
+    id: str
+    task: str = Field(description="The task's full name.")
+    task_id: str
+    run: int = Field(description="The lease token of the run that wrote it.")
+    path: str = Field(description="Relative to the server's log directory.")
+    size_bytes: int
+    created_at: datetime
+
+
+class LogFileList(BaseModel):
+    """The log files of an attempt, in the order their runs ended."""
+
+    items: list[LogFileOut]
+    next_cursor: str | None = None
+
+
+class FilesQuery(BaseModel):
+    """Which files to list."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: str | None = Field(None, max_length=2000, description="Full-name prefix: `+wf+load`.")
+
+
+class ContentQuery(BaseModel):
+    """A part of a file instead of a Range header."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    offset: int | None = Field(None, ge=0, description="First byte to send.")
+    length: int | None = Field(None, ge=0, description="At most this many bytes.")
+
+
+class FollowQuery(BaseModel):
+    """Where to resume and how long to follow."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    offset: int = Field(0, ge=0, description="Bytes of the stream already received.")
+    max_seconds: float = Field(
+        FOLLOW_MAX_SECONDS, gt=0, le=FOLLOW_MAX_SECONDS, description="Stop after this long."
+    )
+
+
+def _log_root() -> Path:
+    config = current_app.extensions[CONFIG_KEY]
+    if config.log_dir is None:
+        raise ApiProblem(503, "this server has no log directory (set TICKWORK_LOG_DIR)")
+    return Path(config.log_dir).resolve()
+
+
+def resolve_log_path(root: Path, relative: str) -> Path | None:
+    """``root / relative`` if it stays inside ``root``; None for a path that escapes it."""
+    if not relative or "\x00" in relative:
+        return None
+    path = (root / relative).resolve()
+    return path if path.is_relative_to(root) and path != root else None
+
+
+@blueprint.get("/api/logs/<id:attempt_id>/files")
+@blueprint.input(FilesQuery, location="query", arg_name="query")
+@blueprint.output(LogFileList)
+@blueprint.doc(responses={404: "No such attempt"})
+def list_files(attempt_id: int, query: FilesQuery) -> dict[str, Any]:
+    """The attempt's log files, optionally of the tasks under a name prefix."""
+    with read_connection() as conn:
+        files = history.list_log_files(conn, attempt_id, task_prefix=query.task)
+    items = [
+        {
+            "id": str(f.id),
+            "task": f.task_full_name,
+            "task_id": str(f.task_id),
+            "run": f.lease_token,
+            "path": f.path,
+            "size_bytes": f.size_bytes,
+            "created_at": f.created_at,
+        }
+        for f in files
+    ]
+    return {"items": items, "next_cursor": None}
+
+
+@blueprint.get("/api/logs/<id:attempt_id>/files/<id:file_id>")
+@blueprint.input(ContentQuery, location="query", arg_name="query")
+@blueprint.doc(
+    responses={
+        200: "The file's text (from `offset`, at most `length` bytes)",
+        206: "The range asked for with `Range: bytes=a-b`",
+        404: "No such attempt or file",
+        416: "The range lies outside the file",
+    }
+)
+def get_file(attempt_id: int, file_id: int, query: ContentQuery) -> Response:
+    """A log file's content, or a part of it: `Range: bytes=a-b` or `?offset=&length=`."""
+    with read_connection() as conn:
+        found = history.get_log_file(conn, attempt_id, file_id)
+    path = resolve_log_path(_log_root(), found.path)
+    if path is None:
+        current_app.logger.warning("log path outside the log directory refused: %r", found.path)
+        raise ApiProblem(404, f"log file {file_id} is not in the log directory")
+    try:
+        size = path.stat().st_size
+    except OSError:
+        raise ApiProblem(404, f"log file {file_id} is no longer on disk") from None
+    header = request.headers.get("Range")
+    if header is not None:
+        start, end = _parse_range(header, size)
+        response = Response(_read(path, start, end - start + 1), 206, content_type=TEXT_TYPE)
+        response.headers["Content-Range"] = f"bytes {start}-{end}/{size}"
+    else:
+        start = query.offset or 0
+        if start > size:
+            raise _unsatisfiable(f"offset {start} is past the end of the file ({size} bytes)", size)
+        length = size - start if query.length is None else min(query.length, size - start)
+        response = Response(_read(path, start, length), 200, content_type=TEXT_TYPE)
+    response.headers["Accept-Ranges"] = "bytes"
+    response.headers["X-Log-Size"] = str(size)
+    return response
+
+
+def _unsatisfiable(detail: str, size: int) -> ApiProblem:
+    return ApiProblem(416, detail, headers={"Content-Range": f"bytes */{size}"})
+
+
+def _parse_range(header: str, size: int) -> tuple[int, int]:
+    """The first and last byte of ``Range: bytes=a-b`` (``a-``, ``-n`` too); 416 otherwise."""
+    match = _RANGE.match(header.strip())
+    if match is None or match.group(1) == match.group(2) == "":
+        raise _unsatisfiable(f"Range {header!r}: expected one range, bytes=first-last", size)
+    first, last = match.group(1), match.group(2)
+    if first == "":  # the last n bytes
+        count = int(last)
+        if count == 0 or size == 0:
+            raise _unsatisfiable(f"Range {header!r} selects nothing", size)
+        return max(0, size - count), size - 1
+    start = int(first)
+    end = size - 1 if last == "" else min(int(last), size - 1)
+    if start >= size or (last != "" and int(last) < start):
+        raise _unsatisfiable(f"Range {header!r} lies outside the file ({size} bytes)", size)
+    return start, end
+
+
+def _read(path: Path, start: int, length: int) -> bytes:
+    with path.open("rb") as file:
+        file.seek(start)
+        return file.read(length)
+
+
+@dataclass(frozen=True)
+class _StreamFile:
+    relative: str
+    task: str | None
+    path: Path
+
+
+@blueprint.get("/api/logs/<id:attempt_id>/follow")
+@blueprint.input(FollowQuery, location="query", arg_name="query")
+@blueprint.doc(
+    responses={
+        200: "text/event-stream: `log` events ({file, task, offset, text}; the event id is "
+        "the stream offset to resume from), then `end` ({state}) when the attempt ends or "
+        "`timeout` ({offset}) when `max_seconds` have passed",
+        404: "No such attempt",
+    }
+)
+def follow(attempt_id: int, query: FollowQuery) -> Response:
+    """Follow the attempt's logs as they are written, until it ends.
+
+    The stream is the attempt's log files one after the other: first those of runs that
+    ended, in the order they ended, then those still being written, by task. `offset`
+    (or the `Last-Event-ID` header) resumes after the bytes already received.
+    """
+    with read_connection() as conn:
+        get_attempt_state(conn, attempt_id)
+    offset = query.offset
+    last_event = request.headers.get("Last-Event-ID")
+    if last_event is not None:
+        if not last_event.isdigit():
+            raise InvalidParameter("Last-Event-ID", "expected a stream offset")
+        offset = int(last_event)
+    stream = _follow(current_engine(), _log_root(), attempt_id, offset, query.max_seconds)
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return Response(stream, 200, mimetype="text/event-stream", headers=headers)
+
+
+def _event(name: str, data: dict[str, Any], event_id: int | None = None) -> str:
+    lines = [f"event: {name}"]
+    if event_id is not None:
+        lines.append(f"id: {event_id}")
+    lines.append("data: " + json.dumps(data, separators=(",", ":")))
+    return "\n".join(lines) + "\n\n"
+
+
+def _follow(
+    engine: Engine, root: Path, attempt_id: int, offset: int, max_seconds: float
+) -> Iterator[str]:
+    deadline = time.monotonic() + max_seconds
+    sent = offset
+    yield ": following attempt logs\n\n"
+    while True:
+        # The state is read before the files: once it says done, this read is the last.
+        with read_only(engine) as conn:
+            state = get_attempt_state(conn, attempt_id)
+            files = _stream_files(conn, root, attempt_id)
+        position = 0
+        for file in files:
+            try:
+                size = file.path.stat().st_size
+            except OSError:
+                continue
+            if position + size > sent:
+                data = _read(file.path, max(0, sent - position), position + size - sent)
+                text, used = _whole_characters(data, final=state.is_done)
+                if used:
+                    start = sent
+                    sent += used
+                    event = {"file": file.relative, "task": file.task, "offset": start}
+                    yield _event("log", {**event, "text": text}, sent)
+                if sent < position + size:
+                    break  # an unfinished character: the rest waits for the next pass
+            position += size
+        if state.is_done:
+            yield _event("end", {"state": state.value, "offset": sent})
+            return
+        if time.monotonic() >= deadline:
+            yield _event("timeout", {"offset": sent})
+            return
+        time.sleep(FOLLOW_POLL_SECONDS)
+
+
+def _whole_characters(data: bytes, *, final: bool) -> tuple[str, int]:
+    """``data`` as text and how many bytes that used: a UTF-8 character cut at the end is
+    kept for later (unless ``final``); invalid bytes become U+FFFD."""
+    for cut in range(0 if final else 4):
+        try:
+            end = len(data) - cut
+            return data[:end].decode("utf-8"), end
+        except UnicodeDecodeError as error:
+            if error.reason != "unexpected end of data":
+                break
+    return data.decode("utf-8", errors="replace"), len(data)
+
+
+def _stream_files(conn: Connection, root: Path, attempt_id: int) -> list[_StreamFile]:
+    """The files of the stream, in its order: indexed ones, then those still written."""
+    indexed = history.list_log_files(conn, attempt_id)
+    found: list[_StreamFile] = []
+    seen: set[Path] = set()
+    for file in indexed:
+        path = resolve_log_path(root, file.path)
+        if path is not None and path not in seen:
+            seen.add(path)
+            found.append(_StreamFile(file.path, file.task_full_name, path))
+    live: list[tuple[int, int, Path]] = []
+    directory = resolve_log_path(root, str(attempt_id))
+    if directory is not None and directory.is_dir():
+        for path in directory.glob("*.log"):
+            match = _RUN_FILE.search(path.name)
+            resolved = path.resolve()
+            if match and resolved not in seen and resolved.is_relative_to(root):
+                live.append((int(match.group(1)), int(match.group(2)), resolved))
+    live.sort()
+    names = _task_names(conn, attempt_id, {task_id for task_id, _, _ in live})
+    for task_id, _, path in live:
+        found.append(_StreamFile(str(path.relative_to(root)), names.get(task_id), path))
+    return found
+
+
+def _task_names(conn: Connection, attempt_id: int, task_ids: set[int]) -> dict[int, str]:
+    if not task_ids:
+        return {}
+    query = select(tasks.c.id, tasks.c.full_name).where(
+        tasks.c.attempt_id == attempt_id, tasks.c.id.in_(sorted(task_ids))
+    )
+    return {int(i): str(name) for i, name in conn.execute(query)}

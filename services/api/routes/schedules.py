@@ -1,0 +1,293 @@
+"""Schedules: list, show, and the controls: pause, resume, skip, backfill.
+
+The operations are those of ``tickwork schedules`` and ``tickwork backfill``, on the same
+store functions.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from apiflask import APIBlueprint
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.config import JsonDict
+from sqlalchemy import Connection
+
+from services.api.database import read_connection, write_transaction
+from services.api.errors import InvalidBody
+from services.api.paging import PageQuery, paged_list
+from services.api.times import format_time, parse_time
+from shared.clock import utc_now
+from shared.store import emission as emission_store
+from shared.store import schedules as schedule_store
+from shared.store.schedules import ScheduleRow
+from shared.store.tables import projects, schedules
+
+blueprint = APIBlueprint("schedules", __name__, url_prefix="/api/schedules", tag="Schedules")
+
+RECENT_MISSED = 20
+MAX_SKIP = 10_000
+MAX_BACKFILL = emission_store.MAX_BACKFILL
+TIME_FIELD: JsonDict = {"format": "date-time"}
+
+
+class Strict(BaseModel):
+    """A request body: unknown members are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ResumeIn(Strict):
+    """Resume a paused schedule."""
+
+    replay: bool = Field(False, description="Also run the session times due while paused.")
+
+
+class SkipIn(Strict):
+    """Skip upcoming session times: those before ``to``, or the next ``count``."""
+
+    to: str | None = Field(None, max_length=64, json_schema_extra=TIME_FIELD)
+    count: int | None = Field(None, ge=1, le=MAX_SKIP)
+
+
+class BackfillIn(Strict):
+    """Sessions for past session times from ``from`` to ``to`` (or ``count`` of them)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    first: str = Field(alias="from", max_length=64, json_schema_extra=TIME_FIELD)
+    to: str | None = Field(None, max_length=64, json_schema_extra=TIME_FIELD)
+    count: int | None = Field(None, ge=1, le=MAX_BACKFILL)
+    parallel: bool = Field(False, description="Let the sessions run side by side.")
+    dry_run: bool = Field(False, description="Only answer which sessions would be created.")
+
+
+class MissedOut(BaseModel):
+    """Session times a schedule did not emit, and why."""
+
+    first_session_time: str
+    last_session_time: str
+    count: int | None
+    reason: str
+    recorded_at: str
+
+
+class ScheduleOut(BaseModel):
+    """A schedule; session times are in its time zone."""
+
+    id: str
+    project: str
+    project_id: str
+    workflow: str
+    workflow_definition_id: str
+    schedule: str
+    spec: dict[str, Any]
+    timezone: str
+    next_run_time: str | None
+    next_session_time: str | None
+    checkpoint: str | None
+    paused: bool
+    paused_at: str | None
+    disabled: bool
+    disabled_at: str | None
+    failures: int
+    last_error: str | None
+
+
+class ScheduleDetail(ScheduleOut):
+    """A schedule with its recent missed session times (newest first)."""
+
+    missed: list[MissedOut]
+
+
+class ScheduleList(BaseModel):
+    """A page of schedules, newest first."""
+
+    items: list[ScheduleOut]
+    next_cursor: str | None
+
+
+class ScheduleQuery(PageQuery):
+    """Filters of the schedule list."""
+
+    project: str | None = Field(None, max_length=255)
+    workflow: str | None = Field(None, max_length=255)
+    include_removed: bool = Field(False, description="Also schedules of removed workflows.")
+
+
+class Skipped(BaseModel):
+    """What a skip did."""
+
+    skipped: int
+    first_session_time: str | None
+    last_session_time: str | None
+    schedule: ScheduleOut
+
+
+class BackfillOut(BaseModel):
+    """The sessions a backfill created (or would create), and those that existed."""
+
+    backfill_id: str | None
+    dry_run: bool
+    parallel: bool
+    created: list[str]
+    existing: list[str]
+
+
+def schedule_item(row: ScheduleRow) -> dict[str, Any]:
+    """A schedule row as JSON; its times in its own time zone."""
+    zone = row.timezone
+    return {
+        "id": str(row.id),
+        "project": row.project_name,
+        "project_id": str(row.project_id),
+        "workflow": row.workflow_name,
+        "workflow_definition_id": str(row.workflow_definition_id),
+        "schedule": row.schedule.describe(),
+        "spec": row.spec,
+        "timezone": zone,
+        "next_run_time": format_time(row.next_run_time, zone),
+        "next_session_time": format_time(row.next_schedule_time, zone),
+        "checkpoint": format_time(row.last_session_time, zone),
+        "paused": row.paused_at is not None,
+        "paused_at": format_time(row.paused_at, zone),
+        "disabled": row.disabled_at is not None,
+        "disabled_at": format_time(row.disabled_at, zone),
+        "failures": row.failures,
+        "last_error": row.last_error,
+    }
+
+
+def _detail(conn: Connection, schedule_id: int) -> dict[str, Any]:
+    row = schedule_store.get_schedule(conn, schedule_id)
+    zone = row.timezone
+    missed = [
+        {
+            "first_session_time": format_time(item.first_session_time, zone),
+            "last_session_time": format_time(item.last_session_time, zone),
+            "count": item.count,
+            "reason": item.reason,
+            "recorded_at": format_time(item.recorded_at, zone),
+        }
+        for item in schedule_store.list_missed(conn, schedule_id, RECENT_MISSED)
+    ]
+    return {**schedule_item(row), "missed": missed}
+
+
+@blueprint.get("")
+@blueprint.input(ScheduleQuery, location="query", arg_name="query")
+@blueprint.output(ScheduleList)
+def list_schedules(query: ScheduleQuery) -> dict[str, Any]:
+    """Schedules, newest first (``project``, ``workflow``: only theirs)."""
+    select = schedule_store.select_schedules()
+    if query.project is not None:
+        select = select.where(projects.c.name == query.project)
+    if query.workflow is not None:
+        select = select.where(schedules.c.workflow_name == query.workflow)
+    if not query.include_removed:
+        select = select.where(schedules.c.disabled_at.is_(None))
+    with read_connection() as conn:
+        return paged_list(
+            conn, select, schedules.c.id, query, lambda row: schedule_item(ScheduleRow(*tuple(row)))
+        )
+
+
+@blueprint.get("/<id:schedule_id>")
+@blueprint.output(ScheduleDetail)
+def get_schedule(schedule_id: int) -> dict[str, Any]:
+    """One schedule: next run and session time, checkpoint, state, recent missed times."""
+    with read_connection() as conn:
+        return _detail(conn, schedule_id)
+
+
+@blueprint.post("/<id:schedule_id>/pause")
+@blueprint.output(ScheduleDetail)
+def pause_schedule(schedule_id: int) -> dict[str, Any]:
+    """Pause: session times due from now on do not run (pausing twice changes nothing)."""
+    with write_transaction() as conn:
+        schedule_store.get_schedule(conn, schedule_id)
+        schedule_store.pause_schedule(conn, schedule_id, utc_now())
+        return _detail(conn, schedule_id)
+
+
+@blueprint.post("/<id:schedule_id>/resume")
+@blueprint.input(ResumeIn, location="json", arg_name="body")
+@blueprint.output(ScheduleDetail)
+def resume_schedule(schedule_id: int, body: ResumeIn) -> dict[str, Any]:
+    """Resume; with ``replay`` the times due while paused run too (else they are skipped)."""
+    with write_transaction() as conn:
+        schedule_store.resume_schedule(conn, schedule_id, utc_now(), replay=body.replay)
+        return _detail(conn, schedule_id)
+
+
+@blueprint.post("/<id:schedule_id>/skip")
+@blueprint.input(SkipIn, location="json", arg_name="body")
+@blueprint.output(Skipped)
+def skip_schedule(schedule_id: int, body: SkipIn) -> dict[str, Any]:
+    """Skip upcoming session times; they are recorded as missed (a backfill can run them)."""
+    if (body.to is None) == (body.count is None):
+        raise InvalidBody("", "give either 'to' or 'count'")
+    with write_transaction() as conn:
+        row = schedule_store.get_schedule(conn, schedule_id)
+        to = parse_time(body.to, row.timezone, pointer="/to") if body.to else None
+        skipped = schedule_store.skip_schedule(
+            conn, schedule_id, utc_now(), to=to, count=body.count
+        )
+        detail = schedule_item(schedule_store.get_schedule(conn, schedule_id))
+    return {
+        "skipped": len(skipped),
+        "first_session_time": format_time(skipped[0], row.timezone) if skipped else None,
+        "last_session_time": format_time(skipped[-1], row.timezone) if skipped else None,
+        "schedule": detail,
+    }
+
+
+@blueprint.post("/<id:schedule_id>/backfill")
+@blueprint.input(BackfillIn, location="json", arg_name="body")
+@blueprint.output(BackfillOut, status_code=201, description="Sessions were created")
+@blueprint.doc(responses={200: "Nothing was created (a dry run, or every session existed)"})
+def backfill_schedule(schedule_id: int, body: BackfillIn) -> tuple[dict[str, Any], int]:
+    """Sessions for the past session times in a range; existing sessions are kept.
+
+    They run one after another, oldest first, unless ``parallel``.
+    """
+    if (body.to is None) == (body.count is None):
+        raise InvalidBody("", "give either 'to' or 'count' with 'from'")
+    now = utc_now()
+    with write_transaction() as conn:
+        row = schedule_store.get_schedule(conn, schedule_id)
+        first, last = _backfill_range(row, body, now)
+        plan = emission_store.backfill(
+            conn, row, first, last, now, parallel=body.parallel, dry_run=body.dry_run
+        )
+    zone = row.timezone
+    answer = {
+        "backfill_id": None if plan.backfill_id is None else str(plan.backfill_id),
+        "dry_run": body.dry_run,
+        "parallel": body.parallel,
+        "created": [format_time(t, zone) for t in plan.created],
+        "existing": [format_time(t, zone) for t in plan.existing],
+    }
+    return answer, 201 if plan.backfill_id is not None else 200
+
+
+def _backfill_range(row: ScheduleRow, body: BackfillIn, now: datetime) -> tuple[datetime, datetime]:
+    """The first and last session time of a backfill; both must be past."""
+    first = parse_time(body.first, row.timezone, pointer="/from")
+    if first > now:
+        raise InvalidBody("/from", "must not be in the future: a backfill runs past times")
+    if body.to is not None:
+        last = parse_time(body.to, row.timezone, pointer="/to")
+        if last < first:
+            raise InvalidBody("/to", "must not be before 'from'")
+        if last > now:
+            raise InvalidBody("/to", "must not be in the future: a backfill runs past times")
+        return first, last
+    assert body.count is not None
+    times = row.schedule.session_times(first - timedelta(microseconds=1), body.count)
+    if not times:
+        raise InvalidBody("/from", "the schedule has no session time from then on")
+    if times[-1] > now:
+        raise InvalidBody("/count", f"{body.count} session times from 'from' reach the future")
+    return first, times[-1]

@@ -1,0 +1,138 @@
+"""Sessions: one per project, workflow and session time, each with its last attempt."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from apiflask import APIBlueprint
+from pydantic import BaseModel, Field, field_validator
+
+from services.api.database import read_connection
+from services.api.errors import InvalidParameter
+from services.api.paging import PageQuery, decode_cursor, encode_cursor, page_limit
+from services.api.routes.attempts import AttemptOut, AttemptPage, attempt_item, parse_time
+from shared.domain.states import AttemptState
+from shared.store import history
+from shared.store.history import SessionView
+
+blueprint = APIBlueprint("sessions", __name__, tag="Sessions")
+
+
+class SessionOut(BaseModel):
+    """One session and its last attempt."""
+
+    id: str
+    session_uuid: str
+    session_time: datetime = Field(description="In the workflow's time zone when known.")
+    project: str
+    project_id: str
+    workflow: str
+    schedule_id: str | None
+    created_at: datetime
+    last_attempt: AttemptOut | None
+
+
+class SessionPage(BaseModel):
+    """A page of sessions, newest first."""
+
+    items: list[SessionOut]
+    next_cursor: str | None
+
+
+class SessionsQuery(PageQuery):
+    """Filters of the session list."""
+
+    project: str | None = Field(None, max_length=255, description="Project name.")
+    workflow: str | None = Field(None, max_length=255, description="Workflow name.")
+    state: AttemptState | None = Field(None, description="State of the last attempt.")
+    time_from: str | None = Field(
+        None, alias="from", max_length=64, description="Session times from (inclusive)."
+    )
+    time_to: str | None = Field(
+        None, alias="to", max_length=64, description="Session times before (exclusive)."
+    )
+
+    @field_validator("time_from", "time_to")
+    @classmethod
+    def _iso_time(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_time(value)
+        return value
+
+
+def _utc(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    parsed = parse_time(value)
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
+
+
+def session_item(session: SessionView) -> dict[str, Any]:
+    """The JSON of a session (ids as strings)."""
+    last = session.last_attempt
+    session_time = session.session_time
+    if last is not None:
+        session_time = session_time.astimezone(ZoneInfo(last.timezone))
+    return {
+        "id": str(session.id),
+        "session_uuid": session.session_uuid,
+        "session_time": session_time,
+        "project": session.project_name,
+        "project_id": str(session.project_id),
+        "workflow": session.workflow_name,
+        "schedule_id": None if session.schedule_id is None else str(session.schedule_id),
+        "created_at": session.created_at,
+        "last_attempt": None if last is None else attempt_item(last),
+    }
+
+
+@blueprint.get("/api/sessions")
+@blueprint.input(SessionsQuery, location="query", arg_name="query")
+@blueprint.output(SessionPage)
+def list_sessions(query: SessionsQuery) -> dict[str, Any]:
+    """Sessions, newest first, each with its last attempt."""
+    after = decode_cursor(query.cursor) if query.cursor else None
+    time_from, time_to = _utc(query.time_from), _utc(query.time_to)
+    if time_from is not None and time_to is not None and time_to <= time_from:
+        raise InvalidParameter("to", "must be later than `from`")
+    with read_connection() as conn:
+        page = history.list_sessions(
+            conn,
+            project=query.project,
+            workflow=query.workflow,
+            state=query.state,
+            time_from=time_from,
+            time_to=time_to,
+            after=after,
+            limit=page_limit(query),
+        )
+    cursor = None if page.next_after is None else encode_cursor(page.next_after)
+    return {"items": [session_item(s) for s in page.items], "next_cursor": cursor}
+
+
+@blueprint.get("/api/sessions/<id:session_id>")
+@blueprint.output(SessionOut)
+@blueprint.doc(responses={404: "No such session"})
+def get_session(session_id: int) -> dict[str, Any]:
+    """One session with its last attempt."""
+    with read_connection() as conn:
+        return session_item(history.get_session(conn, session_id))
+
+
+@blueprint.get("/api/sessions/<id:session_id>/attempts")
+@blueprint.input(PageQuery, location="query", arg_name="query")
+@blueprint.output(AttemptPage)
+@blueprint.doc(responses={404: "No such session"})
+def session_attempts(session_id: int, query: PageQuery) -> dict[str, Any]:
+    """The attempts of a session, newest first."""
+    after = decode_cursor(query.cursor) if query.cursor else None
+    limit = page_limit(query)
+    with read_connection() as conn:
+        found = history.list_session_attempts(conn, session_id)
+    if after is not None:
+        found = [a for a in found if a.id < after]
+    page, rest = found[:limit], found[limit:]
+    cursor = encode_cursor(page[-1].id) if rest else None
+    return {"items": [attempt_item(a) for a in page], "next_cursor": cursor}

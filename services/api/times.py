@@ -1,0 +1,53 @@
+"""Times in and out of the API: ISO 8601 with an offset out; in, a naive time is read in
+a given zone (UTC, or the workflow's for a session time)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from services.api.errors import ApiProblem, InvalidBody, InvalidParameter
+
+TIME_FORMAT_HINT = "expected an ISO 8601 time like 2026-11-30T07:00:00+09:00 or 2026-11-30"
+
+
+def parse_time(
+    raw: str,
+    timezone: str = "UTC",
+    *,
+    pointer: str | None = None,
+    parameter: str | None = None,
+) -> datetime:
+    """An aware time from ``raw``; a naive one is in ``timezone``.
+
+    Errors name the body member (``pointer``) or the query parameter (``parameter``).
+    """
+    try:
+        parsed = datetime.fromisoformat(raw.strip())
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=_zone(timezone))
+        parsed.astimezone(UTC)  # a time near year 1 or 9999 may not fit once moved to UTC
+    except (ValueError, OverflowError):
+        raise _bad(f"{TIME_FORMAT_HINT}, got {raw[:60]!r}", pointer, parameter) from None
+    return parsed
+
+
+def _zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {name!r}") from None
+
+
+def _bad(detail: str, pointer: str | None, parameter: str | None) -> ApiProblem:
+    if parameter is not None:
+        return InvalidParameter(parameter, detail)
+    return InvalidBody(pointer or "", detail)
+
+
+def format_time(instant: datetime | None, timezone: str | None = None) -> str | None:
+    """``instant`` as ISO 8601 with its offset, in ``timezone`` when given (else UTC)."""
+    if instant is None:
+        return None
+    zone = ZoneInfo(timezone) if timezone else UTC
+    return instant.astimezone(zone).isoformat()

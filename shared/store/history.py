@@ -1,0 +1,306 @@
+"""What ran: sessions with their last attempt, attempts, task trees and log files."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy import ColumnElement, Connection, Select, func, select
+from sqlalchemy.orm import aliased
+
+from shared.domain.states import AttemptState
+from shared.errors import NotFound
+from shared.store.paging import fetch_keyset_page
+from shared.store.tables import (
+    attempts,
+    projects,
+    sessions,
+    task_dependencies,
+    task_logs,
+    tasks,
+)
+from shared.store.tasks import TaskRow, list_attempt_tasks
+
+
+@dataclass(frozen=True)
+class AttemptView:
+    """One attempt with the names of its session, project and workflow."""
+
+    id: int
+    name: str
+    session_id: int
+    session_uuid: str
+    session_time: datetime
+    project_id: int
+    project_name: str
+    workflow_name: str
+    workflow_definition_id: int
+    state: AttemptState
+    timezone: str
+    params: dict[str, Any]
+    resume_from_attempt_id: int | None
+    resume_only: list[str] | None
+    idempotency_key: str | None
+    created_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class SessionView:
+    """One session with its latest attempt (None while it has none)."""
+
+    id: int
+    session_uuid: str
+    session_time: datetime
+    project_id: int
+    project_name: str
+    workflow_name: str
+    schedule_id: int | None
+    created_at: datetime
+    last_attempt: AttemptView | None
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One keyset page, newest first, and the id to continue after (None: last page)."""
+
+    items: list[T]
+    next_after: int | None
+
+
+@dataclass(frozen=True)
+class TaskNode:
+    """One task of an attempt and the ids of the tasks it waits for."""
+
+    task: TaskRow
+    upstream_ids: list[int]
+
+
+@dataclass(frozen=True)
+class LogFile:
+    """One log file of a run of a task; ``path`` is relative to the log root."""
+
+    id: int
+    task_id: int
+    task_full_name: str
+    lease_token: int
+    path: str
+    size_bytes: int
+    created_at: datetime
+
+
+_ATTEMPT_COLUMNS = (
+    attempts.c.id,
+    attempts.c.name,
+    attempts.c.session_id,
+    sessions.c.session_uuid,
+    sessions.c.session_time,
+    sessions.c.project_id,
+    projects.c.name.label("project_name"),
+    sessions.c.workflow_name,
+    attempts.c.workflow_definition_id,
+    attempts.c.state,
+    attempts.c.timezone,
+    attempts.c.params,
+    attempts.c.resume_from_attempt_id,
+    attempts.c.resume_only,
+    attempts.c.idempotency_key,
+    attempts.c.created_at,
+    attempts.c.finished_at,
+)
+_ATTEMPTS_FROM = attempts.join(sessions, sessions.c.id == attempts.c.session_id).join(
+    projects, projects.c.id == sessions.c.project_id
+)
+_SESSION_COLUMNS = (
+    sessions.c.id,
+    sessions.c.session_uuid,
+    sessions.c.session_time,
+    sessions.c.project_id,
+    projects.c.name.label("project_name"),
+    sessions.c.workflow_name,
+    sessions.c.schedule_id,
+    sessions.c.created_at,
+)
+
+
+def _attempt_view(row: Any) -> AttemptView:
+    values = dict(row._mapping)
+    values["state"] = AttemptState(values["state"])
+    return AttemptView(**values)
+
+
+def _attempt_query() -> Select[Any]:
+    return select(*_ATTEMPT_COLUMNS).select_from(_ATTEMPTS_FROM)
+
+
+def _project_filters(project: str | None, workflow: str | None) -> list[ColumnElement[bool]]:
+    found: list[ColumnElement[bool]] = []
+    if project is not None:
+        # A scalar subquery, so the project's id drives ix_sessions_project_workflow_id.
+        project_id = select(projects.c.id).where(projects.c.name == project).scalar_subquery()
+        found.append(sessions.c.project_id == project_id)
+    if workflow is not None:
+        found.append(sessions.c.workflow_name == workflow)
+    return found
+
+
+def list_sessions(
+    conn: Connection,
+    *,
+    project: str | None = None,
+    workflow: str | None = None,
+    state: AttemptState | None = None,
+    time_from: datetime | None = None,
+    time_to: datetime | None = None,
+    after: int | None = None,
+    limit: int = 100,
+) -> Page[SessionView]:
+    """Sessions newest first (by id), each with its latest attempt.
+
+    ``state`` keeps sessions whose latest attempt is in it; ``time_from`` (inclusive) and
+    ``time_to`` (exclusive) bound the session time. The latest attempts are read for the
+    page's sessions only, one index probe each.
+    """
+    query = select(*_SESSION_COLUMNS).select_from(
+        sessions.join(projects, projects.c.id == sessions.c.project_id)
+    )
+    for condition in _project_filters(project, workflow):
+        query = query.where(condition)
+    if time_from is not None:
+        query = query.where(sessions.c.session_time >= time_from)
+    if time_to is not None:
+        query = query.where(sessions.c.session_time < time_to)
+    if state is not None:
+        latest = aliased(attempts, name="latest")
+        latest_state = (
+            select(latest.c.state)
+            .where(latest.c.session_id == sessions.c.id)
+            .order_by(latest.c.id.desc())
+            .limit(1)
+            .scalar_subquery()
+        )
+        query = query.where(latest_state == state.value)
+    page = fetch_keyset_page(conn, query, sessions.c.id, after=after, limit=limit)
+    last = _latest_attempts(conn, [int(row.id) for row in page.rows])
+    items = [
+        SessionView(**dict(row._mapping), last_attempt=last.get(int(row.id))) for row in page.rows
+    ]
+    return Page(items, page.next_after)
+
+
+def _latest_attempts(conn: Connection, session_ids: list[int]) -> dict[int, AttemptView]:
+    """The latest attempt of each of ``session_ids``, by session id."""
+    if not session_ids:
+        return {}
+    newest = (
+        select(func.max(attempts.c.id))
+        .where(attempts.c.session_id.in_(session_ids))
+        .group_by(attempts.c.session_id)
+    )
+    query = _attempt_query().where(attempts.c.id.in_(newest))
+    return {int(row.session_id): _attempt_view(row) for row in conn.execute(query)}
+
+
+def get_session(conn: Connection, session_id: int) -> SessionView:
+    """One session with its latest attempt; raises NotFound if there is none."""
+    query = (
+        select(*_SESSION_COLUMNS)
+        .select_from(sessions.join(projects, projects.c.id == sessions.c.project_id))
+        .where(sessions.c.id == session_id)
+    )
+    row = conn.execute(query).one_or_none()
+    if row is None:
+        raise NotFound(f"no session {session_id}")
+    last = _latest_attempts(conn, [session_id]).get(session_id)
+    return SessionView(**dict(row._mapping), last_attempt=last)
+
+
+def list_session_attempts(conn: Connection, session_id: int) -> list[AttemptView]:
+    """Every attempt of a session, newest first; raises NotFound for an unknown session."""
+    if conn.execute(select(sessions.c.id).where(sessions.c.id == session_id)).first() is None:
+        raise NotFound(f"no session {session_id}")
+    query = _attempt_query().where(attempts.c.session_id == session_id)
+    return [_attempt_view(row) for row in conn.execute(query.order_by(attempts.c.id.desc()))]
+
+
+def list_attempts(
+    conn: Connection,
+    *,
+    project: str | None = None,
+    workflow: str | None = None,
+    state: AttemptState | None = None,
+    after: int | None = None,
+    limit: int = 100,
+) -> Page[AttemptView]:
+    """Attempts newest first (by id), filtered by project, workflow and state."""
+    query = _attempt_query()
+    for condition in _project_filters(project, workflow):
+        query = query.where(condition)
+    if state is not None:
+        query = query.where(attempts.c.state == state.value)
+    page = fetch_keyset_page(conn, query, attempts.c.id, after=after, limit=limit)
+    return Page([_attempt_view(row) for row in page.rows], page.next_after)
+
+
+def get_attempt_view(conn: Connection, attempt_id: int) -> AttemptView:
+    """One attempt with its project and workflow names; raises NotFound if there is none."""
+    row = conn.execute(_attempt_query().where(attempts.c.id == attempt_id)).one_or_none()
+    if row is None:
+        raise NotFound(f"no attempt {attempt_id}")
+    return _attempt_view(row)
+
+
+def list_task_tree(conn: Connection, attempt_id: int) -> list[TaskNode]:
+    """Every task of an attempt in creation order, each with its upstream task ids.
+
+    Raises NotFound for an unknown attempt.
+    """
+    get_attempt_view(conn, attempt_id)
+    rows = list_attempt_tasks(conn, attempt_id)
+    edges = conn.execute(
+        select(task_dependencies.c.downstream_id, task_dependencies.c.upstream_id)
+        .join(tasks, tasks.c.id == task_dependencies.c.downstream_id)
+        .where(tasks.c.attempt_id == attempt_id)
+        .order_by(task_dependencies.c.upstream_id)
+    )
+    upstreams: dict[int, list[int]] = {}
+    for down, up in edges:
+        upstreams.setdefault(int(down), []).append(int(up))
+    return [TaskNode(task, upstreams.get(task.id, [])) for task in rows]
+
+
+_LOG_QUERY = select(
+    task_logs.c.id,
+    task_logs.c.task_id,
+    tasks.c.full_name.label("task_full_name"),
+    task_logs.c.lease_token,
+    task_logs.c.path,
+    task_logs.c.size_bytes,
+    task_logs.c.created_at,
+).join(tasks, tasks.c.id == task_logs.c.task_id)
+
+
+def list_log_files(
+    conn: Connection, attempt_id: int, *, task_prefix: str | None = None
+) -> list[LogFile]:
+    """The log files of an attempt in the order they were stored, optionally only those
+    of tasks whose full name starts with ``task_prefix``. NotFound for an unknown attempt."""
+    get_attempt_view(conn, attempt_id)
+    query = _LOG_QUERY.where(task_logs.c.attempt_id == attempt_id)
+    files = [LogFile(**dict(row._mapping)) for row in conn.execute(query.order_by(task_logs.c.id))]
+    if task_prefix:
+        files = [f for f in files if f.task_full_name.startswith(task_prefix)]
+    return files
+
+
+def get_log_file(conn: Connection, attempt_id: int, file_id: int) -> LogFile:
+    """One log file of an attempt; raises NotFound if the attempt has no such file."""
+    query = _LOG_QUERY.where(task_logs.c.attempt_id == attempt_id, task_logs.c.id == file_id)
+    row = conn.execute(query).one_or_none()
+    if row is None:
+        raise NotFound(f"attempt {attempt_id} has no log file {file_id}")
+    return LogFile(**dict(row._mapping))

@@ -1,0 +1,109 @@
+"""Putting projects, sessions and attempts straight into the store for the API's tests."""
+
+from __future__ import annotations
+
+import textwrap
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, select, update
+
+from shared.domain.states import AttemptState
+from shared.dsl.parser import parse_workflow_text
+from shared.store import projects as project_store
+from shared.store.sessions import ensure_session, insert_attempt
+from shared.store.tables import attempts, projects, revisions, workflow_definitions
+
+NOW = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
+
+THREE_STEPS = """
+    timezone: UTC
+    +first:
+      echo>: first
+    +second:
+      echo>: second
+    +third:
+      echo>: third
+"""
+
+
+def add_project(
+    conn: Connection,
+    name: str,
+    workflows: dict[str, str],
+    *,
+    revision: str = "r1",
+    default_params: dict[str, Any] | None = None,
+) -> int:
+    """A project whose revision ``revision`` holds ``workflows`` (name -> .dig text)."""
+    project_id = project_store.ensure_project(conn, name, NOW)
+    revision_id = project_store.ensure_revision(
+        conn, project_id, revision, default_params or {}, NOW
+    )
+    for workflow, text in workflows.items():
+        definition = parse_workflow_text(textwrap.dedent(text), f"{workflow}.dig", Path("."))
+        project_store.ensure_workflow_definition(conn, revision_id, definition)
+    return project_id
+
+
+def delete_project(conn: Connection, name: str) -> None:
+    """Soft-delete a project, as DELETE /api/projects/{name} does."""
+    conn.execute(update(projects).where(projects.c.name == name).values(deleted_at=NOW))
+
+
+def add_sessions(
+    engine: Engine,
+    project_id: int,
+    workflow: str,
+    count: int,
+    *,
+    state: AttemptState = AttemptState.SUCCESS,
+    first_time: datetime = NOW,
+) -> list[int]:
+    """``count`` sessions an hour apart, each with one attempt in ``state``; their ids."""
+    ids = []
+    with engine.begin() as conn:
+        definition_id = definition_id_of(conn, project_id, workflow)
+        for index in range(count):
+            session_id = ensure_session(
+                conn,
+                project_id=project_id,
+                workflow_name=workflow,
+                session_time=first_time + timedelta(hours=index),
+                now=NOW,
+            )
+            attempt_id = insert_attempt(
+                conn,
+                session_id=session_id,
+                name="scheduled",
+                workflow_definition_id=definition_id,
+                timezone="UTC",
+                params={},
+                now=NOW,
+            )
+            set_state(conn, int(attempt_id or 0), state)
+            ids.append(session_id)
+    return ids
+
+
+def definition_id_of(conn: Connection, project_id: int, workflow: str) -> int:
+    """The id of ``workflow`` in the project's latest revision."""
+    query = (
+        select(workflow_definitions.c.id)
+        .join(revisions, revisions.c.id == workflow_definitions.c.revision_id)
+        .where(revisions.c.project_id == project_id, workflow_definitions.c.name == workflow)
+        .order_by(workflow_definitions.c.id.desc())
+        .limit(1)
+    )
+    return int(conn.execute(query).scalar_one())
+
+
+def set_state(conn: Connection, attempt_id: int, state: AttemptState) -> None:
+    """Force an attempt into ``state`` (finished_at set for a done one)."""
+    finished = NOW if state.is_done else None
+    conn.execute(
+        update(attempts)
+        .where(attempts.c.id == attempt_id)
+        .values(state=state.value, finished_at=finished)
+    )

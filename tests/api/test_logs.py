@@ -1,0 +1,241 @@
+"""Specifications of /api/logs: an attempt's log files, their content by range, and
+following the logs as server-sent events until the attempt ends."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+from sqlalchemy import Engine
+
+from services.api.config import ApiConfig
+from shared.domain.states import AttemptState
+from shared.store.tables import task_logs, tasks
+from tests.api._seed import NOW, THREE_STEPS, add_project, add_sessions, set_state
+
+CONTENT = b"line one\nline two\nline three\n"
+
+
+@pytest.fixture
+def log_root(api_config: ApiConfig) -> Path:
+    assert api_config.log_dir is not None
+    api_config.log_dir.mkdir(parents=True, exist_ok=True)
+    return api_config.log_dir
+
+
+@pytest.fixture
+def attempt_id(engine: Engine) -> int:
+    """An attempt (running) of a session, with tasks +steps+first and +steps+second."""
+    with engine.begin() as conn:
+        project_id = add_project(conn, "etl", {"steps": THREE_STEPS})
+    add_sessions(engine, project_id, "steps", 1, state=AttemptState.RUNNING)
+    with engine.begin() as conn:
+        for name in ("+steps+first", "+steps+second"):
+            conn.execute(
+                tasks.insert(),
+                {
+                    "attempt_id": 1,
+                    "parent_id": None,
+                    "full_name": name,
+                    "position": 0,
+                    "is_group": False,
+                    "is_generated": False,
+                    "state": "success",
+                    "config": {},
+                    "created_at": NOW,
+                    "updated_at": NOW,
+                },
+            )
+    return 1
+
+
+def add_log(engine: Engine, root: Path, task_id: int, relative: str, content: bytes) -> int:
+    """Write a log file under ``root`` and index it; its id."""
+    path = root / relative
+    if ".." not in relative:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+    with engine.begin() as conn:
+        return int(
+            conn.execute(
+                task_logs.insert().returning(task_logs.c.id),
+                {
+                    "task_id": task_id,
+                    "attempt_id": 1,
+                    "lease_token": 1,
+                    "path": relative,
+                    "size_bytes": len(content),
+                    "created_at": NOW,
+                },
+            ).scalar_one()
+        )
+
+
+class TestFiles:
+    def test_the_files_of_an_attempt_optionally_by_task_prefix(
+        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int
+    ) -> None:
+        add_log(engine, log_root, 1, "1/first.1.1.log", CONTENT)
+        add_log(engine, log_root, 2, "1/second.2.1.log", b"x")
+        every = api.get(f"/api/logs/{attempt_id}/files").json["items"]
+        assert [(f["task"], f["size_bytes"]) for f in every] == [
+            ("+steps+first", len(CONTENT)),
+            ("+steps+second", 1),
+        ]
+        some = api.get(f"/api/logs/{attempt_id}/files?task=%2Bsteps%2Bsec").json["items"]
+        assert [f["task"] for f in some] == ["+steps+second"]
+
+    def test_the_files_of_an_unknown_attempt_are_404(self, api: FlaskClient) -> None:
+        assert api.get("/api/logs/999/files").status_code == 404
+
+
+class TestContent:
+    def test_a_whole_file(
+        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int
+    ) -> None:
+        file_id = add_log(engine, log_root, 1, "1/first.1.1.log", CONTENT)
+        response = api.get(f"/api/logs/{attempt_id}/files/{file_id}")
+        assert response.status_code == 200
+        assert response.data == CONTENT
+        assert response.headers["Accept-Ranges"] == "bytes"
+
+    @pytest.mark.parametrize(
+        ("header", "first", "last"),
+        [
+            ("bytes=0-3", 0, 3),
+            ("bytes=9-", 9, len(CONTENT) - 1),
+            ("bytes=-6", len(CONTENT) - 6, len(CONTENT) - 1),
+            ("bytes=5-9999", 5, len(CONTENT) - 1),
+        ],
+    )
+    def test_a_range_is_206_with_its_content_range(
+        self,
+        api: FlaskClient,
+        engine: Engine,
+        log_root: Path,
+        attempt_id: int,
+        header: str,
+        first: int,
+        last: int,
+    ) -> None:
+        file_id = add_log(engine, log_root, 1, "1/first.1.1.log", CONTENT)
+        response = api.get(f"/api/logs/{attempt_id}/files/{file_id}", headers={"Range": header})
+        assert response.status_code == 206
+        assert response.data == CONTENT[first : last + 1]
+        assert response.headers["Content-Range"] == f"bytes {first}-{last}/{len(CONTENT)}"
+
+    @pytest.mark.parametrize("header", ["bytes=100-", "bytes=5-2", "lines=1-2", "bytes=0-1,4-5"])
+    def test_a_bad_range_is_416(
+        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int, header: str
+    ) -> None:
+        file_id = add_log(engine, log_root, 1, "1/first.1.1.log", CONTENT)
+        response = api.get(f"/api/logs/{attempt_id}/files/{file_id}", headers={"Range": header})
+        assert response.status_code == 416
+        assert response.headers["Content-Range"] == f"bytes */{len(CONTENT)}"
+        assert response.mimetype == "application/problem+json"
+
+    def test_offset_and_length_give_a_part(
+        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int
+    ) -> None:
+        file_id = add_log(engine, log_root, 1, "1/first.1.1.log", CONTENT)
+        url = f"/api/logs/{attempt_id}/files/{file_id}"
+        assert api.get(f"{url}?offset=9&length=8").data == b"line two"
+        assert api.get(f"{url}?offset={len(CONTENT)}").data == b""
+        assert api.get(f"{url}?offset={len(CONTENT) + 1}").status_code == 416
+        assert api.get(f"{url}?offset=-1").status_code == 422
+
+    @pytest.mark.parametrize("relative", ["../outside.log", "/etc/passwd", "1/../../x.log"])
+    def test_a_path_that_escapes_the_log_directory_is_never_read(
+        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int, relative: str
+    ) -> None:
+        (log_root.parent / "outside.log").write_text("secret")
+        file_id = add_log(engine, log_root, 1, relative, b"")
+        response = api.get(f"/api/logs/{attempt_id}/files/{file_id}")
+        assert response.status_code == 404
+        assert b"secret" not in response.data
+
+    def test_a_file_of_another_attempt_is_404(
+        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int
+    ) -> None:
+        file_id = add_log(engine, log_root, 1, "1/first.1.1.log", CONTENT)
+        assert api.get(f"/api/logs/2/files/{file_id}").status_code == 404
+
+
+def read_events(response: Any, *, until: str, timeout_seconds: float) -> list[tuple[str, Any]]:
+    """``(event, data)`` of a server-sent event stream up to the first ``until`` event."""
+    events: list[tuple[str, Any]] = []
+    buffer = ""
+    deadline = time.monotonic() + timeout_seconds
+    for chunk in response.response:
+        buffer += chunk.decode() if isinstance(chunk, bytes) else chunk
+        while "\n\n" in buffer:
+            block, buffer = buffer.split("\n\n", 1)
+            fields = dict(
+                line.split(": ", 1) for line in block.splitlines() if not line.startswith(":")
+            )
+            if "event" in fields:
+                events.append((fields["event"], json.loads(fields["data"])))
+                if fields["event"] == until:
+                    return events
+        assert time.monotonic() < deadline, "the stream did not end in time"
+    return events
+
+
+class TestFollow:
+    def test_follow_streams_new_text_and_ends_when_the_attempt_ends(
+        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int
+    ) -> None:
+        # Given a task writing its log while the attempt runs
+        live = log_root / "1" / "first.1.1.log"
+        live.parent.mkdir(parents=True)
+        live.write_bytes(b"hello\n")
+        response = api.get(f"/api/logs/{attempt_id}/follow?max_seconds=20", buffered=False)
+        assert response.mimetype == "text/event-stream"
+        first = read_events(response, until="log", timeout_seconds=10)
+        assert first == [
+            (
+                "log",
+                {"file": "1/first.1.1.log", "task": "+steps+first", "offset": 0, "text": "hello\n"},
+            )
+        ]
+        # When more is written and the attempt ends
+        with live.open("ab") as file:
+            file.write(b"world\n")
+        with engine.begin() as conn:
+            set_state(conn, attempt_id, AttemptState.SUCCESS)
+        rest = read_events(response, until="end", timeout_seconds=10)
+        # Then the new text arrives and the stream ends with the attempt's state
+        assert rest[0] == (
+            "log",
+            {"file": "1/first.1.1.log", "task": "+steps+first", "offset": 6, "text": "world\n"},
+        )
+        assert rest[-1] == ("end", {"state": "success", "offset": 12})
+
+    def test_follow_resumes_from_an_offset(
+        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int
+    ) -> None:
+        add_log(engine, log_root, 1, "1/first.1.1.log", b"abc")
+        add_log(engine, log_root, 2, "1/second.2.1.log", b"defg")
+        with engine.begin() as conn:
+            set_state(conn, attempt_id, AttemptState.ERROR)
+        response = api.get(f"/api/logs/{attempt_id}/follow?offset=2")
+        events = read_events(response, until="end", timeout_seconds=10)
+        assert [(e, d.get("text")) for e, d in events] == [
+            ("log", "c"),
+            ("log", "defg"),
+            ("end", None),
+        ]
+
+    def test_follow_stops_after_its_longest_duration(
+        self, api: FlaskClient, log_root: Path, attempt_id: int
+    ) -> None:
+        response = api.get(f"/api/logs/{attempt_id}/follow?max_seconds=0.2", buffered=False)
+        events = read_events(response, until="timeout", timeout_seconds=10)
+        assert events == [("timeout", {"offset": 0})]
+
+    def test_following_an_unknown_attempt_is_404(self, api: FlaskClient) -> None:
+        assert api.get("/api/logs/31/follow").status_code == 404
