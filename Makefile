@@ -43,8 +43,10 @@ bench: install
 	  $(BIN)/python "$$script"; \
 	done
 
+# The API on :8765 (docs at /api/docs), the scheduler, the executor and agents in one
+# process, with the examples pushed; `tickwork run examples/hello.dig` runs one workflow.
 run: install
-	$(BIN)/tickwork run examples/hello.dig --project examples
+	$(BIN)/tickwork standalone --project examples
 
 clean:
 	rm -rf $(VENV) .tickwork .mypy_cache .ruff_cache .pytest_cache .import_linter_cache dist build

@@ -9,15 +9,16 @@ import signal
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import click
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from services.agent.operators.base import ResourceLimits
+from services.api.command import api_command
+from services.cli_support import build_params, parse_session_time
 from services.cli_support import fail as _fail
-from services.cli_support import parse_session_time
+from services.client_cli import CLIENT_COMMANDS
 from services.distributed_cli import agent_command, executor_command, kill_command
 from services.embedded import (
     RunOutcome,
@@ -34,6 +35,7 @@ from services.schedule_cli import (
     scheduler_command,
     schedules_group,
 )
+from services.standalone import standalone_command
 from shared.clock import utc_now
 from shared.config import EMBEDDED_SETTINGS, EmbeddedConfig
 from shared.domain.schedule import ScheduleSpec
@@ -45,33 +47,6 @@ from shared.logging import configure_logging
 from shared.store.engine import create_store_engine, describe_store_error, read_only
 from shared.store.migrate import current_revision, upgrade_database
 from shared.store.tasks import list_attempt_tasks
-
-
-def parse_param(raw: str) -> tuple[list[str], str]:
-    """``a.b=v`` -> (["a", "b"], "v"); raises BadParameter naming the option."""
-    key, sep, value = raw.partition("=")
-    path = key.strip().split(".")
-    if not sep or not all(part.strip() for part in path):
-        raise click.BadParameter(f"expected KEY=VALUE, got {raw!r}", param_hint="'--param'")
-    return path, value
-
-
-def build_params(raw_params: tuple[str, ...]) -> dict[str, Any]:
-    """Session params from ``--param`` options; dotted keys make nested values."""
-    params: dict[str, Any] = {}
-    for raw in raw_params:
-        path, value = parse_param(raw)
-        target = params
-        for part in path[:-1]:
-            nested = target.setdefault(part, {})
-            if not isinstance(nested, dict):
-                raise click.BadParameter(
-                    f"{raw!r} nests under {part!r}, which is already a value",
-                    param_hint="'--param'",
-                )
-            target = nested
-        target[path[-1]] = value
-    return params
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -311,6 +286,10 @@ main.add_command(backfill_command)
 main.add_command(executor_command)
 main.add_command(agent_command)
 main.add_command(kill_command)
+main.add_command(api_command)
+for _command in CLIENT_COMMANDS:
+    main.add_command(_command)
+main.add_command(standalone_command)
 
 
 if __name__ == "__main__":

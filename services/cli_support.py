@@ -1,10 +1,11 @@
-"""Helpers every ``tickwork`` subcommand shares: failing with one line, parsing times."""
+"""Helpers every ``tickwork`` subcommand shares: failing with one line, parsing times
+and ``--param`` options."""
 
 from __future__ import annotations
 
 import sys
 from datetime import UTC, datetime
-from typing import NoReturn
+from typing import Any, NoReturn
 from zoneinfo import ZoneInfo
 
 import click
@@ -34,3 +35,30 @@ def parse_session_time(raw: str, timezone: str, param_hint: str = "'--session-ti
     except OverflowError:
         raise click.BadParameter(f"{raw!r} is out of range", param_hint=param_hint) from None
     return parsed
+
+
+def parse_param(raw: str) -> tuple[list[str], str]:
+    """``a.b=v`` -> (["a", "b"], "v"); raises BadParameter naming the option."""
+    key, sep, value = raw.partition("=")
+    path = key.strip().split(".")
+    if not sep or not all(part.strip() for part in path):
+        raise click.BadParameter(f"expected KEY=VALUE, got {raw!r}", param_hint="'--param'")
+    return path, value
+
+
+def build_params(raw_params: tuple[str, ...]) -> dict[str, Any]:
+    """Session params from ``--param`` options; dotted keys make nested values."""
+    params: dict[str, Any] = {}
+    for raw in raw_params:
+        path, value = parse_param(raw)
+        target = params
+        for part in path[:-1]:
+            nested = target.setdefault(part, {})
+            if not isinstance(nested, dict):
+                raise click.BadParameter(
+                    f"{raw!r} nests under {part!r}, which is already a value",
+                    param_hint="'--param'",
+                )
+            target = nested
+        target[path[-1]] = value
+    return params

@@ -20,7 +20,9 @@ import click
 from redis.exceptions import RedisError
 
 from services.cli_support import fail
-from services.schedule_cli import DATABASE_OPTION, store_transaction
+from services.client_admin import ADMIN_EPILOG, kill_via_api
+from services.client_support import client_options
+from services.schedule_cli import ADMIN_DATABASE_OPTION, DATABASE_OPTION, store_transaction
 from shared.clock import utc_now
 from shared.dispatch.messages import DEFAULT_QUEUE
 from shared.domain.states import AttemptState
@@ -297,11 +299,17 @@ def _temporary_directory(prefix: str) -> Path:
     return Path(path)
 
 
-@click.command("kill")
+@click.command("kill", epilog=ADMIN_EPILOG)
 @click.argument("attempt_id", type=click.IntRange(min=1), metavar="ATTEMPT")
-@DATABASE_OPTION
-def kill_command(attempt_id: int, database_url: str) -> None:
+@ADMIN_DATABASE_OPTION
+@client_options
+def kill_command(
+    attempt_id: int, database_url: str | None, endpoint: str | None, as_json: bool
+) -> None:
     """Kill an attempt: queued tasks are revoked, running ones stopped, and it ends killed."""
+    if database_url is None:
+        kill_via_api(endpoint, attempt_id, as_json)
+        return
     with store_transaction(database_url) as conn:
         state = session_store.request_kill(conn, attempt_id, utc_now())
         notify_work(conn)

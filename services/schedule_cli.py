@@ -1,7 +1,7 @@
 """``tickwork scheduler``, ``schedule(s)`` and ``backfill``: the scheduler and its controls.
 
-These commands work on the store directly (``--database-url``, env
-``TICKWORK_DATABASE_URL``); the REST API offers the same operations over HTTP.
+With ``--database-url`` (env ``TICKWORK_DATABASE_URL``) the controls work on the store
+directly, an operator's path; without it they ask the REST API (``--endpoint``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,15 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from services.cli_support import fail, parse_session_time
+from services.client_admin import (
+    ADMIN_EPILOG,
+    backfill_via_api,
+    list_schedules_via_api,
+    pause_via_api,
+    resume_via_api,
+    skip_via_api,
+)
+from services.client_support import client_options
 from services.embedded import open_store
 from services.scheduler.loop import Scheduler
 from services.scheduler.metrics import SchedulerMetrics
@@ -38,6 +47,12 @@ DATABASE_OPTION = click.option(
     envvar="TICKWORK_DATABASE_URL",
     required=True,
     help="The store (env TICKWORK_DATABASE_URL).",
+)
+
+ADMIN_DATABASE_OPTION = click.option(
+    "--database-url",
+    envvar="TICKWORK_DATABASE_URL",
+    help="Work on this store directly (env TICKWORK_DATABASE_URL); without it, ask the API.",
 )
 
 
@@ -139,21 +154,17 @@ def preview_lines(spec: ScheduleSpec, after: datetime, count: int, seed: str = "
     return lines
 
 
-@click.group("schedules", invoke_without_command=True)
-@click.option(
-    "--database-url",
-    envvar="TICKWORK_DATABASE_URL",
-    help="The store, for the listing without a command (env TICKWORK_DATABASE_URL).",
-)
-@click.option("--json", "as_json", is_flag=True, help="List as one JSON object per line.")
+@click.group("schedules", invoke_without_command=True, epilog=ADMIN_EPILOG)
+@ADMIN_DATABASE_OPTION
+@client_options
 @click.pass_context
-def schedules_group(ctx: click.Context, database_url: str | None, as_json: bool) -> None:
+def schedules_group(
+    ctx: click.Context, database_url: str | None, endpoint: str | None, as_json: bool
+) -> None:
     """List schedules (the default), preview times, and pause, resume or skip a schedule."""
     if ctx.invoked_subcommand is None:
-        if database_url is None:
-            raise click.UsageError("Missing option '--database-url' (or TICKWORK_DATABASE_URL).")
         # ctx.invoke fills in only the defaults, not the environment: pass the options on.
-        ctx.invoke(list_command, database_url=database_url, as_json=as_json)
+        ctx.invoke(list_command, database_url=database_url, endpoint=endpoint, as_json=as_json)
 
 
 @schedules_group.command("preview")
@@ -181,11 +192,14 @@ def preview_command(
         click.echo(line)
 
 
-@schedules_group.command("list")
-@DATABASE_OPTION
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
-def list_command(database_url: str, as_json: bool) -> None:
+@schedules_group.command("list", epilog=ADMIN_EPILOG)
+@ADMIN_DATABASE_OPTION
+@client_options
+def list_command(database_url: str | None, endpoint: str | None, as_json: bool) -> None:
     """List active schedules with their next session time."""
+    if database_url is None:
+        list_schedules_via_api(endpoint, as_json)
+        return
     with store_transaction(database_url, write=False) as conn:
         rows = schedule_store.list_schedules(conn)
     if as_json:
@@ -233,42 +247,69 @@ def _find(conn: Connection, project: str, workflow: str) -> schedule_store.Sched
     return schedule_store.find_schedule(conn, project, workflow)
 
 
-@schedules_group.command("pause")
+@schedules_group.command("pause", epilog=ADMIN_EPILOG)
 @click.argument("project")
 @click.argument("workflow")
-@DATABASE_OPTION
-def pause_command(project: str, workflow: str, database_url: str) -> None:
+@ADMIN_DATABASE_OPTION
+@client_options
+def pause_command(
+    project: str, workflow: str, database_url: str | None, endpoint: str | None, as_json: bool
+) -> None:
     """Pause a schedule: runs due from now on do not happen until it is resumed."""
+    if database_url is None:
+        pause_via_api(endpoint, project, workflow, as_json)
+        return
     with store_transaction(database_url) as conn:
         changed = schedule_store.pause_schedule(conn, _find(conn, project, workflow).id, utc_now())
     click.echo(f"{project}/{workflow}: {'paused' if changed else 'was already paused'}")
 
 
-@schedules_group.command("resume")
+@schedules_group.command("resume", epilog=ADMIN_EPILOG)
 @click.argument("project")
 @click.argument("workflow")
 @click.option("--replay", is_flag=True, help="Also run the times due while it was paused.")
-@DATABASE_OPTION
-def resume_command(project: str, workflow: str, replay: bool, database_url: str) -> None:
+@ADMIN_DATABASE_OPTION
+@client_options
+def resume_command(
+    project: str,
+    workflow: str,
+    replay: bool,
+    database_url: str | None,
+    endpoint: str | None,
+    as_json: bool,
+) -> None:
     """Resume a paused schedule (the paused span is skipped unless --replay)."""
+    if database_url is None:
+        resume_via_api(endpoint, project, workflow, replay, as_json)
+        return
     with store_transaction(database_url) as conn:
         row = _find(conn, project, workflow)
         changed = schedule_store.resume_schedule(conn, row.id, utc_now(), replay=replay)
     click.echo(f"{project}/{workflow}: {'resumed' if changed else 'was not paused'}")
 
 
-@schedules_group.command("skip")
+@schedules_group.command("skip", epilog=ADMIN_EPILOG)
 @click.argument("project")
 @click.argument("workflow")
 @click.option("--to", "raw_to", help="Skip every session time before this one.")
 @click.option("--count", type=click.IntRange(1, 10_000), help="Skip the next N session times.")
-@DATABASE_OPTION
+@ADMIN_DATABASE_OPTION
+@client_options
 def skip_command(
-    project: str, workflow: str, raw_to: str | None, count: int | None, database_url: str
+    project: str,
+    workflow: str,
+    raw_to: str | None,
+    count: int | None,
+    database_url: str | None,
+    endpoint: str | None,
+    as_json: bool,
 ) -> None:
     """Skip upcoming session times (recorded as missed, so a backfill can still run them)."""
     if (raw_to is None) == (count is None):
         raise click.UsageError("give either --to TIME or --count N")
+    if database_url is None:
+        skip_via_api(endpoint, project, workflow, raw_to, count, as_json)
+        return
     with store_transaction(database_url) as conn:
         row = _find(conn, project, workflow)
         to = parse_session_time(raw_to, row.timezone, "'--to'") if raw_to else None
@@ -299,14 +340,15 @@ def missed_command(project: str, workflow: str, database_url: str) -> None:
         )
 
 
-@click.command("backfill")
+@click.command("backfill", epilog=ADMIN_EPILOG)
 @click.argument("project")
 @click.argument("workflow")
 @click.option("--from", "raw_from", required=True, help="First session time (inclusive).")
 @click.option("--to", "raw_to", required=True, help="Last session time (inclusive).")
 @click.option("--parallel", is_flag=True, help="Let the sessions run side by side.")
 @click.option("--dry-run", is_flag=True, help="Only print the session times.")
-@DATABASE_OPTION
+@ADMIN_DATABASE_OPTION
+@client_options
 def backfill_command(
     project: str,
     workflow: str,
@@ -314,9 +356,15 @@ def backfill_command(
     raw_to: str,
     parallel: bool,
     dry_run: bool,
-    database_url: str,
+    database_url: str | None,
+    endpoint: str | None,
+    as_json: bool,
 ) -> None:
     """Create sessions for every scheduled time in a range; existing ones are kept."""
+    if database_url is None:
+        window = (raw_from, raw_to)
+        backfill_via_api(endpoint, project, workflow, window, parallel, dry_run, as_json)
+        return
     with store_transaction(database_url) as conn:
         row = _find(conn, project, workflow)
         first = parse_session_time(raw_from, row.timezone, "'--from'")

@@ -1,0 +1,479 @@
+"""A client of tickwork's REST API (docs/rest-api.md): one method per operation, on httpx.
+
+Problem documents become the errors of shared/errors.py (404 NotFound, 409 Conflict with
+the existing attempt's id, 400/422 InvalidInput listing every problem, 401/403
+Unauthorized); an API that cannot be reached or answers 5xx raises ApiUnavailable with one
+line that says what to do.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from shared.errors import (
+    ApiUnavailable,
+    Conflict,
+    InvalidInput,
+    NotFound,
+    Problem,
+    TickworkError,
+    Unauthorized,
+)
+
+DEFAULT_ENDPOINT = "http://127.0.0.1:8765"
+DEFAULT_TIMEOUT_SECONDS = 30.0
+PAGE_LIMIT = 100
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    """A piece of an attempt's log text from the follow stream, and where the next starts;
+    the last one of a stream has ``ended`` set and the attempt's final ``state``."""
+
+    text: str
+    next_offset: int | None
+    task: str | None = None
+    ended: bool = False
+    state: str = ""
+
+
+class ApiClient:
+    """Talks to one tickwork API endpoint with an optional bearer token."""
+
+    def __init__(
+        self,
+        endpoint: str = DEFAULT_ENDPOINT,
+        token: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+    ) -> None:
+        self.endpoint = endpoint.rstrip("/")
+        headers = {"Accept": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._http = httpx.Client(base_url=self.endpoint, headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def __enter__(self) -> ApiClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # -- projects ------------------------------------------------------------------------
+
+    def push_project(
+        self,
+        name: str,
+        archive: bytes,
+        *,
+        revision: str | None = None,
+        schedule_from: datetime | str | None = None,
+    ) -> Json:
+        """Upload a tar.gz as a new revision of project ``name`` (created if needed)."""
+        params = _query(revision=revision, schedule_from=_time(schedule_from))
+        headers = {"Content-Type": "application/gzip"}
+        return self._json(
+            "PUT", f"/api/projects/{_seg(name)}", params=params, content=archive, headers=headers
+        )
+
+    def list_projects(self, name: str | None = None, *, limit: int | None = None) -> Iterator[Json]:
+        """Projects, optionally only the one named ``name``."""
+        return self._pages("/api/projects", _query(name=name), limit)
+
+    def get_project(self, name: str) -> Json:
+        """One project with its latest revision."""
+        return self._json("GET", f"/api/projects/{_seg(name)}")
+
+    def delete_project(self, name: str) -> Json:
+        """Soft-delete a project: its schedules go, its history stays."""
+        return self._json("DELETE", f"/api/projects/{_seg(name)}")
+
+    def list_revisions(self, name: str, *, limit: int | None = None) -> Iterator[Json]:
+        """Revisions of a project, newest first."""
+        return self._pages(f"/api/projects/{_seg(name)}/revisions", {}, limit)
+
+    def get_archive(self, name: str, revision: str | None = None) -> bytes:
+        """The tar.gz of a revision (default the latest)."""
+        path = f"/api/projects/{_seg(name)}/archive"
+        return self._send("GET", path, params=_query(revision=revision)).content
+
+    def list_project_workflows(
+        self, name: str, revision: str | None = None, *, limit: int | None = None
+    ) -> Iterator[Json]:
+        """Workflows of a project's latest (or a given) revision."""
+        path = f"/api/projects/{_seg(name)}/workflows"
+        return self._pages(path, _query(revision=revision), limit)
+
+    def get_project_workflow(self, name: str, workflow: str, revision: str | None = None) -> Json:
+        """One workflow of a project, with its definition."""
+        path = f"/api/projects/{_seg(name)}/workflows/{_seg(workflow)}"
+        return self._json("GET", path, params=_query(revision=revision))
+
+    # -- workflows and schedules ---------------------------------------------------------
+
+    def list_workflows(
+        self, project: str | None = None, *, limit: int | None = None
+    ) -> Iterator[Json]:
+        """Workflows of every project's latest revision, with last state and next run."""
+        return self._pages("/api/workflows", _query(project=project), limit)
+
+    def get_workflow(self, workflow_id: str) -> Json:
+        """One workflow definition by id."""
+        return self._json("GET", f"/api/workflows/{_seg(workflow_id)}")
+
+    def list_schedules(
+        self, project: str | None = None, workflow: str | None = None, *, limit: int | None = None
+    ) -> Iterator[Json]:
+        """Schedules, optionally of one project or workflow."""
+        return self._pages("/api/schedules", _query(project=project, workflow=workflow), limit)
+
+    def get_schedule(self, schedule_id: str) -> Json:
+        """One schedule with its next times, checkpoint and recent missed times."""
+        return self._json("GET", f"/api/schedules/{_seg(schedule_id)}")
+
+    def find_schedule(self, project: str, workflow: str) -> Json:
+        """The schedule of ``project``/``workflow``; NotFound if it has none."""
+        for schedule in self.list_schedules(project, workflow):
+            if schedule.get("project") == project and schedule.get("workflow") == workflow:
+                return schedule
+        raise NotFound(f"{project}/{workflow} has no schedule")
+
+    def pause_schedule(self, schedule_id: str) -> Json:
+        """Pause a schedule."""
+        return self._json("POST", f"/api/schedules/{_seg(schedule_id)}/pause", json={})
+
+    def resume_schedule(self, schedule_id: str, *, replay: bool = False) -> Json:
+        """Resume a schedule; with ``replay`` the times due while paused run too."""
+        path = f"/api/schedules/{_seg(schedule_id)}/resume"
+        return self._json("POST", path, json={"replay": replay})
+
+    def skip_schedule(
+        self, schedule_id: str, *, to: datetime | str | None = None, count: int | None = None
+    ) -> Json:
+        """Skip ahead to a time or by a number of session times (recorded as missed)."""
+        body = {"to": _time(to)} if to is not None else {"count": count}
+        return self._json("POST", f"/api/schedules/{_seg(schedule_id)}/skip", json=body)
+
+    def backfill_schedule(
+        self,
+        schedule_id: str,
+        *,
+        start: datetime | str,
+        end: datetime | str | None = None,
+        count: int | None = None,
+        parallel: bool = False,
+        dry_run: bool = False,
+    ) -> Json:
+        """Sessions for the past session times from ``start`` to ``end`` (or ``count`` of them)."""
+        body: Json = {"from": _time(start), "parallel": parallel, "dry_run": dry_run}
+        if end is not None:
+            body["to"] = _time(end)
+        if count is not None:
+            body["count"] = count
+        return self._json("POST", f"/api/schedules/{_seg(schedule_id)}/backfill", json=body)
+
+    # -- sessions and attempts -----------------------------------------------------------
+
+    def list_sessions(
+        self,
+        project: str | None = None,
+        workflow: str | None = None,
+        state: str | None = None,
+        *,
+        limit: int | None = None,
+    ) -> Iterator[Json]:
+        """Sessions, newest first, each with its last attempt."""
+        query = _query(project=project, workflow=workflow, state=state)
+        return self._pages("/api/sessions", query, limit)
+
+    def get_session(self, session_id: str) -> Json:
+        """One session."""
+        return self._json("GET", f"/api/sessions/{_seg(session_id)}")
+
+    def list_session_attempts(self, session_id: str, *, limit: int | None = None) -> Iterator[Json]:
+        """The attempts of one session."""
+        return self._pages(f"/api/sessions/{_seg(session_id)}/attempts", {}, limit)
+
+    def list_attempts(
+        self,
+        project: str | None = None,
+        workflow: str | None = None,
+        state: str | None = None,
+        *,
+        limit: int | None = None,
+    ) -> Iterator[Json]:
+        """Attempts, newest first."""
+        query = _query(project=project, workflow=workflow, state=state)
+        return self._pages("/api/attempts", query, limit)
+
+    def start_attempt(
+        self,
+        project: str,
+        workflow: str,
+        *,
+        session_time: datetime | str | None = None,
+        params: Json | None = None,
+        idempotency_key: str | None = None,
+    ) -> Json:
+        """Start a session by hand; Conflict (with ``attempt_id``) if it already exists."""
+        body: Json = {"project": project, "workflow": workflow}
+        if session_time is not None:
+            body["session_time"] = _time(session_time)
+        if params:
+            body["params"] = params
+        if idempotency_key is not None:
+            body["idempotency_key"] = idempotency_key
+        return self._json("POST", "/api/attempts", json=body)
+
+    def get_attempt(self, attempt_id: str) -> Json:
+        """One attempt."""
+        return self._json("GET", f"/api/attempts/{_seg(attempt_id)}")
+
+    def kill_attempt(self, attempt_id: str) -> Json:
+        """Kill an attempt: its running tasks are stopped and it ends killed."""
+        return self._json("POST", f"/api/attempts/{_seg(attempt_id)}/kill", json={})
+
+    def retry_attempt(
+        self,
+        attempt_id: str,
+        *,
+        mode: str = "failed",
+        from_task: str | None = None,
+        params: Json | None = None,
+    ) -> Json:
+        """A new attempt of the same session: ``all``, ``failed`` or ``from`` a task on."""
+        body: Json = {"mode": mode}
+        if from_task is not None:
+            body["from"] = from_task
+        if params:
+            body["params"] = params
+        return self._json("POST", f"/api/attempts/{_seg(attempt_id)}/retry", json=body)
+
+    def list_tasks(self, attempt_id: str) -> list[Json]:
+        """The task tree of an attempt."""
+        return _items(self._json("GET", f"/api/attempts/{_seg(attempt_id)}/tasks"))
+
+    # -- logs ------------------------------------------------------------------------------
+
+    def list_log_files(self, attempt_id: str, task: str | None = None) -> list[Json]:
+        """The log files of an attempt, optionally of tasks under ``task`` only."""
+        path = f"/api/logs/{_seg(attempt_id)}/files"
+        return _items(self._json("GET", path, params=_query(task=task)))
+
+    def get_log_file(self, attempt_id: str, file_id: str, offset: int = 0) -> str:
+        """The content of one log file from ``offset`` on."""
+        path = f"/api/logs/{_seg(attempt_id)}/files/{_seg(file_id)}"
+        params = _query(offset=offset or None)
+        response = self._send("GET", path, params=params, headers={"Accept": "text/plain"})
+        return response.text
+
+    def follow_log(self, attempt_id: str, offset: int = 0) -> Iterator[LogChunk]:
+        """Log text of an attempt as it is written, until the attempt ends (server-sent
+        events; a stream the server ends on its time limit is resumed where it stopped)."""
+        path = f"/api/logs/{_seg(attempt_id)}/follow"
+        headers = {"Accept": "text/event-stream"}
+        timeout = httpx.Timeout(self._http.timeout.connect, read=None)
+        while True:
+            try:
+                with self._http.stream(
+                    "GET", path, params={"offset": offset}, headers=headers, timeout=timeout
+                ) as response:
+                    if response.status_code >= 400:
+                        response.read()
+                        raise_for_problem(response)
+                    for chunk in _sse_chunks(response.iter_lines()):
+                        if chunk.ended:
+                            return
+                        offset = chunk.next_offset if chunk.next_offset is not None else offset
+                        if chunk.text:
+                            yield chunk
+            except httpx.TransportError as exc:
+                raise self._unreachable(exc) from exc
+
+    # -- service ---------------------------------------------------------------------------
+
+    def version(self) -> Json:
+        """The server's version and API version."""
+        return self._json("GET", "/api/version")
+
+    def ready(self) -> bool:
+        """Whether the API answers ``/readyz`` with 200 (database reachable and migrated)."""
+        try:
+            return self._http.get("/readyz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _pages(self, path: str, query: dict[str, str], limit: int | None) -> Iterator[Json]:
+        """Every item of a paged list (at most ``limit``), following ``next_cursor``."""
+        cursor: str | None = None
+        remaining = limit
+        while True:
+            page_limit = PAGE_LIMIT if remaining is None else min(PAGE_LIMIT, remaining)
+            params = {**query, "limit": str(page_limit)}
+            if cursor:
+                params["cursor"] = cursor
+            page = self._json("GET", path, params=params)
+            items = _items(page)
+            yield from items
+            if remaining is not None:
+                remaining -= len(items)
+                if remaining <= 0:
+                    return
+            cursor = page.get("next_cursor")
+            if not cursor or not items:
+                return
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Json:
+        response = self._send(method, path, **kwargs)
+        if not response.content:
+            return {}
+        try:
+            body = response.json()
+        except ValueError as exc:
+            raise ApiUnavailable(
+                f"the tickwork API at {self.endpoint} answered {method} {path} with "
+                f"something that is not JSON (is it a tickwork API?)"
+            ) from exc
+        return body if isinstance(body, dict) else {"items": body}
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise self._unreachable(exc) from exc
+        raise_for_problem(response)
+        return response
+
+    def _unreachable(self, exc: httpx.TransportError) -> ApiUnavailable:
+        return ApiUnavailable(
+            f"cannot reach the tickwork API at {self.endpoint}: {_reason(exc)}; "
+            "is `tickwork api` or `tickwork standalone` running?"
+        )
+
+
+def raise_for_problem(response: httpx.Response) -> None:
+    """Raise the error a 4xx/5xx answer stands for; do nothing for a success."""
+    status = response.status_code
+    if status < 400:
+        return
+    problem = _problem(response)
+    detail = str(problem.get("detail") or problem.get("title") or response.reason_phrase)
+    if status in (400, 413, 415, 422):
+        raise InvalidInput(_problems(problem, detail))
+    if status in (401, 403):
+        raise Unauthorized(detail)
+    if status == 404:
+        raise NotFound(detail)
+    if status == 409:
+        attempt_id = problem.get("attempt_id")
+        raise Conflict(detail, attempt_id=None if attempt_id is None else str(attempt_id))
+    if status == 429 or status >= 500:
+        raise ApiUnavailable(f"the tickwork API answered {status}: {detail}")
+    raise TickworkError(f"the tickwork API answered {status}: {detail}")
+
+
+def _problem(response: httpx.Response) -> Json:
+    try:
+        body = response.json()
+    except ValueError:
+        return {"detail": response.text.strip()[:200] or response.reason_phrase}
+    return body if isinstance(body, dict) else {}
+
+
+def _problems(problem: Json, detail: str) -> list[Problem]:
+    """Every error of a problem document as ``Problem(place, line, message)``."""
+    found: list[Problem] = []
+    for error in problem.get("errors") or []:
+        if not isinstance(error, dict):
+            continue
+        message = str(error.get("detail") or error.get("message") or detail)
+        if error.get("file"):
+            line = error.get("line")
+            found.append(Problem(str(error["file"]), int(line) if line else None, message))
+        elif error.get("pointer") is not None:
+            found.append(Problem(str(error["pointer"]) or "/", None, message))
+        elif error.get("parameter"):
+            found.append(Problem(str(error["parameter"]), None, message))
+        else:
+            found.append(Problem("request", None, message))
+    return found or [Problem("request", None, detail)]
+
+
+def _sse_chunks(lines: Iterator[str]) -> Iterator[LogChunk]:
+    """Chunks of a follow stream: ``log`` events carry text (their id is the offset to
+    resume from), ``end`` says the attempt ended, ``timeout`` that the stream stopped."""
+    event, event_id, data = "message", "", []
+    for line in lines:
+        if line.startswith(":"):
+            continue
+        if line:
+            name, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if name == "event":
+                event = value
+            elif name == "id":
+                event_id = value
+            elif name == "data":
+                data.append(value)
+            continue
+        if data or event != "message":
+            yield _chunk(event, event_id, "\n".join(data))
+        event, event_id, data = "message", "", []
+
+
+def _chunk(event: str, event_id: str, data: str) -> LogChunk:
+    try:
+        decoded = json.loads(data) if data else {}
+    except ValueError:
+        decoded = {"text": data}
+    if not isinstance(decoded, dict):
+        decoded = {"text": data}
+    if event == "end":
+        return LogChunk("", None, ended=True, state=str(decoded.get("state") or ""))
+    offset = event_id if event_id.isdigit() else decoded.get("offset")
+    next_offset = int(offset) if offset is not None and str(offset).isdigit() else None
+    text = str(decoded.get("text", "")) if event in ("log", "message") else ""
+    return LogChunk(text, next_offset, task=decoded.get("task"))
+
+
+def _items(body: Json) -> list[Json]:
+    items = body.get("items", [])
+    return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+
+def _reason(exc: httpx.TransportError) -> str:
+    text = str(exc).lower()
+    if isinstance(exc, httpx.TimeoutException):
+        return "no answer in time"
+    if "refused" in text:
+        return "connection refused"
+    if "name or service not known" in text or "nodename nor servname" in text:
+        return "unknown host"
+    return str(exc) or type(exc).__name__
+
+
+def _query(**values: object) -> dict[str, str]:
+    return {key: str(value) for key, value in values.items() if value is not None}
+
+
+def _time(value: datetime | str | None) -> str | None:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+def _seg(value: str) -> str:
+    """One path segment, escaped (a project name may hold characters URLs reserve)."""
+    return quote(str(value), safe="")

@@ -1,0 +1,133 @@
+"""The API path of ``tickwork kill``, ``schedules``, ``schedule pause|resume|skip`` and
+``backfill``: what those commands do when no ``--database-url`` is given."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from services.client_support import (
+    EXIT_CODES_HELP,
+    api,
+    field,
+    print_items,
+    print_json,
+)
+
+ADMIN_EPILOG = (
+    "\b\nWithout --database-url (or TICKWORK_DATABASE_URL) the command asks the tickwork API\n"
+    "at --endpoint; with it, it works on the store directly (an operator's path).\n\n"
+    + EXIT_CODES_HELP
+)
+
+
+def kill_via_api(endpoint: str | None, attempt_id: int, as_json: bool) -> None:
+    """Ask the API to kill an attempt (one that has already ended is a conflict, exit 4)."""
+    with api(endpoint) as client:
+        attempt = client.kill_attempt(str(attempt_id))
+    if as_json:
+        print_json(attempt)
+        return
+    state = attempt.get("state")
+    click.echo(f"attempt {attempt_id}: {'killing' if state == 'canceling' else state}")
+
+
+def list_schedules_via_api(endpoint: str | None, as_json: bool) -> None:
+    """List every schedule the API knows."""
+    with api(endpoint) as client:
+        items = list(client.list_schedules())
+    print_items(
+        items,
+        as_json,
+        [
+            ("id", field("id")),
+            ("project", field("project")),
+            ("workflow", field("workflow")),
+            ("schedule", field("schedule")),
+            ("next session", field("next_session_time")),
+            ("next run", field("next_run_time")),
+            ("state", _schedule_state),
+        ],
+    )
+
+
+def _schedule_state(item: dict[str, Any]) -> str:
+    if item.get("paused") or item.get("paused_at"):
+        return "paused"
+    return "failing" if item.get("failures") else "active"
+
+
+def pause_via_api(endpoint: str | None, project: str, workflow: str, as_json: bool) -> None:
+    """Pause the schedule of ``project``/``workflow`` through the API."""
+    with api(endpoint) as client:
+        schedule = client.pause_schedule(str(client.find_schedule(project, workflow)["id"]))
+    _report(schedule, as_json, f"{project}/{workflow}: paused")
+
+
+def resume_via_api(
+    endpoint: str | None, project: str, workflow: str, replay: bool, as_json: bool
+) -> None:
+    """Resume the schedule of ``project``/``workflow`` through the API."""
+    with api(endpoint) as client:
+        schedule_id = str(client.find_schedule(project, workflow)["id"])
+        schedule = client.resume_schedule(schedule_id, replay=replay)
+    _report(schedule, as_json, f"{project}/{workflow}: resumed")
+
+
+def skip_via_api(
+    endpoint: str | None,
+    project: str,
+    workflow: str,
+    to: str | None,
+    count: int | None,
+    as_json: bool,
+) -> None:
+    """Skip session times of ``project``/``workflow``'s schedule through the API."""
+    with api(endpoint) as client:
+        schedule_id = str(client.find_schedule(project, workflow)["id"])
+        answer = client.skip_schedule(schedule_id, to=to, count=count)
+    skipped = int(answer.get("skipped") or 0)
+    if as_json:
+        print_json(answer)
+    elif not skipped:
+        click.echo(f"{project}/{workflow}: nothing to skip")
+    else:
+        click.echo(
+            f"{project}/{workflow}: skipped {skipped} session time(s), "
+            f"{answer.get('first_session_time')} .. {answer.get('last_session_time')}"
+        )
+
+
+def backfill_via_api(
+    endpoint: str | None,
+    project: str,
+    workflow: str,
+    window: tuple[str, str],
+    parallel: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Backfill ``project``/``workflow``'s schedule from ``window[0]`` to ``window[1]``."""
+    with api(endpoint) as client:
+        schedule_id = str(client.find_schedule(project, workflow)["id"])
+        plan = client.backfill_schedule(
+            schedule_id, start=window[0], end=window[1], parallel=parallel, dry_run=dry_run
+        )
+    if as_json:
+        print_json(plan)
+        return
+    created = plan.get("created") or []
+    existing = plan.get("existing") or []
+    verb = "would create" if dry_run else "created"
+    for session_time in created:
+        click.echo(f"{verb} {session_time}")
+    order = "side by side" if parallel else "one after another"
+    click.echo(f"{verb} {len(created)} session(s), {order}; {len(existing)} existed")
+
+
+def _report(schedule: dict[str, Any], as_json: bool, line: str) -> None:
+    if as_json:
+        print_json(schedule)
+    else:
+        click.echo(line)

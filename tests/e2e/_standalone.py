@@ -1,0 +1,182 @@
+"""A live ``tickwork standalone`` process for tests, and the ``tickwork`` client run against it.
+
+The process gets a free port and its own state directory, writes its output to a file
+(a pipe nobody reads would fill up and stall it), is waited for through ``/readyz`` with a
+bound, and is always killed when the test ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.e2e._run import tickwork_command
+from tests.support.servers import find_free_port
+
+READY_TIMEOUT_SECONDS = 30.0
+COMMAND_TIMEOUT_SECONDS = 60
+STOP_TIMEOUT_SECONDS = 10.0
+
+
+def client_environment(endpoint: str, token: str | None = None) -> dict[str, str]:
+    """This process's environment without ``TICKWORK_*``, talking to ``endpoint``."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
+    environ["TICKWORK_ENDPOINT"] = endpoint
+    environ["TICKWORK_CONFIG"] = os.devnull  # never the user's own client config
+    if token is not None:
+        environ["TICKWORK_API_TOKEN"] = token
+    return environ
+
+
+@dataclass(frozen=True)
+class Command:
+    """What one ``tickwork`` client command did."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        """Stdout as one JSON document."""
+        return json.loads(self.stdout)
+
+    def json_lines(self) -> list[Any]:
+        """Stdout as one JSON document per line."""
+        return [json.loads(line) for line in self.stdout.splitlines() if line.strip()]
+
+    def explain(self) -> str:
+        """Everything the command printed, for assertion messages."""
+        return f"exit {self.exit_code}\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
+
+
+@dataclass
+class StandaloneProcess:
+    """One running ``tickwork standalone`` and how to talk to it."""
+
+    process: subprocess.Popen[bytes]
+    endpoint: str
+    state_dir: Path
+    output_path: Path
+    token: str | None = None
+    environ: dict[str, str] = field(default_factory=dict)
+
+    def output(self) -> str:
+        """What the process printed so far."""
+        return self.output_path.read_text(encoding="utf-8", errors="replace")
+
+    def tickwork(
+        self, *args: str, token: str | None = None, endpoint: str | None = None
+    ) -> Command:
+        """Run a ``tickwork`` client command against this process (bounded)."""
+        environ = client_environment(endpoint or self.endpoint, token or self.token)
+        completed = subprocess.run(
+            [*tickwork_command(), *args],
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_SECONDS,
+            check=False,
+        )
+        return Command(completed.returncode, completed.stdout, completed.stderr)
+
+    def get(self, path: str) -> Any:
+        """GET an API path as JSON (with the token, if any)."""
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        response = httpx.get(self.endpoint + path, headers=headers, timeout=10.0)
+        response.raise_for_status()
+        return response.json()
+
+    def stop(self, timeout_seconds: float = STOP_TIMEOUT_SECONDS) -> int:
+        """SIGTERM, then the exit status; SIGKILL if it does not exit within the bound."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=timeout_seconds)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(
+                f"standalone did not exit {timeout_seconds}s after SIGTERM:\n{self.output()}"
+            ) from None
+
+    def kill(self) -> None:
+        """SIGKILL the process and every process it started."""
+        if self.process.poll() is None:
+            with suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=STOP_TIMEOUT_SECONDS)
+
+
+def start_standalone(
+    state_dir: Path, *args: str, environ: Mapping[str, str] | None = None
+) -> StandaloneProcess:
+    """Start ``tickwork standalone`` on a free port; does not wait for it."""
+    port = find_free_port()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    output_path = state_dir.parent / f"{state_dir.name}.out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
+    env.update(environ or {})
+    command = [*tickwork_command(), "standalone", "--state-dir", str(state_dir)]
+    command += ["--bind", f"127.0.0.1:{port}", *args]
+    with output_path.open("wb") as output:
+        process = subprocess.Popen(
+            command, stdout=output, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    token = env.get("TICKWORK_API_TOKENS", "").partition(":")[2].split(",")[0] or None
+    return StandaloneProcess(
+        process, f"http://127.0.0.1:{port}", state_dir, output_path, token, dict(env)
+    )
+
+
+def wait_ready(
+    standalone: StandaloneProcess, timeout_seconds: float = READY_TIMEOUT_SECONDS
+) -> None:
+    """Wait until ``/readyz`` answers 200; fail with the process's output otherwise."""
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        if standalone.process.poll() is not None:
+            raise AssertionError(f"standalone exited early:\n{standalone.output()}")
+        try:
+            if httpx.get(standalone.endpoint + "/readyz", timeout=2.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"standalone not ready in {timeout_seconds}s:\n{standalone.output()}")
+
+
+@contextmanager
+def running_standalone(
+    state_dir: Path, *args: str, environ: Mapping[str, str] | None = None
+) -> Iterator[StandaloneProcess]:
+    """A ready ``tickwork standalone``, killed however the test ends."""
+    standalone = start_standalone(state_dir, *args, environ=environ)
+    try:
+        wait_ready(standalone)
+        yield standalone
+    finally:
+        standalone.kill()
+
+
+def wait_for_attempt(
+    standalone: StandaloneProcess, attempt_id: str, timeout_seconds: float = 30.0
+) -> dict[str, Any]:
+    """Poll an attempt until it ends; fail naming it (and the server's output) otherwise."""
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        attempt: dict[str, Any] = standalone.get(f"/api/attempts/{attempt_id}")
+        if attempt["state"] in ("success", "error", "killed", "canceled"):
+            return attempt
+        time.sleep(0.1)
+    raise AssertionError(
+        f"attempt {attempt_id} did not end in {timeout_seconds}s:\n{standalone.output()}"
+    )

@@ -1,0 +1,164 @@
+"""``tickwork standalone``: API, scheduler, executor and agents in one process on SQLite."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e._run import tickwork_command
+from tests.e2e._standalone import (
+    client_environment,
+    running_standalone,
+    start_standalone,
+    wait_for_attempt,
+    wait_ready,
+)
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def _project(directory: Path, files: dict[str, str]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (directory / name).write_text(textwrap.dedent(text), encoding="utf-8")
+    return directory
+
+
+TICKING = """\
+    schedule:
+      cron>: "@every 2s"
+      catchup: none
+    +hello:
+      echo>: tick ${session_time}
+"""
+
+
+def test_a_project_pushed_at_start_fires_its_schedule_and_the_session_succeeds(
+    tmp_path: Path,
+) -> None:
+    # Given a project whose workflow runs every two seconds
+    project = _project(tmp_path / "ticks", {"tick.dig": TICKING})
+    # When standalone starts with it
+    with running_standalone(tmp_path / "state", "--project", str(project)) as standalone:
+        # Then it says where the API, its docs and the schedule are
+        output = standalone.output()
+        assert f"{standalone.endpoint}/api/docs" in output
+        assert "schedule ticks/tick: cron>: @every 2s" in output
+
+        # And the scheduler emits a session that the executor runs to success
+        def a_session_succeeded() -> bool:
+            items = standalone.get("/api/sessions?project=ticks")["items"]
+            return any(s["last_attempt"]["state"] == "success" for s in items)
+
+        wait_until("a scheduled session succeeded", a_session_succeeded, 30.0, poll=0.2)
+        # And its task's log is where the API reads it
+        logs = list((standalone.state_dir / "logs").rglob("*.log"))
+        assert any("tick " in path.read_text() for path in logs)
+
+
+def test_it_refuses_to_serve_other_machines_without_tokens(tmp_path: Path) -> None:
+    # When standalone is bound to every address and no token is configured
+    environ = client_environment("http://unused")
+    completed = subprocess.run(
+        [*tickwork_command(), "standalone", "--state-dir", str(tmp_path), "--bind", "0.0.0.0:0"],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    # Then it does not start, and says why in one line
+    assert completed.returncode == 2, completed.stderr
+    errors = [line for line in completed.stderr.splitlines() if line.startswith("error")]
+    assert len(errors) == 1
+    assert "TICKWORK_API_TOKENS" in errors[0]
+    assert "Traceback" not in completed.stderr
+
+
+def test_with_tokens_the_api_asks_for_one_even_on_loopback(tmp_path: Path) -> None:
+    with running_standalone(
+        tmp_path / "state", environ={"TICKWORK_API_TOKENS": "admin:s3cret-token"}
+    ) as standalone:
+        assert "auth     on" in standalone.output()
+        assert standalone.tickwork("sessions", "--json").exit_code == 0
+        assert standalone.tickwork("sessions", token="wrong").exit_code == 6
+
+
+def test_sigterm_stops_it_within_a_bound_killing_running_tasks(tmp_path: Path) -> None:
+    # Given a standalone running a long `sleep` task
+    marker = tmp_path / "sleep-pid"
+    project = _project(
+        tmp_path / "sleepy",
+        {
+            "nap.dig": "+nap:\n  sh>: sh nap.sh\n",
+            "nap.sh": f"echo $$ > {marker}.tmp; mv {marker}.tmp {marker}; exec sleep 300\n",
+        },
+    )
+    standalone = start_standalone(tmp_path / "state", "--project", str(project))
+    try:
+        wait_ready(standalone)
+        started = standalone.tickwork("start", "sleepy", "nap", "--json")
+        assert started.exit_code == 0, started.explain()
+        wait_until("the sleep task started", marker.exists, 30.0, poll=0.1)
+        pid = int(marker.read_text())
+        # When it gets SIGTERM
+        began = time.monotonic()
+        exit_code = standalone.stop(timeout_seconds=15.0)
+        # Then it exits soon, and the task's process is gone
+        assert time.monotonic() - began < 15.0
+        assert exit_code == 0, standalone.output()
+        wait_until("the sleep process is gone", lambda: not _alive(pid), 5.0)
+    finally:
+        standalone.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_task_left_running_by_a_killed_process_runs_again_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    # Given a task that sleeps on its first run and succeeds on its second
+    marker = tmp_path / "first-run-pid"
+    project = _project(
+        tmp_path / "again",
+        {
+            "once.dig": "+once:\n  sh>: sh once.sh\n",
+            "once.sh": f"[ -e {marker} ] && exit 0\n"
+            f"echo $$ > {marker}.tmp; mv {marker}.tmp {marker}; exec sleep 300\n",
+        },
+    )
+    state = tmp_path / "state"
+    first = start_standalone(state, "--project", str(project))
+    try:
+        wait_ready(first)
+        started = first.tickwork("start", "again", "once", "--json")
+        assert started.exit_code == 0, started.explain()
+        attempt_id = started.json()["id"]
+        wait_until("the first run started", marker.exists, 30.0, poll=0.1)
+        # When the process dies without a chance to clean up (and its command with it)
+        first.kill()
+        _kill(int(marker.read_text()))
+    finally:
+        first.kill()
+    # Then a new process on the same state runs the task again, and the attempt succeeds
+    with running_standalone(state) as second:
+        assert wait_for_attempt(second, attempt_id, 30.0)["state"] == "success"
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
