@@ -249,3 +249,11 @@ class TestTheExamplesDirectory:
 
         for workflow in EXAMPLES_DIR.glob("*.dig"):
             assert f'"{workflow.name}"' in tests
+
+
+def test_scheduled_runs_its_current_session_and_notes_the_tick(run_example: RunExample) -> None:
+    examples, run = run_example("scheduled.dig")
+
+    assert run.exit_code == 0, run.explain()
+    assert examples.notes("scheduled") == ["tick"]
+    assert "success: 2" in run.summary

@@ -230,7 +230,11 @@ class Service:
 
     def metrics_text(self) -> str | None:
         """The Prometheus text of ``/metrics``; None if the endpoint does not answer."""
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        return self.get("/metrics")
+
+    def get(self, path: str) -> str | None:
+        """The body of ``GET path`` on the service's port; None unless it answers 200."""
+        url = f"http://127.0.0.1:{self.metrics_port}{path}"
         try:
             with urllib.request.urlopen(url, timeout=METRICS_TIMEOUT_SECONDS) as response:
                 body: bytes = response.read()
@@ -358,15 +362,25 @@ class Cluster:
         env.update(extra or {})
         return env
 
-    def _start(self, name: str, args: list[str], env: dict[str, str]) -> Service:
-        port = find_free_port()
+    def _start(
+        self,
+        name: str,
+        args: list[str],
+        env: dict[str, str],
+        *,
+        metrics: bool = True,
+        port: int | None = None,
+    ) -> Service:
+        port = port or find_free_port()
         log_path = self.root / "logs" / f"{name}.log"
         workdir = self.root / "work" / name
         workdir.mkdir(parents=True, exist_ok=True)
-        env = {**env, "TICKWORK_METRICS_PORT": str(port)}
+        if metrics:
+            env = {**env, "TICKWORK_METRICS_PORT": str(port)}
+            args = [*args, "--metrics-port", str(port)]
         with log_path.open("ab") as log:
             process = subprocess.Popen(
-                [*tickwork_command(), *args, "--metrics-port", str(port)],
+                [*tickwork_command(), *args],
                 cwd=workdir,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -379,9 +393,9 @@ class Cluster:
         self.services[name] = service
         return service
 
-    def _wait_ready(self, service: Service) -> None:
+    def _wait_ready(self, service: Service, path: str = "/metrics") -> None:
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
-        while service.metrics_text() is None:
+        while service.get(path) is None:
             if not service.is_alive():
                 raise AssertionError(
                     f"{service.name} exited with {service.process.returncode} before it was "
@@ -407,6 +421,26 @@ class Cluster:
         self.services["executor"] = service
         if wait:
             self._wait_ready(service)
+        return service
+
+    def start_scheduler(self, name: str = "scheduler") -> Service:
+        """Start ``tickwork scheduler`` on the store."""
+        service = self._start(name, ["scheduler"], self._environment(database=True, extra=None))
+        self._wait_ready(service)
+        return service
+
+    def start_api(self, tokens: str, *, workers: int = 2) -> Service:
+        """Start ``tickwork api`` (gunicorn) with ``tokens`` (TICKWORK_API_TOKENS); its
+        :attr:`Service.metrics_port` is the port it serves on."""
+        port = find_free_port()
+        extra = {
+            "TICKWORK_API_TOKENS": tokens,
+            "TICKWORK_LOG_DIR": str(self.root / "state" / "task-logs"),
+        }
+        args = ["api", "--bind", f"127.0.0.1:{port}", "--workers", str(workers)]
+        env = self._environment(database=True, extra=extra)
+        service = self._start("api", args, env, metrics=False, port=port)
+        self._wait_ready(service, "/readyz")
         return service
 
     def stop_executor(self, timeout_seconds: float = STOP_TIMEOUT_SECONDS) -> int:
