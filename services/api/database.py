@@ -21,9 +21,18 @@ def current_engine() -> Engine:
 
 @contextmanager
 def read_connection() -> Iterator[Connection]:
-    """A connection for reads only (on SQLite it never waits for a writer)."""
-    with read_only(current_engine()) as conn:
-        yield conn
+    """A connection for reads only (on SQLite it never waits for a writer).
+
+    On PostgreSQL it runs in autocommit: at READ COMMITTED each statement takes its own
+    snapshot inside a transaction too, so BEGIN and ROLLBACK would only cost round trips.
+    """
+    engine = current_engine()
+    if engine.dialect.name != "postgresql":
+        with read_only(engine) as conn:
+            yield conn
+        return
+    with engine.connect() as conn:
+        yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
 
 @contextmanager

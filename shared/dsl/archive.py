@@ -197,6 +197,7 @@ class _Counter:
         self.members = 0
         self.files = 0
         self.unpacked_bytes = 0
+        self.links: set[PurePosixPath] = set()
 
     def admit(self, member: tarfile.TarInfo) -> None:
         path = PurePosixPath(member.name)
@@ -206,8 +207,15 @@ class _Counter:
             raise _refused(member, "a path with '..' is not allowed")
         if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
             raise _refused(member, "only files, folders and links inside the project are allowed")
+        # Paths are checked by their text: one that goes through a link of the archive
+        # could lead anywhere the link does, so no member is written through a link.
+        if self._through_link(path):
+            raise _refused(member, "a path through a link is not allowed")
         if member.issym() or member.islnk():
-            _check_link(member)
+            if self._through_link(_check_link(member)):
+                raise _refused(member, "a link through another link is not allowed")
+            if member.issym():
+                self.links.add(_normal(path))
         self.members += 1
         self.files += member.isfile()
         self.unpacked_bytes += max(member.size, 0)
@@ -218,21 +226,32 @@ class _Counter:
                 f"the archive unpacks to more than {self.limits.max_unpacked_bytes} bytes"
             )
 
+    def _through_link(self, path: PurePosixPath) -> bool:
+        """Whether a folder on ``path`` (relative to the project) is a link seen before."""
+        return any(folder in self.links for folder in _normal(path).parents)
 
-def _check_link(member: tarfile.TarInfo) -> None:
-    """Refuse a link whose target is absolute or leaves the project."""
+
+def _normal(path: PurePosixPath) -> PurePosixPath:
+    """``path`` without its ``.`` parts (``a/./b`` -> ``a/b``), as tar names may hold them."""
+    return PurePosixPath(*[part for part in path.parts if part not in ("", ".")])
+
+
+def _check_link(member: tarfile.TarInfo) -> PurePosixPath:
+    """Refuse a link whose target is absolute or leaves the project; the target, relative
+    to the project with its ``..`` resolved by text."""
     target = PurePosixPath(member.linkname)
     if target.is_absolute():
         raise _refused(member, f"the link points outside the project ({member.linkname})")
     base = PurePosixPath(member.name).parent if member.issym() else PurePosixPath()
-    depth = 0
+    parts: list[str] = []
     for part in (*base.parts, *target.parts):
         if part == "..":
-            depth -= 1
+            if not parts:
+                raise _refused(member, f"the link points outside the project ({member.linkname})")
+            parts.pop()
         elif part not in ("", "."):
-            depth += 1
-        if depth < 0:
-            raise _refused(member, f"the link points outside the project ({member.linkname})")
+            parts.append(part)
+    return PurePosixPath(*parts)
 
 
 class _OverBudget(Exception):

@@ -165,9 +165,7 @@ def list_sessions(
     ``time_to`` (exclusive) bound the session time. The latest attempts are read for the
     page's sessions only, one index probe each.
     """
-    query = select(*_SESSION_COLUMNS).select_from(
-        sessions.join(projects, projects.c.id == sessions.c.project_id)
-    )
+    query = _sessions_with_latest_attempt()
     for condition in _project_filters(project, workflow):
         query = query.where(condition)
     if time_from is not None:
@@ -175,48 +173,62 @@ def list_sessions(
     if time_to is not None:
         query = query.where(sessions.c.session_time < time_to)
     if state is not None:
-        latest = aliased(attempts, name="latest")
-        latest_state = (
-            select(latest.c.state)
-            .where(latest.c.session_id == sessions.c.id)
-            .order_by(latest.c.id.desc())
-            .limit(1)
-            .scalar_subquery()
-        )
-        query = query.where(latest_state == state.value)
+        query = query.where(_LATEST.c.state == state.value)
     page = fetch_keyset_page(conn, query, sessions.c.id, after=after, limit=limit)
-    last = _latest_attempts(conn, [int(row.id) for row in page.rows])
-    items = [
-        SessionView(**dict(row._mapping), last_attempt=last.get(int(row.id))) for row in page.rows
-    ]
-    return Page(items, page.next_after)
+    return Page([_session_view(row) for row in page.rows], page.next_after)
 
 
-def _latest_attempts(conn: Connection, session_ids: list[int]) -> dict[int, AttemptView]:
-    """The latest attempt of each of ``session_ids``, by session id."""
-    if not session_ids:
-        return {}
-    newest = (
+# The latest attempt of a session, joined in the page's own query: one backward probe of
+# ix_attempts_session_id per session row, and one round trip for the whole page.
+_LATEST = aliased(attempts, name="latest")
+_LATEST_PREFIX = "latest_"
+_LATEST_COLUMNS = tuple(
+    _LATEST.c[column.key].label(_LATEST_PREFIX + column.key)
+    for column in _ATTEMPT_COLUMNS
+    if column.table is attempts
+)
+
+
+def _sessions_with_latest_attempt() -> Select[Any]:
+    newest_id = (
         select(func.max(attempts.c.id))
-        .where(attempts.c.session_id.in_(session_ids))
-        .group_by(attempts.c.session_id)
+        .where(attempts.c.session_id == sessions.c.id)
+        .correlate(sessions)
+        .scalar_subquery()
     )
-    query = _attempt_query().where(attempts.c.id.in_(newest))
-    return {int(row.session_id): _attempt_view(row) for row in conn.execute(query)}
+    return select(*_SESSION_COLUMNS, *_LATEST_COLUMNS).select_from(
+        sessions.join(projects, projects.c.id == sessions.c.project_id).outerjoin(
+            _LATEST, _LATEST.c.id == newest_id
+        )
+    )
+
+
+_SESSION_KEYS = tuple(column.key for column in _SESSION_COLUMNS)
+_LATEST_KEYS = tuple(column.key[len(_LATEST_PREFIX) :] for column in _LATEST_COLUMNS)
+_SHARED_KEYS = ("session_uuid", "session_time", "project_id", "project_name", "workflow_name")
+
+
+def _session_view(row: Any) -> SessionView:
+    # By position: this runs once per row of every page, so it avoids the mapping view.
+    values = tuple(row)
+    session = dict(zip(_SESSION_KEYS, values, strict=False))
+    last = None
+    attempt_values = values[len(_SESSION_KEYS) :]
+    if attempt_values[0] is not None:
+        attempt = dict(zip(_LATEST_KEYS, attempt_values, strict=True))
+        attempt["state"] = AttemptState(attempt["state"])
+        attempt.update((key, session[key]) for key in _SHARED_KEYS)
+        last = AttemptView(**attempt)
+    return SessionView(**session, last_attempt=last)
 
 
 def get_session(conn: Connection, session_id: int) -> SessionView:
     """One session with its latest attempt; raises NotFound if there is none."""
-    query = (
-        select(*_SESSION_COLUMNS)
-        .select_from(sessions.join(projects, projects.c.id == sessions.c.project_id))
-        .where(sessions.c.id == session_id)
-    )
+    query = _sessions_with_latest_attempt().where(sessions.c.id == session_id)
     row = conn.execute(query).one_or_none()
     if row is None:
         raise NotFound(f"no session {session_id}")
-    last = _latest_attempts(conn, [session_id]).get(session_id)
-    return SessionView(**dict(row._mapping), last_attempt=last)
+    return _session_view(row)
 
 
 def list_session_attempts(conn: Connection, session_id: int) -> list[AttemptView]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -79,7 +79,8 @@ def start_attempt(
     ``session_time`` defaults to now (the last scheduled time for a scheduled workflow); a
     naive one is read in the workflow's time zone. A session that already has an attempt,
     or an ``idempotency_key`` used before, gives the existing attempt with ``created``
-    False. Raises NotFound naming the project or workflow that does not exist.
+    False. Raises NotFound naming the project or workflow that does not exist, and
+    InvalidInput naming ``/session_time`` for a time the store cannot hold.
     """
     if idempotency_key is not None:
         existing = _attempt_by_key(conn, idempotency_key)
@@ -167,10 +168,20 @@ def _latest_workflow(conn: Connection, project: str, workflow: str) -> _Target:
 def _session_time(
     definition: WorkflowDefinition, session_time: datetime | None, now: datetime
 ) -> datetime:
-    """The session time asked for (naive: in the workflow's zone), or the default one."""
+    """The session time asked for (naive: in the workflow's zone), or the default one.
+
+    Raises InvalidInput naming ``/session_time`` for a time the store cannot hold: one
+    before year 1 or past 9999 once moved to UTC.
+    """
     if session_time is not None:
         if session_time.tzinfo is None:
-            return session_time.replace(tzinfo=ZoneInfo(definition.timezone))
+            session_time = session_time.replace(tzinfo=ZoneInfo(definition.timezone))
+        try:
+            session_time.astimezone(UTC)
+        except OverflowError:
+            raise InvalidInput(
+                [Problem("/session_time", None, "out of range once moved to UTC (years 1-9999)")]
+            ) from None
         return session_time
     # The same default as `tickwork run`: the last scheduled time, or now to the second.
     if definition.schedule is not None:

@@ -70,6 +70,9 @@ class TestStart:
             ({"params": [1, 2]}, "/params"),
             ({"idempotency_key": ""}, "/idempotency_key"),
             ({"surprise": 1}, "/surprise"),
+            # times that exist in their own zone but not in UTC, which the store holds
+            ({"session_time": "0001-01-01T00:00:00+09:00"}, "/session_time"),
+            ({"session_time": "9999-12-31T23:59:59-10:00"}, "/session_time"),
         ],
     )
     def test_a_bad_body_is_422_with_its_pointer_and_starts_nothing(

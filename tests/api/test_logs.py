@@ -16,6 +16,7 @@ from services.api.config import ApiConfig
 from shared.domain.states import AttemptState
 from shared.store.tables import task_logs, tasks
 from tests.api._seed import NOW, THREE_STEPS, add_project, add_sessions, set_state
+from tests.api.conftest import assert_problem
 
 CONTENT = b"line one\nline two\nline three\n"
 
@@ -239,3 +240,30 @@ class TestFollow:
 
     def test_following_an_unknown_attempt_is_404(self, api: FlaskClient) -> None:
         assert api.get("/api/logs/31/follow").status_code == 404
+
+    @pytest.mark.parametrize(
+        "last_event_id",
+        ["abc", "-1", "\u00b2", "9" * 5000],
+        ids=["letters", "negative", "superscript-two", "five-thousand-digits"],
+    )
+    def test_a_last_event_id_that_is_not_an_offset_is_422(
+        self, api: FlaskClient, attempt_id: int, last_event_id: str
+    ) -> None:
+        # "²" counts as a digit for str.isdigit, and 5,000 digits are past what int() reads
+        response = api.get(
+            f"/api/logs/{attempt_id}/follow", headers={"Last-Event-ID": last_event_id}
+        )
+        body = assert_problem(response, 422)
+        assert body["errors"] == [
+            {"parameter": "Last-Event-ID", "detail": "expected a stream offset"}
+        ]
+
+    def test_last_event_id_resumes_like_an_offset(
+        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int
+    ) -> None:
+        add_log(engine, log_root, 1, "1/first.1.1.log", b"abc")
+        with engine.begin() as conn:
+            set_state(conn, attempt_id, AttemptState.SUCCESS)
+        response = api.get(f"/api/logs/{attempt_id}/follow", headers={"Last-Event-ID": "1"})
+        events = read_events(response, until="end", timeout_seconds=10)
+        assert [(e, d.get("text")) for e, d in events] == [("log", "bc"), ("end", None)]

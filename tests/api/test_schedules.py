@@ -182,6 +182,8 @@ class TestBackfill:
             ({"from": "2026-11-01", "count": 1, "parallel": "sometimes"}, "/parallel"),
             ({"from": "2026-11-01", "count": 1, "extra": True}, "/extra"),
             ({"from": "2026-11-01'; DELETE FROM sessions; --", "count": 1}, "/from"),
+            # more daily session times than one backfill makes (MAX_BACKFILL)
+            ({"from": "1700-01-01", "to": "2026-11-01", "dry_run": True}, "/to"),
         ],
     )
     def test_a_bad_backfill_is_refused_with_its_pointer_and_creates_nothing(

@@ -76,6 +76,9 @@ class TestListSessions:
             ("limit=100000", "limit"),
             ("colour=red", "colour"),
             ("from=2026-01-02T00:00:00Z&to=2026-01-01T00:00:00Z", "to"),
+            # times that exist only in their own zone: before year 1 or past 9999 in UTC
+            ("to=0001-01-01T00:00:00%2B01:00", "to"),
+            ("from=9999-12-31T23:59:59-12:00", "from"),
         ],
     )
     def test_a_bad_parameter_is_422_naming_it(

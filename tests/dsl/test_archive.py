@@ -181,6 +181,30 @@ class TestUnsafeArchives:
         assert not (tmp_path / "evil.txt").exists()
         assert sorted(p.name for p in (tmp_path / "work").iterdir()) == []  # no leftover
 
+    @pytest.mark.parametrize(
+        ("members", "reason"),
+        [
+            (
+                [link_member("x/up", ".."), link_member("x/up/out", "..")],
+                "x/up/out: refused: a path through a link",
+            ),
+            (
+                [link_member("lib", "."), file_member("lib/evil.txt", b"x")],
+                "lib/evil.txt: refused: a path through a link",
+            ),
+            (
+                [link_member("a", "sub"), link_member("b", "a/x")],
+                "b: refused: a link through another link",
+            ),
+        ],
+        ids=["link-under-a-link", "file-under-a-link", "link-target-through-a-link"],
+    )
+    def test_a_member_reached_through_another_link_is_refused(
+        self, members: list[tuple[tarfile.TarInfo, bytes | None]], reason: str
+    ) -> None:
+        # Checked by text, a path through a link could still lead anywhere the link does
+        assert reason in refusal(tar_gz(file_member("wf.dig", WORKFLOW), *members))
+
     def test_a_device_is_refused(self) -> None:
         device = tarfile.TarInfo("dev")
         device.type = tarfile.CHRTYPE

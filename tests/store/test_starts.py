@@ -99,6 +99,16 @@ class TestStartAttempt:
             attempt = get_attempt(conn, result.attempt_id)
         assert attempt.session_time == datetime(2025, 12, 31, 22, 0, tzinfo=UTC)
 
+    def test_a_naive_session_time_before_year_1_in_utc_is_refused_naming_it(
+        self, engine: Engine, project: int
+    ) -> None:
+        # 0001-01-01 00:00 in Tokyo is 9 hours before the first time UTC can hold
+        with pytest.raises(InvalidInput) as refused:
+            start(engine, workflow="daily", session_time=datetime(1, 1, 1))
+        assert refused.value.problems[0].file == "/session_time"
+        with engine.connect() as conn:
+            assert conn.execute(select(sessions.c.id)).first() is None
+
     def test_the_default_session_time_of_a_scheduled_workflow_is_its_last_scheduled_time(
         self, engine: Engine, project: int
     ) -> None:

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 from apiflask import APIBlueprint
+from flask import Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from services.api.database import read_connection, write_transaction
 from services.api.errors import InvalidBody
 from services.api.paging import PageQuery, decode_cursor, encode_cursor, page_limit
+from services.api.responses import typed_json
 from shared.clock import utc_now
 from shared.domain.states import AttemptState
 from shared.errors import Conflict, InvalidInput
@@ -161,6 +165,16 @@ def attempt_item(attempt: AttemptView) -> dict[str, Any]:
     }
 
 
+@contextmanager
+def _member_errors() -> Iterator[None]:
+    """The store's InvalidInput, whose ``file`` is a JSON pointer, as a 422 naming it."""
+    try:
+        yield
+    except InvalidInput as error:
+        problem = error.problems[0]
+        raise InvalidBody(problem.file, problem.message) from None
+
+
 def _id_or_none(value: int | None) -> str | None:
     return None if value is None else str(value)
 
@@ -174,7 +188,7 @@ def page_of(page: Page[AttemptView]) -> dict[str, Any]:
 @blueprint.get("/api/attempts")
 @blueprint.input(AttemptsQuery, location="query", arg_name="query")
 @blueprint.output(AttemptPage)
-def list_attempts(query: AttemptsQuery) -> dict[str, Any]:
+def list_attempts(query: AttemptsQuery) -> Response:
     """Attempts, newest first."""
     after = decode_cursor(query.cursor) if query.cursor else None
     with read_connection() as conn:
@@ -186,7 +200,7 @@ def list_attempts(query: AttemptsQuery) -> dict[str, Any]:
             after=after,
             limit=page_limit(query),
         )
-    return page_of(page)
+    return typed_json(AttemptPage, page_of(page))
 
 
 @blueprint.post("/api/attempts")
@@ -202,7 +216,7 @@ def list_attempts(query: AttemptsQuery) -> dict[str, Any]:
 def start(body: StartBody) -> dict[str, Any]:
     """Start a session of a workflow of a project's latest revision by hand."""
     session_time = None if body.session_time is None else parse_time(body.session_time)
-    with write_transaction() as conn:
+    with _member_errors(), write_transaction() as conn:
         result = start_attempt(
             conn,
             project=body.project,
@@ -258,19 +272,15 @@ def retry(attempt_id: int, body: RetryBody) -> dict[str, Any]:
         raise InvalidBody("/from", "required when mode is 'from'")
     if body.mode != "from" and body.from_task is not None:
         raise InvalidBody("/from", "only with mode 'from'")
-    try:
-        with write_transaction() as conn:
-            new_id = retry_attempt(
-                conn,
-                attempt_id,
-                mode=RetryMode(body.mode),
-                from_task=body.from_task,
-                params=body.params,
-                now=utc_now(),
-            )
-    except InvalidInput as error:
-        problem = error.problems[0]
-        raise InvalidBody(problem.file, problem.message) from None
+    with _member_errors(), write_transaction() as conn:
+        new_id = retry_attempt(
+            conn,
+            attempt_id,
+            mode=RetryMode(body.mode),
+            from_task=body.from_task,
+            params=body.params,
+            now=utc_now(),
+        )
     with read_connection() as conn:
         return attempt_item(history.get_attempt_view(conn, new_id))
 

@@ -37,6 +37,8 @@ TEXT_TYPE = "text/plain; charset=utf-8"
 # What the agent names a run's log file: <task name>.<task id>.<lease token>.log
 _RUN_FILE = re.compile(r"\.(\d+)\.(\d+)\.log$")
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+# A stream offset as ``Last-Event-ID`` carries it: ASCII digits a 64-bit integer holds.
+_EVENT_ID = re.compile(r"[0-9]{1,18}")
 
 
 class LogFileOut(BaseModel):
@@ -128,8 +130,15 @@ def list_files(attempt_id: int, query: FilesQuery) -> dict[str, Any]:
 @blueprint.input(ContentQuery, location="query", arg_name="query")
 @blueprint.doc(
     responses={
-        200: "The file's text (from `offset`, at most `length` bytes)",
-        206: "The range asked for with `Range: bytes=a-b`",
+        200: {
+            "description": "The file's text from `offset`: at most `length` bytes, and at "
+            "most 16 MiB (`X-Log-Size` is the file's size)",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        },
+        206: {
+            "description": "The range asked for with `Range: bytes=a-b` (at most 16 MiB)",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        },
         404: "No such attempt or file",
         416: "The range lies outside the file",
     }
@@ -149,6 +158,7 @@ def get_file(attempt_id: int, file_id: int, query: ContentQuery) -> Response:
     header = request.headers.get("Range")
     if header is not None:
         start, end = _parse_range(header, size)
+        end = min(end, start + MAX_READ_BYTES - 1)  # a shorter 206 than asked; RFC 9110 allows
         response = Response(_read(path, start, end - start + 1), 206, content_type=TEXT_TYPE)
         response.headers["Content-Range"] = f"bytes {start}-{end}/{size}"
     else:
@@ -156,10 +166,15 @@ def get_file(attempt_id: int, file_id: int, query: ContentQuery) -> Response:
         if start > size:
             raise _unsatisfiable(f"offset {start} is past the end of the file ({size} bytes)", size)
         length = size - start if query.length is None else min(query.length, size - start)
+        length = min(length, MAX_READ_BYTES)
         response = Response(_read(path, start, length), 200, content_type=TEXT_TYPE)
     response.headers["Accept-Ranges"] = "bytes"
     response.headers["X-Log-Size"] = str(size)
     return response
+
+
+MAX_READ_BYTES = 16 * 1024 * 1024
+"""Most bytes of a log one response holds; X-Log-Size tells how much more there is."""
 
 
 def _unsatisfiable(detail: str, size: int) -> ApiProblem:
@@ -201,9 +216,12 @@ class _StreamFile:
 @blueprint.input(FollowQuery, location="query", arg_name="query")
 @blueprint.doc(
     responses={
-        200: "text/event-stream: `log` events ({file, task, offset, text}; the event id is "
-        "the stream offset to resume from), then `end` ({state}) when the attempt ends or "
-        "`timeout` ({offset}) when `max_seconds` have passed",
+        200: {
+            "description": "`log` events ({file, task, offset, text}; the event id is "
+            "the stream offset to resume from), then `end` ({state}) when the attempt ends or "
+            "`timeout` ({offset}) when `max_seconds` have passed",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
         404: "No such attempt",
     }
 )
@@ -219,7 +237,7 @@ def follow(attempt_id: int, query: FollowQuery) -> Response:
     offset = query.offset
     last_event = request.headers.get("Last-Event-ID")
     if last_event is not None:
-        if not last_event.isdigit():
+        if _EVENT_ID.fullmatch(last_event) is None:
             raise InvalidParameter("Last-Event-ID", "expected a stream offset")
         offset = int(last_event)
     stream = _follow(current_engine(), _log_root(), attempt_id, offset, query.max_seconds)

@@ -19,6 +19,7 @@ from services.api.errors import InvalidBody
 from services.api.paging import PageQuery, paged_list
 from services.api.times import format_time, parse_time
 from shared.clock import utc_now
+from shared.errors import Conflict
 from shared.store import emission as emission_store
 from shared.store import schedules as schedule_store
 from shared.store.schedules import ScheduleRow
@@ -258,9 +259,12 @@ def backfill_schedule(schedule_id: int, body: BackfillIn) -> tuple[dict[str, Any
     with write_transaction() as conn:
         row = schedule_store.get_schedule(conn, schedule_id)
         first, last = _backfill_range(row, body, now)
-        plan = emission_store.backfill(
-            conn, row, first, last, now, parallel=body.parallel, dry_run=body.dry_run
-        )
+        try:
+            plan = emission_store.backfill(
+                conn, row, first, last, now, parallel=body.parallel, dry_run=body.dry_run
+            )
+        except Conflict as exc:  # a range of more session times than one backfill makes
+            raise InvalidBody("/to", str(exc)) from None
     zone = row.timezone
     answer = {
         "backfill_id": None if plan.backfill_id is None else str(plan.backfill_id),

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from apiflask import APIBlueprint
+from flask import Response
 from pydantic import BaseModel, Field, field_validator
 
+from services.api import times
 from services.api.database import read_connection
 from services.api.errors import InvalidParameter
 from services.api.paging import PageQuery, decode_cursor, encode_cursor, page_limit
+from services.api.responses import typed_json
 from services.api.routes.attempts import AttemptOut, AttemptPage, attempt_item, parse_time
 from shared.domain.states import AttemptState
 from shared.store import history
@@ -62,11 +65,10 @@ class SessionsQuery(PageQuery):
         return value
 
 
-def _utc(value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    parsed = parse_time(value)
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
+def _utc(value: str | None, parameter: str) -> datetime | None:
+    """The bound in ``parameter`` (UTC if it has no offset); 422 for one the store cannot
+    compare (before year 1 or after 9999 once moved to UTC)."""
+    return None if value is None else times.parse_time(value, parameter=parameter)
 
 
 def session_item(session: SessionView) -> dict[str, Any]:
@@ -91,10 +93,10 @@ def session_item(session: SessionView) -> dict[str, Any]:
 @blueprint.get("/api/sessions")
 @blueprint.input(SessionsQuery, location="query", arg_name="query")
 @blueprint.output(SessionPage)
-def list_sessions(query: SessionsQuery) -> dict[str, Any]:
+def list_sessions(query: SessionsQuery) -> Response:
     """Sessions, newest first, each with its last attempt."""
     after = decode_cursor(query.cursor) if query.cursor else None
-    time_from, time_to = _utc(query.time_from), _utc(query.time_to)
+    time_from, time_to = _utc(query.time_from, "from"), _utc(query.time_to, "to")
     if time_from is not None and time_to is not None and time_to <= time_from:
         raise InvalidParameter("to", "must be later than `from`")
     with read_connection() as conn:
@@ -109,7 +111,9 @@ def list_sessions(query: SessionsQuery) -> dict[str, Any]:
             limit=page_limit(query),
         )
     cursor = None if page.next_after is None else encode_cursor(page.next_after)
-    return {"items": [session_item(s) for s in page.items], "next_cursor": cursor}
+    return typed_json(
+        SessionPage, {"items": [session_item(s) for s in page.items], "next_cursor": cursor}
+    )
 
 
 @blueprint.get("/api/sessions/<id:session_id>")
