@@ -126,23 +126,32 @@ def list_files(attempt_id: int, query: FilesQuery) -> dict[str, Any]:
     return {"items": items, "next_cursor": None}
 
 
+ResponseDoc = dict[str, str | dict[str, dict[str, Any]]]
+
+
+def _described(description: str) -> ResponseDoc:
+    return {"description": description}
+
+
+def _text(description: str, media_type: str = "text/plain") -> ResponseDoc:
+    """An OpenAPI response whose body is text of ``media_type``, not JSON."""
+    return {"description": description, "content": {media_type: {"schema": {"type": "string"}}}}
+
+
+_FILE_RESPONSES: dict[int | str, ResponseDoc] = {
+    200: _text(
+        "The file's text from `offset`: at most `length` bytes, and at most 16 MiB "
+        "(`X-Log-Size` is the file's size)"
+    ),
+    206: _text("The range asked for with `Range: bytes=a-b` (at most 16 MiB)"),
+    404: _described("No such attempt or file"),
+    416: _described("The range lies outside the file"),
+}
+
+
 @blueprint.get("/api/logs/<id:attempt_id>/files/<id:file_id>")
 @blueprint.input(ContentQuery, location="query", arg_name="query")
-@blueprint.doc(
-    responses={
-        200: {
-            "description": "The file's text from `offset`: at most `length` bytes, and at "
-            "most 16 MiB (`X-Log-Size` is the file's size)",
-            "content": {"text/plain": {"schema": {"type": "string"}}},
-        },
-        206: {
-            "description": "The range asked for with `Range: bytes=a-b` (at most 16 MiB)",
-            "content": {"text/plain": {"schema": {"type": "string"}}},
-        },
-        404: "No such attempt or file",
-        416: "The range lies outside the file",
-    }
-)
+@blueprint.doc(responses=_FILE_RESPONSES)
 def get_file(attempt_id: int, file_id: int, query: ContentQuery) -> Response:
     """A log file's content, or a part of it: `Range: bytes=a-b` or `?offset=&length=`."""
     with read_connection() as conn:
@@ -212,19 +221,20 @@ class _StreamFile:
     path: Path
 
 
+_FOLLOW_RESPONSES: dict[int | str, ResponseDoc] = {
+    200: _text(
+        "`log` events ({file, task, offset, text}; the event id is "
+        "the stream offset to resume from), then `end` ({state}) when the attempt ends or "
+        "`timeout` ({offset}) when `max_seconds` have passed",
+        "text/event-stream",
+    ),
+    404: _described("No such attempt"),
+}
+
+
 @blueprint.get("/api/logs/<id:attempt_id>/follow")
 @blueprint.input(FollowQuery, location="query", arg_name="query")
-@blueprint.doc(
-    responses={
-        200: {
-            "description": "`log` events ({file, task, offset, text}; the event id is "
-            "the stream offset to resume from), then `end` ({state}) when the attempt ends or "
-            "`timeout` ({offset}) when `max_seconds` have passed",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
-        },
-        404: "No such attempt",
-    }
-)
+@blueprint.doc(responses=_FOLLOW_RESPONSES)
 def follow(attempt_id: int, query: FollowQuery) -> Response:
     """Follow the attempt's logs as they are written, until it ends.
 
