@@ -58,6 +58,21 @@ def _schedule_state(item: dict[str, Any]) -> str:
     return "failing" if item.get("failures") else "active"
 
 
+def missed_via_api(endpoint: str | None, project: str, workflow: str, as_json: bool) -> None:
+    """The recent session times ``project``/``workflow``'s schedule did not emit, and why."""
+    with api(endpoint) as client:
+        schedule = client.get_schedule(str(client.find_schedule(project, workflow)["id"]))
+    for item in schedule.get("missed", []):
+        if as_json:
+            print_json(item)
+            continue
+        count = "many" if item["count"] is None else str(item["count"])
+        click.echo(
+            f"{item['first_session_time']} .. {item['last_session_time']}  "
+            f"{count} time(s)  {item['reason']}"
+        )
+
+
 def pause_via_api(endpoint: str | None, project: str, workflow: str, as_json: bool) -> None:
     """Pause the schedule of ``project``/``workflow`` through the API."""
     with api(endpoint) as client:

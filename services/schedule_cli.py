@@ -25,6 +25,7 @@ from services.client_admin import (
     ADMIN_EPILOG,
     backfill_via_api,
     list_schedules_via_api,
+    missed_via_api,
     pause_via_api,
     resume_via_api,
     skip_via_api,
@@ -322,12 +323,18 @@ def skip_command(
     click.echo(f"{project}/{workflow}: skipped {len(skipped)} session time(s), {first} .. {last}")
 
 
-@schedules_group.command("missed")
+@schedules_group.command("missed", epilog=ADMIN_EPILOG)
 @click.argument("project")
 @click.argument("workflow")
-@DATABASE_OPTION
-def missed_command(project: str, workflow: str, database_url: str) -> None:
+@ADMIN_DATABASE_OPTION
+@client_options
+def missed_command(
+    project: str, workflow: str, database_url: str | None, endpoint: str | None, as_json: bool
+) -> None:
     """Show the session times a schedule did not emit, and why."""
+    if database_url is None:
+        missed_via_api(endpoint, project, workflow, as_json)
+        return
     with store_transaction(database_url, write=False) as conn:
         row = _find(conn, project, workflow)
         missed = schedule_store.list_missed(conn, row.id)

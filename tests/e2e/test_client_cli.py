@@ -208,6 +208,15 @@ class TestSchedules:
             "would create 0 session(s), one after another; 3 existed"
         )
 
+    def test_skipped_times_are_listed_as_missed_through_the_api(
+        self, api: StandaloneProcess
+    ) -> None:
+        skipped = api.tickwork("schedule", "skip", "demo", "daily", "--count", "2")
+        assert skipped.exit_code == 0, skipped.explain()
+        missed = api.tickwork("schedules", "missed", "demo", "daily")
+        assert missed.exit_code == 0, missed.explain()
+        assert missed.stdout.splitlines()[0].endswith("2 time(s)  skipped"), missed.stdout
+
     def test_a_schedule_of_an_unknown_workflow_is_exit_3(self, api: StandaloneProcess) -> None:
         paused = api.tickwork("schedule", "pause", "demo", "nosuch")
         assert paused.exit_code == 3, paused.explain()
