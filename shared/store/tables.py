@@ -210,10 +210,14 @@ attempts = Table(
     # Retry "from +task": full names of the resumed attempt's tasks that count as done
     # (null: every task that succeeded there).
     Column("resume_only", JSON),
+    # The workflow's `sla:`: when the attempt must be done by, and when the SLA fired.
+    Column("sla_deadline", Timestamp),
+    Column("sla_fired_at", Timestamp),
     UniqueConstraint("session_id", "name", name="uq_attempts_session_name"),
     UniqueConstraint("idempotency_key", name="uq_attempts_idempotency_key"),
     Index("ix_attempts_state", "state"),
     Index("ix_attempts_session_id", "session_id", "id"),
+    Index("ix_attempts_sla_deadline", "sla_deadline"),
     sqlite_autoincrement=True,
 )
 
@@ -271,4 +275,30 @@ task_logs = Table(
     Column("created_at", Timestamp, nullable=False),
     UniqueConstraint("task_id", "lease_token"),
     Index("ix_task_logs_attempt", "attempt_id"),
+)
+
+# Project secrets (`tickwork secrets`), encrypted with TICKWORK_SECRET_KEY; values never leave
+# the store in clear except inside a task message that needs them.
+secrets = Table(
+    "secrets",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("project_id", Id, ForeignKey("projects.id"), nullable=False),
+    Column("name", String(255), nullable=False),
+    Column("value_encrypted", Text, nullable=False),
+    Column("created_at", Timestamp, nullable=False),
+    Column("updated_at", Timestamp, nullable=False),
+    UniqueConstraint("project_id", "name"),
+)
+
+# Alerts recorded about an attempt (an SLA missed); one per attempt and kind.
+alerts = Table(
+    "alerts",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("attempt_id", Id, ForeignKey("attempts.id"), nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("message", Text, nullable=False),
+    Column("created_at", Timestamp, nullable=False),
+    UniqueConstraint("attempt_id", "kind"),
 )
