@@ -505,14 +505,17 @@ def descendant_ids_query(task_id: int) -> Any:
 def reset_descendants(conn: Connection, task_id: int, now: datetime) -> None:
     """Before a retry: drop generated descendants and return the static ones to BLOCKED.
 
+    A descendant is static when every task between it and the retried one is a plain group
+    and it is one of its group's written ``+children``, generated or not: the static tree
+    of a group that ``call>`` or ``loop>`` generated stays, so the group runs it again.
+    Children an operator generated (``^sub``, ``^error``, ``^check`` and the like) are
+    dropped, with everything under them; their operator generates them again.
+
     Lease tokens are kept so they keep growing across retries.
     """
-    descendants = descendant_ids_query(task_id)
-    doomed = select(tasks.c.id).where(
-        tasks.c.id.in_(select(descendants.c.id)), tasks.c.is_generated
-    )
+    doomed_ids = _regenerated_descendants(conn, task_id)
     # Children first, so no row is left pointing at a deleted parent.
-    doomed_ids = [int(i) for i in conn.execute(doomed.order_by(tasks.c.id.desc())).scalars()]
+    doomed_ids.sort(reverse=True)
     for chunk_start in range(0, len(doomed_ids), 500):
         chunk = doomed_ids[chunk_start : chunk_start + 500]
         conn.execute(
@@ -540,6 +543,33 @@ def reset_descendants(conn: Connection, task_id: int, now: datetime) -> None:
             updated_at=now,
         )
     )
+
+
+def _regenerated_descendants(conn: Connection, task_id: int) -> list[int]:
+    """Ids of the descendants of ``task_id`` that a retry drops (see reset_descendants)."""
+    descendants = descendant_ids_query(task_id)
+    query = select(tasks.c.id, tasks.c.parent_id, tasks.c.full_name, tasks.c.config).where(
+        tasks.c.id.in_(select(descendants.c.id))
+    )
+    rows = conn.execute(query).all()
+    root = conn.execute(
+        select(tasks.c.id, tasks.c.full_name, tasks.c.config).where(tasks.c.id == task_id)
+    ).one()
+    children: dict[int, list[Any]] = {}
+    for row in rows:
+        children.setdefault(int(row.parent_id), []).append(row)
+    doomed: list[int] = []
+    pending = [(root, False)]
+    while pending:
+        parent, parent_doomed = pending.pop()
+        plain_group = not (parent.config or {}).get("operator")
+        for child in children.get(int(parent.id), []):
+            written = child.full_name[len(parent.full_name) :].startswith("+")
+            child_doomed = parent_doomed or not (plain_group and written)
+            if child_doomed:
+                doomed.append(int(child.id))
+            pending.append((child, child_doomed))
+    return doomed
 
 
 def insert_task_logs(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
