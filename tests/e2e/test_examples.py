@@ -6,9 +6,12 @@ tell which tasks ran, in which order and how many times.
 
 from __future__ import annotations
 
+import http.server
 import subprocess
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 
@@ -257,3 +260,217 @@ def test_scheduled_runs_its_current_session_and_notes_the_tick(run_example: RunE
     assert run.exit_code == 0, run.explain()
     assert examples.notes("scheduled") == ["tick"]
     assert "success: 2" in run.summary
+
+
+class TestDailyEtl:
+    def test_each_step_works_on_the_sessions_day_and_docs_refresh_in_the_background(
+        self, run_example: RunExample
+    ) -> None:
+        examples, run = run_example("daily_etl.dig")
+
+        assert run.exit_code == 0, run.explain()
+        notes = examples.notes("daily_etl")
+        # The background task runs beside extract, transform and load; they keep their order
+        steps = [n for n in notes if not n.startswith("refresh_docs")]
+        assert steps == [
+            "extract events_20260130",
+            "transform events_20260130",
+            "load events partition 2026-01-30",
+        ]
+        assert notes.count("refresh_docs events") == 1
+        assert examples.read(".tickwork/out/stage/events_20260130.clicks").strip() == "1"
+        assert ("+daily_etl+done", "loaded events for 2026-01-30") in run.output()
+        assert "success: 5" in run.summary
+
+
+def test_retry_notify_runs_the_call_three_times_then_notifies_and_fails(
+    run_example: RunExample,
+) -> None:
+    # When the call fails on every run
+    examples, run = run_example("retry_notify.dig")
+
+    # Then it ran once and was retried twice, the _error task notified, +publish never ran
+    assert run.exit_code == 1, run.explain()
+    assert examples.notes("retry_notify") == [
+        "call_partner_api run 0",
+        "call_partner_api run 1",
+        "call_partner_api run 2",
+        "notify: command exited with status 1",
+    ]
+    assert "attempt 1: error" in run.summary
+    assert "failed +retry_notify+call_partner_api" in run.summary
+
+
+class TestFanOut:
+    def test_every_table_and_day_is_exported_once_at_most_three_at_once(
+        self, run_example: RunExample
+    ) -> None:
+        examples, run = run_example("fan_out.dig")
+
+        assert run.exit_code == 0, run.explain()
+        notes = examples.notes("fan_out")
+        exports = [f"{t}_{d}" for t in ("customers", "orders", "payments") for d in ("mon", "tue")]
+        assert sorted(n for n in notes if n.startswith("start")) == [f"start {e}" for e in exports]
+        assert sorted(n for n in notes if n.startswith("end")) == [f"end {e}" for e in exports]
+        assert max_running_at_once(notes) == 3, notes
+        assert notes[-1] == "summary"
+        assert "success: 8" in run.summary
+
+
+def test_branch_takes_do_on_a_stored_string_and_else_do_on_stored_numbers(
+    run_example: RunExample,
+) -> None:
+    examples, run = run_example("branch.dig")
+
+    assert run.exit_code == 0, run.explain()
+    assert examples.notes("branch") == [
+        "inspect",
+        "full_refresh",
+        "skip vacuum (2 of 10 changed)",
+    ]
+
+
+def test_shared_steps_calls_the_sub_workflow_once_per_dataset_in_order(
+    run_example: RunExample,
+) -> None:
+    examples, run = run_example("shared_steps.dig")
+
+    assert run.exit_code == 0, run.explain()
+    assert examples.notes("shared_steps") == [
+        "build",
+        "snapshot orders",
+        "announce orders",
+        "snapshot customers",
+        "announce customers",
+    ]
+    assert ("+shared_steps+publish_customers^sub+announce", "success") in run.progress()
+
+
+class TestPollUntilReady:
+    def test_the_loop_probes_three_times_waiting_between_probes_then_loads(
+        self, run_example: RunExample
+    ) -> None:
+        examples, run = run_example("poll_until_ready.dig")
+
+        assert run.exit_code == 0, run.explain()
+        assert examples.notes("poll_until_ready") == ["probe 0", "probe 1", "probe 2", "load"]
+        pauses = [f"+poll_until_ready+poll^sub+loop-{i}+pause" for i in range(3)]
+        assert [(p, "delayed") for p in pauses] == [
+            (t, s) for t, s in run.progress() if t in pauses and s == "delayed"
+        ]
+
+    def test_each_wait_holds_the_next_probe_back_a_second(self, run_example: RunExample) -> None:
+        examples, run = run_example("poll_until_ready.dig")
+
+        logs = examples.state_dir / "logs" / str(run.attempt_id)
+        probes = sorted(path.stat().st_mtime for path in logs.glob("*probe*.log"))
+        assert len(probes) == 3, sorted(logs.iterdir())
+        assert probes[1] - probes[0] >= 1.0
+        assert probes[2] - probes[1] >= 1.0
+
+
+class _UpstreamStatus(http.server.BaseHTTPRequestHandler):
+    """A job-status service: GET /status answers that the job is ready with 42 rows."""
+
+    seen: ClassVar[list[tuple[str, str, str | None]]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append((self.command, self.path, self.headers.get("Idempotency-Key")))
+        found = self.path == "/status"
+        payload = b'{"state": "ready", "rows": 42}' if found else b"{}"
+        self.send_response(200 if found else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def status_url() -> Iterator[str]:
+    """A real HTTP server on a free local port, in a thread; the URL of its /status."""
+    _UpstreamStatus.seen = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _UpstreamStatus)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/status"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_http_status_stores_the_answer_for_the_next_task(
+    examples: Project, status_url: str
+) -> None:
+    # When the workflow runs against a local status service
+    run = examples.run("http_status.dig", "-t", SESSION, "-p", f"status_url={status_url}")
+
+    # Then the service was asked once, with an idempotency key, and +report used the answer
+    assert run.exit_code == 0, run.explain()
+    ((method, path, key),) = _UpstreamStatus.seen
+    assert (method, path) == ("GET", "/status")
+    assert key
+    assert examples.notes("http_status") == ["upstream ready with 42 rows"]
+
+
+class TestBackfill:
+    def test_a_session_loads_its_own_day_knowing_the_schedules_neighbours(
+        self, run_example: RunExample
+    ) -> None:
+        examples, run = run_example("backfill.dig")
+
+        assert run.exit_code == 0, run.explain()
+        assert examples.notes("backfill") == [
+            "load 2026-01-30 (previous 2026-01-29, next 2026-01-31)"
+        ]
+
+    def test_past_days_run_by_hand_each_load_only_their_day(self, examples: Project) -> None:
+        # When two past days are run, the later first (as a re-run or backfill might)
+        for day in ("2026-01-28", "2026-01-27"):
+            run = examples.run("backfill.dig", "-t", day)
+            assert run.exit_code == 0, run.explain()
+
+        # Then each session loaded its own day once
+        assert examples.notes("backfill") == [
+            "load 2026-01-28 (previous 2026-01-27, next 2026-01-29)",
+            "load 2026-01-27 (previous 2026-01-26, next 2026-01-28)",
+        ]
+
+
+def test_sh_output_passes_key_value_and_json_values_to_later_tasks(
+    run_example: RunExample,
+) -> None:
+    examples, run = run_example("sh_output.dig")
+
+    assert run.exit_code == 0, run.explain()
+    assert examples.notes("sh_output") == [
+        "count",
+        "batch b-20260130 from shop_db: 42 rows in 2 tables, first orders",
+    ]
+
+
+class TestQualityGate:
+    def test_the_gate_checks_what_load_stored_before_publish(self, run_example: RunExample) -> None:
+        examples, run = run_example("quality_gate.dig")
+
+        assert run.exit_code == 0, run.explain()
+        assert examples.notes("quality_gate") == ["load", "check nulls 2%", "publish"]
+        assert "success: 3" in run.summary
+
+    def test_a_closed_gate_fails_load_and_publish_never_runs(self, examples: Project) -> None:
+        # Given a stricter gate (as the example's comment suggests)
+        workflow = examples.root / "quality_gate.dig"
+        text = workflow.read_text()
+        assert "max_null_percent: 5" in text
+        workflow.write_text(text.replace("max_null_percent: 5", "max_null_percent: 1"))
+
+        # When it runs
+        run = examples.run("quality_gate.dig", "-t", SESSION)
+
+        # Then +load fails through its check and +publish never runs
+        assert run.exit_code == 1, run.explain()
+        assert examples.notes("quality_gate") == ["load", "check nulls 2%"]
+        assert "failed +quality_gate+load" in run.summary
