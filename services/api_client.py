@@ -100,6 +100,19 @@ class ApiClient:
         """Soft-delete a project: its schedules go, its history stays."""
         return self._json("DELETE", f"/api/projects/{_seg(name)}")
 
+    def list_secrets(self, project: str) -> list[Json]:
+        """The names of a project's secrets and when they were set (never their values)."""
+        return _items(self._json("GET", f"/api/projects/{_seg(project)}/secrets"))
+
+    def set_secret(self, project: str, name: str, value: str) -> Json:
+        """Set (or replace) a secret of a project."""
+        path = f"/api/projects/{_seg(project)}/secrets/{_seg(name)}"
+        return self._json("PUT", path, json={"value": value})
+
+    def delete_secret(self, project: str, name: str) -> None:
+        """Delete a secret of a project."""
+        self._send("DELETE", f"/api/projects/{_seg(project)}/secrets/{_seg(name)}")
+
     def list_revisions(self, name: str, *, limit: int | None = None) -> Iterator[Json]:
         """Revisions of a project, newest first."""
         return self._pages(f"/api/projects/{_seg(name)}/revisions", {}, limit)

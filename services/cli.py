@@ -35,6 +35,7 @@ from services.schedule_cli import (
     scheduler_command,
     schedules_group,
 )
+from services.secrets_cli import secrets_group
 from services.standalone import standalone_command
 from shared.clock import utc_now
 from shared.config import EMBEDDED_SETTINGS, EmbeddedConfig
@@ -290,6 +291,7 @@ main.add_command(api_command)
 for _command in CLIENT_COMMANDS:
     main.add_command(_command)
 main.add_command(standalone_command)
+main.add_command(secrets_group)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ ATTEMPT_FIELDS = [
     "idempotency_key",
     "created_at",
     "finished_at",
+    "alerts",
 ]
 
 

@@ -203,6 +203,8 @@ def run_workflow(
         outcome.state = _drive(executor, outcome.attempt_id, engine, on_progress)
         if outcome.state in (AttemptState.CANCELED, AttemptState.KILLED):
             terminate_children()  # ended from outside: its commands must stop too
+        elif outcome.state is AttemptState.ERROR:
+            terminate_children()  # what still runs was canceled (an sla: with fail: true)
     except BaseException:
         terminate_children()  # an interrupted run must not leave commands running
         raise

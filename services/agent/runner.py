@@ -18,6 +18,7 @@ from services.agent.operators.base import (
 )
 from shared.dispatch.messages import Outcome, TaskFinished, TaskMessage, TaskStarted
 from shared.dispatch.seam import EventSink
+from shared.secrets import Masker, SecretBox, SecretKeyError, fill_secrets
 
 log = logging.getLogger(__name__)
 
@@ -82,16 +83,17 @@ class TaskRunner:
         with path.open("w", encoding="utf-8") as log_file:
             context = OperatorContext(message, log_file, path, self.limits, control)
             try:
-                context.message = self.resolve_project_dir(message)
+                context.message, context.secrets = open_secrets(self.resolve_project_dir(message))
+                context.masker = Masker(context.secrets.values())
                 operator = OPERATORS.get(message.operator)
                 if operator is None:
                     raise OperatorFailed(f"this agent has no operator {message.operator!r}")
-                store = operator(context)
+                store = context.masker.mask_value(operator(context))
             except OperatorFailed as exc:
-                error = str(exc)
+                error = context.masker.mask(str(exc))
             except Exception as exc:  # an operator bug must still end the task
                 log.exception("operator crashed task=%s", message.full_name)
-                error = f"{type(exc).__name__}: {exc}"
+                error = context.masker.mask(f"{type(exc).__name__}: {exc}")
             finally:
                 control.finish()
         report(
@@ -105,8 +107,32 @@ class TaskRunner:
                 log_path=str(relative),
                 log_size_bytes=path.stat().st_size,
                 output_lines=_head(path) if context.child_wrote else _lines(context.written),
+                export=dict(context.export) if error is None else {},
+                subtasks=context.subtasks if error is None else None,
             )
         )
+
+
+def open_secrets(message: TaskMessage) -> tuple[TaskMessage, dict[str, str]]:
+    """``message`` with its secrets decrypted into its command, env and params, and their
+    values by name; OperatorFailed when they cannot be decrypted here."""
+    if not message.secrets:
+        return message, {}
+    try:
+        box = SecretBox.from_environment()
+        values = {name: box.decrypt(text, name) for name, text in message.secrets.items()}
+    except SecretKeyError as exc:
+        raise OperatorFailed(str(exc)) from None
+    marker = message.secret_marker
+    opened = dataclasses.replace(
+        message,
+        command=fill_secrets(message.command, marker, values),
+        env=fill_secrets(message.env, marker, values),
+        params=fill_secrets(message.params, marker, values),
+        secrets={},
+        secret_marker="",
+    )
+    return opened, values
 
 
 def _head(path: Path) -> list[str]:

@@ -34,7 +34,16 @@ CONFIG_KEY = "tickwork.config"
 METRICS_KEY = "tickwork.metrics"
 LIMITER_KEY = "tickwork.rate_limiter"
 # Each module defines ``blueprint``; a module not written yet is left out.
-ROUTE_MODULES = ("health", "projects", "workflows", "schedules", "sessions", "attempts", "logs")
+ROUTE_MODULES = (
+    "health",
+    "projects",
+    "secrets",
+    "workflows",
+    "schedules",
+    "sessions",
+    "attempts",
+    "logs",
+)
 
 PROBLEM_SCHEMA: dict[str, Any] = {
     "type": "object",

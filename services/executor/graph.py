@@ -190,6 +190,7 @@ class TaskGraph:
         called: TaskSpec | None = None,
         params: dict[str, Any] | None = None,
         fence: int | None = None,
+        export: dict[str, Any] | None = None,
     ) -> bool:
         """An operator ended well: run generated subtasks and ``_check`` first, if any.
 
@@ -210,7 +211,9 @@ class TaskGraph:
         edges = [(0, 1)] if len(generated) == 2 else []
         # A called workflow gets the call> task's own keys as params, and resumes like the
         # rest of the attempt: what succeeded in the attempt resumed from is not run again.
-        own_keys = task.config.get("params")
+        # A py> task's exports (digdag.env.export) reach the subtasks it added.
+        own_keys = merge_params(task.config.get("params"), escape(export)) if export else None
+        own_keys = own_keys or task.config.get("params")
         self._generate(task, generated, edges, own_keys, resume=called is not None)
         return True
 

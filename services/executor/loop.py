@@ -15,6 +15,8 @@ from sqlalchemy import Connection, Engine
 from services.executor.graph import TaskGraph
 from services.executor.materialize import Placement, materialize_children
 from services.executor.messages import AttemptContext, build_task_message
+from services.executor.require import run_require, wake_requiring_tasks
+from services.executor.sla import fire_missed_slas, set_deadline
 from shared.clock import Clock, SystemClock
 from shared.dispatch.messages import (
     Outcome,
@@ -38,6 +40,7 @@ from shared.domain.schedule import ScheduleSpec
 from shared.domain.states import TIMED_TASK_STATES, AttemptState, TaskState
 from shared.domain.workflow import TaskSpec, WorkflowDefinition
 from shared.errors import InvalidExpression
+from shared.store import secrets as secret_store
 from shared.store import sessions as session_store
 from shared.store import tasks as task_store
 from shared.store.projects import archive_digest_of_attempt, load_workflow_definition
@@ -63,7 +66,7 @@ REAP_BATCH = 5000
 MAX_TASKS_PER_ATTEMPT = 10_000
 """Tasks one attempt may have, generated ones included (configurable)."""
 
-EXECUTOR_OPERATORS = frozenset({"call", "nop", "wait", *CONTROL_OPERATORS})
+EXECUTOR_OPERATORS = frozenset({"call", "nop", "wait", "require", *CONTROL_OPERATORS})
 """Operators the executor runs itself, without an agent."""
 """In-flight tasks one reaper pass looks at, at most."""
 
@@ -99,6 +102,7 @@ class TickReport:
     tasks_woken: int = 0
     groups_started: int = 0
     tasks_dispatched: int = 0
+    slas_missed: int = 0  # attempts whose sla: deadline passed, reacted to by this pass
     more_ready: bool = False  # a batch limit was hit: tick again without waiting
     finished_attempts: list[tuple[int, AttemptState]] = field(default_factory=list)
 
@@ -114,6 +118,7 @@ class TickReport:
             or self.tasks_woken
             or self.groups_started
             or self.tasks_dispatched
+            or self.slas_missed
         )
 
 
@@ -178,6 +183,11 @@ class WorkflowExecutor:
                     report.attempts_started = self._start_created_attempts(conn, graph)
                     self._look_again = report.attempts_started >= ATTEMPTS_PER_PASS
                 messages = self._apply_events(conn, graph, events, now, report)
+                if rescan:
+                    report.slas_missed, stopped = fire_missed_slas(
+                        conn, graph, now, self.attempt_ids
+                    )
+                    revoked += stopped
                 if reap:
                     messages += self._reap(conn, graph, now, report)
                 graph.settle()
@@ -186,6 +196,8 @@ class WorkflowExecutor:
                     report.tasks_woken = self._wake_due_tasks(conn, graph, now)
                 scan_ready, self._scan_ready = rescan or self._scan_ready, False
                 messages += self._start_and_dispatch(conn, graph, now, scan_ready, report)
+                ended = [a for a, _ in (*report.finished_attempts, *graph.finished_attempts)]
+                wake_requiring_tasks(conn, graph, ended)
                 report.finished_attempts += graph.finished_attempts
         except BaseException:
             self.dispatcher.redeliver()
@@ -245,6 +257,7 @@ class WorkflowExecutor:
                 resume_from_attempt_id=attempt.resume_from_attempt_id,
             )
             (root_id,) = materialize_children(conn, placement, [definition.root], [], graph.now)
+            set_deadline(conn, attempt, definition, graph.now)
             session_store.set_attempt_state(
                 conn,
                 attempt.id,
@@ -387,9 +400,8 @@ class WorkflowExecutor:
                 report.attempts_killed += 1
         return revoked
 
-    @staticmethod
     def _apply_result(
-        conn: Connection, graph: TaskGraph, event: TaskFinished, logs: list[dict[str, Any]]
+        self, conn: Connection, graph: TaskGraph, event: TaskFinished, logs: list[dict[str, Any]]
     ) -> bool:
         """Apply a result under its lease token; False (refused) if that is not the task's.
 
@@ -404,7 +416,7 @@ class WorkflowExecutor:
             and task.state in (TaskState.QUEUED, TaskState.RUNNING)
         ):
             if event.outcome is Outcome.SUCCESS:
-                applied = graph.succeed_operator(task, event.store, fence=event.lease_token)
+                applied = _succeed_with_subtasks(graph, task, event, self.max_tasks_per_attempt)
             else:
                 error = {"message": event.error_message or "failed"}
                 applied = graph.fail(task, error, fence=event.lease_token)
@@ -525,6 +537,11 @@ class WorkflowExecutor:
             graph.succeed_operator(task, {}, called=spec.called, params=stored)
         elif spec.operator == "nop":
             graph.succeed_operator(task, {}, params=stored)
+        elif spec.operator == "require":
+            message = build_task_message(task, context, stored, 0, None)
+            required = run_require(conn, graph, task, message, stored)
+            if self.attempt_ids is not None:  # an embedded run runs what it requires, too
+                self.attempt_ids = self.attempt_ids | {required}
         elif spec.operator == "wait":
             if (task.result or {}).get("waited"):
                 graph.succeed_operator(task, {}, params=stored)
@@ -572,7 +589,8 @@ class WorkflowExecutor:
             conn, attempt.project_id, attempt.workflow_name, attempt.session_time
         )
         digest = archive_digest_of_attempt(conn, attempt.id)
-        context = AttemptContext.of(attempt, schedule, last_executed, digest)
+        secrets = secret_store.read_encrypted_secrets(conn, attempt.project_id)
+        context = AttemptContext.of(attempt, schedule, last_executed, digest, secrets)
         self._contexts[attempt.id] = context
         return context
 
@@ -605,3 +623,24 @@ class WorkflowExecutor:
                 continue
             backoff = 0.05 if report.did_work else min(backoff * 2, idle_cap_seconds)
             self.wait_for_work(self.seconds_until_due(self.clock.now(), backoff))
+
+
+def _succeed_with_subtasks(
+    graph: TaskGraph, task: TaskRow, event: TaskFinished, limit: int
+) -> bool:
+    """Apply a successful result; the subtasks a ``py>`` task added become its ``^sub``,
+    seeing what it exported (Digdag's ``add_subtask`` and ``export``)."""
+    subtasks = TaskSpec.from_config(event.subtasks) if event.subtasks else None
+    if subtasks is not None and subtasks.name != "^sub":
+        subtasks = dataclasses.replace(subtasks, name="^sub")
+    if subtasks is not None:
+        total = task_store.count_attempt_tasks(graph.conn, task.attempt_id)
+        if total + subtasks.count_tasks() > limit:
+            message = (
+                f"the subtasks would take the attempt over {limit} tasks"
+                " (TICKWORK_MAX_TASKS_PER_ATTEMPT)"
+            )
+            return graph.fail(task, {"message": message}, fence=event.lease_token)
+    return graph.succeed_operator(
+        task, event.store, called=subtasks, export=event.export or None, fence=event.lease_token
+    )

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import secrets as random_tokens
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +17,8 @@ from shared.domain.params import (
     time_variables,
 )
 from shared.domain.schedule import ScheduleSpec
+from shared.errors import InvalidExpression
+from shared.secrets import SECRET_PARAMS, replace_secret_references, secret_references
 from shared.store.sessions import AttemptRow
 from shared.store.tasks import TaskRow
 
@@ -29,6 +32,8 @@ class AttemptContext:
     builtins: dict[str, Any]
     project_dir: str
     archive_digest: str | None = None  # the pushed archive whose files the tasks run in
+    # The project's secrets by name, encrypted: read when the attempt's context is made.
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(
@@ -37,11 +42,13 @@ class AttemptContext:
         schedule: ScheduleSpec | None = None,
         last_executed: datetime | None = None,
         archive_digest: str | None = None,
+        secrets: dict[str, str] | None = None,
     ) -> AttemptContext:
         """The context of an attempt row; ``schedule`` (the workflow's, if any) gives the
         ``last_session_*``/``next_session_*`` variables, ``last_executed`` the session time
         of the session that ran before this one, ``archive_digest`` the archive of a pushed
-        project's revision (its tasks run in its files)."""
+        project's revision (its tasks run in its files), ``secrets`` the project's encrypted
+        secrets."""
         timezone = attempt.timezone
         ran_before: dict[str, Any] = {
             "last_executed_session_time": "",
@@ -66,6 +73,7 @@ class AttemptContext:
             builtins=builtins,
             project_dir=attempt.project_dir or ".",
             archive_digest=archive_digest,
+            secrets=dict(secrets or {}),
         )
 
 
@@ -78,6 +86,7 @@ def build_task_message(
 ) -> TaskMessage:
     """The message for one operator task; raises InvalidExpression on a bad ``${...}``."""
     config = task.config
+    uses = _SecretUse.of(config, context)
     # Only what the workflow file wrote is a template; the rest is data, escaped so that
     # rendering gives it back as it is.
     params = task_params(
@@ -88,7 +97,7 @@ def build_task_message(
         builtins=escape(
             {**context.builtins, "task_name": task.full_name, "retry": task.retry_count}
         ),
-        local=config.get("params"),
+        local=uses.local,
     )
     rendered = render(params, params)
     return TaskMessage(
@@ -97,16 +106,58 @@ def build_task_message(
         lease_token=lease_token,
         full_name=task.full_name,
         operator=config["operator"],
-        command=render(config.get("command"), params),
+        command=render(uses.command, params),
         params=rendered,
         project_dir=context.project_dir,
         archive_digest=context.archive_digest,
         timeout_seconds=_shortest(config.get("timeout"), timeout_seconds),
         queue=config.get("queue") or DEFAULT_QUEUE,
-        env={
-            name: _env_text(render(value, params)) for name, value in config.get("env", {}).items()
-        },
+        env={name: _env_text(render(value, params)) for name, value in uses.env.items()},
+        secrets=uses.secrets,
+        secret_marker=uses.marker if uses.secrets else "",
     )
+
+
+IMPLICIT_SECRETS: dict[str, str] = {"mail": "mail.", "http": "http."}
+"""Operators that read secrets by prefix without a reference (``mail.host``...), as Digdag's."""
+
+
+@dataclass(frozen=True)
+class _SecretUse:
+    """A task's command, env and local params with its ``${secret:...}`` references turned
+    into markers, and the encrypted secrets the agent needs to fill them in."""
+
+    command: Any
+    env: dict[str, Any]
+    local: dict[str, Any] | None
+    secrets: dict[str, str]
+    marker: str
+
+    @classmethod
+    def of(cls, config: dict[str, Any], context: AttemptContext) -> _SecretUse:
+        operator = config["operator"]
+        command, env, local = config.get("command"), config.get("env", {}), config.get("params")
+        marker = f"~secret-{random_tokens.token_hex(8)}~"
+        names = secret_references(env)
+        env = replace_secret_references(env, marker)
+        if operator == "sh":
+            names |= secret_references(command)
+            command = replace_secret_references(command, marker)
+        if local and operator in SECRET_PARAMS:
+            allowed = {k: v for k, v in local.items() if k in SECRET_PARAMS[operator]}
+            names |= secret_references(allowed)
+            local = {**local, **replace_secret_references(allowed, marker)}
+        missing = sorted(name for name in names if name not in context.secrets)
+        if missing:
+            shown = ", ".join(repr(name) for name in missing)
+            raise InvalidExpression(
+                f"secret {shown} is not set for this project (tickwork secrets set)"
+            )
+        used = {name: context.secrets[name] for name in names}
+        prefix = IMPLICIT_SECRETS.get(operator)
+        if prefix is not None:
+            used |= {k: v for k, v in context.secrets.items() if k.startswith(prefix)}
+        return cls(command, env, local, used, marker)
 
 
 def _shortest(*limits: float | None) -> float | None:

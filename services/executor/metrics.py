@@ -40,6 +40,11 @@ class ExecutorMetrics:
         self.attempts_killed = Counter(
             "tickwork_attempts_killed", "Attempts ended by a kill.", registry=r
         )
+        self.sla_missed = Counter(
+            "tickwork_sla_missed",
+            "Attempts not done by their sla: deadline (each counted once).",
+            registry=r,
+        )
         self.queue_depth = Gauge(
             "tickwork_queue_depth", "Messages waiting in a queue.", ["queue"], registry=r
         )
@@ -62,6 +67,7 @@ class ExecutorMetrics:
         self.requeues.inc(report.requeued)
         self.republished.inc(report.republished)
         self.attempts_killed.inc(report.attempts_killed)
+        self.sla_missed.inc(report.slas_missed)
 
     def serve(self, port: int, address: str = "0.0.0.0") -> None:
         """Serve ``/metrics`` over HTTP in a background thread."""

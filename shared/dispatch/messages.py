@@ -29,6 +29,10 @@ class TaskMessage:
     # SHA-256 of the pushed project's archive: the agent runs the task in that archive's
     # files (fetched through Redis, see shared.dispatch.archives) instead of project_dir.
     archive_digest: str | None = None
+    # Secrets the task uses, by name, encrypted under TICKWORK_SECRET_KEY (never in clear);
+    # ``<secret_marker>name<secret_marker>`` in command, env and params stands for a value.
+    secrets: dict[str, str] = field(default_factory=dict)
+    secret_marker: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON body of the message."""
@@ -70,6 +74,10 @@ class TaskFinished:
     log_path: str | None = None  # relative to the log root
     log_size_bytes: int = 0
     output_lines: list[str] = field(default_factory=list)  # a short head of the log
+    # py>: params exported to the subtasks it added, and those subtasks (a ``^sub``
+    # TaskSpec config, checked on the agent) for the executor to generate.
+    export: dict[str, Any] = field(default_factory=dict)
+    subtasks: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON body of the message."""

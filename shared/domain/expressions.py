@@ -35,6 +35,9 @@ from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any
 
+from shared.domain.expression_methods import METHOD_NAMES, call_method, json_stringify
+from shared.domain.jsvalues import is_number, normalize, to_number, to_text, truthy
+from shared.domain.moments import Moment, make_moment
 from shared.errors import InvalidExpression
 
 Node = Callable[["_Scope"], Any]
@@ -48,47 +51,15 @@ _ESCAPES = {"n": "\n", "t": "\t", "r": "\r"}
 _LITERALS = {"true": True, "false": False, "null": None}
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+_is_number = is_number
+_normalize = normalize
+_truthy = truthy
+_to_number = to_number
 
-
-def _normalize(value: float) -> int | float:
-    """JavaScript has one number type: a whole float is shown and compared as an int."""
-    return int(value) if math.isfinite(value) and value == int(value) else value
-
-
-def to_text(value: Any) -> str:
-    """The string form a value takes inside a larger template (JavaScript's rules)."""
-    if isinstance(value, str):
-        return value
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return str(_normalize(value))
-    if isinstance(value, dict | list | tuple):
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    return str(value)
-
-
-def _truthy(value: Any) -> bool:
-    if value is None or value is False:
-        return False
-    if _is_number(value):
-        return bool(value) and not (isinstance(value, float) and math.isnan(value))
-    return bool(value != "")
-
-
-def _to_number(value: Any) -> int | float:
-    if value is None or isinstance(value, bool):
-        return int(bool(value))
-    if _is_number(value):
-        return value  # type: ignore[no-any-return]
-    try:
-        return _normalize(float(str(value).strip() or 0))
-    except ValueError:
-        raise InvalidExpression(f"cannot convert {to_text(value)!r} to a number") from None
+MAX_EXPRESSION_CHARS = 4096
+"""The longest ``${...}`` expression; longer ones are refused when the file is parsed."""
+MAX_NESTING_DEPTH = 64
+"""How deeply brackets, calls and operators may nest in one expression."""
 
 
 def _js_round(value: Any) -> int:
@@ -106,8 +77,8 @@ def _math_extreme(pick: Callable[..., Any]) -> Callable[..., Any]:
     return lambda *args: pick(_to_number(a) for a in args)
 
 
-FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "JSON.stringify": lambda v: json.dumps(v, separators=(",", ":"), ensure_ascii=False),
+FUNCTIONS: dict[str, Callable[..., Any] | None] = {
+    "JSON.stringify": json_stringify,
     "JSON.parse": _json_parse,
     "String": to_text,
     "Number": _to_number,
@@ -116,6 +87,11 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "Math.round": _js_round,
     "Math.min": _math_extreme(min),
     "Math.max": _math_extreme(max),
+    "Math.abs": lambda v: abs(_to_number(v)),
+    "parseInt": lambda v: math.trunc(_to_number(v)),
+    "parseFloat": _to_number,
+    "Object.keys": lambda v: list(v) if isinstance(v, Mapping) else [],
+    "moment": None,  # needs the workflow's time zone: built in _Parser._call
 }
 """The only callables an expression can reach, by the dotted name it calls them with."""
 
@@ -196,6 +172,7 @@ class _Parser:
         self.source = source
         self.tokens = self._tokenize(source)
         self.pos = 0
+        self.depth = 0
         self.names: set[str] = set()
 
     def _tokenize(self, source: str) -> list[tuple[str, str]]:
@@ -240,6 +217,15 @@ class _Parser:
         return node
 
     def ternary(self) -> Node:
+        self.depth += 1
+        if self.depth > MAX_NESTING_DEPTH:
+            raise self.error(f"nested more than {MAX_NESTING_DEPTH} levels deep")
+        try:
+            return self._ternary()
+        finally:
+            self.depth -= 1
+
+    def _ternary(self) -> Node:
         cond = self.logical("||")
         if self.peek() != "?":
             return cond
@@ -282,15 +268,22 @@ class _Parser:
 
     def unary(self) -> Node:
         op = self.peek()
-        if op == "!":
-            self.take()
-            operand = self.unary()
-            return lambda s: not _truthy(operand(s))
-        if op == "-":
-            self.take()
-            operand = self.unary()
-            return lambda s: _negate(operand(s))
+        if op in ("!", "-"):
+            self.depth += 1
+            if self.depth > MAX_NESTING_DEPTH:
+                raise self.error(f"nested more than {MAX_NESTING_DEPTH} levels deep")
+            try:
+                return self._prefixed(op)
+            finally:
+                self.depth -= 1
         return self.postfix()
+
+    def _prefixed(self, op: str) -> Node:
+        self.take()
+        operand = self.unary()
+        if op == "!":
+            return lambda s: not _truthy(operand(s))
+        return lambda s: _negate(operand(s))
 
     def postfix(self) -> Node:
         node, path = self.primary()
@@ -304,7 +297,15 @@ class _Parser:
                 kind, key = self.take()
                 if kind != "name":
                     raise self.error(f"expected a name after '.' but found {_describe(key)}")
-                static = None if static is None else f"{static}.{key}"
+                dotted = None if static is None else f"{static}.{key}"
+                if self.peek() == "(" and dotted not in FUNCTIONS:
+                    if key not in METHOD_NAMES:
+                        raise self.error(f"unknown method '{key}' in '{path}.{key}()'")
+                    self.take()
+                    node = self._method_node(node, key, self._arguments(), path)
+                    path, static = f"{path}.{key}()", None
+                    continue
+                static = dotted
                 node, path = self._member_node(node, _constant(key), path), f"{path}.{key}"
                 continue
             index = self.ternary()
@@ -316,11 +317,12 @@ class _Parser:
     def _member_node(target: Node, key: Node, path: str) -> Node:
         return lambda s: _member(target(s), key(s), path)
 
-    def _call(self, name: str | None) -> Node:
-        function = FUNCTIONS.get(name or "")
-        if function is None:
-            raise self.error(f"unknown function {name or 'expression'!r}")
-        self.names.discard((name or "").split(".")[0])
+    @staticmethod
+    def _method_node(target: Node, name: str, args: list[Node], path: str) -> Node:
+        return lambda s: call_method(target(s), name, [arg(s) for arg in args], path)
+
+    def _arguments(self) -> list[Node]:
+        """The arguments of a call, after its "(" and through its ")"."""
         args: list[Node] = []
         while self.peek() != ")":
             args.append(self.ternary())
@@ -328,6 +330,16 @@ class _Parser:
                 break
             self.take()
         self.expect(")")
+        return args
+
+    def _call(self, name: str | None) -> Node:
+        if (name or "") not in FUNCTIONS:
+            raise self.error(f"unknown function {name or 'expression'!r}")
+        function = FUNCTIONS[name or ""]
+        self.names.discard((name or "").split(".")[0])
+        args = self._arguments()
+        if function is None:  # moment(): reads text in the workflow's time zone
+            return lambda s: make_moment(tuple(arg(s) for arg in args), s.default_zone())
         return lambda s: function(*(arg(s) for arg in args))
 
     def primary(self) -> tuple[Node, str]:
@@ -352,6 +364,12 @@ class _Parser:
 
 @lru_cache(maxsize=4096)
 def _compile(source: str) -> tuple[Node, frozenset[str]]:
+    if len(source) > MAX_EXPRESSION_CHARS:
+        head = source[:40].replace("\n", " ")
+        raise InvalidExpression(
+            f"expression '${{{head}...}}' is {len(source)} characters long,"
+            f" over the limit of {MAX_EXPRESSION_CHARS}"
+        )
     parser = _Parser(source)
     try:
         node = parser.parse()
@@ -363,6 +381,21 @@ def _compile(source: str) -> tuple[Node, frozenset[str]]:
 
 
 Part = str | Node
+
+
+def _naming_errors(node: Node, source: str) -> Node:
+    """``node``, whose evaluation errors name the expression they happened in."""
+
+    def evaluate(scope: _Scope) -> Any:
+        try:
+            return node(scope)
+        except InvalidExpression as exc:
+            # Already named: a nested template's expression, or the missing variable.
+            if "${" in str(exc) or str(exc).startswith("undefined variable"):
+                raise
+            raise InvalidExpression(f"{exc} in '${{{source}}}'") from None
+
+    return evaluate
 
 
 def _find_close(text: str, start: int) -> int:
@@ -406,8 +439,9 @@ def _split(text: str) -> tuple[tuple[Part, ...], bool, frozenset[str]]:
             if "".join(literal):
                 parts.append("".join(literal))
             literal = []
-            node, used = _compile(text[dollar + 2 : close])
-            parts.append(node)
+            source = text[dollar + 2 : close]
+            node, used = _compile(source)
+            parts.append(_naming_errors(node, source))
             names |= used
             i = close + 1
     literal.append(text[i:])
@@ -452,6 +486,11 @@ class _Scope:
         self.resolved[name] = value
         return value
 
+    def default_zone(self) -> str | None:
+        """The workflow's time zone (``timezone``), in which ``moment()`` reads bare times."""
+        zone = self.context.get("timezone")
+        return zone if isinstance(zone, str) and zone else None
+
     def render(self, value: Any) -> Any:
         if isinstance(value, str):
             return value if "$" not in value else self.render_text(value)
@@ -464,7 +503,8 @@ class _Scope:
     def render_text(self, text: str) -> Any:
         parts, whole, _ = _split(text)
         if whole:
-            return parts[0](self)  # type: ignore[operator]
+            value = parts[0](self)  # type: ignore[operator]
+            return value.format() if isinstance(value, Moment) else value
         return "".join(part if isinstance(part, str) else to_text(part(self)) for part in parts)
 
 

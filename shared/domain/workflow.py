@@ -18,6 +18,8 @@ OPERATORS = (
     "nop",
     "wait",
     "http",
+    "require",
+    "mail",
     "loop",
     "for_each",
     "for_range",
@@ -233,12 +235,15 @@ class WorkflowDefinition:
     root: TaskSpec
     timezone: str = "UTC"
     schedule: dict[str, Any] | None = None
+    sla: dict[str, Any] | None = None  # the `sla:` as shared.domain.sla.SlaSpec stores it
 
     def to_config(self) -> dict[str, Any]:
         """The JSON form stored (and shared by digest) as a workflow config."""
         config: dict[str, Any] = {"name": self.name, "timezone": self.timezone}
         if self.schedule is not None:
             config["schedule"] = self.schedule
+        if self.sla is not None:
+            config["sla"] = self.sla
         config["root"] = self.root.to_config()
         return config
 
@@ -250,6 +255,7 @@ class WorkflowDefinition:
             root=TaskSpec.from_config(config["root"]),
             timezone=config.get("timezone", "UTC"),
             schedule=config.get("schedule"),
+            sla=config.get("sla"),
         )
 
 

@@ -4,12 +4,19 @@ The loader is PyYAML's ``SafeLoader`` with three changes that suit workflow file
 mappings become :class:`LineMap`; a key repeated in one mapping is an error rather than a
 silent override; and ``10:00:00`` stays a string instead of YAML 1.1's base-60 integer,
 as do dates, so ``daily>: 10:00:00`` and ``start: 2024-01-01`` mean what they say.
+
+``!include`` splices another YAML file of the project: as a key (``!include : 'a.dig'``,
+its mapping merged into the enclosing one) or as a value (``+t: !include 'task.dig'``).
+Paths are relative to the including file and must stay inside the project; every line
+number keeps the name of the file it came from (:class:`FileLine`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
@@ -38,6 +45,40 @@ _FLOAT = re.compile(
 )
 
 
+_INCLUDE_TAG = "!include"
+MAX_INCLUDES = 100
+"""Files one workflow file may include, directly or not."""
+
+
+class FileLine(int):
+    """A 1-based line number that knows its file (a line of an ``!include``d file)."""
+
+    file: str
+
+    def __new__(cls, line: int, file: str) -> FileLine:
+        value = super().__new__(cls, line)
+        value.file = file
+        return value
+
+
+@dataclass
+class IncludeContext:
+    """Where ``!include`` looks: the project, the files being included, how many so far."""
+
+    project_dir: Path
+    path: Path  # the file being loaded
+    stack: tuple[Path, ...] = ()
+    count: list[int] = field(default_factory=lambda: [0])
+
+
+@dataclass(frozen=True)
+class _IncludeKey:
+    """An ``!include`` used as a key; its value names the file to merge."""
+
+    line: int
+    column: int
+
+
 class LineMap(dict[Any, Any]):
     """A YAML mapping that remembers where it was: ``line`` and each key's ``key_lines``."""
 
@@ -54,9 +95,10 @@ class LineMap(dict[Any, Any]):
 class _WorkflowLoader(yaml.SafeLoader):
     """SafeLoader building :class:`LineMap` mappings and collecting duplicate keys."""
 
-    def __init__(self, text: str, filename: str) -> None:
+    def __init__(self, text: str, filename: str, include: IncludeContext | None = None) -> None:
         super().__init__(text)
         self.filename = filename
+        self.include = include
         self.problems: list[Problem] = []
         self.expanded_nodes = 0  # nodes that aliases repeat, counted once per use
         self.node_sizes: dict[int, int] = {}
@@ -64,7 +106,9 @@ class _WorkflowLoader(yaml.SafeLoader):
     def check_duplicates(self, node: yaml.MappingNode) -> None:
         first_lines: dict[Any, int] = {}
         for key_node, _ in node.value:
-            if key_node.tag == _MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
+            if key_node.tag in (_MERGE_TAG, _INCLUDE_TAG) or not isinstance(
+                key_node, yaml.ScalarNode
+            ):
                 continue
             key = self.construct_object(key_node)
             line = key_node.start_mark.line + 1
@@ -85,12 +129,91 @@ class _WorkflowLoader(yaml.SafeLoader):
                 raise yaml.constructor.ConstructorError(
                     None, None, "found an unhashable key", key_node.start_mark
                 ) from None
+            if isinstance(key, _IncludeKey):
+                self.merge_included(data, self.construct_object(value_node), key.line)
+                continue
             data[key] = self.construct_object(value_node)
-            data.key_lines[str(key)] = key_node.start_mark.line + 1
+            data.key_lines[str(key)] = self.file_line(key_node.start_mark.line + 1)
+
+    def file_line(self, number: int) -> FileLine:
+        return FileLine(number, self.filename)
+
+    def merge_included(self, data: LineMap, target: Any, line: int) -> None:
+        included = self.load_included(target, line)
+        if included is None:
+            return
+        if not isinstance(included, LineMap):
+            message = f"'!include' as a key needs a file holding a mapping: {target!r}"
+            self.problems.append(Problem(self.filename, line, message))
+            return
+        for key, value in included.items():
+            if key in data:
+                message = (
+                    f"'!include {target}' defines '{key}' again (first at line {data.line_of(key)})"
+                )
+                self.problems.append(Problem(self.filename, line, message))
+                continue
+            data[key] = value
+            data.key_lines[str(key)] = included.key_lines.get(str(key), included.line)
+
+    def load_included(self, target: Any, line: int) -> Any:
+        """The data of the file ``!include`` names; None (a problem noted) if it cannot be."""
+        problem = self._include_problem(target)
+        if problem is not None:
+            self.problems.append(Problem(self.filename, line, problem))
+            return None
+        assert self.include is not None
+        path = (self.include.path.parent / str(target)).resolve()
+        name = self._relative(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = (
+                "does not exist" if isinstance(exc, FileNotFoundError) else f"cannot be read: {exc}"
+            )
+            self.problems.append(Problem(self.filename, line, f"'!include' file {name} {reason}"))
+            return None
+        self.include.count[0] += 1
+        context = IncludeContext(
+            self.include.project_dir,
+            path,
+            (*self.include.stack, self.include.path),
+            self.include.count,
+        )
+        try:
+            return load_yaml(text, name, context)
+        except InvalidWorkflow as exc:
+            self.problems.extend(exc.problems)
+            return None
+
+    def _include_problem(self, target: Any) -> str | None:
+        if self.include is None:
+            return "'!include' works only in a workflow file of a project"
+        if not isinstance(target, str) or not target.strip():
+            return f"'!include' needs a file name, got {target!r}"
+        if PurePosixPath(target).is_absolute() or Path(target).is_absolute():
+            return f"'!include' needs a path relative to this file, not an absolute one: {target!r}"
+        path = (self.include.path.parent / target).resolve()
+        if not path.is_relative_to(self.include.project_dir.resolve()):
+            return f"'!include' file {target!r} is outside the project"
+        chain = [*self.include.stack, self.include.path]
+        if path in chain:
+            names = [self._relative(p) for p in chain[chain.index(path) :]]
+            return f"'!include' cycle: {' -> '.join([*names, names[0]])}"
+        if self.include.count[0] >= MAX_INCLUDES:
+            return f"more than {MAX_INCLUDES} '!include' files"
+        return None
+
+    def _relative(self, path: Path) -> str:
+        assert self.include is not None
+        try:
+            return path.relative_to(self.include.project_dir.resolve()).as_posix()
+        except ValueError:
+            return path.name
 
 
 def _construct_line_map(loader: _WorkflowLoader, node: yaml.MappingNode) -> Iterator[LineMap]:
-    data = LineMap(node.start_mark.line + 1)
+    data = LineMap(loader.file_line(node.start_mark.line + 1))
     yield data
     loader.fill_line_map(data, node)
 
@@ -141,14 +264,28 @@ _WorkflowLoader.add_implicit_resolver(_FLOAT_TAG, _FLOAT, list("-+0123456789."))
 _WorkflowLoader.add_constructor(_MAP_TAG, _construct_line_map)
 
 
-def load_yaml(text: str, filename: str) -> Any:
+def _construct_include(loader: _WorkflowLoader, node: yaml.Node) -> Any:
+    line = loader.file_line(node.start_mark.line + 1)
+    if not isinstance(node, yaml.ScalarNode):
+        loader.problems.append(Problem(loader.filename, line, "'!include' needs a file name"))
+        return None
+    if node.value == "":  # `!include : file` -- a key: the enclosing mapping merges it
+        return _IncludeKey(line, node.start_mark.column)
+    return loader.load_included(node.value, line)
+
+
+_WorkflowLoader.add_constructor(_INCLUDE_TAG, _construct_include)
+
+
+def load_yaml(text: str, filename: str, include: IncludeContext | None = None) -> Any:
     """Parse one YAML document; mappings become :class:`LineMap`.
 
-    Raises :class:`InvalidWorkflow` with every duplicate key, or with the line of a YAML
-    syntax error.
+    ``include`` says where ``!include`` finds files; without it ``!include`` is an error.
+    Raises :class:`InvalidWorkflow` with every duplicate key, bad include (at the file and
+    line it is in), or with the line of a YAML syntax error.
     """
     try:
-        loader = _WorkflowLoader(text, filename)
+        loader = _WorkflowLoader(text, filename, include)
     except yaml.YAMLError as exc:  # e.g. a NUL byte: not a text file
         reason = " ".join(str(exc).split())
         raise InvalidWorkflow([Problem(filename, 1, f"invalid YAML: {reason}")]) from None

@@ -18,6 +18,7 @@ from shared.domain.delays import StartRule
 from shared.domain.durations import BadDuration, parse_duration
 from shared.domain.expressions import check_template
 from shared.domain.schedule import parse_schedule, resolve_timezone, suggest
+from shared.domain.sla import SLA_TASK_NAME
 from shared.domain.workflow import (
     OPERATORS,
     QUEUE_NAME,
@@ -34,8 +35,16 @@ from shared.dsl.directives import (
     retry_policy,
     start_at,
 )
-from shared.dsl.loader import LineMap, load_yaml
+from shared.dsl.loader import FileLine, IncludeContext, LineMap, load_yaml
+from shared.dsl.sla import read_sla
 from shared.errors import InvalidExpression, InvalidSchedule, InvalidWorkflow, Problem
+from shared.secrets import (
+    SECRET_NAME,
+    SECRET_PARAMS,
+    WHERE_ALLOWED,
+    secret_references,
+    without_secret_references,
+)
 
 DELAY_DIRECTIVES = ("_delay", "_start_at")
 TOP_LEVEL_KEYS = (
@@ -47,6 +56,7 @@ TOP_LEVEL_KEYS = (
     "_retry",
     "_parallel",
     "_queue",
+    "sla",
     *DELAY_DIRECTIVES,
 )
 GROUP_DIRECTIVES = (
@@ -59,6 +69,7 @@ GROUP_DIRECTIVES = (
     "_export",
     "_queue",
     "_env",
+    "_disable",
     *DELAY_DIRECTIVES,
 )
 OPERATOR_DIRECTIVES = (*GROUP_DIRECTIVES[1:], "_type", "_command", "_timeout")
@@ -83,6 +94,35 @@ def parse_workflow_text(text: str, filename: str, project_dir: Path) -> Workflow
     parser = _ProjectParser(project_dir)
     definition = parser.parse_text(text, filename, (project_dir / filename).resolve())
     return parser.result(definition)
+
+
+def parse_generated_tasks(config: dict[str, Any], source: str, project_dir: Path) -> TaskSpec:
+    """Check tasks a running task adds (``py>``'s ``add_subtask``) as a ``^sub`` group.
+
+    ``config`` is a group's body (``{"+subtask0": {...}, "_parallel": true}``); errors
+    name ``source``. Raises :class:`InvalidWorkflow`.
+    """
+    parser = _ProjectParser(project_dir)
+    where = _Where(source, project_dir.resolve())
+    spec = parser._group("^sub", _line_map(config, source), where, GROUP_DIRECTIVES)
+    try:
+        parser.raise_problems()
+    except InvalidWorkflow as exc:  # the lines are those of no file: leave them out
+        problems = [Problem(source, None, p.message) for p in exc.problems]
+        raise InvalidWorkflow(problems) from None
+    return spec
+
+
+def _line_map(value: Any, source: str) -> Any:
+    """Plain data as the loader would give it (mappings as :class:`LineMap`)."""
+    if isinstance(value, dict):
+        mapping = LineMap(FileLine(1, source))
+        for key, item in value.items():
+            mapping[key] = _line_map(item, source)
+        return mapping
+    if isinstance(value, list):
+        return [_line_map(item, source) for item in value]
+    return value
 
 
 def load_project(project_dir: Path) -> dict[str, WorkflowDefinition]:
@@ -137,7 +177,9 @@ class _ProjectParser:
         self.stack: list[Path] = []
 
     def report(self, where: _Where, line: int | None, message: str) -> None:
-        self.problems.append(Problem(where.file, line, message))
+        # A line of an !include'd file names that file.
+        file = line.file if isinstance(line, FileLine) else where.file
+        self.problems.append(Problem(file, line, message))
 
     def raise_problems(self) -> None:
         if self.problems:
@@ -170,15 +212,16 @@ class _ProjectParser:
     def parse_text(self, text: str, name: str, path: Path) -> WorkflowDefinition | None:
         self.stack.append(path)
         try:
-            definition = self._workflow(text, _Where(name, path.parent), path.stem)
+            definition = self._workflow(text, _Where(name, path.parent), path)
         finally:
             self.stack.pop()
         self.parsed[path] = definition
         return definition
 
-    def _workflow(self, text: str, where: _Where, stem: str) -> WorkflowDefinition | None:
+    def _workflow(self, text: str, where: _Where, path: Path) -> WorkflowDefinition | None:
+        stem = path.stem
         try:
-            data = load_yaml(text, where.file)
+            data = load_yaml(text, where.file, IncludeContext(self.project_dir, path))
         except InvalidWorkflow as exc:
             self.problems.extend(exc.problems)
             return None
@@ -190,7 +233,7 @@ class _ProjectParser:
         timezone = self._timezone(data, where)
         schedule = self._schedule(data, where, timezone)
         root = self._group(root_name, data, where, TOP_LEVEL_KEYS)
-        return WorkflowDefinition(stem, root, timezone, schedule)
+        return WorkflowDefinition(stem, root, timezone, schedule, self._sla(data, where))
 
     def _timezone(self, data: LineMap, where: _Where) -> str:
         if "timezone" not in data:
@@ -216,11 +259,37 @@ class _ProjectParser:
             self.report(where, line, exc.message)
             return None
 
+    def _sla(self, data: LineMap, where: _Where) -> dict[str, Any] | None:
+        if "sla" not in data:
+            return None
+        sla = read_sla(
+            data["sla"],
+            data.line_of("sla"),
+            lambda line, message: self.report(where, line, message),
+            lambda tasks: self._group(SLA_TASK_NAME, tasks, replace(where, in_parallel=False), ()),
+        )
+        return None if sla is None else sla.to_config()
+
     def _task(self, name: str, body: LineMap, where: _Where) -> TaskSpec:
         is_operator = "_type" in body or any(str(key).endswith(">") for key in body)
         if is_operator:
-            return self._operator_task(name, body, where)
-        return self._group(name, body, where, GROUP_DIRECTIVES)
+            return self._disabled(self._operator_task(name, body, where), body, where)
+        return self._disabled(self._group(name, body, where, GROUP_DIRECTIVES), body, where)
+
+    def _disabled(self, task: TaskSpec, body: LineMap, where: _Where) -> TaskSpec:
+        """``_disable: true``: the task (checked all the same) becomes an empty group, which
+        succeeds without running anything, its children included (Digdag's compiler)."""
+        if "_disable" not in body:
+            return task
+        disable = flag(body["_disable"])
+        if disable is None:
+            value = body["_disable"]
+            self.report(
+                where, body.line_of("_disable"), f"'_disable' must be true or false, got {value!r}"
+            )
+        if not disable:
+            return task
+        return TaskSpec(task.name, background=task.background, after=task.after)
 
     def _group(self, name: str, body: LineMap, where: _Where, allowed: Iterable[str]) -> TaskSpec:
         allowed = tuple(allowed)
@@ -287,7 +356,8 @@ class _ProjectParser:
                 if key not in OPERATOR_DIRECTIVES and key not in allowed:
                     self._unknown_directive(key, body, where, (*OPERATOR_DIRECTIVES, *allowed))
             else:
-                self._check_values(value, body.line_of(key), where)
+                secrets_allowed = key in SECRET_PARAMS.get(str(operator), ())
+                self._check_values(value, body.line_of(key), where, secrets_allowed)
                 params[key] = _plain(value)
         common = self._directives(body, where, OPERATOR_DIRECTIVES, is_group=False)
         if operator in CONTROL_OPERATORS:
@@ -375,7 +445,7 @@ class _ProjectParser:
             message = f"'{operator}>' needs a string, got {_describe(command)}"
             self.report(where, line, message)
             return command
-        self._check_values(command, line, where)
+        self._check_values(command, line, where, secrets_allowed=operator == "sh")
         return command
 
     def _call(self, target: Any, line: int, where: _Where) -> tuple[Any, TaskSpec | None]:
@@ -451,7 +521,7 @@ class _ProjectParser:
             elif isinstance(item, LineMap | list) or item is None:
                 self.report(where, line, f"'_env' {key} must be a string or number")
             else:
-                self._check_values(item, line, where)
+                self._check_values(item, line, where, secrets_allowed=True)
                 env[key] = item
         return env
 
@@ -501,22 +571,33 @@ class _ProjectParser:
         self._check_values(value, value.line, where)
         return {str(key): item for key, item in _plain(value).items()}
 
-    def _check_values(self, value: Any, line: int, where: _Where) -> None:
-        """Report every ``${...}`` in ``value`` that does not parse, at its key's line."""
+    def _check_values(
+        self, value: Any, line: int, where: _Where, secrets_allowed: bool = False
+    ) -> None:
+        """Report every ``${...}`` in ``value`` that does not parse, and every
+        ``${secret:name}`` where secrets may not stand, at its key's line."""
         if isinstance(value, str):
             if "${" in value:
+                self._check_secrets(value, line, where, secrets_allowed)
                 try:
-                    check_template(value)
+                    check_template(without_secret_references(value))
                 except InvalidExpression as exc:
                     self.report(where, line, str(exc))
         elif isinstance(value, LineMap):
             for key, item in value.items():
-                self._check_values(item, value.line_of(key), where)
+                self._check_values(item, value.line_of(key), where, secrets_allowed)
         elif isinstance(value, list):
             for item in value:
-                self._check_values(item, line, where)
+                self._check_values(item, line, where, secrets_allowed)
         elif value is not None and not isinstance(value, bool | int | float):
             self.report(where, line, f"unsupported YAML value {value!r}")
+
+    def _check_secrets(self, text: str, line: int, where: _Where, allowed: bool) -> None:
+        for name in sorted(secret_references(text)):
+            if not allowed:
+                self.report(where, line, f"'${{secret:{name}}}': {WHERE_ALLOWED}")
+            elif not SECRET_NAME.match(name):
+                self.report(where, line, f"'${{secret:{name}}}': {name!r} is not a secret name")
 
     def _parallel(self, body: LineMap, where: _Where) -> tuple[bool, int | None]:
         try:

@@ -199,12 +199,16 @@ def retry_attempt(
     from_task: str | None,
     params: dict[str, Any] | None,
     now: datetime,
+    name: str | None = None,
+    workflow_definition_id: int | None = None,
 ) -> int:
-    """A new attempt (``retry-N``) of the session of ``attempt_id``; its id.
+    """A new attempt (``retry-N``, or ``name``) of the session of ``attempt_id``; its id.
 
     ``all`` runs everything again; ``failed`` keeps the tasks that succeeded in
     ``attempt_id``; ``from`` keeps only those that come before ``from_task``. ``params``
-    are merged over the attempt's own. Raises NotFound for an unknown attempt, Conflict
+    are merged over the attempt's own. ``workflow_definition_id`` runs another definition of
+    the workflow (a later revision's) instead of the retried attempt's. Raises NotFound for
+    an unknown attempt, Conflict
     while the session's latest attempt has not ended (or when ``failed`` would retry an
     attempt that succeeded), InvalidInput naming ``/from`` for an unknown task.
     """
@@ -229,14 +233,14 @@ def retry_attempt(
     elif mode is RetryMode.FROM:
         resume_from = attempt_id
         resume_only = resumed_before(conn, attempt_id, from_task or "")
-    name = f"retry-{len(previous)}"
+    name = name or f"retry-{len(previous)}"
     new_id = insert_ignoring_conflict(
         conn,
         attempts,
         {
             "session_id": old.session_id,
             "name": name,
-            "workflow_definition_id": old.workflow_definition_id,
+            "workflow_definition_id": workflow_definition_id or old.workflow_definition_id,
             "state": AttemptState.CREATED.value,
             "timezone": old.timezone,
             "params": merge_params(old.params, params),

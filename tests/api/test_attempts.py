@@ -9,6 +9,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import Engine
 
 from shared.domain.states import AttemptState
+from shared.store.sla import insert_alert
 from shared.store.tables import task_dependencies, tasks
 from tests.api._seed import NOW, THREE_STEPS, add_project, set_state
 
@@ -37,7 +38,7 @@ class TestStart:
         assert attempt["project"] == "etl" and attempt["workflow"] == "steps"
         assert attempt["params"] == {"region": "eu", "x": 1}
         assert attempt["session_time"] == "2026-01-01T00:00:00Z"
-        assert api.get(f"/api/attempts/{attempt['id']}").json == attempt
+        assert api.get(f"/api/attempts/{attempt['id']}").json == {**attempt, "alerts": []}
 
     def test_the_same_session_again_is_409_naming_the_existing_attempt(
         self, api: FlaskClient, project: int
@@ -109,6 +110,15 @@ class TestListAndGet:
 
     def test_an_unknown_attempt_is_404(self, api: FlaskClient) -> None:
         assert api.get("/api/attempts/12345").status_code == 404
+
+    def test_one_attempt_lists_its_alerts(
+        self, api: FlaskClient, engine: Engine, project: int
+    ) -> None:
+        attempt = start(api).json
+        with engine.begin() as conn:
+            insert_alert(conn, int(attempt["id"]), "sla", "SLA missed: steps", NOW)
+        alerts = api.get(f"/api/attempts/{attempt['id']}").json["alerts"]
+        assert [(a["kind"], a["message"]) for a in alerts] == [("sla", "SLA missed: steps")]
 
 
 class TestKill:

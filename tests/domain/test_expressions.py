@@ -227,9 +227,9 @@ class TestFunctions:
         assert ev("Math.max(3, n, 5)") == 7
 
     def test_any_other_call_is_rejected_when_parsed(self) -> None:
-        with pytest.raises(InvalidExpression, match="unknown function 'moment'"):
-            check_template("${moment(session_time)}")
-        with pytest.raises(InvalidExpression, match=r"unknown function 's\.upper'"):
+        with pytest.raises(InvalidExpression, match="unknown function 'eval'"):
+            check_template("${eval('1')}")
+        with pytest.raises(InvalidExpression, match=r"unknown method 'upper' in 's\.upper\(\)'"):
             check_template("${s.upper()}")
 
 
@@ -268,3 +268,138 @@ class TestFindNames:
 
     def test_a_plain_string_has_no_names(self) -> None:
         assert find_names("nothing here") == set()
+
+
+class TestMoment:
+    """Moment.js's common calls on session times, as Digdag workflows write them."""
+
+    LA = {"session_time": "2024-03-09T00:00:00-08:00", "timezone": "America/Los_Angeles"}
+
+    def m(self, expression: str, **context: Any) -> Any:
+        return render("${" + expression + "}", {**self.LA, **context})
+
+    def test_the_digdag_idiom_formats_the_next_day(self) -> None:
+        assert self.m("moment(session_time).add(1, 'days').format('YYYYMMDD')") == "20240310"
+
+    def test_adding_days_across_dst_keeps_the_wall_clock_time(self) -> None:
+        later = "moment(session_time).add(2, 'days').format()"
+        assert self.m(later) == "2024-03-11T00:00:00-07:00"
+
+    def test_adding_hours_across_dst_moves_the_instant(self) -> None:
+        assert self.m("moment(session_time).add(48, 'hours').format()") == (
+            "2024-03-11T01:00:00-07:00"
+        )
+
+    def test_a_wall_time_skipped_by_dst_lands_after_the_gap(self) -> None:
+        assert self.m("moment('2024-03-10 02:30:00').format()") == "2024-03-10T03:30:00-07:00"
+
+    def test_subtract_one_hour(self) -> None:
+        assert self.m(
+            "moment(session_time).subtract(1, 'hours').format('YYYY-MM-DD HH:mm:ss')"
+        ) == ("2024-03-08 23:00:00")
+
+    @pytest.mark.parametrize(
+        ("start", "months", "expected"),
+        [
+            ("2024-01-31T00:00:00+00:00", 1, "2024-02-29"),
+            ("2023-01-31T00:00:00+00:00", 1, "2023-02-28"),
+            ("2024-03-31T00:00:00+00:00", -1, "2024-02-29"),
+            ("2024-02-29T00:00:00+00:00", 12, "2025-02-28"),
+        ],
+    )
+    def test_month_arithmetic_clamps_the_day_at_month_ends(
+        self, start: str, months: int, expected: str
+    ) -> None:
+        text = f"moment(t).add({months}, 'months').format('YYYY-MM-DD')"
+        assert self.m(text, t=start, timezone="UTC") == expected
+
+    def test_every_documented_format_token(self) -> None:
+        pattern = "YYYY YY MM M DD D HH H mm m ss s Z ZZ ddd dddd MMM MMMM X x"
+        assert self.m(f"moment('2024-01-05T07:08:09+09:00').format('{pattern}')", timezone="") == (
+            "2024 24 01 1 05 5 07 7 08 8 09 9 +09:00 +0900 Fri Friday Jan January"
+            " 1704406089 1704406089000"
+        )
+
+    def test_brackets_escape_literal_text(self) -> None:
+        assert self.m("moment(session_time).format('[day] D [of] MMMM')") == "day 9 of March"
+
+    def test_tz_shows_the_same_instant_in_another_zone(self) -> None:
+        assert self.m("moment(session_time).tz('Asia/Tokyo').format()") == (
+            "2024-03-09T17:00:00+09:00"
+        )
+
+    def test_start_and_end_of_month_in_the_workflow_zone(self) -> None:
+        assert self.m("moment(session_time).startOf('month').format()") == (
+            "2024-03-01T00:00:00-08:00"
+        )
+        assert self.m("moment(session_time).endOf('month').format('YYYY-MM-DD HH:mm:ss Z')") == (
+            "2024-03-31 23:59:59 -07:00"
+        )
+
+    def test_unix_and_iso_string(self) -> None:
+        assert self.m("moment(session_time).unix()") == 1709971200
+        assert self.m("moment(session_time).toISOString()") == "2024-03-09T08:00:00.000Z"
+
+    def test_a_moment_alone_renders_as_iso_8601(self) -> None:
+        assert self.m("moment(session_time)") == "2024-03-09T00:00:00-08:00"
+        assert render("at ${moment(session_time).add(1,'d')}", self.LA) == (
+            "at 2024-03-10T00:00:00-08:00"
+        )
+
+    def test_a_text_with_a_format_is_parsed_with_it(self) -> None:
+        assert self.m("moment('20240105', 'YYYYMMDD').format('YYYY/MM/DD')") == "2024/01/05"
+
+    def test_an_unknown_format_token_is_an_error_naming_the_expression(self) -> None:
+        with pytest.raises(InvalidExpression, match=r"unknown token 'q'.*in '\$\{moment"):
+            self.m("moment(session_time).format('YYYY q')")
+
+    def test_an_unknown_unit_is_an_error(self) -> None:
+        with pytest.raises(InvalidExpression, match="unknown unit 'fortnight'"):
+            self.m("moment(session_time).add(1, 'fortnight')")
+
+    def test_an_unknown_method_is_refused_when_parsed(self) -> None:
+        with pytest.raises(InvalidExpression, match="unknown method 'fromNow'"):
+            check_template("${moment(session_time).fromNow()}")
+
+    def test_moment_without_a_time_is_refused(self) -> None:
+        with pytest.raises(InvalidExpression, match=r"moment\(\) needs a time"):
+            self.m("moment()")
+
+
+class TestMethods:
+    def test_string_methods(self) -> None:
+        assert ev("'Hello World'.substring(0, 5).toUpperCase()") == "HELLO"
+        assert ev("'a-b-c'.replace('-', '_')") == "a_b-c"
+        assert ev("'a-b-c'.split('-')") == ["a", "b", "c"]
+        assert ev("'2024-01-05'.split('-')[1]") == "01"
+        assert ev("' x '.trim() + s.toLowerCase()") == "xhi"
+        assert ev("'abc'.slice(-2)") == "bc"
+        assert ev("'7'.padStart(3, '0')") == "007"
+
+    def test_list_methods(self) -> None:
+        assert ev("items.join('|')") == "a|b|c"
+        assert ev("items.indexOf('b')") == 1
+        assert ev("items.includes('z')") is False
+
+    def test_a_method_the_value_lacks_is_an_error_naming_it(self) -> None:
+        with pytest.raises(InvalidExpression, match="'n' is a number, which has no method 'trim'"):
+            ev("n.trim()")
+
+    def test_json_stringify_writes_compact_json(self) -> None:
+        assert ev("JSON.stringify(mysql.ports)") == "[3306,3307]"
+
+
+class TestLimits:
+    def test_an_expression_over_4096_characters_is_refused(self) -> None:
+        long = "1" + " + 1" * 1100
+        with pytest.raises(InvalidExpression, match="over the limit of 4096"):
+            check_template("${" + long + "}")
+
+    def test_nesting_deeper_than_64_levels_is_refused(self) -> None:
+        deep = "(" * 65 + "1" + ")" * 65
+        with pytest.raises(InvalidExpression, match="nested more than 64 levels deep"):
+            check_template("${" + deep + "}")
+
+    def test_repeat_cannot_build_huge_strings(self) -> None:
+        with pytest.raises(InvalidExpression, match="over 1000000"):
+            ev("'ab'.repeat(10000000)")

@@ -462,6 +462,7 @@ class Cluster:
         grace_seconds: float = 20,
         queues: str = "default",
         wait: bool = True,
+        env: Mapping[str, str] | None = None,
     ) -> Service:
         """Start ``tickwork agent`` (no database URL in its environment)."""
         work_dir = self.root / "state" / name
@@ -478,9 +479,9 @@ class Cluster:
         extra = {
             "TICKWORK_LOG_DIR": str(work_dir / "logs"),
             "TICKWORK_AGENT_WORK_DIR": str(work_dir),
+            **(env or {}),
         }
-        env = self._environment(database=False, extra=extra)
-        service = self._start(name, args, env)
+        service = self._start(name, args, self._environment(database=False, extra=extra))
         if wait:
             self._wait_ready(service)
         return service

@@ -6,6 +6,7 @@ from services.agent.operators.base import Operator
 from services.agent.operators.echo import run_echo
 from services.agent.operators.fail import run_fail
 from services.agent.operators.http import run_http
+from services.agent.operators.mail import run_mail
 from services.agent.operators.py import run_py
 from services.agent.operators.sh import run_sh
 
@@ -13,6 +14,7 @@ OPERATORS: dict[str, Operator] = {
     "echo": run_echo,
     "fail": run_fail,
     "http": run_http,
+    "mail": run_mail,
     "py": run_py,
     "sh": run_sh,
 }

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from shared.dispatch.messages import TaskMessage
+from shared.secrets import Masker
 
 
 @dataclass(frozen=True)
@@ -104,9 +105,16 @@ class OperatorContext:
 
     written: list[str] = field(default_factory=list)  # what write_log wrote
     child_wrote: bool = False  # a child process wrote into the log file too
+    # What a py> task produced besides its store: params exported to the subtasks it added
+    # (``digdag.env.export``) and those subtasks, as a TaskSpec config (``^sub``).
+    export: dict[str, Any] = field(default_factory=dict)
+    subtasks: dict[str, Any] | None = None
+    masker: Masker = field(default_factory=lambda: Masker(()))  # the task's secret values
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)  # decrypted, by name
 
     def write_log(self, text: str) -> None:
-        """Append text to the task's log."""
+        """Append text to the task's log, secret values masked."""
+        text = self.masker.mask(text)
         self.log_file.write(text)
         self.log_file.flush()
         self.written.append(text)

@@ -76,19 +76,24 @@ def run_child(
     context.child_wrote = True
     if context.control.reason is not None:
         raise OperatorFailed(f"stopped before it started: {context.control.reason}")
+    masking = MaskedOutput(context) if context.masker else None
     try:
         child = subprocess.Popen(
             limited(argv, context.limits),
             cwd=context.project_dir,
             env={**env, **context.message.env, **task_identity(context)},
             stdin=subprocess.PIPE if stdin_text is not None else subprocess.DEVNULL,
-            stdout=context.log_file,
+            stdout=context.log_file if masking is None else masking.write_end,
             stderr=subprocess.STDOUT,
             process_group=0,
             text=True,
         )
     except OSError as exc:
+        if masking is not None:
+            masking.close()
         raise OperatorFailed(f"cannot start {argv[0]}: {exc}") from exc
+    if masking is not None:
+        masking.start()
     with _running_lock:
         _running.add(child)
     if not context.control.attach(lambda: _stop_leader(child), lambda: _has_exited(child)):
@@ -108,9 +113,47 @@ def run_child(
         # Whatever is left in the group (`cmd &`, a child that ignored SIGTERM) ends with
         # the task, however the task ended.
         _signal_group(child, signal.SIGKILL)
+        if masking is not None:
+            masking.close()
     if context.control.reason is not None:
         raise OperatorFailed(f"stopped: {context.control.reason}")
     return child.returncode
+
+
+class MaskedOutput:
+    """A pipe for a child's output whose lines reach the task log with secret values
+    masked (a task that uses secrets). Lines are masked whole, so a value split across
+    two writes of the child is still masked; only a value spanning lines is not."""
+
+    def __init__(self, context: OperatorContext) -> None:
+        self.context = context
+        read_end, self.write_end = os.pipe()
+        self._reader = os.fdopen(read_end, "rb")
+        self._thread = threading.Thread(target=self._copy, name="mask-output", daemon=True)
+
+    def start(self) -> None:
+        """The child has the write end now: close ours and copy until it is closed."""
+        os.close(self.write_end)
+        self.write_end = -1
+        self._thread.start()
+
+    def _copy(self) -> None:
+        log_file, masker = self.context.log_file, self.context.masker
+        with self._reader:
+            while line := self._reader.readline(MASKED_LINE_BYTES):
+                log_file.write(masker.mask(line.decode("utf-8", "replace")))
+                log_file.flush()
+
+    def close(self) -> None:
+        """Wait for the copy to end (the child's group is gone, so the pipe is closed)."""
+        if self.write_end >= 0:
+            os.close(self.write_end)
+            self._reader.close()
+            return
+        self._thread.join(timeout=KILL_GRACE_SECONDS)
+
+
+MASKED_LINE_BYTES = 1024 * 1024
 
 
 def _has_exited(child: subprocess.Popen[str]) -> bool:

@@ -10,6 +10,8 @@ from typing import Any
 
 from services.agent.operators.base import OperatorContext, OperatorFailed
 from services.agent.operators.process import run_child, task_environment
+from shared.dsl.parser import parse_generated_tasks
+from shared.errors import InvalidWorkflow
 
 # Run by path with -P, so nothing of tickwork is importable in the child and a project's
 # own packages (even one named "services" or "shared") are found first.
@@ -34,8 +36,22 @@ def run_py(context: OperatorContext) -> dict[str, Any]:
         outcome = _read_result(result_path)
     if code != 0 or "error" in outcome:
         raise OperatorFailed(str(outcome.get("error") or f"python exited with status {code}"))
+    export, subtasks = outcome.get("export"), outcome.get("subtasks")
+    context.export = dict(export) if isinstance(export, dict) else {}
+    if isinstance(subtasks, dict) and subtasks:
+        context.subtasks = _checked_subtasks(context, subtasks)
     store = outcome.get("store", {})
     return dict(store) if isinstance(store, dict) else {}
+
+
+def _checked_subtasks(context: OperatorContext, config: dict[str, Any]) -> dict[str, Any]:
+    """The subtasks the function added, parsed like a workflow file's group (``^sub``)."""
+    source = f"subtasks of {context.message.full_name}"
+    try:
+        spec = parse_generated_tasks(config, source, context.project_dir)
+    except InvalidWorkflow as exc:
+        raise OperatorFailed(f"py> added invalid subtasks: {exc}") from None
+    return spec.to_config()
 
 
 def _read_result(path: Path) -> dict[str, Any]:

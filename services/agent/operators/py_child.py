@@ -2,8 +2,9 @@
 
 Reads ``{"function", "params", "result_path"}`` as JSON on stdin, passes the params the
 function's signature names as keyword arguments (all of them if it takes ``**kwargs``),
-and writes the returned dict as JSON to ``result_path``. Exit status 3 means the function
-raised; its traceback is in the log.
+and writes ``{"store", "export", "subtasks"}`` as JSON to ``result_path``: what the
+function returned (a dict, stored) together with what it gave ``digdag.env``. Exit status
+3 means the function raised; its traceback is in the log.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import inspect
 import json
 import sys
 import traceback
+from pathlib import Path
 from typing import Any
 
 
@@ -29,10 +31,19 @@ def _keyword_arguments(function: Any, params: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if k in names}
 
 
+def _write(path: str, outcome: dict[str, Any]) -> None:
+    with open(path, "w") as out:
+        json.dump(outcome, out, default=str)
+
+
 def main() -> int:
     """Run one py> task; the exit status tells the agent how it went."""
     request = json.load(sys.stdin)
     sys.path.insert(0, ".")
+    # The project's own modules come first; `digdag` (the env helper) after them.
+    sys.path.append(str(Path(__file__).with_name("py_lib")))
+    digdag = importlib.import_module("digdag")
+    digdag.env.params = dict(request["params"])
     module_name, _, function_name = request["function"].rpartition(".")
     try:
         function = getattr(importlib.import_module(module_name), function_name)
@@ -40,16 +51,18 @@ def main() -> int:
     except Exception as exc:
         traceback.print_exc()
         sys.stdout.flush()
-        with open(request["result_path"], "w") as out:
-            json.dump({"error": f"{type(exc).__name__}: {exc}"}, out)
+        _write(request["result_path"], {"error": f"{type(exc).__name__}: {exc}"})
         return 3
     if result is not None and not isinstance(result, dict):
-        with open(request["result_path"], "w") as out:
-            message = f"{request['function']} returned {type(result).__name__}, not a dict"
-            json.dump({"error": message}, out)
+        message = f"{request['function']} returned {type(result).__name__}, not a dict"
+        _write(request["result_path"], {"error": message})
         return 3
-    with open(request["result_path"], "w") as out:
-        json.dump({"store": result or {}}, out, default=str)
+    outcome = {
+        "store": {**digdag.env.store_params, **(result or {})},
+        "export": digdag.env.export_params,
+        "subtasks": digdag.env.subtask_config or None,
+    }
+    _write(request["result_path"], outcome)
     return 0
 
 

@@ -20,6 +20,7 @@ from shared.clock import utc_now
 from shared.domain.states import AttemptState
 from shared.errors import Conflict, InvalidInput
 from shared.store import history
+from shared.store import sla as sla_store
 from shared.store.history import AttemptView, Page
 from shared.store.starts import RetryMode, kill_attempt, retry_attempt, start_attempt
 
@@ -49,6 +50,20 @@ class AttemptOut(BaseModel):
     idempotency_key: str | None
     created_at: datetime
     finished_at: datetime | None
+
+
+class AlertOut(BaseModel):
+    """An alert recorded about an attempt."""
+
+    kind: str = Field(description="What it is about: `sla` for a missed `sla:` deadline.")
+    message: str
+    created_at: datetime
+
+
+class AttemptDetailOut(AttemptOut):
+    """One attempt, with the alerts recorded about it."""
+
+    alerts: list[AlertOut]
 
 
 class AttemptPage(BaseModel):
@@ -236,12 +251,15 @@ def start(body: StartBody) -> dict[str, Any]:
 
 
 @blueprint.get("/api/attempts/<id:attempt_id>")
-@blueprint.output(AttemptOut)
+@blueprint.output(AttemptDetailOut)
 @blueprint.doc(responses={404: "No such attempt"})
 def get_attempt(attempt_id: int) -> dict[str, Any]:
-    """One attempt."""
+    """One attempt, with its alerts (an `sla:` missed)."""
     with read_connection() as conn:
-        return attempt_item(history.get_attempt_view(conn, attempt_id))
+        item = attempt_item(history.get_attempt_view(conn, attempt_id))
+        found = sla_store.list_alerts(conn, attempt_id)
+    alerts = [{"kind": a.kind, "message": a.message, "created_at": a.created_at} for a in found]
+    return {**item, "alerts": alerts}
 
 
 @blueprint.post("/api/attempts/<id:attempt_id>/kill")

@@ -1,0 +1,103 @@
+"""Project secrets: list names, set a value, delete; a value is never answered.
+
+Every route needs an admin token (when tokens are configured), reads included: even the
+names of secrets are not for read-only clients. Values are encrypted with the API's
+``TICKWORK_SECRET_KEY`` before they are stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from apiflask import APIBlueprint
+from flask import g
+from pydantic import BaseModel, ConfigDict, Field
+
+from services.api.database import read_connection, write_transaction
+from services.api.errors import ApiProblem
+from services.api.times import format_time
+from shared.clock import utc_now
+from shared.secrets import MAX_SECRET_BYTES, SecretBox, SecretKeyError, check_secret_name
+from shared.store import secrets as secret_store
+
+blueprint = APIBlueprint("secrets", __name__, url_prefix="/api/projects", tag="Secrets")
+
+
+class SecretIn(BaseModel):
+    """A secret's new value."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: str = Field(max_length=MAX_SECRET_BYTES, description="Stored encrypted; never shown.")
+
+
+class SecretOut(BaseModel):
+    """A secret, without its value."""
+
+    name: str
+    created_at: str
+    updated_at: str
+
+
+class SecretList(BaseModel):
+    """The secrets of a project, by name."""
+
+    items: list[SecretOut]
+
+
+class SecretSet(BaseModel):
+    """A secret that was set."""
+
+    project: str
+    name: str
+    created: bool
+
+
+@blueprint.before_request
+def require_admin() -> None:
+    """Refuse tokens that are not admin tokens, for reads too."""
+    role = g.get("role")
+    if role is not None and role != "admin":
+        raise ApiProblem(403, f"a {role} token may not see secrets; use an admin token")
+
+
+@blueprint.get("/<name>/secrets")
+@blueprint.output(SecretList)
+def list_secrets(name: str) -> dict[str, Any]:
+    """The names of a project's secrets and when they were set; never their values."""
+    with read_connection() as conn:
+        found = secret_store.list_secrets(conn, name)
+    return {
+        "items": [
+            {
+                "name": s.name,
+                "created_at": format_time(s.created_at),
+                "updated_at": format_time(s.updated_at),
+            }
+            for s in found
+        ]
+    }
+
+
+@blueprint.put("/<name>/secrets/<key>")
+@blueprint.input(SecretIn, arg_name="body")
+@blueprint.output(SecretSet)
+def set_secret(name: str, key: str, body: SecretIn) -> dict[str, Any]:
+    """Set (or replace) a secret of an existing project."""
+    check_secret_name(key)
+    try:
+        encrypted = SecretBox.from_environment().encrypt(body.value)
+    except SecretKeyError as exc:
+        raise ApiProblem(503, f"this API cannot store secrets: {exc}") from None
+    with write_transaction() as conn:
+        created = secret_store.set_secret(conn, name, key, encrypted, utc_now())
+    return {"project": name, "name": key, "created": created}
+
+
+@blueprint.delete("/<name>/secrets/<key>")
+@blueprint.output({}, status_code=204)
+def delete_secret(name: str, key: str) -> tuple[str, int]:
+    """Delete a secret of a project."""
+    with write_transaction() as conn:
+        secret_store.delete_secret(conn, name, key)
+    return "", 204

@@ -1,0 +1,129 @@
+"""``mail>`` against a real SMTP server (aiosmtpd on a free port): headers, recipients, the
+body from a project file or ``body:``, HTML, attachments, and SMTP settings from secrets
+winning over params, as in Digdag."""
+
+from __future__ import annotations
+
+import email
+from collections.abc import Iterator
+from email.message import Message
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import Envelope, Session
+
+from services.agent.operators.base import OperatorContext, OperatorFailed
+from services.agent.operators.mail import run_mail
+from shared.dispatch.messages import TaskMessage
+from tests.support.servers import find_free_port
+
+
+class Inbox:
+    """What the SMTP server received."""
+
+    def __init__(self) -> None:
+        self.envelopes: list[tuple[list[str], Message]] = []
+
+    async def handle_DATA(self, server: Any, session: Session, envelope: Envelope) -> str:
+        content = envelope.content if isinstance(envelope.content, bytes) else b""
+        self.envelopes.append((list(envelope.rcpt_tos), email.message_from_bytes(content)))
+        return "250 OK"
+
+
+@pytest.fixture
+def smtp() -> Iterator[tuple[Inbox, int]]:
+    inbox = Inbox()
+    port = find_free_port()
+    controller = Controller(inbox, hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        yield inbox, port
+    finally:
+        controller.stop()
+
+
+def run(
+    tmp_path: Path, command: str | None, params: dict[str, Any], secrets: dict[str, str]
+) -> None:
+    message = TaskMessage(1, 1, 1, "+wf+mail", "mail", command, params, str(tmp_path))
+    with (tmp_path / "task.log").open("w") as log_file:
+        run_mail(OperatorContext(message, log_file, tmp_path / "task.log", secrets=secrets))
+
+
+def test_the_body_file_goes_to_every_recipient(tmp_path: Path, smtp: tuple[Inbox, int]) -> None:
+    inbox, port = smtp
+    (tmp_path / "body.txt").write_text("the report is ready\n")
+    params = {"subject": "Daily", "to": ["a@x.test"], "cc": "c@x.test", "bcc": ["b@x.test"]}
+    params["from"] = "bot@x.test"
+    run(tmp_path, "body.txt", params, {"mail.host": "127.0.0.1", "mail.port": str(port)})
+    ((recipients, received),) = inbox.envelopes
+    assert sorted(recipients) == ["a@x.test", "b@x.test", "c@x.test"]
+    assert (received["Subject"], received["From"], received["To"]) == (
+        "Daily",
+        "bot@x.test",
+        "a@x.test",
+    )
+    assert received["Cc"] == "c@x.test" and received["Bcc"] is None
+    assert received.get_payload(decode=True).decode().strip() == "the report is ready"
+    assert "sent 'Daily' to 3 recipient(s)" in (tmp_path / "task.log").read_text()
+
+
+def test_html_body_and_an_attachment(tmp_path: Path, smtp: tuple[Inbox, int]) -> None:
+    inbox, port = smtp
+    (tmp_path / "data.csv").write_text("a,b\n1,2\n")
+    params = {
+        "subject": "s",
+        "to": "a@x.test",
+        "body": "<b>hi</b>",
+        "html": True,
+        "attach_files": [{"path": "data.csv", "filename": "report.csv"}],
+        "mail": {"host": "127.0.0.1", "port": port},
+    }
+    run(tmp_path, None, params, {})
+    ((_, received),) = inbox.envelopes
+    parts = list(received.walk())
+    html = next(p for p in parts if p.get_content_type() == "text/html")
+    attached = next(p for p in parts if p.get_filename() == "report.csv")
+    assert html.get_payload(decode=True).decode().strip() == "<b>hi</b>"
+    assert attached.get_payload(decode=True) == b"a,b\n1,2\n"
+
+
+def test_the_secret_host_wins_over_the_param(tmp_path: Path, smtp: tuple[Inbox, int]) -> None:
+    inbox, port = smtp
+    params = {"subject": "s", "to": "a@x.test", "body": "b", "host": "unreachable.invalid"}
+    run(tmp_path, None, params, {"mail.host": "127.0.0.1", "mail.port": str(port)})
+    assert len(inbox.envelopes) == 1
+
+
+@pytest.mark.parametrize(
+    ("params", "error"),
+    [
+        ({"to": "a@x.test", "body": "b"}, "needs a subject"),
+        ({"subject": "s", "body": "b"}, "at least one address"),
+        ({"subject": "s", "to": "a@x.test"}, "needs a body file"),
+    ],
+)
+def test_missing_options_fail_clearly(
+    tmp_path: Path, params: dict[str, Any], error: str, smtp: tuple[Inbox, int]
+) -> None:
+    _, port = smtp
+    with pytest.raises(OperatorFailed, match=error):
+        run(tmp_path, None, params, {"mail.host": "127.0.0.1", "mail.port": str(port)})
+
+
+def test_no_host_fails_naming_the_secret(tmp_path: Path) -> None:
+    with pytest.raises(OperatorFailed, match=r"SMTP host: the secret mail.host"):
+        run(tmp_path, None, {"subject": "s", "to": "a@x.test", "body": "b"}, {})
+
+
+def test_a_body_file_outside_the_project_is_refused(
+    tmp_path: Path, smtp: tuple[Inbox, int]
+) -> None:
+    _, port = smtp
+    params = {"subject": "s", "to": "a@x.test"}
+    with pytest.raises(OperatorFailed, match="outside the project"):
+        run(
+            tmp_path, "../../etc/passwd", params, {"mail.host": "127.0.0.1", "mail.port": str(port)}
+        )

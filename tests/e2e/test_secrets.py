@@ -1,0 +1,199 @@
+"""Secrets end to end: ``tickwork secrets`` on the store, ``${secret:name}`` in ``sh>``,
+``_env`` and ``http>`` headers under ``tickwork run`` with every value masked in the logs,
+refusal anywhere else, and a distributed run whose agent decrypts without the database and
+whose Redis message holds no clear value."""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import json
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+import redis
+
+from shared.clock import utc_now
+from shared.secrets import SecretBox
+from shared.store import secrets as secret_store
+from tests.e2e._run import Project, tickwork_command
+from tests.fault._cluster import Cluster
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.e2e
+
+KEY = "a passphrase long enough for tests"
+VALUE = "s3cr3t-Value-42"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    return Project.empty(tmp_path)
+
+
+class _Headers(http.server.BaseHTTPRequestHandler):
+    """Answers 200 and remembers the headers of every request."""
+
+    seen: ClassVar[list[dict[str, str]]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append(dict(self.headers.items()))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def http_server() -> Iterator[str]:
+    _Headers.seen = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Headers)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def secrets_cli(project: Project, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    url = f"sqlite:///{project.database_path}"
+    return subprocess.run(
+        [*tickwork_command(), "secrets", *args, "--database-url", url],
+        cwd=project.root,
+        env=project.environment({"TICKWORK_SECRET_KEY": KEY}),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_set_list_delete_on_the_store(project: Project) -> None:
+    project.database_path.parent.mkdir(parents=True, exist_ok=True)
+    assert secrets_cli(project, "set", "project", "token", stdin=VALUE + "\n").returncode == 0
+    listed = secrets_cli(project, "list", "project", "--json")
+    assert '"name": "token"' in listed.stdout and VALUE not in listed.stdout
+    assert secrets_cli(project, "delete", "project", "token").returncode == 0
+    assert secrets_cli(project, "list", "project", "--json").stdout.strip() == ""
+    gone = secrets_cli(project, "delete", "project", "token")
+    assert gone.returncode != 0 and "has no secret 'token'" in gone.stderr
+
+
+def test_a_secret_in_sh_and_env_reaches_the_command_and_is_masked_in_the_log(
+    project: Project,
+) -> None:
+    project.database_path.parent.mkdir(parents=True, exist_ok=True)
+    secrets_cli(project, "set", "project", "token", stdin=VALUE)
+    project.write(
+        "wf.dig",
+        """\
+        +use:
+          sh>: echo "arg ${secret:token}" && echo "env $TOKEN" && echo -n "$TOKEN" > seen.txt
+          _env:
+            TOKEN: ${secret:token}
+        """,
+    )
+    run = project.run("wf.dig", env={"TICKWORK_SECRET_KEY": KEY})
+    assert run.exit_code == 0, run.explain()
+    assert project.read("seen.txt") == VALUE
+    assert ("+wf+use", "arg ***") in run.output() and ("+wf+use", "env ***") in run.output()
+    logs = "".join(p.read_text() for p in (project.state_dir / "logs").rglob("*.log"))
+    assert "arg ***" in logs and VALUE not in logs
+    assert VALUE not in run.stdout + run.stderr
+
+
+def test_a_missing_secret_fails_the_task_naming_it(project: Project) -> None:
+    project.write("wf.dig", "+use:\n  sh>: echo ${secret:nope}\n")
+    run = project.run("wf.dig", env={"TICKWORK_SECRET_KEY": KEY})
+    assert run.exit_code == 1
+    assert "secret 'nope' is not set for this project" in run.stdout
+
+
+def test_a_secret_elsewhere_is_refused_at_its_line(project: Project) -> None:
+    project.write("wf.dig", "+a:\n  echo>: hi\n+b:\n  echo>: ${secret:token}\n")
+    run = project.run("wf.dig")
+    assert run.exit_code == 2
+    assert "wf.dig:4: '${secret:token}': secrets may be used only in sh> commands" in run.stderr
+
+
+def test_a_secret_in_an_http_header_is_sent(project: Project, http_server: str) -> None:
+    project.database_path.parent.mkdir(parents=True, exist_ok=True)
+    secrets_cli(project, "set", "project", "api_key", stdin=VALUE)
+    project.write(
+        "wf.dig",
+        f"""\
+        +call:
+          http>: {http_server}/ok
+          headers:
+            X-Api-Key: ${{secret:api_key}}
+        """,
+    )
+    run = project.run("wf.dig", env={"TICKWORK_SECRET_KEY": KEY})
+    assert run.exit_code == 0, run.explain()
+    assert [headers["X-Api-Key"] for headers in _Headers.seen] == [VALUE]
+
+
+def _envelope_text(raw: bytes) -> str:
+    """A queued Celery message with its (base64) body decoded."""
+    text = raw.decode("utf-8", "replace")
+    try:
+        envelope = json.loads(text)
+        return text + base64.b64decode(envelope["body"]).decode("utf-8", "replace")
+    except (ValueError, KeyError, TypeError):
+        return text
+
+
+def _redis_text(url: str, prefix: str) -> str:
+    """Every value under ``prefix`` in Redis, as text (queues, streams, strings)."""
+    client = redis.Redis.from_url(url)
+    texts: list[str] = []
+    for key in client.scan_iter(match=f"{prefix}*"):
+        kind = client.type(key).decode()
+        if kind == "list":
+            texts += [_envelope_text(v) for v in client.lrange(key, 0, -1)]
+        elif kind == "string":
+            texts.append(client.get(key).decode("utf-8", "replace"))  # type: ignore[union-attr]
+        elif kind == "stream":
+            texts += [str(entry) for entry in client.xrange(key)]
+    client.close()
+    return "\n".join(texts)
+
+
+@pytest.mark.timeout(90)
+def test_a_distributed_agent_decrypts_without_the_database_and_redis_never_holds_the_value(
+    cluster: Cluster,
+) -> None:
+
+    # Given a project with a secret, and an executor without the key running its attempt
+    seen = cluster.project_dir / "seen.txt"
+    text = f'+use:\n  sh>: echo "got ${{secret:token}}" && echo -n ${{secret:token}} > {seen}\n'
+    with cluster.engine.begin() as conn:
+        encrypted = SecretBox(KEY).encrypt(VALUE)
+        secret_store.set_secret(conn, "project", "token", encrypted, utc_now(), create_project=True)
+    cluster.start_executor()
+    attempt_id = cluster.submit("wf", text)
+    # When the executor queues the task before any agent runs
+    wait_until(
+        "the task message is queued",
+        lambda: '"secrets"' in _redis_text(cluster.redis_url, cluster.redis_prefix),
+        timeout_seconds=30,
+    )
+    # Then the message carries the ciphertext only
+    queued = _redis_text(cluster.redis_url, cluster.redis_prefix)
+    assert VALUE not in queued
+    # And an agent with the key but no database URL runs it with the value, logging ***
+    cluster.start_agent("agent-a", env={"TICKWORK_SECRET_KEY": KEY})
+    assert cluster.wait_for_attempt_end(attempt_id, timeout_seconds=60) == "success"
+    assert seen.read_text() == VALUE
+    assert VALUE not in _redis_text(cluster.redis_url, cluster.redis_prefix)
+    logs = cluster.root / "state" / "task-logs"
+    stored = "".join(p.read_text() for p in logs.rglob("*") if p.is_file())
+    assert "got ***" in stored and VALUE not in stored
