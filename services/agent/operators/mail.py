@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from services.agent.operators.base import OperatorContext, OperatorFailed
+from shared.domain.expressions import render
+from shared.errors import TickworkError
 
 DEFAULT_PORT = 25
 TIMEOUT_SECONDS = 30.0
@@ -82,7 +84,12 @@ def _body(context: OperatorContext, params: dict[str, Any]) -> str:
     command = context.message.command
     if not isinstance(command, str) or not command:
         raise OperatorFailed("'mail>' needs a body file (mail>: body.txt) or 'body:'")
-    return _project_file(context, command).read_text(encoding="utf-8")
+    template = _project_file(context, command).read_text(encoding="utf-8")
+    # A body file is a template, as in Digdag: ${...} takes the task's params.
+    try:
+        return str(render(template, params))
+    except TickworkError as exc:
+        raise OperatorFailed(f"'mail>' file {command!r}: {exc}") from None
 
 
 def _project_file(context: OperatorContext, name: str) -> Path:

@@ -1,0 +1,79 @@
+"""``mail>`` in a whole ``tickwork run``: the workflow's mail reaches a real SMTP server
+(aiosmtpd on a free port), with the session's values rendered into it."""
+
+from __future__ import annotations
+
+import email
+from collections.abc import Iterator
+from email.message import Message
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import Envelope, Session
+
+from tests.e2e._run import Project
+from tests.support.servers import find_free_port
+
+pytestmark = pytest.mark.e2e
+
+
+class Inbox:
+    """What the SMTP server received."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[list[str], Message]] = []
+
+    async def handle_DATA(self, server: Any, session: Session, envelope: Envelope) -> str:
+        content = envelope.content if isinstance(envelope.content, bytes) else b""
+        self.messages.append((list(envelope.rcpt_tos), email.message_from_bytes(content)))
+        return "250 OK"
+
+
+@pytest.fixture
+def smtp() -> Iterator[tuple[Inbox, int]]:
+    inbox = Inbox()
+    port = find_free_port()
+    controller = Controller(inbox, hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        yield inbox, port
+    finally:
+        controller.stop()
+
+
+def test_a_workflow_mails_its_report_after_the_task_before_it(
+    tmp_path: Path, smtp: tuple[Inbox, int]
+) -> None:
+    inbox, port = smtp
+    # Given a workflow that counts rows, then mails the count from a body file
+    project = Project.empty(tmp_path)
+    project.write("report.txt", "rows loaded on ${session_date}: ${rows}\n")
+    project.write(
+        "daily.dig",
+        """
+        +count:
+          sh>: echo rows=42 > "$TICKWORK_OUTPUT"
+        +notify:
+          mail>: report.txt
+          subject: Daily load ${session_date}
+          to: [team@example.test]
+          from: tickwork@example.test
+        """,
+    )
+
+    # When it runs with the SMTP server given as params
+    run = project.run(
+        "daily.dig", "-t", "2026-11-30", "-p", "mail.host=127.0.0.1", "-p", f"mail.port={port}"
+    )
+
+    # Then the mail arrived once, rendered with the session and the stored count
+    assert run.exit_code == 0, run.explain()
+    assert len(inbox.messages) == 1
+    recipients, message = inbox.messages[0]
+    assert recipients == ["team@example.test"]
+    assert message["Subject"] == "Daily load 2026-11-30"
+    body = message.get_payload(decode=True)
+    assert isinstance(body, bytes)
+    assert body.decode().strip() == "rows loaded on 2026-11-30: 42"
