@@ -74,7 +74,8 @@ def _write(directory: Path, files: dict[str, str]) -> Path:
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
     """One standalone with project ``demo`` pushed through the client."""
     root = tmp_path_factory.mktemp("client")
-    with running_standalone(root / "state") as standalone:
+    secret_key = {"TICKWORK_SECRET_KEY": "a passphrase for the client specs"}
+    with running_standalone(root / "state", environ=secret_key) as standalone:
         pushed = standalone.tickwork(
             "push", str(_write(root / "demo", PROJECT)), "--project", "demo"
         )
@@ -178,6 +179,25 @@ class TestRunning:
         assert killed.exit_code == 0, killed.explain()
         assert f"attempt {attempt_id}: killing" in killed.stdout
         assert wait_for_attempt(api, attempt_id, 20.0)["state"] == "killed"
+
+
+class TestSecrets:
+    def test_a_secret_is_set_listed_and_deleted_through_the_api_and_never_shown(
+        self, api: StandaloneProcess, tmp_path: Path
+    ) -> None:
+        value_file = tmp_path / "token"
+        value_file.write_text("s3cr3t-value")
+        stored = api.tickwork(
+            "secrets", "set", "demo", "api.token", "--value-file", str(value_file)
+        )
+        assert stored.exit_code == 0, stored.explain()
+        listed = api.tickwork("secrets", "list", "demo")
+        assert listed.exit_code == 0, listed.explain()
+        assert "api.token" in listed.stdout
+        assert "s3cr3t-value" not in listed.stdout + stored.stdout
+        deleted = api.tickwork("secrets", "delete", "demo", "api.token")
+        assert deleted.exit_code == 0, deleted.explain()
+        assert "api.token" not in api.tickwork("secrets", "list", "demo").stdout
 
 
 class TestSchedules:
