@@ -549,12 +549,15 @@ def _gone_within(pid: int, seconds: float) -> bool:
 
 
 def test_a_second_run_of_the_same_session_cancels_the_first(project: Project) -> None:
-    # Given a run whose task takes a while
+    # Given a run whose task takes a while the first time it runs (long enough for the
+    # second run to start however slow the machine) and none after that
     project.write(
         "slow.dig",
         """
         +work:
-          sh>: echo started >> work.runs && sleep 2 && echo finished >> work.runs
+          sh>: >
+            runs=$$(cat work.runs 2>/dev/null | wc -l); echo started >> work.runs;
+            if [ "$$runs" -eq 0 ]; then sleep 60; fi; echo finished >> work.runs
         """,
     )
     first = project.start("slow.dig", "-t", SESSION)
@@ -563,7 +566,7 @@ def test_a_second_run_of_the_same_session_cancels_the_first(project: Project) ->
 
         # When the same session is run again meanwhile
         second = project.run("slow.dig", "-t", SESSION)
-        stdout, _ = first.communicate(timeout=30)
+        stdout, _ = first.communicate(timeout=30)  # well before its sleep 60 would end
     finally:
         first.kill()
 
