@@ -6,6 +6,7 @@ import dataclasses
 import logging
 import re
 import time
+import traceback
 from pathlib import Path
 
 from services.agent.archives import ArchiveCache, ArchiveUnavailable
@@ -92,7 +93,9 @@ class TaskRunner:
             except OperatorFailed as exc:
                 error = context.masker.mask(str(exc))
             except Exception as exc:  # an operator bug must still end the task
-                log.exception("operator crashed task=%s", message.full_name)
+                # The agent's log gets the traceback masked too: its text may hold a secret.
+                trace = context.masker.mask("".join(traceback.format_exception(exc)))
+                log.error("operator crashed task=%s\n%s", message.full_name, trace)
                 error = context.masker.mask(f"{type(exc).__name__}: {exc}")
             finally:
                 control.finish()
@@ -107,8 +110,9 @@ class TaskRunner:
                 log_path=str(relative),
                 log_size_bytes=path.stat().st_size,
                 output_lines=_head(path) if context.child_wrote else _lines(context.written),
-                export=dict(context.export) if error is None else {},
-                subtasks=context.subtasks if error is None else None,
+                # Masked like the store: a task with secrets in its env may export them.
+                export=context.masker.mask_value(dict(context.export)) if error is None else {},
+                subtasks=context.masker.mask_value(context.subtasks) if error is None else None,
             )
         )
 

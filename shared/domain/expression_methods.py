@@ -89,6 +89,12 @@ def _last_index_of(target: str | list[Any], item: Any) -> int:
     return len(target) - 1 - target[::-1].index(item) if item in target else -1
 
 
+def _replace(s: str, old: str, new: str, count: int) -> str:
+    found = s.count(old) if count < 0 else min(count, s.count(old))
+    _sized(len(s) + found * (len(new) - len(old)))  # checked before the string is built
+    return s.replace(old, new, count)
+
+
 def _to_fixed(number: Any, digits: Any = 0) -> str:
     places = to_int(digits, "toFixed")
     if not 0 <= places <= 100:
@@ -106,15 +112,15 @@ STRING_METHODS: dict[str, Method] = {
     "substr": _substr,
     "slice": _slice,
     "split": _split,
-    "replace": lambda s, a, b: s.replace(to_text(a), to_text(b), 1),
-    "replaceAll": lambda s, a, b: s.replace(to_text(a), to_text(b)),
+    "replace": lambda s, a, b: _replace(s, to_text(a), to_text(b), 1),
+    "replaceAll": lambda s, a, b: _replace(s, to_text(a), to_text(b), -1),
     "indexOf": _index_of,
     "lastIndexOf": _last_index_of,
     "includes": lambda s, x: to_text(x) in s,
     "startsWith": lambda s, x: s.startswith(to_text(x)),
     "endsWith": lambda s, x: s.endswith(to_text(x)),
     "charAt": lambda s, i: _substr(s, i, 1) if 0 <= to_int(i, "charAt") < len(s) else "",
-    "concat": lambda s, *xs: _sized_text(s + "".join(to_text(x) for x in xs)),
+    "concat": lambda s, *xs: sized_text(s + "".join(to_text(x) for x in xs)),
     "padStart": lambda s, n, f=" ": _pad(s, n, f, start=True),
     "padEnd": lambda s, n, f=" ": _pad(s, n, f, start=False),
     "repeat": _repeat,
@@ -122,12 +128,12 @@ STRING_METHODS: dict[str, Method] = {
 }
 
 LIST_METHODS: dict[str, Method] = {
-    "join": lambda xs, sep=",": _sized_text(to_text(sep).join(to_text(x) for x in xs)),
+    "join": lambda xs, sep=",": sized_text(to_text(sep).join(to_text(x) for x in xs)),
     "indexOf": _index_of,
     "lastIndexOf": _last_index_of,
     "includes": lambda xs, x: x in xs,
     "slice": _slice,
-    "concat": lambda xs, *more: [*xs, *(y for m in more for y in _as_list(m))],
+    "concat": lambda xs, *more: _sized_list([*xs, *(y for m in more for y in _as_list(m))]),
     "toString": lambda xs: ",".join(to_text(x) for x in xs),
 }
 
@@ -171,7 +177,13 @@ def _as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list | tuple) else [value]
 
 
-def _sized_text(text: str) -> str:
+def _sized_list(items: list[Any]) -> list[Any]:
+    _sized(len(items))
+    return items
+
+
+def sized_text(text: str) -> str:
+    """``text``, or InvalidExpression when it is longer than :data:`MAX_STRING_LENGTH`."""
     _sized(len(text))
     return text
 

@@ -35,7 +35,12 @@ from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any
 
-from shared.domain.expression_methods import METHOD_NAMES, call_method, json_stringify
+from shared.domain.expression_methods import (
+    METHOD_NAMES,
+    call_method,
+    json_stringify,
+    sized_text,
+)
 from shared.domain.jsvalues import is_number, normalize, to_number, to_text, truthy
 from shared.domain.moments import Moment, make_moment
 from shared.errors import InvalidExpression
@@ -98,22 +103,36 @@ FUNCTIONS: dict[str, Callable[..., Any] | None] = {
 
 def _arithmetic(op: str, left: Any, right: Any) -> Any:
     if op == "+" and (isinstance(left, str) or isinstance(right, str)):
-        return to_text(left) + to_text(right)
+        return sized_text(to_text(left) + to_text(right))
     if not (_is_number(left) and _is_number(right)):
         raise InvalidExpression(
             f"operator '{op}' needs numbers, got {to_text(left)!r} and {to_text(right)!r}"
         )
     if op == "+":
-        return left + right
+        return _js_number(left + right)
     if op == "-":
-        return left - right
+        return _js_number(left - right)
     if op == "*":
-        return left * right
+        return _js_number(left * right)
     if right == 0:
         raise InvalidExpression(f"division by zero in '{op}'")
     if op == "/":
         return _normalize(left / right)
     return _normalize(math.fmod(left, right))
+
+
+MAX_SAFE_INTEGER = 2**53 - 1
+"""JavaScript's largest exact integer: past it a result is a float, as in JavaScript, so
+that chained products cannot grow into numbers of millions of digits."""
+
+
+def _js_number(value: Any) -> Any:
+    if isinstance(value, int) and abs(value) > MAX_SAFE_INTEGER:
+        try:
+            return _normalize(float(value))  # rounded to a double, shown whole as before
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
+    return value
 
 
 def _negate(value: Any) -> int | float:
@@ -394,6 +413,8 @@ def _naming_errors(node: Node, source: str) -> Node:
             if "${" in str(exc) or str(exc).startswith("undefined variable"):
                 raise
             raise InvalidExpression(f"{exc} in '${{{source}}}'") from None
+        except (OverflowError, ValueError) as exc:  # a date or number out of range
+            raise InvalidExpression(f"out of range: {exc} in '${{{source}}}'") from None
 
     return evaluate
 
@@ -505,7 +526,10 @@ class _Scope:
         if whole:
             value = parts[0](self)  # type: ignore[operator]
             return value.format() if isinstance(value, Moment) else value
-        return "".join(part if isinstance(part, str) else to_text(part(self)) for part in parts)
+        # Bounded as a whole too: params that each double the one before are not.
+        return sized_text(
+            "".join(part if isinstance(part, str) else to_text(part(self)) for part in parts)
+        )
 
 
 def render(value: Any, context: Mapping[str, Any]) -> Any:

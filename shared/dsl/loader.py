@@ -69,6 +69,8 @@ class IncludeContext:
     path: Path  # the file being loaded
     stack: tuple[Path, ...] = ()
     count: list[int] = field(default_factory=lambda: [0])
+    # Nodes that aliases repeat, over the including file and every file it includes.
+    expanded_nodes: list[int] = field(default_factory=lambda: [0])
 
 
 @dataclass(frozen=True)
@@ -100,8 +102,10 @@ class _WorkflowLoader(yaml.SafeLoader):
         self.filename = filename
         self.include = include
         self.problems: list[Problem] = []
-        self.expanded_nodes = 0  # nodes that aliases repeat, counted once per use
+        # Nodes that aliases repeat, counted once per use (shared with included files).
+        self.expanded_nodes = [0] if include is None else include.expanded_nodes
         self.node_sizes: dict[int, int] = {}
+        self.include_nodes: dict[int, bool] = {}
 
     def check_duplicates(self, node: yaml.MappingNode) -> None:
         first_lines: dict[Any, int] = {}
@@ -179,6 +183,7 @@ class _WorkflowLoader(yaml.SafeLoader):
             path,
             (*self.include.stack, self.include.path),
             self.include.count,
+            self.include.expanded_nodes,
         )
         try:
             return load_yaml(text, name, context)
@@ -236,11 +241,31 @@ def _compose_counting_aliases(loader: _WorkflowLoader, parent: Any, index: Any) 
     mark = loader.peek_event().start_mark  # type: ignore[no-untyped-call]
     node = yaml.SafeLoader.compose_node(loader, parent, index)
     if is_alias and node is not None:
-        loader.expanded_nodes += _node_size(node, loader.node_sizes)
-        if loader.expanded_nodes > MAX_EXPANDED_NODES:
+        if _holds_include(node, loader.include_nodes):
+            # Its size is not known before the file is read: include the file again instead.
+            message = "an alias cannot repeat a node that holds '!include'"
+            raise yaml.composer.ComposerError(None, None, message, mark)
+        loader.expanded_nodes[0] += _node_size(node, loader.node_sizes)
+        if loader.expanded_nodes[0] > MAX_EXPANDED_NODES:
             message = f"aliases expand this file past {MAX_EXPANDED_NODES} values"
             raise yaml.composer.ComposerError(None, None, message, mark)
     return node
+
+
+def _holds_include(node: yaml.Node, seen: dict[int, bool]) -> bool:
+    """Whether ``node`` is or contains an ``!include``."""
+    known = seen.get(id(node))
+    if known is not None:
+        return known
+    holds = node.tag == _INCLUDE_TAG
+    if isinstance(node, yaml.SequenceNode):
+        holds = holds or any(_holds_include(item, seen) for item in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        holds = holds or any(
+            _holds_include(k, seen) or _holds_include(v, seen) for k, v in node.value
+        )
+    seen[id(node)] = holds
+    return holds
 
 
 def _node_size(node: yaml.Node, sizes: dict[int, int]) -> int:

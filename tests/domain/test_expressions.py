@@ -403,3 +403,40 @@ class TestLimits:
     def test_repeat_cannot_build_huge_strings(self) -> None:
         with pytest.raises(InvalidExpression, match="over 1000000"):
             ev("'ab'.repeat(10000000)")
+
+    def test_replace_all_cannot_build_huge_strings(self) -> None:
+        with pytest.raises(InvalidExpression, match="over 1000000"):
+            ev("'x'.repeat(1000).replaceAll('x', 'y'.repeat(100000))")
+
+    def test_concatenation_cannot_build_huge_strings(self) -> None:
+        with pytest.raises(InvalidExpression, match="over 1000000"):
+            ev("'x'.repeat(600000) + 'y'.repeat(600000)")
+
+    def test_list_concat_cannot_build_huge_lists(self) -> None:
+        many = "'x'.repeat(999999).split('')"
+        with pytest.raises(InvalidExpression, match="over 1000000"):
+            ev(f"{many}.concat({many})")
+
+    def test_params_that_double_each_other_stop_at_the_string_limit(self) -> None:
+        # Given params that each repeat the one before twice
+        doubling = {"a": "${'x'.repeat(600000)}", "b": "${a}${a}", "c": "${b}${b}"}
+        # Then rendering the last is refused instead of building gigabytes
+        with pytest.raises(InvalidExpression, match="over 1000000"):
+            render("${c}", doubling)
+
+    def test_chained_products_become_doubles_instead_of_growing_without_bound(self) -> None:
+        squares = {"n": "${" + "9" * 300 + "}", "m": "${n * n}", "k": "${m * m}"}
+        assert render("${k}", squares) == float("inf")
+        assert ev("9007199254740991 + 2") == 9007199254740992
+
+    @pytest.mark.parametrize(
+        "expression",
+        [
+            "moment('2024-01-01').add(1e300, 'hours')",
+            "moment('2024-01-01').add(99999999999999, 'seconds')",
+            "moment(1e300)",
+        ],
+    )
+    def test_a_date_out_of_range_is_an_expression_error(self, expression: str) -> None:
+        with pytest.raises(InvalidExpression, match="out of range"):
+            ev(expression)

@@ -124,6 +124,24 @@ class TestInclude:
         )
         assert found == ["wf.dig:3: '!include more.dig' defines '+a' again (first at line 1)"]
 
+    def test_an_alias_cannot_repeat_an_included_file(self, tmp_path: Path) -> None:
+        # Given a file whose size only shows once it is read, aliased many times
+        aliases = ", ".join(["*big"] * 50)
+        text = f"_export:\n  one: &big !include 'big.dig'\n  many: [{aliases}]\n+a:\n  echo>: a\n"
+        found = problems(tmp_path, text, **{"big.dig": "a: 1\n"})
+        # Then the alias is refused at its line
+        assert len(found) == 1 and found[0].startswith("wf.dig:3:")
+        assert "an alias cannot repeat a node that holds '!include'" in found[0]
+
+    def test_alias_expansion_counts_over_every_included_file(self, tmp_path: Path) -> None:
+        # Given included files that each expand their aliases to 3/4 of the limit
+        level = "[" + ", ".join(["x"] * 1000) + "]"
+        bomb = f"a: &a {level}\nb: [" + ", ".join(["*a"] * 150) + "]\n"
+        text = "_export:\n  p: !include 'one.dig'\n  q: !include 'two.dig'\n+a:\n  echo>: a\n"
+        found = problems(tmp_path, text, **{"one.dig": bomb, "two.dig": bomb})
+        # Then the second one takes the whole past the limit
+        assert len(found) == 1 and "aliases expand this file past 200000" in found[0]
+
 
 class TestDisable:
     def test_a_disabled_task_becomes_an_empty_group(self, tmp_path: Path) -> None:
