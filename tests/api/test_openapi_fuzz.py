@@ -193,8 +193,13 @@ def load_schema(engine: Engine, database_url: str, work_dir: Path) -> BaseSchema
 def api_schema(
     postgres_server_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[BaseSchema]:
-    """The document of an app on a throwaway database, shared by this module's tests."""
-    with throwaway_postgres_database(postgres_server_url) as url:
+    """The document of an app on a throwaway database, shared by this module's tests; the
+    app can store secrets (TICKWORK_SECRET_KEY is set while the module runs)."""
+    with (
+        pytest.MonkeyPatch.context() as environment,
+        throwaway_postgres_database(postgres_server_url) as url,
+    ):
+        environment.setenv("TICKWORK_SECRET_KEY", "a passphrase for the fuzzed api")
         engine = create_store_engine(url)
         try:
             upgrade_database(engine)

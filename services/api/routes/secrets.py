@@ -14,9 +14,10 @@ from flask import g
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.api.database import read_connection, write_transaction
-from services.api.errors import ApiProblem
+from services.api.errors import ApiProblem, InvalidParameter
 from services.api.times import format_time
 from shared.clock import utc_now
+from shared.errors import InvalidInput
 from shared.secrets import MAX_SECRET_BYTES, SecretBox, SecretKeyError, check_secret_name
 from shared.store import secrets as secret_store
 
@@ -53,6 +54,15 @@ class SecretSet(BaseModel):
     created: bool
 
 
+def _checked_key(key: str) -> str:
+    """``key`` if it is a secret name; 422 naming the path parameter otherwise."""
+    try:
+        check_secret_name(key)
+    except InvalidInput as exc:
+        raise InvalidParameter("key", exc.problems[0].message) from None
+    return key
+
+
 @blueprint.before_request
 def require_admin() -> None:
     """Refuse tokens that are not admin tokens, for reads too."""
@@ -84,7 +94,7 @@ def list_secrets(name: str) -> dict[str, Any]:
 @blueprint.output(SecretSet)
 def set_secret(name: str, key: str, body: SecretIn) -> dict[str, Any]:
     """Set (or replace) a secret of an existing project."""
-    check_secret_name(key)
+    _checked_key(key)
     try:
         encrypted = SecretBox.from_environment().encrypt(body.value)
     except SecretKeyError as exc:
@@ -96,8 +106,10 @@ def set_secret(name: str, key: str, body: SecretIn) -> dict[str, Any]:
 
 @blueprint.delete("/<name>/secrets/<key>")
 @blueprint.output({}, status_code=204)
+@blueprint.doc(responses={404: "No such project or secret", 422: "Not a secret name"})
 def delete_secret(name: str, key: str) -> tuple[str, int]:
     """Delete a secret of a project."""
+    _checked_key(key)
     with write_transaction() as conn:
         secret_store.delete_secret(conn, name, key)
     return "", 204
