@@ -4,44 +4,22 @@ winning over params, as in Digdag."""
 
 from __future__ import annotations
 
-import email
 from collections.abc import Iterator
-from email.message import Message
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiosmtpd.controller import Controller
-from aiosmtpd.smtp import Envelope, Session
 
 from services.agent.operators.base import OperatorContext, OperatorFailed
 from services.agent.operators.mail import run_mail
 from shared.dispatch.messages import TaskMessage
-from tests.support.servers import find_free_port
-
-
-class Inbox:
-    """What the SMTP server received."""
-
-    def __init__(self) -> None:
-        self.envelopes: list[tuple[list[str], Message]] = []
-
-    async def handle_DATA(self, server: Any, session: Session, envelope: Envelope) -> str:
-        content = envelope.content if isinstance(envelope.content, bytes) else b""
-        self.envelopes.append((list(envelope.rcpt_tos), email.message_from_bytes(content)))
-        return "250 OK"
+from tests.support.smtp import Inbox, smtp_server
 
 
 @pytest.fixture
 def smtp() -> Iterator[tuple[Inbox, int]]:
-    inbox = Inbox()
-    port = find_free_port()
-    controller = Controller(inbox, hostname="127.0.0.1", port=port)
-    controller.start()
-    try:
-        yield inbox, port
-    finally:
-        controller.stop()
+    with smtp_server() as server:
+        yield server
 
 
 def run(

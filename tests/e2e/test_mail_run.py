@@ -3,44 +3,21 @@
 
 from __future__ import annotations
 
-import email
 from collections.abc import Iterator
-from email.message import Message
 from pathlib import Path
-from typing import Any
 
 import pytest
-from aiosmtpd.controller import Controller
-from aiosmtpd.smtp import Envelope, Session
 
 from tests.e2e._run import Project
-from tests.support.servers import find_free_port
+from tests.support.smtp import Inbox, smtp_server
 
 pytestmark = pytest.mark.e2e
 
 
-class Inbox:
-    """What the SMTP server received."""
-
-    def __init__(self) -> None:
-        self.messages: list[tuple[list[str], Message]] = []
-
-    async def handle_DATA(self, server: Any, session: Session, envelope: Envelope) -> str:
-        content = envelope.content if isinstance(envelope.content, bytes) else b""
-        self.messages.append((list(envelope.rcpt_tos), email.message_from_bytes(content)))
-        return "250 OK"
-
-
 @pytest.fixture
 def smtp() -> Iterator[tuple[Inbox, int]]:
-    inbox = Inbox()
-    port = find_free_port()
-    controller = Controller(inbox, hostname="127.0.0.1", port=port)
-    controller.start()
-    try:
-        yield inbox, port
-    finally:
-        controller.stop()
+    with smtp_server() as server:
+        yield server
 
 
 def test_a_workflow_mails_its_report_after_the_task_before_it(
@@ -70,8 +47,8 @@ def test_a_workflow_mails_its_report_after_the_task_before_it(
 
     # Then the mail arrived once, rendered with the session and the stored count
     assert run.exit_code == 0, run.explain()
-    assert len(inbox.messages) == 1
-    recipients, message = inbox.messages[0]
+    assert len(inbox.envelopes) == 1
+    recipients, message = inbox.envelopes[0]
     assert recipients == ["team@example.test"]
     assert message["Subject"] == "Daily load 2026-11-30"
     body = message.get_payload(decode=True)
