@@ -62,13 +62,13 @@ ATTEMPTS_PER_PASS = 100
 """Created attempts one pass starts, at most (the next pass goes on at once)."""
 
 REAP_BATCH = 5000
+"""In-flight tasks one reaper pass looks at, at most."""
 
 MAX_TASKS_PER_ATTEMPT = 10_000
 """Tasks one attempt may have, generated ones included (configurable)."""
 
 EXECUTOR_OPERATORS = frozenset({"call", "nop", "wait", "require", *CONTROL_OPERATORS})
 """Operators the executor runs itself, without an agent."""
-"""In-flight tasks one reaper pass looks at, at most."""
 
 
 @dataclass(frozen=True)
@@ -560,14 +560,9 @@ class WorkflowExecutor:
 
     def _check_room(self, conn: Connection, task: TaskRow, generated: TaskSpec | None) -> None:
         """BadControl if generating ``generated`` would take the attempt over its limit."""
-        if generated is None:
-            return
-        total = task_store.count_attempt_tasks(conn, task.attempt_id) + generated.count_tasks()
-        if total > self.max_tasks_per_attempt:
-            raise BadControl(
-                f"the attempt would have {total} tasks, over the limit of "
-                f"{self.max_tasks_per_attempt} (TICKWORK_MAX_TASKS_PER_ATTEMPT)"
-            )
+        problem = _over_task_limit(conn, task, generated, self.max_tasks_per_attempt)
+        if problem is not None:
+            raise BadControl(problem)
 
     def _context(self, conn: Connection, attempt_id: int) -> AttemptContext:
         """What every task of an attempt shares, read once per attempt (this executor
@@ -633,14 +628,25 @@ def _succeed_with_subtasks(
     subtasks = TaskSpec.from_config(event.subtasks) if event.subtasks else None
     if subtasks is not None and subtasks.name != "^sub":
         subtasks = dataclasses.replace(subtasks, name="^sub")
-    if subtasks is not None:
-        total = task_store.count_attempt_tasks(graph.conn, task.attempt_id)
-        if total + subtasks.count_tasks() > limit:
-            message = (
-                f"the subtasks would take the attempt over {limit} tasks"
-                " (TICKWORK_MAX_TASKS_PER_ATTEMPT)"
-            )
-            return graph.fail(task, {"message": message}, fence=event.lease_token)
+    problem = _over_task_limit(graph.conn, task, subtasks, limit)
+    if problem is not None:
+        return graph.fail(task, {"message": problem}, fence=event.lease_token)
     return graph.succeed_operator(
         task, event.store, called=subtasks, export=event.export or None, fence=event.lease_token
+    )
+
+
+def _over_task_limit(
+    conn: Connection, task: TaskRow, generated: TaskSpec | None, limit: int
+) -> str | None:
+    """Why generating ``generated`` under ``task`` would take its attempt over ``limit``
+    tasks; None when it fits (or nothing is generated)."""
+    if generated is None:
+        return None
+    total = task_store.count_attempt_tasks(conn, task.attempt_id) + generated.count_tasks()
+    if total <= limit:
+        return None
+    return (
+        f"the attempt would have {total} tasks, over the limit of {limit} "
+        "(TICKWORK_MAX_TASKS_PER_ATTEMPT)"
     )
