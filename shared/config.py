@@ -55,12 +55,12 @@ class EmbeddedConfig:
         return cls(
             state_dir=Path(state_dir) if state_dir else None,
             database_url=values["TICKWORK_DATABASE_URL"] or None,
-            max_task_threads=_positive_int(values, "TICKWORK_MAX_TASK_THREADS"),
-            task_timeout_seconds=float(_positive_int(values, "TICKWORK_TASK_TIMEOUT_SECONDS")),
-            task_max_memory_mb=_count(values, "TICKWORK_TASK_MAX_MEMORY_MB"),
-            task_max_open_files=_count(values, "TICKWORK_TASK_MAX_OPEN_FILES"),
-            task_max_cpu_seconds=_count(values, "TICKWORK_TASK_MAX_CPU_SECONDS"),
-            max_tasks_per_attempt=_positive_int(values, "TICKWORK_MAX_TASKS_PER_ATTEMPT"),
+            max_task_threads=positive_int(values, "TICKWORK_MAX_TASK_THREADS"),
+            task_timeout_seconds=float(positive_int(values, "TICKWORK_TASK_TIMEOUT_SECONDS")),
+            task_max_memory_mb=count_setting(values, "TICKWORK_TASK_MAX_MEMORY_MB"),
+            task_max_open_files=count_setting(values, "TICKWORK_TASK_MAX_OPEN_FILES"),
+            task_max_cpu_seconds=count_setting(values, "TICKWORK_TASK_MAX_CPU_SECONDS"),
+            max_tasks_per_attempt=positive_int(values, "TICKWORK_MAX_TASKS_PER_ATTEMPT"),
             log_level=_log_level(values, "TICKWORK_LOG_LEVEL"),
         )
 
@@ -78,11 +78,13 @@ def _log_level(values: Mapping[str, str], name: str) -> str:
     return level
 
 
-def _positive_int(values: Mapping[str, str], name: str) -> int:
+def positive_int(values: Mapping[str, str], name: str) -> int:
+    """The setting ``name`` as an integer >= 1; InvalidConfig naming it otherwise."""
     return _integer(values, name, minimum=1)
 
 
-def _count(values: Mapping[str, str], name: str) -> int:
+def count_setting(values: Mapping[str, str], name: str) -> int:
+    """The setting ``name`` as an integer >= 0; InvalidConfig naming it otherwise."""
     return _integer(values, name, minimum=0)
 
 

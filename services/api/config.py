@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from shared.config import Setting
+from shared.config import Setting, count_setting, positive_int
 from shared.errors import InvalidConfig, Problem
 
 Role = Literal["read", "admin"]
@@ -63,28 +63,16 @@ class ApiConfig:
             database_url=values["TICKWORK_DATABASE_URL"],
             tokens=_tokens(values),
             auth_enabled=_switch(values, "TICKWORK_API_AUTH"),
-            max_archive_bytes=_integer(values, "TICKWORK_API_MAX_ARCHIVE_MB", 1) * 1024 * 1024,
-            max_json_bytes=_integer(values, "TICKWORK_API_MAX_JSON_KB", 1) * 1024,
-            rate_limit_per_second=_integer(values, "TICKWORK_API_RATE_LIMIT", 0),
+            max_archive_bytes=positive_int(values, "TICKWORK_API_MAX_ARCHIVE_MB") * 1024 * 1024,
+            max_json_bytes=positive_int(values, "TICKWORK_API_MAX_JSON_KB") * 1024,
+            rate_limit_per_second=count_setting(values, "TICKWORK_API_RATE_LIMIT"),
             log_dir=Path(log_dir) if log_dir else None,
-            page_limit=_integer(values, "TICKWORK_API_PAGE_LIMIT", 1),
+            page_limit=positive_int(values, "TICKWORK_API_PAGE_LIMIT"),
         )
 
 
 def _invalid(name: str, message: str) -> InvalidConfig:
     return InvalidConfig(str(Problem(name, None, message)))
-
-
-def _integer(values: Mapping[str, str], name: str, minimum: int) -> int:
-    raw = values[name].strip()
-    try:
-        number = int(raw)
-    except ValueError:
-        number = minimum - 1
-    if number < minimum:
-        kind = "a positive integer" if minimum > 0 else "a whole number >= 0"
-        raise _invalid(name, f"expected {kind}, got {values[name]!r}")
-    return number
 
 
 def _switch(values: Mapping[str, str], name: str) -> bool:

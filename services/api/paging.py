@@ -56,6 +56,16 @@ def decode_cursor(cursor: str) -> int:
     return after
 
 
+def cursor_after(query: PageQuery) -> int | None:
+    """The id the query's cursor stands for (None: the first page)."""
+    return decode_cursor(query.cursor) if query.cursor else None
+
+
+def next_cursor(next_after: int | None) -> str | None:
+    """The cursor of the page after one whose last id is ``next_after`` (None: no more)."""
+    return None if next_after is None else encode_cursor(next_after)
+
+
 def page_limit(query: PageQuery) -> int:
     """The page size asked for; InvalidParameter (``limit``) past the server's maximum."""
     maximum: int = current_app.config["TICKWORK_PAGE_LIMIT"]
@@ -73,11 +83,11 @@ def fetch_page(
     id_key: str | None = None,
 ) -> tuple[Sequence[Row[Any]], str | None]:
     """One page of ``select`` (newest id first), and the cursor of the next (None: last)."""
-    after = decode_cursor(query.cursor) if query.cursor else None
+    after = cursor_after(query)
     page = fetch_keyset_page(
         conn, select, id_column, after=after, limit=page_limit(query), id_key=id_key
     )
-    return page.rows, None if page.next_after is None else encode_cursor(page.next_after)
+    return page.rows, next_cursor(page.next_after)
 
 
 def paged_list(
@@ -90,5 +100,5 @@ def paged_list(
     id_key: str | None = None,
 ) -> dict[str, Any]:
     """One page of ``select`` (newest id first) as ``{"items": [...], "next_cursor": ...}``."""
-    rows, next_cursor = fetch_page(conn, select, id_column, query, id_key=id_key)
-    return {"items": [to_item(row) for row in rows], "next_cursor": next_cursor}
+    rows, cursor = fetch_page(conn, select, id_column, query, id_key=id_key)
+    return {"items": [to_item(row) for row in rows], "next_cursor": cursor}

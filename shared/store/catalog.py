@@ -144,11 +144,7 @@ def _workflow_source() -> Any:
     )
 
 
-def select_workflows(
-    *, revision_id: int | None = None, project: str | None = None, with_config: bool = False
-) -> Select[Any]:
-    """Workflow definitions of one revision, or of every live project's latest revision
-    (optionally one project's), with their active schedule's times (null if none)."""
+def _select_definitions(*, with_config: bool) -> Select[Any]:
     columns = list(_workflow_columns())
     source = _workflow_source()
     if with_config:
@@ -156,7 +152,15 @@ def select_workflows(
         source = source.join(
             workflow_configs, workflow_configs.c.id == workflow_definitions.c.config_id
         )
-    query = select(*columns).select_from(source)
+    return select(*columns).select_from(source)
+
+
+def select_workflows(
+    *, revision_id: int | None = None, project: str | None = None, with_config: bool = False
+) -> Select[Any]:
+    """Workflow definitions of one revision, or of every live project's latest revision
+    (optionally one project's), with their active schedule's times (null if none)."""
+    query = _select_definitions(with_config=with_config)
     if revision_id is not None:
         return query.where(workflow_definitions.c.revision_id == revision_id)
     query = query.where(
@@ -169,16 +173,7 @@ def select_workflows(
 
 def get_workflow(conn: Connection, definition_id: int) -> Any:
     """One workflow definition with its config; NotFound if there is none."""
-    columns = [*_workflow_columns(), workflow_configs.c.config]
-    query = (
-        select(*columns)
-        .select_from(
-            _workflow_source().join(
-                workflow_configs, workflow_configs.c.id == workflow_definitions.c.config_id
-            )
-        )
-        .where(workflow_definitions.c.id == definition_id)
-    )
+    query = _select_definitions(with_config=True).where(workflow_definitions.c.id == definition_id)
     found = conn.execute(query).one_or_none()
     if found is None:
         raise NotFound(f"workflow {definition_id} does not exist")

@@ -9,7 +9,7 @@ from sqlalchemy import Engine, select
 
 from shared.domain.states import AttemptState, TaskState
 from shared.errors import Conflict, InvalidInput, NotFound
-from shared.store.sessions import get_attempt
+from shared.store.sessions import AttemptRow, get_attempt
 from shared.store.starts import (
     RetryMode,
     StartResult,
@@ -44,6 +44,11 @@ def start(engine: Engine, **overrides: object) -> StartResult:
         return start_attempt(conn, **values)  # type: ignore[arg-type]
 
 
+def attempt_of(engine: Engine, result: StartResult) -> AttemptRow:
+    with engine.connect() as conn:
+        return get_attempt(conn, result.attempt_id)
+
+
 @pytest.fixture
 def project(engine: Engine) -> int:
     with engine.begin() as conn:
@@ -61,8 +66,7 @@ class TestStartAttempt:
     ) -> None:
         result = start(engine, session_time=datetime(2026, 1, 1, tzinfo=UTC))
         assert result.created
-        with engine.connect() as conn:
-            attempt = get_attempt(conn, result.attempt_id)
+        attempt = attempt_of(engine, result)
         assert attempt.state is AttemptState.CREATED
         assert attempt.session_time == datetime(2026, 1, 1, tzinfo=UTC)
         assert attempt.session_id == result.session_id
@@ -71,8 +75,7 @@ class TestStartAttempt:
         self, engine: Engine, project: int
     ) -> None:
         result = start(engine, params={"db": {"port": 2}, "day": "mon"})
-        with engine.connect() as conn:
-            params = get_attempt(conn, result.attempt_id).params
+        params = attempt_of(engine, result).params
         assert params == {"region": "eu", "db": {"host": "a", "port": 2}, "day": "mon"}
 
     def test_the_same_session_time_again_names_the_existing_attempt(
@@ -95,8 +98,7 @@ class TestStartAttempt:
         self, engine: Engine, project: int
     ) -> None:
         result = start(engine, workflow="daily", session_time=datetime(2026, 1, 1, 7, 0))
-        with engine.connect() as conn:
-            attempt = get_attempt(conn, result.attempt_id)
+        attempt = attempt_of(engine, result)
         assert attempt.session_time == datetime(2025, 12, 31, 22, 0, tzinfo=UTC)
 
     def test_a_naive_session_time_before_year_1_in_utc_is_refused_naming_it(
@@ -115,16 +117,14 @@ class TestStartAttempt:
         # NOW is 17:00 on Nov 30 in Tokyo: daily> runs at 07:00 for the session of that
         # day's midnight, 15:00 UTC the day before.
         result = start(engine, workflow="daily")
-        with engine.connect() as conn:
-            attempt = get_attempt(conn, result.attempt_id)
+        attempt = attempt_of(engine, result)
         assert attempt.session_time == datetime(2026, 11, 29, 15, 0, tzinfo=UTC)
 
     def test_the_default_session_time_of_an_unscheduled_workflow_is_now(
         self, engine: Engine, project: int
     ) -> None:
         result = start(engine, now=NOW.replace(microsecond=1234))
-        with engine.connect() as conn:
-            assert get_attempt(conn, result.attempt_id).session_time == NOW
+        assert attempt_of(engine, result).session_time == NOW
 
     def test_the_latest_revision_is_used(self, engine: Engine, project: int) -> None:
         with engine.begin() as conn:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from services.api.database import read_connection, write_transaction
 from services.api.errors import InvalidBody
-from services.api.paging import PageQuery, decode_cursor, encode_cursor, page_limit
+from services.api.paging import PageQuery, cursor_after, next_cursor, page_limit
 from services.api.responses import typed_json
 from shared.clock import utc_now
 from shared.domain.states import AttemptState
@@ -194,9 +194,15 @@ def _id_or_none(value: int | None) -> str | None:
     return None if value is None else str(value)
 
 
+def _attempt_json(attempt_id: int) -> dict[str, Any]:
+    """The JSON of an attempt read afresh, after the write that changed it has committed."""
+    with read_connection() as conn:
+        return attempt_item(history.get_attempt_view(conn, attempt_id))
+
+
 def page_of(page: Page[AttemptView]) -> dict[str, Any]:
     """A store page of attempts as the JSON of a list."""
-    cursor = None if page.next_after is None else encode_cursor(page.next_after)
+    cursor = next_cursor(page.next_after)
     return {"items": [attempt_item(a) for a in page.items], "next_cursor": cursor}
 
 
@@ -205,7 +211,7 @@ def page_of(page: Page[AttemptView]) -> dict[str, Any]:
 @blueprint.output(AttemptPage)
 def list_attempts(query: AttemptsQuery) -> Response:
     """Attempts, newest first."""
-    after = decode_cursor(query.cursor) if query.cursor else None
+    after = cursor_after(query)
     with read_connection() as conn:
         page = history.list_attempts(
             conn,
@@ -246,8 +252,7 @@ def start(body: StartBody) -> dict[str, Any]:
             f"session {result.session_id} already has attempt {result.attempt_id}",
             attempt_id=str(result.attempt_id),
         )
-    with read_connection() as conn:
-        return attempt_item(history.get_attempt_view(conn, result.attempt_id))
+    return _attempt_json(result.attempt_id)
 
 
 @blueprint.get("/api/attempts/<id:attempt_id>")
@@ -270,8 +275,7 @@ def kill(attempt_id: int) -> dict[str, Any]:
     `killed`."""
     with write_transaction() as conn:
         kill_attempt(conn, attempt_id, utc_now())
-    with read_connection() as conn:
-        return attempt_item(history.get_attempt_view(conn, attempt_id))
+    return _attempt_json(attempt_id)
 
 
 @blueprint.post("/api/attempts/<id:attempt_id>/retry")
@@ -299,8 +303,7 @@ def retry(attempt_id: int, body: RetryBody) -> dict[str, Any]:
             params=body.params,
             now=utc_now(),
         )
-    with read_connection() as conn:
-        return attempt_item(history.get_attempt_view(conn, new_id))
+    return _attempt_json(new_id)
 
 
 @blueprint.get("/api/attempts/<id:attempt_id>/tasks")
@@ -332,8 +335,3 @@ def tasks(attempt_id: int) -> dict[str, Any]:
         for node in nodes
     ]
     return {"items": items, "next_cursor": None}
-
-
-def utc_or_naive(value: datetime) -> datetime:
-    """A time with no offset read in UTC (query parameters other than session times)."""
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value

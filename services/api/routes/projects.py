@@ -8,7 +8,7 @@ from typing import Any, cast
 from apiflask import APIBlueprint
 from flask import Response, current_app, request, send_file
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import Row
+from sqlalchemy import Connection, Row
 
 from services.api.body import ARCHIVE_SCHEMA, binary_body
 from services.api.config import ApiConfig
@@ -249,6 +249,13 @@ def remove_project(name: str) -> dict[str, Any]:
     return found
 
 
+def _find_revision(conn: Connection, name: str, revision: str | None) -> catalog.RevisionRow:
+    """Revision ``revision`` of the live project ``name`` (default its latest); NotFound
+    naming what is missing."""
+    project = catalog.get_project(conn, name)
+    return catalog.find_revision(conn, int(project.id), revision)
+
+
 def revision_item(row: Row[Any]) -> dict[str, Any]:
     """A revision row as JSON."""
     return {
@@ -287,8 +294,7 @@ def list_revisions(name: str, query: PageQuery) -> dict[str, Any]:
 def download_archive(name: str, query: RevisionQuery) -> Response:
     """The tar.gz of a revision (default the latest)."""
     with read_connection() as conn:
-        project = catalog.get_project(conn, name)
-        revision = catalog.find_revision(conn, int(project.id), query.revision)
+        revision = _find_revision(conn, name, query.revision)
         if revision.archive_digest is None:
             raise ApiProblem(404, f"revision {revision.name!r} was not pushed: it has no archive")
         content = get_project_archive(conn, revision.archive_digest)
@@ -309,8 +315,7 @@ def download_archive(name: str, query: RevisionQuery) -> Response:
 def list_project_workflows(name: str, query: WorkflowsQuery) -> dict[str, Any]:
     """The workflows of the latest revision, or of ``revision``."""
     with read_connection() as conn:
-        project = catalog.get_project(conn, name)
-        revision = catalog.find_revision(conn, int(project.id), query.revision)
+        revision = _find_revision(conn, name, query.revision)
         select = catalog.select_workflows(revision_id=revision.id)
         rows, next_cursor = fetch_page(conn, select, workflow_definitions.c.id, query)
         last = catalog.last_sessions(conn, [(row.project_id, row.name) for row in rows])
@@ -323,8 +328,7 @@ def list_project_workflows(name: str, query: WorkflowsQuery) -> dict[str, Any]:
 def get_project_workflow(name: str, workflow: str, query: RevisionQuery) -> dict[str, Any]:
     """One workflow of the latest revision (or of ``revision``) with its definition."""
     with read_connection() as conn:
-        project = catalog.get_project(conn, name)
-        revision = catalog.find_revision(conn, int(project.id), query.revision)
+        revision = _find_revision(conn, name, query.revision)
         row = catalog.find_workflow(conn, revision.id, workflow)
         last = catalog.last_sessions(conn, [(row.project_id, row.name)])
     return workflow_item(row, last, with_config=True)

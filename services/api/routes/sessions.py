@@ -13,7 +13,13 @@ from pydantic import BaseModel, Field, field_validator
 from services.api import times
 from services.api.database import read_connection
 from services.api.errors import InvalidParameter
-from services.api.paging import PageQuery, decode_cursor, encode_cursor, page_limit
+from services.api.paging import (
+    PageQuery,
+    cursor_after,
+    encode_cursor,
+    next_cursor,
+    page_limit,
+)
 from services.api.responses import typed_json
 from services.api.routes.attempts import AttemptOut, AttemptPage, attempt_item, parse_time
 from shared.domain.states import AttemptState
@@ -95,7 +101,7 @@ def session_item(session: SessionView) -> dict[str, Any]:
 @blueprint.output(SessionPage)
 def list_sessions(query: SessionsQuery) -> Response:
     """Sessions, newest first, each with its last attempt."""
-    after = decode_cursor(query.cursor) if query.cursor else None
+    after = cursor_after(query)
     time_from, time_to = _utc(query.time_from, "from"), _utc(query.time_to, "to")
     if time_from is not None and time_to is not None and time_to <= time_from:
         raise InvalidParameter("to", "must be later than `from`")
@@ -110,7 +116,7 @@ def list_sessions(query: SessionsQuery) -> Response:
             after=after,
             limit=page_limit(query),
         )
-    cursor = None if page.next_after is None else encode_cursor(page.next_after)
+    cursor = next_cursor(page.next_after)
     return typed_json(
         SessionPage, {"items": [session_item(s) for s in page.items], "next_cursor": cursor}
     )
@@ -131,7 +137,7 @@ def get_session(session_id: int) -> dict[str, Any]:
 @blueprint.doc(responses={404: "No such session"})
 def session_attempts(session_id: int, query: PageQuery) -> dict[str, Any]:
     """The attempts of a session, newest first."""
-    after = decode_cursor(query.cursor) if query.cursor else None
+    after = cursor_after(query)
     limit = page_limit(query)
     with read_connection() as conn:
         found = history.list_session_attempts(conn, session_id)
