@@ -18,6 +18,7 @@ from services.client_support import (
     EXIT_CODES_HELP,
     EXIT_FAILED,
     EXIT_INVALID,
+    F,
     api,
     client_options,
     exit_with,
@@ -184,15 +185,22 @@ def _wait_for(client: Any, attempt_id: str, *, quiet: bool) -> dict[str, Any]:
         time.sleep(WAIT_POLL_SECONDS)
 
 
-STATE_OPTION = click.option("--state", help="Only these in this state (e.g. error, running).")
+def history_filters(command: F) -> F:
+    """``[PROJECT [WORKFLOW]] --state --limit`` and the client options of a history listing."""
+    decorators = (
+        click.argument("project", required=False),
+        click.argument("workflow", required=False),
+        click.option("--state", help="Only these in this state (e.g. error, running)."),
+        limit_option,
+        client_options,
+    )
+    for decorate in reversed(decorators):
+        command = decorate(command)
+    return command
 
 
 @click.command("sessions", epilog=EXIT_CODES_HELP)
-@click.argument("project", required=False)
-@click.argument("workflow", required=False)
-@STATE_OPTION
-@limit_option
-@client_options
+@history_filters
 def sessions_command(
     project: str | None,
     workflow: str | None,
@@ -220,11 +228,7 @@ def sessions_command(
 
 
 @click.command("attempts", epilog=EXIT_CODES_HELP)
-@click.argument("project", required=False)
-@click.argument("workflow", required=False)
-@STATE_OPTION
-@limit_option
-@client_options
+@history_filters
 def attempts_command(
     project: str | None,
     workflow: str | None,

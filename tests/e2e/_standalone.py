@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 
 from tests.e2e._run import tickwork_command
+from tests.e2e._scheduling import environment
 from tests.support.servers import find_free_port
 
 READY_TIMEOUT_SECONDS = 30.0
@@ -30,7 +31,7 @@ STOP_TIMEOUT_SECONDS = 10.0
 
 def client_environment(endpoint: str, token: str | None = None) -> dict[str, str]:
     """This process's environment without ``TICKWORK_*``, talking to ``endpoint``."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
+    environ = environment()
     environ["TICKWORK_ENDPOINT"] = endpoint
     environ["TICKWORK_CONFIG"] = os.devnull  # never the user's own client config
     if token is not None:
@@ -59,6 +60,21 @@ class Command:
         return f"exit {self.exit_code}\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
 
 
+def run_tickwork(
+    *args: str, env: Mapping[str, str], timeout_seconds: float = COMMAND_TIMEOUT_SECONDS
+) -> Command:
+    """Run ``tickwork`` with ``args`` in ``env`` (bounded)."""
+    completed = subprocess.run(
+        [*tickwork_command(), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_seconds,
+        check=False,
+    )
+    return Command(completed.returncode, completed.stdout, completed.stderr)
+
+
 @dataclass
 class StandaloneProcess:
     """One running ``tickwork standalone`` and how to talk to it."""
@@ -78,16 +94,9 @@ class StandaloneProcess:
         self, *args: str, token: str | None = None, endpoint: str | None = None
     ) -> Command:
         """Run a ``tickwork`` client command against this process (bounded)."""
-        environ = client_environment(endpoint or self.endpoint, token or self.token)
-        completed = subprocess.run(
-            [*tickwork_command(), *args],
-            env=environ,
-            capture_output=True,
-            text=True,
-            timeout=COMMAND_TIMEOUT_SECONDS,
-            check=False,
+        return run_tickwork(
+            *args, env=client_environment(endpoint or self.endpoint, token or self.token)
         )
-        return Command(completed.returncode, completed.stdout, completed.stderr)
 
     def get(self, path: str) -> Any:
         """GET an API path as JSON (with the token, if any)."""
@@ -123,8 +132,7 @@ def start_standalone(
     port = find_free_port()
     state_dir.mkdir(parents=True, exist_ok=True)
     output_path = state_dir.parent / f"{state_dir.name}.out"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
-    env.update(environ or {})
+    env = {**environment(), **(environ or {})}
     command = [*tickwork_command(), "standalone", "--state-dir", str(state_dir)]
     command += ["--bind", f"127.0.0.1:{port}", *args]
     with output_path.open("wb") as output:

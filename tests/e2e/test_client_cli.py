@@ -3,17 +3,16 @@ retry, kill, and an exit status and one line for every kind of failure."""
 
 from __future__ import annotations
 
-import subprocess
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e._run import tickwork_command
 from tests.e2e._standalone import (
     StandaloneProcess,
     client_environment,
+    run_tickwork,
     running_standalone,
     wait_for_attempt,
 )
@@ -287,15 +286,8 @@ def test_the_endpoint_and_token_come_from_the_client_config_file(tmp_path: Path)
         env = client_environment(standalone.endpoint)
         del env["TICKWORK_ENDPOINT"]
         env["TICKWORK_CONFIG"] = str(config)
-        listed = subprocess.run(
-            [*tickwork_command(), "sessions", "--json"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert listed.returncode == 0, listed.stderr
+        listed = run_tickwork("sessions", "--json", env=env)
+        assert listed.exit_code == 0, listed.stderr
 
 
 def test_a_wrong_token_is_exit_6(tmp_path: Path) -> None:

@@ -5,16 +5,15 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.e2e._run import tickwork_command
 from tests.e2e._standalone import (
     client_environment,
+    run_tickwork,
     running_standalone,
     start_standalone,
     wait_for_attempt,
@@ -67,16 +66,17 @@ def test_a_project_pushed_at_start_fires_its_schedule_and_the_session_succeeds(
 def test_it_refuses_to_serve_other_machines_without_tokens(tmp_path: Path) -> None:
     # When standalone is bound to every address and no token is configured
     environ = client_environment("http://unused")
-    completed = subprocess.run(
-        [*tickwork_command(), "standalone", "--state-dir", str(tmp_path), "--bind", "0.0.0.0:0"],
+    completed = run_tickwork(
+        "standalone",
+        "--state-dir",
+        str(tmp_path),
+        "--bind",
+        "0.0.0.0:0",
         env=environ,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
+        timeout_seconds=30,
     )
     # Then it does not start, and says why in one line
-    assert completed.returncode == 2, completed.stderr
+    assert completed.exit_code == 2, completed.stderr
     errors = [line for line in completed.stderr.splitlines() if line.startswith("error")]
     assert len(errors) == 1
     assert "TICKWORK_API_TOKENS" in errors[0]
