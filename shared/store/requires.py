@@ -103,7 +103,7 @@ def start_local_attempt(
     attempt_id = insert_attempt(
         conn,
         session_id=session_id,
-        name=f"run-{len(previous) + 1}",
+        name="run-1",  # the session has no attempt yet
         workflow_definition_id=definition_id,
         timezone=definition.timezone,
         params=dict(params),

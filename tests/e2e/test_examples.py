@@ -6,12 +6,9 @@ tell which tasks ran, in which order and how many times.
 
 from __future__ import annotations
 
-import http.server
 import subprocess
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, ClassVar
 
 import pytest
 
@@ -23,6 +20,7 @@ from tests.e2e._run import (
     max_running_at_once,
     tickwork_command,
 )
+from tests.e2e._status_service import StatusService, serve_status
 
 pytestmark = pytest.mark.e2e
 
@@ -369,48 +367,21 @@ class TestPollUntilReady:
         assert probes[2] - probes[1] >= 1.0
 
 
-class _UpstreamStatus(http.server.BaseHTTPRequestHandler):
-    """A job-status service: GET /status answers that the job is ready with 42 rows."""
-
-    seen: ClassVar[list[tuple[str, str, str | None]]] = []
-
-    def do_GET(self) -> None:
-        self.seen.append((self.command, self.path, self.headers.get("Idempotency-Key")))
-        found = self.path == "/status"
-        payload = b'{"state": "ready", "rows": 42}' if found else b"{}"
-        self.send_response(200 if found else 404)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
-def status_url() -> Iterator[str]:
-    """A real HTTP server on a free local port, in a thread; the URL of its /status."""
-    _UpstreamStatus.seen = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _UpstreamStatus)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/status"
-    finally:
-        server.shutdown()
-        server.server_close()
+def status_service() -> Iterator[StatusService]:
+    with serve_status() as service:
+        yield service
 
 
 def test_http_status_stores_the_answer_for_the_next_task(
-    examples: Project, status_url: str
+    examples: Project, status_service: StatusService
 ) -> None:
     # When the workflow runs against a local status service
-    run = examples.run("http_status.dig", "-t", SESSION, "-p", f"status_url={status_url}")
+    run = examples.run("http_status.dig", "-t", SESSION, "-p", f"status_url={status_service.url}")
 
     # Then the service was asked once, with an idempotency key, and +report used the answer
     assert run.exit_code == 0, run.explain()
-    ((method, path, key),) = _UpstreamStatus.seen
+    ((method, path, key),) = status_service.seen
     assert (method, path) == ("GET", "/status")
     assert key
     assert examples.notes("http_status") == ["upstream ready with 42 rows"]

@@ -10,10 +10,8 @@ No example is skipped: ``http_status.dig`` asks a status service this test serve
 
 from __future__ import annotations
 
-import http.server
 import shutil
 import textwrap
-import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -25,6 +23,7 @@ import pytest
 from services.embedded import RunRequest, create_run_attempt
 from shared.dsl.parser import parse_workflow_text
 from tests.e2e._run import EXAMPLES_DIR, NOTES_DIR, max_running_at_once
+from tests.e2e._status_service import serve_status
 from tests.fault._cluster import DONE_ATTEMPT_STATES, Cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -72,32 +71,10 @@ PARALLEL_LIMITS = {"parallel_limit": 2, "fan_out": 3}
 """Examples with a ``_parallel: {limit: N}`` window: never more than N at once."""
 
 
-class _StatusService(http.server.BaseHTTPRequestHandler):
-    """GET /status answers that the upstream job is ready with 42 rows."""
-
-    def do_GET(self) -> None:
-        payload = b'{"state": "ready", "rows": 42}'
-        self.send_response(200 if self.path == "/status" else 404)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
 def status_url() -> Iterator[str]:
-    """A real HTTP server on a free local port, in a thread; the URL of its /status."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _StatusService)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/status"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_status() as service:
+        yield service.url
 
 
 def submit_example(cluster: Cluster, workflow: Path, params: dict[str, Any]) -> int:
