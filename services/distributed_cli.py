@@ -176,9 +176,10 @@ def executor_command(
     except RedisError as exc:
         fail(f"error: cannot use Redis at {_without_password(redis_url)}: {exc}")
     if metrics_port:
-        metrics.serve(metrics_port)
+        metrics.serve(metrics_port, service.health)
 
     def stop(_signum: int, _frame: object) -> None:
+        service.health.drain()
         service.stop()
 
     signal.signal(signal.SIGTERM, stop)
@@ -265,6 +266,7 @@ def agent_command(
     from services.agent.operators.base import ResourceLimits
     from services.agent.worker import AgentSettings, run_agent
     from shared.dispatch.celery_app import RedisSettings
+    from shared.health import LoopHealth
 
     configure_logging(log_level.upper())
     if heartbeat >= lease_ttl:
@@ -287,9 +289,10 @@ def agent_command(
         log_level=log_level.upper(),
     )
     metrics = AgentMetrics(shared_between_processes=bool(metrics_port))
+    health = LoopHealth()
     if metrics_port:
-        metrics.serve(metrics_port)
-    run_agent(settings, metrics)
+        metrics.serve(metrics_port, health)
+    run_agent(settings, metrics, health)
 
 
 def _temporary_directory(prefix: str) -> Path:

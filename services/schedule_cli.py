@@ -93,9 +93,9 @@ def scheduler_command(database_url: str, metrics_port: int, log_level: str) -> N
     except StoreUnavailable as exc:
         fail(f"error: {exc}")
     metrics = SchedulerMetrics()
-    if metrics_port:
-        metrics.serve(metrics_port)
     scheduler = Scheduler(engine, metrics=metrics)
+    if metrics_port:
+        metrics.serve(metrics_port, scheduler.health)
 
     def stop(_signum: int, _frame: object) -> None:
         scheduler.stop()

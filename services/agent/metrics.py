@@ -12,8 +12,10 @@ import os
 import shutil
 import tempfile
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server, values
+from prometheus_client import CollectorRegistry, Counter, Histogram, values
 from prometheus_client.multiprocess import MultiProcessCollector
+
+from shared.health import LoopHealth, serve_health
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -56,11 +58,12 @@ class AgentMetrics:
             registry=registry,
         )
 
-    def serve(self, port: int, address: str = "0.0.0.0") -> None:
-        """Serve ``/metrics`` (the sum over every process) in a background thread."""
+    def serve(self, port: int, health: LoopHealth, address: str = "0.0.0.0") -> None:
+        """Serve ``/metrics`` (the sum over every process) and the probes in a background
+        thread."""
         registry = CollectorRegistry()
         if self.directory is not None:
             MultiProcessCollector(registry, path=self.directory)  # type: ignore[no-untyped-call]
         elif self.registry is not None:
             registry = self.registry
-        start_http_server(port, addr=address, registry=registry)
+        serve_health(port, registry, health, address)

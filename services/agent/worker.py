@@ -58,12 +58,15 @@ from shared.dispatch.messages import (
     TaskReleased,
     TaskStarted,
 )
+from shared.health import LoopHealth
 
 log = logging.getLogger(__name__)
 
 LEASE_LOST = "lost its lease"
 SHUTDOWN = "the agent is shutting down"
 LOG_CHUNK_BYTES = 256 * 1024
+BEAT_SECONDS = 10.0
+"""How often a consuming agent tells its ``/healthz`` that its event loop turns."""
 LOG_STREAM_LIMIT_BYTES = 64 * 1024 * 1024
 """Bytes of one run's log streamed at most; the rest stays in the agent's own file."""
 LOG_POLL_SECONDS = 0.5
@@ -337,8 +340,15 @@ _runtime: AgentRuntime | None = None
 _runtime_pid = 0
 
 
-def build_app(settings: AgentSettings, metrics: AgentMetrics) -> Celery:
-    """The Celery app of an agent, with the task that runs tickwork's messages."""
+def build_app(
+    settings: AgentSettings, metrics: AgentMetrics, health: LoopHealth | None = None
+) -> Celery:
+    """The Celery app of an agent, with the task that runs tickwork's messages.
+
+    ``health`` beats from the worker's event loop every :data:`BEAT_SECONDS` once it
+    consumes, and drains at SIGTERM: the agent's ``/healthz`` and ``/readyz``.
+    """
+    health = health or LoopHealth()
     app = make_celery(settings.redis, name="tickwork-agent")
 
     def runtime() -> AgentRuntime:
@@ -360,14 +370,16 @@ def build_app(settings: AgentSettings, metrics: AgentMetrics) -> Celery:
         signal.signal(signal.SIGUSR2, on_release_signal)
 
     def on_ready(sender: Any = None, **_kwargs: Any) -> None:
-        _install_grace(sender, settings.grace_seconds)
+        _install_grace(sender, settings.grace_seconds, health)
+        health.beat(reason="consuming")
+        sender.timer.call_repeatedly(BEAT_SECONDS, health.beat, kwargs={"reason": "consuming"})
 
     celery_signals.worker_process_init.connect(on_process_init, weak=False)
     celery_signals.worker_ready.connect(on_ready, weak=False)
     return app
 
 
-def _install_grace(consumer: Any, grace_seconds: float) -> None:
+def _install_grace(consumer: Any, grace_seconds: float, health: LoopHealth) -> None:
     """After Celery's own SIGTERM handling (stop taking messages, wait for running tasks),
     tell the pool processes to give their tasks back once ``grace_seconds`` have passed."""
     celery_handler = signal.getsignal(signal.SIGTERM)
@@ -386,6 +398,7 @@ def _install_grace(consumer: Any, grace_seconds: float) -> None:
                 os.kill(pid, signal.SIGUSR2)
 
     def on_sigterm(signum: int, frame: Any) -> None:
+        health.drain("draining: SIGTERM received")
         if not getattr(on_sigterm, "started", False):
             on_sigterm.started = True  # type: ignore[attr-defined]
             threading.Thread(target=release_after_grace, name="grace", daemon=True).start()
@@ -395,9 +408,11 @@ def _install_grace(consumer: Any, grace_seconds: float) -> None:
     signal.signal(signal.SIGTERM, on_sigterm)
 
 
-def run_agent(settings: AgentSettings, metrics: AgentMetrics) -> None:
+def run_agent(
+    settings: AgentSettings, metrics: AgentMetrics, health: LoopHealth | None = None
+) -> None:
     """Run the worker until it is told to stop."""
-    app = build_app(settings, metrics)
+    app = build_app(settings, metrics, health)
     if not logging.getLogger().isEnabledFor(logging.DEBUG):
         # Celery logs a line per received and per finished message at INFO.
         for name in ("celery.worker.strategy", "celery.app.trace"):

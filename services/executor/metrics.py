@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from services.executor.loop import TickReport
+from shared.health import LoopHealth, serve_health
 
 
 class ExecutorMetrics:
@@ -69,6 +70,6 @@ class ExecutorMetrics:
         self.attempts_killed.inc(report.attempts_killed)
         self.sla_missed.inc(report.slas_missed)
 
-    def serve(self, port: int, address: str = "0.0.0.0") -> None:
-        """Serve ``/metrics`` over HTTP in a background thread."""
-        start_http_server(port, addr=address, registry=self.registry)
+    def serve(self, port: int, health: LoopHealth, address: str = "0.0.0.0") -> None:
+        """Serve ``/metrics`` and the probes over HTTP in a background thread."""
+        serve_health(port, self.registry, health, address)

@@ -33,6 +33,7 @@ from shared.dispatch.celery_app import RedisSettings
 from shared.dispatch.celery_dispatch import CeleryDispatcher
 from shared.dispatch.messages import DEFAULT_QUEUE
 from shared.errors import StoreUnavailable
+from shared.health import LoopHealth
 from shared.store import tasks as task_store
 from shared.store.engine import (
     WORK_CHANNEL,
@@ -122,6 +123,7 @@ class ExecutorService:
             recovery=settings.recovery,
             max_tasks_per_attempt=settings.max_tasks_per_attempt,
         )
+        self.health = LoopHealth()
         self._stop = threading.Event()
 
     def stop(self) -> None:
@@ -153,6 +155,7 @@ class ExecutorService:
                 conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
             except SQLAlchemyError as exc:
                 log.warning("%s", describe_store_error(self.settings.database_url, exc))
+                self.health.beat(ready=False, reason="the store is unavailable")
                 self._stop.wait(STANDBY_POLL_SECONDS)
                 continue
             try:
@@ -171,6 +174,7 @@ class ExecutorService:
                 log.warning("%s", describe_store_error(self.settings.database_url, exc))
             finally:
                 conn.close()
+            self.health.beat(reason="standby: another executor is active")
             self._stop.wait(STANDBY_POLL_SECONDS)
         yield None
 
@@ -206,9 +210,11 @@ class ExecutorService:
                 failures += 1
                 delay = min(ERROR_BACKOFF_CAP_SECONDS, 0.5 * 2 ** min(failures, 5))
                 log.error("executor pass failed (retrying in %.1fs): %s", delay, _one_line(exc))
+                self.health.beat(ready=False, reason=f"a pass failed: {_one_line(exc)}")
                 self._stop.wait(delay)
                 continue
             failures = 0
+            self.health.beat(reason="active")
             self.metrics.record(report)
             if report.more_ready:
                 continue

@@ -28,6 +28,7 @@ from shared.clock import Clock, SystemClock
 from shared.domain.catchup import MissedRange, Pass, Span, plan_pass
 from shared.domain.schedule import DEFAULT_MAX_ACTIVE, ScheduleSpec
 from shared.domain.states import AttemptState
+from shared.health import LoopHealth
 from shared.store import emission as emission_store
 from shared.store import schedules as schedule_store
 from shared.store.emission import NewSession, Progress
@@ -100,8 +101,10 @@ class Scheduler:
         batch_size: int = BATCH_SCHEDULES,
         times_per_pass: int = TIMES_PER_PASS,
         workers: int = WORKERS,
+        health: LoopHealth | None = None,
     ) -> None:
         self.engine = engine
+        self.health = health or LoopHealth()
         self.clock = clock
         self.metrics = metrics or SchedulerMetrics()
         self.batch_size = batch_size
@@ -317,9 +320,11 @@ class Scheduler:
                         report.duplicates,
                     )
                 backoff = 0.5
+                self.health.beat()
                 self._stop.wait(self.seconds_until_due())
             except SQLAlchemyError as exc:
                 log.error("store unavailable, retrying in %.1fs: %s", backoff, exc)
+                self.health.beat(ready=False, reason="the store is unavailable")
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from shared.health import LoopHealth, serve_health
 
 
 class SchedulerMetrics:
@@ -53,6 +55,6 @@ class SchedulerMetrics:
             registry=self.registry,
         )
 
-    def serve(self, port: int, address: str = "0.0.0.0") -> None:
-        """Serve ``/metrics`` over HTTP in a background thread."""
-        start_http_server(port, addr=address, registry=self.registry)
+    def serve(self, port: int, health: LoopHealth, address: str = "0.0.0.0") -> None:
+        """Serve ``/metrics`` and the probes over HTTP in a background thread."""
+        serve_health(port, self.registry, health, address)

@@ -1,16 +1,38 @@
-"""Bringing a database's schema to the newest Alembic revision (``tickwork db upgrade``)."""
+"""Bringing a database's schema to the newest Alembic revision (``tickwork db upgrade``),
+and telling whether a database's schema is one this code can use (``tickwork db wait``).
+
+Migrations are additive (expand, then contract a release later), so a database one
+release ahead of this code is still usable: during a rolling upgrade the new release's
+migration runs first and the old release's pods keep working until they are replaced.
+"""
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+MIGRATION_LOCK_KEY = 0x7469636B6D6967  # "tickmig": one migrator at a time on PostgreSQL
+
+
+class SchemaState(enum.Enum):
+    """Where a database's schema stands against this code's migrations."""
+
+    EMPTY = "empty"  # never migrated
+    BEHIND = "behind"  # at an older revision: `tickwork db upgrade` is due
+    CURRENT = "current"
+    AHEAD = "ahead"  # at a revision this code does not know: a newer release migrated it
+
+    @property
+    def usable(self) -> bool:
+        """Whether services of this code may run on it."""
+        return self in (SchemaState.CURRENT, SchemaState.AHEAD)
 
 
 def _alembic_config() -> Config:
@@ -23,6 +45,9 @@ def upgrade_database(engine: Engine, revision: str = "head") -> None:
     """Apply every migration up to ``revision``; a no-op on an up-to-date database."""
     config = _alembic_config()
     with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            # Two migration jobs at once: the second waits, then finds nothing to do.
+            connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
 
@@ -38,6 +63,19 @@ def head_revision() -> str | None:
     return ScriptDirectory.from_config(_alembic_config()).get_current_head()
 
 
+def schema_state(engine: Engine) -> SchemaState:
+    """Where the database's schema stands against this code's migrations."""
+    current = current_revision(engine)
+    if current is None:
+        return SchemaState.EMPTY
+    scripts = ScriptDirectory.from_config(_alembic_config())
+    if current == scripts.get_current_head():
+        return SchemaState.CURRENT
+    known = {script.revision for script in scripts.walk_revisions()}
+    return SchemaState.BEHIND if current in known else SchemaState.AHEAD
+
+
 def is_up_to_date(engine: Engine) -> bool:
-    """True when the database is at the newest revision."""
-    return current_revision(engine) == head_revision()
+    """True when services of this code may use the database: its schema is at the newest
+    revision this code knows, or at a newer one (a newer release migrated it)."""
+    return schema_state(engine).usable

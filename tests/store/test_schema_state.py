@@ -1,0 +1,152 @@
+"""Whether a database's schema is one this code can use, as `tickwork db check` and
+`tickwork db wait` (a Deployment's init container) tell it; and migrations that run at
+once (two migration jobs) serialise."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import Engine, text
+
+from services.cli import main
+from shared.store.engine import create_store_engine
+from shared.store.migrate import (
+    SchemaState,
+    current_revision,
+    head_revision,
+    schema_state,
+    upgrade_database,
+)
+from tests.support.waiting import wait_until
+
+WAIT_TIMEOUT_SECONDS = 30.0
+
+
+def _fresh(url: str) -> Engine:
+    return create_store_engine(url)
+
+
+class TestSchemaState:
+    def test_a_database_moves_from_empty_through_behind_to_current(self, database_url: str) -> None:
+        engine = _fresh(database_url)
+        try:
+            assert schema_state(engine) is SchemaState.EMPTY
+            upgrade_database(engine, "0004")
+            assert schema_state(engine) is SchemaState.BEHIND
+            upgrade_database(engine)
+            assert schema_state(engine) is SchemaState.CURRENT
+        finally:
+            engine.dispose()
+
+    def test_a_revision_this_code_does_not_know_is_ahead_and_usable(self, engine: Engine) -> None:
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE alembic_version SET version_num = '9999_next_release'"))
+        state = schema_state(engine)
+        assert state is SchemaState.AHEAD
+        assert state.usable
+        assert not SchemaState.BEHIND.usable and not SchemaState.EMPTY.usable
+
+
+class TestDbCheck:
+    def test_check_exits_1_and_names_the_upgrade_when_the_schema_is_behind(
+        self, database_url: str
+    ) -> None:
+        result = CliRunner().invoke(main, ["db", "check", "--database-url", database_url])
+        assert result.exit_code == 1
+        assert result.output == (
+            f"the database is empty; this version needs revision {head_revision()}: "
+            "run `tickwork db upgrade`\n"
+        )
+
+    def test_check_exits_0_on_a_current_schema(self, engine: Engine, database_url: str) -> None:
+        result = CliRunner().invoke(main, ["db", "check", "--database-url", database_url])
+        assert result.exit_code == 0
+        assert f"at revision {head_revision()}, this version's newest" in result.output
+
+    def test_check_of_an_unreachable_database_is_one_line_and_exit_2(self) -> None:
+        url = "postgresql://postgres@127.0.0.1:1/none"
+        result = CliRunner().invoke(main, ["db", "check", "--database-url", url])
+        assert result.exit_code == 2
+        assert result.output.count("\n") == 1 and "Traceback" not in result.output
+
+
+class TestDbWait:
+    def test_wait_returns_once_the_migration_has_run(self, postgres_url: str) -> None:
+        waiter = subprocess.Popen(
+            [sys.executable, "-m", "services.cli", "db", "wait", "--database-url", postgres_url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            time.sleep(1.0)
+            assert waiter.poll() is None, "db wait returned before the schema was current"
+            engine = _fresh(postgres_url)
+            try:
+                upgrade_database(engine)
+            finally:
+                engine.dispose()
+            out, err = waiter.communicate(timeout=WAIT_TIMEOUT_SECONDS)
+        finally:
+            if waiter.poll() is None:
+                waiter.kill()
+                waiter.wait()
+        assert waiter.returncode == 0, err
+        assert "waiting: the database is empty" in err
+        assert f"at revision {head_revision()}" in out
+
+    def test_wait_gives_up_after_its_timeout_with_exit_1(self, database_url: str) -> None:
+        result = CliRunner().invoke(
+            main, ["db", "wait", "--database-url", database_url, "--timeout", "0.5"]
+        )
+        assert result.exit_code == 1
+        assert "error: gave up after 0.5s: the database is empty" in result.output
+
+    def test_wait_keeps_waiting_while_the_database_is_unreachable(self) -> None:
+        url = "postgresql://postgres@127.0.0.1:1/none"
+        started = time.monotonic()
+        result = CliRunner().invoke(main, ["db", "wait", "--database-url", url, "--timeout", "1"])
+        assert result.exit_code == 1
+        assert time.monotonic() - started >= 1.0
+        assert "waiting: cannot use database" in result.output
+
+
+class TestConcurrentUpgrades:
+    def test_two_migrations_at_once_both_succeed_and_reach_head_once(
+        self, postgres_url: str
+    ) -> None:
+        errors: list[BaseException] = []
+
+        def migrate() -> None:
+            engine = _fresh(postgres_url)
+            try:
+                upgrade_database(engine)
+            except BaseException as exc:
+                errors.append(exc)
+            finally:
+                engine.dispose()
+
+        threads = [threading.Thread(target=migrate) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        wait_until(
+            "both migrations end",
+            lambda: not any(t.is_alive() for t in threads),
+            WAIT_TIMEOUT_SECONDS,
+        )
+        assert errors == []
+        engine = _fresh(postgres_url)
+        try:
+            assert current_revision(engine) == head_revision()
+        finally:
+            engine.dispose()
+
+
+@pytest.fixture(autouse=True)
+def _no_database_url_in_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TICKWORK_DATABASE_URL", raising=False)
