@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := test
-.PHONY: install lint test bench run clean
+.PHONY: install lint test bench run cluster clean
 
 install: $(STAMP)
 
@@ -47,6 +47,10 @@ bench: install
 # process, with the examples pushed; `tickwork run examples/hello.dig` runs one workflow.
 run: install
 	$(BIN)/tickwork standalone --project examples
+
+# Each service as its own process on the local PostgreSQL and Redis; Ctrl-C stops them all.
+cluster: install
+	$(BIN)/tickwork dev --project examples
 
 clean:
 	rm -rf $(VENV) .tickwork .mypy_cache .ruff_cache .pytest_cache .import_linter_cache dist build

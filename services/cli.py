@@ -20,6 +20,7 @@ from services.api.command import api_command
 from services.cli_support import build_params, parse_session_time
 from services.cli_support import fail as _fail
 from services.client_cli import CLIENT_COMMANDS
+from services.dev_cluster import dev_command
 from services.distributed_cli import agent_command, executor_command, kill_command
 from services.embedded import (
     RunOutcome,
@@ -374,6 +375,7 @@ main.add_command(api_command)
 for _command in CLIENT_COMMANDS:
     main.add_command(_command)
 main.add_command(standalone_command)
+main.add_command(dev_command)
 main.add_command(secrets_group)
 
 

@@ -62,3 +62,13 @@ def build_params(raw_params: tuple[str, ...]) -> dict[str, Any]:
             target = nested
         target[path[-1]] = value
     return params
+
+
+def printable_url(url: str) -> str:
+    """A database or Redis URL as it may be printed: its password, if any, masked."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ValueError:  # not a URL SQLAlchemy can parse: say nothing of it
+        return "<unparsable URL>"

@@ -14,12 +14,11 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 from redis.exceptions import RedisError
 
-from services.cli_support import fail
+from services.cli_support import fail, printable_url
 from services.client_admin import ADMIN_EPILOG, kill_via_api
 from services.client_support import client_options
 from services.schedule_cli import ADMIN_DATABASE_OPTION, DATABASE_OPTION, store_transaction
@@ -174,7 +173,7 @@ def executor_command(
     except StoreUnavailable as exc:
         fail(f"error: {exc}")
     except RedisError as exc:
-        fail(f"error: cannot use Redis at {_without_password(redis_url)}: {exc}")
+        fail(f"error: cannot use Redis at {printable_url(redis_url)}: {exc}")
     if metrics_port:
         metrics.serve(metrics_port, service.health)
 
@@ -185,14 +184,6 @@ def executor_command(
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     service.run()
-
-
-def _without_password(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _queues(_ctx: click.Context, _param: click.Parameter, raw: str) -> tuple[str, ...]:

@@ -25,7 +25,7 @@ from sqlalchemy import Engine, event
 from services.agent.operators.base import ResourceLimits, RunControl
 from services.agent.operators.process import terminate_children
 from services.agent.runner import TaskRunner
-from services.cli_support import fail
+from services.cli_support import fail, printable_url
 from services.embedded import make_in_process_runner, open_store
 from services.executor.loop import Recovery, WorkflowExecutor
 from services.scheduler.loop import Scheduler
@@ -342,16 +342,10 @@ def _banner(settings: StandaloneSettings, port: int, auth: bool, pushed: list[st
         f"api      {base}  (docs {base}/api/docs)",
         f"auth     {security}",
         f"state    {settings.state_dir}  (logs in {settings.log_dir})",
-        f"store    {_without_password(settings.database_url)}",
+        f"store    {printable_url(settings.database_url)}",
         f"agents   {settings.agents} task threads",
         *pushed,
     ]
-
-
-def _without_password(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
 
 
 @click.command("standalone")

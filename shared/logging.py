@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from datetime import UTC, datetime
 
@@ -23,10 +24,18 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
+LOG_FORMAT_ENV = "TICKWORK_LOG_FORMAT"
+"""``json``, ``text`` or ``auto`` (the default: JSON unless stderr is a terminal)."""
+
+
 def configure_logging(level: str = "INFO", *, json_lines: bool | None = None) -> None:
-    """Send tickwork's logs to stderr; JSON when stderr is not a terminal (unless told)."""
+    """Send tickwork's logs to stderr: as ``json_lines`` says, else as TICKWORK_LOG_FORMAT
+    says, else JSON when stderr is not a terminal."""
     handler = logging.StreamHandler(sys.stderr)
-    use_json = not sys.stderr.isatty() if json_lines is None else json_lines
+    if json_lines is None:
+        chosen = os.environ.get(LOG_FORMAT_ENV, "auto").strip().lower()
+        json_lines = {"json": True, "text": False}.get(chosen, not sys.stderr.isatty())
+    use_json = json_lines
     if use_json:
         handler.setFormatter(JsonFormatter())
     else:

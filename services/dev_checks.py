@@ -1,0 +1,139 @@
+"""The checks ``tickwork dev`` makes before it starts anything: ports free, Redis
+answering, the database created if missing and migrated, the project valid. Each failure
+is one line and exit status 2."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from services.cli_support import fail, printable_url
+
+if TYPE_CHECKING:
+    from services.dev_cluster import DevSettings
+
+API_HOST = "127.0.0.1"
+METRICS_HOST = "0.0.0.0"  # where the services bind their health and metrics ports
+CHECK_TIMEOUT_SECONDS = 3.0
+"""Bound of the Redis check made before starting."""
+
+
+def check_ports(settings: DevSettings) -> None:
+    """Exit with one line if a port the services need is out of range or taken."""
+    wanted = [("the API (--api-port)", API_HOST, settings.api_port)]
+    wanted += [
+        (f"{name}'s metrics (--metrics-base-port)", METRICS_HOST, port)
+        for name, port in settings.metrics_ports().items()
+    ]
+    for what, host, port in wanted:
+        if port > 65535:
+            fail(f"error: port {port} for {what} is out of range; choose a lower one")
+        if port == settings.api_port and host != API_HOST:
+            fail(f"error: port {port} is wanted by the API and by {what}; choose another")
+        if not _port_is_free(host, port):
+            fail(f"error: port {port} for {what} is already taken; choose another")
+
+
+def _port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As the servers do: a port left in TIME_WAIT by an earlier run is free.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def check_redis(url: str) -> None:
+    """Exit with one line unless Redis at ``url`` answers PING."""
+    from redis import Redis
+    from redis.exceptions import RedisError
+
+    try:
+        client = Redis.from_url(
+            url, socket_connect_timeout=CHECK_TIMEOUT_SECONDS, socket_timeout=CHECK_TIMEOUT_SECONDS
+        )
+        with client:
+            client.ping()
+    except (RedisError, ValueError) as exc:
+        fail(f"error: cannot use Redis at {printable_url(url)}: {exc}")
+
+
+def prepare_database(url: str) -> tuple[bool, str]:
+    """Create the PostgreSQL database if it is missing, migrate it to the newest schema;
+    whether it was created, and its revision. Exits with one line when it cannot."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from shared.errors import StoreUnavailable
+    from shared.store.engine import create_store_engine, describe_store_error
+    from shared.store.migrate import current_revision, upgrade_database
+
+    try:
+        engine = create_store_engine(url)
+    except StoreUnavailable as exc:
+        fail(f"error: {exc}")
+    if engine.dialect.name != "postgresql":
+        fail("error: --database-url: the services share one PostgreSQL database; name one")
+    created = False
+    try:
+        try:
+            current_revision(engine)
+        except SQLAlchemyError:
+            if not _create_missing_database(url):
+                raise  # the database exists: the first error says why it cannot be used
+            created = True
+        upgrade_database(engine)
+        revision = current_revision(engine) or "empty"
+    except SQLAlchemyError as exc:
+        fail(f"error: {describe_store_error(url, exc)}")
+    finally:
+        engine.dispose()
+    return created, revision
+
+
+def _create_missing_database(url: str) -> bool:
+    """Create the database ``url`` names through the server's ``postgres`` database;
+    False when it already exists or the server cannot be asked."""
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from shared.store.engine import create_store_engine
+
+    target = make_url(url)
+    maintenance = create_store_engine(
+        target.set(database="postgres").render_as_string(hide_password=False)
+    )
+    try:
+        with maintenance.connect() as conn:
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            query = text("SELECT 1 FROM pg_database WHERE datname = :name")
+            if conn.execute(query, {"name": target.database}).first() is not None:
+                return False
+            quoted = conn.dialect.identifier_preparer.quote(target.database or "")
+            conn.execute(text(f"CREATE DATABASE {quoted}"))
+    except SQLAlchemyError:
+        return False
+    finally:
+        maintenance.dispose()
+    return True
+
+
+def read_project(directory: Path) -> tuple[bytes, str]:
+    """The project's archive and its revision name (after its content, so a restart with
+    the same files adds no revision); exits with its problems when a workflow is invalid."""
+    from shared.dsl.archive import pack_project, read_project_archive
+    from shared.errors import TickworkError
+
+    if not directory.is_dir():
+        fail(f"error: --project: no such directory: {directory}")
+    try:
+        archive = pack_project(directory)
+        digest = read_project_archive(archive).digest
+    except OSError as exc:
+        fail(f"error: cannot pack {directory}: {exc.strerror or exc}")
+    except TickworkError as exc:
+        fail(f"error: {directory}: {exc}")
+    return archive, f"local-{digest[:16]}"
