@@ -94,6 +94,9 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
             "proc_name": "tickwork-api",
             "post_fork": _post_fork,
             "child_exit": _child_exit,
+            # No control socket: it would go under $HOME, read-only in a container, and
+            # every API process of one user would share its path.
+            "control_socket_disable": True,
         }
         if self.options.json_access_log:
             settings["logger_class"] = JsonAccessLogger
