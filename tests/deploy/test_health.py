@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
+from services.agent.worker import BEAT_SECONDS
 from shared.health import LoopHealth, serve_health
 from tests.fault._cluster import Cluster, workflow_text
 from tests.support.servers import find_free_port
@@ -123,6 +124,19 @@ class TestServiceProbes:
                 PROBE_TIMEOUT_SECONDS,
             )
             assert _get(service.metrics_port, "/healthz")[0] == 200
+
+    def test_an_idle_agent_keeps_beating_from_its_event_loop(self, cluster: Cluster) -> None:
+        agent = cluster.start_agent("a")
+        ages: list[float] = []
+
+        def beat_again() -> bool:
+            status, body = _get(agent.metrics_port, "/healthz")
+            assert status == 200 and isinstance(body, dict), body
+            age = body["seconds_since_last_pass"]
+            ages.append(-1.0 if age is None else float(age))
+            return len(ages) > 1 and 0 <= ages[-1] < ages[-2]
+
+        wait_until("the agent beats again", beat_again, BEAT_SECONDS + PROBE_TIMEOUT_SECONDS, 0.5)
 
     def test_an_agent_given_sigterm_is_alive_but_not_ready_while_it_drains(
         self, cluster: Cluster
