@@ -7,19 +7,18 @@ from __future__ import annotations
 
 import signal
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 import click
 from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
 
 from services.agent.operators.base import ResourceLimits
 from services.api.command import api_command
 from services.cli_support import build_params, parse_session_time
 from services.cli_support import fail as _fail
 from services.client_cli import CLIENT_COMMANDS
+from services.db_cli import db_group
 from services.dev_cluster import dev_command
 from services.distributed_cli import agent_command, executor_command, kill_command
 from services.embedded import (
@@ -45,16 +44,9 @@ from shared.domain.schedule import ScheduleSpec
 from shared.domain.states import AttemptState, TaskState
 from shared.domain.workflow import WorkflowDefinition
 from shared.dsl.parser import parse_workflow_file
-from shared.errors import InvalidInput, StoreUnavailable, TickworkError
+from shared.errors import InvalidInput, TickworkError
 from shared.logging import configure_logging
-from shared.store.engine import create_store_engine, describe_store_error, read_only
-from shared.store.migrate import (
-    SchemaState,
-    current_revision,
-    head_revision,
-    schema_state,
-    upgrade_database,
-)
+from shared.store.engine import read_only
 from shared.store.tasks import list_attempt_tasks
 
 
@@ -262,108 +254,7 @@ def check(workflow_files: tuple[Path, ...], project: Path | None) -> None:
                 click.echo(f"    {line}")
 
 
-@main.group()
-def db() -> None:
-    """Database schema commands."""
-
-
-@db.command()
-@click.option(
-    "--database-url",
-    envvar="TICKWORK_DATABASE_URL",
-    required=True,
-    help="Database to migrate (env TICKWORK_DATABASE_URL).",
-)
-def upgrade(database_url: str) -> None:
-    """Migrate the database to the newest schema."""
-    try:
-        engine = create_store_engine(database_url)
-        before = current_revision(engine)
-        upgrade_database(engine)
-        after = current_revision(engine)
-    except StoreUnavailable as exc:
-        _fail(f"error: {exc}")
-    except SQLAlchemyError as exc:
-        _fail(f"error: {describe_store_error(database_url, exc)}")
-    click.echo(f"database at revision {after} (was {before or 'empty'})")
-
-
-DB_WAIT_POLL_SECONDS = 2.0
-DB_WAIT_SAY_SECONDS = 15.0
-DB_URL_OPTION = click.option(
-    "--database-url",
-    envvar="TICKWORK_DATABASE_URL",
-    required=True,
-    help="The store (env TICKWORK_DATABASE_URL).",
-)
-
-
-def _schema_line(engine: Engine) -> tuple[SchemaState, str]:
-    state = schema_state(engine)
-    current, head = current_revision(engine), head_revision()
-    lines = {
-        SchemaState.EMPTY: f"the database is empty; this version needs revision {head}",
-        SchemaState.BEHIND: f"the database is at revision {current}; this version needs {head}",
-        SchemaState.CURRENT: f"the database is at revision {current}, this version's newest",
-        SchemaState.AHEAD: (
-            f"the database is at revision {current}, newer than this version's {head} "
-            "(a newer release migrated it; usable)"
-        ),
-    }
-    return state, lines[state]
-
-
-@db.command("check")
-@DB_URL_OPTION
-def db_check(database_url: str) -> None:
-    """Say whether the schema is one this version can use: exit 0 if so, 1 if
-    `tickwork db upgrade` is due."""
-    try:
-        engine = create_store_engine(database_url)
-        state, line = _schema_line(engine)
-    except StoreUnavailable as exc:
-        _fail(f"error: {exc}")
-    except SQLAlchemyError as exc:
-        _fail(f"error: {describe_store_error(database_url, exc)}")
-    click.echo(line if state.usable else f"{line}: run `tickwork db upgrade`")
-    sys.exit(0 if state.usable else 1)
-
-
-@db.command("wait")
-@DB_URL_OPTION
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0),
-    default=300.0,
-    show_default=True,
-    help="Give up after this many seconds (exit 1).",
-)
-def db_wait(database_url: str, timeout: float) -> None:
-    """Wait until the database is reachable and its schema is one this version can use
-    (an init container's command: the migration job may still be running)."""
-    deadline = time.monotonic() + timeout
-    said, said_at = "", 0.0
-    engine = None
-    while True:
-        try:
-            engine = engine or create_store_engine(database_url)
-            state, line = _schema_line(engine)
-        except StoreUnavailable as exc:
-            engine, state, line = None, SchemaState.EMPTY, str(exc)
-        except SQLAlchemyError as exc:
-            engine, state, line = None, SchemaState.EMPTY, describe_store_error(database_url, exc)
-        if state.usable:
-            click.echo(line)
-            return
-        if line != said or time.monotonic() - said_at >= DB_WAIT_SAY_SECONDS:
-            click.echo(f"waiting: {line}", err=True)
-            said, said_at = line, time.monotonic()
-        if time.monotonic() >= deadline:
-            click.echo(f"error: gave up after {timeout:g}s: {line}", err=True)
-            sys.exit(1)
-        time.sleep(min(DB_WAIT_POLL_SECONDS, max(deadline - time.monotonic(), 0.0)))
-
-
+main.add_command(db_group)
 main.add_command(scheduler_command)
 main.add_command(schedules_group)
 main.add_command(schedules_group, name="schedule")

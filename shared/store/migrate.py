@@ -41,15 +41,25 @@ def _alembic_config() -> Config:
     return config
 
 
-def upgrade_database(engine: Engine, revision: str = "head") -> None:
-    """Apply every migration up to ``revision``; a no-op on an up-to-date database."""
+def upgrade_database(engine: Engine, revision: str = "head") -> bool:
+    """Apply every migration up to ``revision``; a no-op on an up-to-date database, and on
+    one a newer release migrated (whose revision this code does not know). False then."""
     config = _alembic_config()
     with engine.begin() as connection:
         if connection.dialect.name == "postgresql":
             # Two migration jobs at once: the second waits, then finds nothing to do.
             connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
+        current = MigrationContext.configure(connection).get_current_revision()
+        if current is not None and current not in _known_revisions():
+            return False
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
+    return True
+
+
+def _known_revisions() -> set[str]:
+    scripts = ScriptDirectory.from_config(_alembic_config())
+    return {script.revision for script in scripts.walk_revisions()}
 
 
 def current_revision(engine: Engine) -> str | None:
@@ -68,11 +78,9 @@ def schema_state(engine: Engine) -> SchemaState:
     current = current_revision(engine)
     if current is None:
         return SchemaState.EMPTY
-    scripts = ScriptDirectory.from_config(_alembic_config())
-    if current == scripts.get_current_head():
+    if current == head_revision():
         return SchemaState.CURRENT
-    known = {script.revision for script in scripts.walk_revisions()}
-    return SchemaState.BEHIND if current in known else SchemaState.AHEAD
+    return SchemaState.BEHIND if current in _known_revisions() else SchemaState.AHEAD
 
 
 def is_up_to_date(engine: Engine) -> bool:

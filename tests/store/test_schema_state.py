@@ -4,6 +4,7 @@ once (two migration jobs) serialise."""
 
 from __future__ import annotations
 
+import select
 import subprocess
 import sys
 import threading
@@ -75,6 +76,41 @@ class TestDbCheck:
         assert result.output.count("\n") == 1 and "Traceback" not in result.output
 
 
+class TestDbUpgrade:
+    def test_upgrade_of_a_schema_a_newer_release_migrated_changes_nothing(
+        self, engine: Engine, database_url: str
+    ) -> None:
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE alembic_version SET version_num = '9999_next_release'"))
+        result = CliRunner().invoke(main, ["db", "upgrade", "--database-url", database_url])
+        assert result.exit_code == 0, result.output
+        assert result.output == (
+            "database at revision 9999_next_release, newer than this version's: nothing to do\n"
+        )
+        assert current_revision(engine) == "9999_next_release"
+
+    def test_services_open_a_schema_a_newer_release_migrated(self, engine: Engine) -> None:
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE alembic_version SET version_num = '9999_next_release'"))
+        assert upgrade_database(engine) is False
+        assert schema_state(engine) is SchemaState.AHEAD
+
+    def test_upgrade_with_wait_waits_for_the_server_then_gives_up_with_exit_1(self) -> None:
+        url = "postgresql://postgres@127.0.0.1:1/none"
+        started = time.monotonic()
+        result = CliRunner().invoke(main, ["db", "upgrade", "--database-url", url, "--wait", "1"])
+        assert result.exit_code == 1
+        assert time.monotonic() - started >= 1.0
+        assert "waiting: cannot use database" in result.output
+        assert "error: gave up after 1s" in result.output
+
+    def test_upgrade_without_wait_of_an_unreachable_server_is_one_line_and_exit_2(self) -> None:
+        url = "postgresql://postgres@127.0.0.1:1/none"
+        result = CliRunner().invoke(main, ["db", "upgrade", "--database-url", url])
+        assert result.exit_code == 2
+        assert result.output.count("\n") == 1 and "Traceback" not in result.output
+
+
 class TestDbWait:
     def test_wait_returns_once_the_migration_has_run(self, postgres_url: str) -> None:
         waiter = subprocess.Popen(
@@ -84,7 +120,11 @@ class TestDbWait:
             text=True,
         )
         try:
-            time.sleep(1.0)
+            assert waiter.stderr is not None
+            readable, _, _ = select.select([waiter.stderr], [], [], WAIT_TIMEOUT_SECONDS)
+            assert readable, "db wait said nothing"
+            first = waiter.stderr.readline()
+            assert first.startswith("waiting: the database is empty"), first
             assert waiter.poll() is None, "db wait returned before the schema was current"
             engine = _fresh(postgres_url)
             try:
@@ -97,7 +137,6 @@ class TestDbWait:
                 waiter.kill()
                 waiter.wait()
         assert waiter.returncode == 0, err
-        assert "waiting: the database is empty" in err
         assert f"at revision {head_revision()}" in out
 
     def test_wait_gives_up_after_its_timeout_with_exit_1(self, database_url: str) -> None:
@@ -106,6 +145,15 @@ class TestDbWait:
         )
         assert result.exit_code == 1
         assert "error: gave up after 0.5s: the database is empty" in result.output
+
+    def test_wait_refuses_a_url_it_cannot_use_at_once_with_exit_2(self) -> None:
+        result = CliRunner().invoke(
+            main, ["db", "wait", "--database-url", "mysql://root@127.0.0.1/x", "--timeout", "60"]
+        )
+        assert result.exit_code == 2
+        assert result.output == (
+            "error: unsupported database 'mysql': use sqlite:/// or postgresql://\n"
+        )
 
     def test_wait_keeps_waiting_while_the_database_is_unreachable(self) -> None:
         url = "postgresql://postgres@127.0.0.1:1/none"
