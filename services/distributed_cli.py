@@ -255,9 +255,8 @@ def agent_command(
     """Run an agent: a Celery worker that runs tasks under leases. It needs Redis only."""
     from services.agent.metrics import AgentMetrics
     from services.agent.operators.base import ResourceLimits
-    from services.agent.worker import AgentSettings, run_agent
+    from services.agent.worker import AgentSettings, agent_health, run_agent
     from shared.dispatch.celery_app import RedisSettings
-    from shared.health import LoopHealth
 
     configure_logging(log_level.upper())
     if heartbeat >= lease_ttl:
@@ -280,7 +279,7 @@ def agent_command(
         log_level=log_level.upper(),
     )
     metrics = AgentMetrics(shared_between_processes=bool(metrics_port))
-    health = LoopHealth()
+    health = agent_health()
     if metrics_port:
         metrics.serve(metrics_port, health)
     run_agent(settings, metrics, health)

@@ -59,15 +59,20 @@ class LoopHealth:
     """When a service's loop last ran, and whether the service is ready for work.
 
     Before the first beat a service is alive (it is starting: a probe's initial delay
-    or a startup probe covers that) but not ready.
+    or a startup probe covers that) but not ready. ``ready_within`` (default
+    ``stale_after``) is how recent a beat must be for readiness: an agent whose broker
+    loop waits for Redis is not ready at once, but restarted only after ``stale_after``.
     """
 
     def __init__(
         self,
         stale_after: float = STALE_AFTER_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        ready_within: float | None = None,
     ) -> None:
         self.stale_after = stale_after
+        self.ready_within = stale_after if ready_within is None else ready_within
         self.clock = clock
         self._lock = threading.Lock()
         self._started = clock()
@@ -104,7 +109,10 @@ class LoopHealth:
                 reason = self._reason if alive else f"no pass for {age:.0f}s"
             if self._draining:
                 return HealthStatus(True, False, age, self._reason)
-            ready = alive and self._ready and self._last_beat is not None
+            fresh = age is not None and age < self.ready_within
+            ready = alive and fresh and self._ready
+            if alive and not fresh and age is not None:
+                reason = f"no pass for {age:.0f}s"
             return HealthStatus(alive, ready, age, reason or ("ok" if ready else "not ready"))
 
 

@@ -67,6 +67,12 @@ SHUTDOWN = "the agent is shutting down"
 LOG_CHUNK_BYTES = 256 * 1024
 BEAT_SECONDS = 10.0
 """How often a consuming agent tells its ``/healthz`` that its event loop turns."""
+LOOP_STALE_SECONDS = 900.0
+"""How long the event loop may stand still before ``/healthz`` fails and the agent is
+restarted. The loop also stands still while Celery reconnects to Redis, and a Redis
+outage is waited out, not a reason to restart every agent: readiness goes at once."""
+
+
 LOG_STREAM_LIMIT_BYTES = 64 * 1024 * 1024
 """Bytes of one run's log streamed at most; the rest stays in the agent's own file."""
 LOG_POLL_SECONDS = 0.5
@@ -340,6 +346,12 @@ _runtime: AgentRuntime | None = None
 _runtime_pid = 0
 
 
+def agent_health() -> LoopHealth:
+    """The probes of an agent: live unless its loop stood still for
+    :data:`LOOP_STALE_SECONDS`, ready while it beat within three beats."""
+    return LoopHealth(LOOP_STALE_SECONDS, ready_within=3 * BEAT_SECONDS)
+
+
 def build_app(
     settings: AgentSettings, metrics: AgentMetrics, health: LoopHealth | None = None
 ) -> Celery:
@@ -348,7 +360,7 @@ def build_app(
     ``health`` beats from the worker's event loop every :data:`BEAT_SECONDS` once it
     consumes, and drains at SIGTERM: the agent's ``/healthz`` and ``/readyz``.
     """
-    health = health or LoopHealth()
+    health = health or agent_health()
     app = make_celery(settings.redis, name="tickwork-agent")
 
     def runtime() -> AgentRuntime:

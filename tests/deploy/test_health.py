@@ -4,6 +4,7 @@ loop turns, ``/readyz`` that the last pass succeeded; both beside ``/metrics``."
 from __future__ import annotations
 
 import json
+import threading
 import urllib.error
 import urllib.request
 from typing import Any
@@ -12,7 +13,9 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from services.agent.worker import BEAT_SECONDS
+from services.scheduler.loop import Scheduler
 from shared.health import LoopHealth, serve_health
+from shared.store.engine import create_store_engine
 from tests.fault._cluster import Cluster, workflow_text
 from tests.support.servers import find_free_port
 from tests.support.waiting import wait_until
@@ -68,6 +71,19 @@ class TestLoopHealth:
         assert status.alive and not status.ready
         assert status.reason == "the store is unavailable"
 
+    def test_a_service_whose_beat_is_late_for_readiness_is_not_ready_but_still_alive(
+        self,
+    ) -> None:
+        clock = FakeClock()
+        health = LoopHealth(stale_after=900, clock=clock, ready_within=30)
+        health.beat()
+        clock.now += 31
+        status = health.status()
+        assert status.alive and not status.ready
+        assert status.reason == "no pass for 31s"
+        health.beat()
+        assert health.status().ready
+
     def test_a_draining_service_stays_alive_however_long_it_drains(self) -> None:
         clock = FakeClock()
         health = LoopHealth(stale_after=60, clock=clock)
@@ -77,6 +93,27 @@ class TestLoopHealth:
         status = health.status()
         assert status.alive and not status.ready
         assert status.reason == "draining: SIGTERM received"
+
+
+class TestSchedulerHealth:
+    def test_a_scheduler_whose_store_is_down_stays_alive_but_not_ready(self) -> None:
+        engine = create_store_engine("postgresql://postgres@127.0.0.1:1/unreachable")
+        scheduler = Scheduler(engine)
+        thread = threading.Thread(target=scheduler.run_forever, daemon=True)
+        thread.start()
+        try:
+            wait_until(
+                "the scheduler notes the store is down",
+                lambda: scheduler.health.status().reason == "the store is unavailable",
+                PROBE_TIMEOUT_SECONDS,
+            )
+            status = scheduler.health.status()
+            assert status.alive and not status.ready
+        finally:
+            scheduler.stop()
+            thread.join(timeout=PROBE_TIMEOUT_SECONDS)
+            engine.dispose()
+        assert not thread.is_alive()
 
 
 class TestHealthServer:
