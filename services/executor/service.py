@@ -48,7 +48,9 @@ from shared.store.projects import archive_reader
 log = logging.getLogger(__name__)
 
 LOCK_KEY = 0x7469636B  # "tick": the advisory lock only the active executor holds
-STANDBY_POLL_SECONDS = 1.0
+STANDBY_POLL_SECONDS = 0.25
+"""How often a standby tries the executor lock: the handover's wait after the active one
+stops (a pooled connection and one query each time)."""
 IDLE_CAP_SECONDS = 1.0
 GAUGE_SECONDS = 2.0
 LOCK_CHECK_SECONDS = 5.0
@@ -82,10 +84,15 @@ class NotifyListener:
         """Listen in a background thread."""
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop listening (within a second)."""
+    def running(self) -> bool:
+        """Whether the listening thread is still alive."""
+        return self._thread.is_alive()
+
+    def stop(self, *, wait: bool = True) -> None:
+        """Stop listening (within a second); ``wait=False`` returns at once."""
         self._stop.set()
-        self._thread.join(timeout=5)
+        if wait:
+            self._thread.join(timeout=5)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -124,6 +131,7 @@ class ExecutorService:
             max_tasks_per_attempt=settings.max_tasks_per_attempt,
         )
         self.health = LoopHealth()
+        self._listeners: list[NotifyListener] = []  # stopped, joined at the end
         self._stop = threading.Event()
 
     def stop(self) -> None:
@@ -140,6 +148,8 @@ class ExecutorService:
                         continue
                     self._run_active(lock_conn)
         finally:
+            for listener in self._listeners:
+                listener.stop()
             self.dispatcher.close()
             self.engine.dispose()
 
@@ -185,11 +195,14 @@ class ExecutorService:
         listener = NotifyListener(self.settings.database_url, self.dispatcher)
         if self.is_postgres:
             listener.start()
+            self._listeners = [other for other in self._listeners if other.running()]
+            self._listeners.append(listener)
         try:
             self._loop(lock_conn)
         finally:
-            if self.is_postgres:
-                listener.stop()
+            # The listener may sit in a one-second wait: it is not waited for here, so
+            # that the lock (released once this returns) goes to a standby at once.
+            listener.stop(wait=False)
 
     def _loop(self, lock_conn: Connection) -> None:
         backoff = 0.05
