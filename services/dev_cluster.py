@@ -6,11 +6,13 @@ bad); the PostgreSQL database is created if missing and migrated in this process
 service waits for a schema. Each service is ``tickwork <service>`` run by this process's
 Python and configured through its ``TICKWORK_*`` variables. honcho runs each in a session
 of its own, prefixes and colours its lines, stops them all when one ends or on a signal,
-and SIGKILLs what is left 5 s later.
+and SIGKILLs what is left 5 s later. A stop is sent as in the container image: SIGTERM to
+each service's own process only (see :class:`MainProcessStop`).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import shlex
 import signal
@@ -37,8 +39,12 @@ from services.dev_checks import (
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/tickwork_dev"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 STOP_GRACE_SECONDS = 3
-"""How long the API's requests and the agents' tasks may finish after SIGTERM: less than
-honcho's 5 s before SIGKILL, so each service stops on its own and gives its tasks back."""
+"""How long the API's requests and the agents' tasks may finish after SIGTERM."""
+KILL_WAIT_SECONDS = STOP_GRACE_SECONDS + 7
+"""When honcho SIGKILLs what is left (its own default is 5 s, counted from the first
+service that stopped): well after the grace, as Kubernetes' 330 s are after an agent's
+300, so that an agent gives back a task still running and then exits on its own (Celery
+takes 2 to 3 s to stop its pool)."""
 API_READY_TIMEOUT_SECONDS = 60.0
 """How long the project push waits for the API to answer ``/readyz``."""
 
@@ -177,6 +183,34 @@ def _same(value: object) -> object:
     return value
 
 
+class MainProcessStop:
+    """A process manager for honcho's manager: ``terminate`` sends SIGTERM to a
+    service's own process only, as tini does in the container image, and ``kill`` SIGKILLs
+    its whole process group, as honcho does.
+
+    honcho's own terminate signals the whole group. An agent's Celery pool processes would
+    then die at once, taking their running tasks with them, instead of going through the
+    worker's warm shutdown: the main process stops taking messages, lets running tasks
+    finish for ``TICKWORK_AGENT_GRACE_SECONDS``, then tells its pool processes to give them
+    back. The API's gunicorn and the other services likewise stop their own children.
+    """
+
+    def terminate(self, pid: int) -> None:
+        _send(os.kill, pid, signal.SIGTERM)
+
+    def kill(self, pid: int) -> None:
+        _send(os.killpg, pid, signal.SIGKILL)
+
+
+def _send(send: Callable[[int, int], None], pid: int, signum: int) -> None:
+    """Send a signal, ignoring a process already gone or no longer ours (as honcho does)."""
+    try:
+        send(pid, signum)
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ESRCH):
+            raise
+
+
 def printer_line(manager: Any) -> Callable[[str], None]:
     """A function printing a line among the services' output, prefixed ``dev``."""
     from honcho.printer import Message  # type: ignore[import-untyped]
@@ -260,10 +294,12 @@ def run_cluster(
     processes: list[ServiceProcess], start_push: Callable[[Callable[[str], None]], None]
 ) -> int:
     """Run the processes until one ends or a signal comes; the exit status to end with."""
-    from honcho.manager import Manager  # type: ignore[import-untyped]
+    from honcho import manager as honcho_manager  # type: ignore[import-untyped]
 
-    manager = Manager()
+    honcho_manager.KILL_WAIT = KILL_WAIT_SECONDS  # read by Manager.loop at each turn
+    manager = honcho_manager.Manager()
     watch = ExitWatch(manager)
+    manager._procmgr = MainProcessStop()  # where honcho keeps its process manager
     for process in processes:
         # exec: the process honcho signals is the service itself, not a shell around it.
         manager.add_process(process.name, "exec " + shlex.join(process.argv), env=process.env)

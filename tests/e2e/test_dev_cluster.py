@@ -10,6 +10,7 @@ killed.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import re
@@ -20,13 +21,25 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
+import redis
 
+from services.agent.worker import SHUTDOWN
+from services.dev_cluster import KILL_WAIT_SECONDS, STOP_GRACE_SECONDS
+from shared.dispatch.events import EventStream
+from shared.dispatch.messages import TaskReleased, event_from_json
 from tests.e2e._run import Project, tickwork_command
-from tests.fault._cluster import base_environment, is_running, processes_in_session
+from tests.fault._cluster import (
+    Ledger,
+    base_environment,
+    is_running,
+    processes_in_session,
+    session_of,
+    workflow_text,
+)
 from tests.support.servers import find_free_port
 from tests.support.waiting import wait_until
 
@@ -39,6 +52,8 @@ STOP_TIMEOUT_SECONDS = 15.0
 """honcho SIGKILLs a service 5 s after SIGTERM; this leaves room for the rest."""
 FAIL_TIMEOUT_SECONDS = 15.0
 STARTED_LINE = re.compile(r"\| (?P<name>\S+) started \(pid=(?P<pid>\d+)\)$", re.MULTILINE)
+LONG_TASK_SECONDS = 60
+"""How long the task that Ctrl-C interrupts would sleep: far longer than the stop grace."""
 
 
 def free_port_block(count: int) -> int:
@@ -95,6 +110,32 @@ class DevProcess:
             os.killpg(self.process.pid, signal.SIGKILL)  # it and honcho's readers
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=STOP_TIMEOUT_SECONDS)
+
+
+def processes_in_group(group: int) -> list[int]:
+    """Pids of every live process whose process group is ``group``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text(encoding="ascii", errors="replace")
+        except OSError:
+            continue  # not a process, or gone
+        fields = stat.rpartition(")")[2].split()
+        if int(fields[2]) == group and is_running(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def released_tasks(redis_url: str, redis_prefix: str) -> list[TaskReleased]:
+    """The ``released`` events agents left in the event stream under ``redis_prefix``."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        stream = EventStream(client, redis_prefix)
+        entries = cast(list[tuple[bytes, dict[bytes, bytes]]], client.xrange(stream.key))
+    finally:
+        client.close()
+    events = (event_from_json(json.loads(fields[b"e"])) for _id, fields in entries)
+    return [event for event in events if isinstance(event, TaskReleased)]
 
 
 def dev_arguments(database_url: str, redis_url: str, redis_prefix: str, root: Path) -> list[str]:
@@ -259,3 +300,73 @@ def test_when_one_service_dies_the_others_are_stopped_and_the_status_names_it(
         wait_until(
             "no service process is left", lambda: not dev.live_processes(), STOP_TIMEOUT_SECONDS
         )
+
+
+def test_ctrl_c_lets_an_agent_give_back_a_running_task_after_the_grace_as_in_kubernetes(
+    postgres_url: str, redis_url: str, redis_prefix: str, tmp_path: Path
+) -> None:
+    # Given tickwork dev with a project whose one task notes its start, then sleeps far
+    # longer than the stop grace
+    ledger = Ledger(tmp_path / "ledger.txt")
+    project = Project.empty(tmp_path)
+    task = ledger.task("sleep", sleep_seconds=LONG_TASK_SECONDS)
+    project.write("long.dig", workflow_text({"sleep": task}))
+    arguments = [
+        *dev_arguments(postgres_url, redis_url, redis_prefix, tmp_path),
+        "--project",
+        str(project.root),
+    ]
+    with running_dev(arguments, tmp_path) as dev:
+        wait_until(
+            f"the project was pushed; output so far:\n{dev.output()}",
+            lambda: "| pushed project project" in dev.output() or dev.process.poll() is not None,
+            READY_TIMEOUT_SECONDS,
+            poll=0.2,
+        )
+        assert dev.process.poll() is None, dev.output()
+
+        # and the task runs on an agent
+        started = httpx.post(
+            f"{dev.api_url}/api/attempts", json={"project": "project", "workflow": "long"}
+        )
+        assert started.status_code == 201, started.text
+        wait_until(
+            f"the task started; output so far:\n{dev.output()}",
+            lambda: bool(ledger.starts("sleep")),
+            RUN_TIMEOUT_SECONDS,
+            poll=0.2,
+        )
+        run = ledger.starts("sleep")[0]
+        shell = run.pid  # it leads the task's own process group
+        assert not released_tasks(redis_url, redis_prefix)
+        agents = {pid: name for name, pid in dev.service_pids().items()}
+        agent = agents[session_of(shell) or 0]
+
+        # When Ctrl-C (SIGINT) reaches tickwork dev
+        dev.process.send_signal(signal.SIGINT)
+
+        # Then it ends with honcho's status for SIGINT
+        assert dev.process.wait(timeout=STOP_TIMEOUT_SECONDS) == 130, dev.output()
+        output = dev.output()
+        # and the agent running the task waited out the grace and gave the task back
+        grace_over = rf"^\S+ {re.escape(agent)} +\| .*grace of {STOP_GRACE_SECONDS:g}s over: "
+        assert re.search(grace_over + "releasing running tasks$", output, re.MULTILINE), output
+        released = [(e.lease_token, e.reason) for e in released_tasks(redis_url, redis_prefix)]
+        assert released == [(run.token, SHUTDOWN)], output
+        # with its pool processes stopped by the worker, not by a SIGTERM of their own
+        assert "exited with 'signal 15 (SIGTERM)'" not in output, output
+        # and nothing of the task's shell is left (the cleanup kills the agent's session,
+        # which holds the task's process group, whatever happens)
+        wait_until(
+            f"no process of the task's group {shell} is left",
+            lambda: not processes_in_group(shell),
+            STOP_TIMEOUT_SECONDS,
+            poll=0.2,
+        )
+        assert not ledger.ends("sleep"), ledger.text()
+
+
+def test_the_stop_grace_ends_well_before_honcho_sigkills_what_is_left() -> None:
+    # An agent's grace must be over, its tasks given back and its pool stopped (2 to 3 s)
+    # before honcho's SIGKILL
+    assert STOP_GRACE_SECONDS + 5 <= KILL_WAIT_SECONDS
