@@ -4,8 +4,10 @@ The cluster is separate processes on PostgreSQL and Redis (tests/fault/_cluster.
 (gunicorn), scheduler, executor and agents. While a workflow scheduled ``@every 10s`` and
 a manual workflow of sequential tasks run, each agent is replaced by a new one and then
 stopped with SIGTERM in the middle of a task (one with a long grace, which lets the task
-finish; one with a short grace, which gives the task back to run elsewhere); then the
-scheduler is replaced, and the executor too while a task runs. Afterwards every attempt
+finish; one with a short grace, which gives the task back to run elsewhere); then the next
+release's migration runs (the schema's revision becomes one this code does not know, as
+when a newer release migrated it additively), and the scheduler and the executor are
+replaced on it, the executor while a task runs. Afterwards every attempt
 succeeded as the API reports it, and the scheduled sessions are one per scheduled time,
 none missing and none twice, from the first to well after the last replacement.
 """
@@ -20,6 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
 from shared.clock import utc_now
 from shared.dsl.archive import pack_project
@@ -30,6 +33,8 @@ from tests.support.waiting import wait_until
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(240)]
 
 ADMIN_TOKEN = "rolling-admin-token"
+NEXT_RELEASE = "9999_next_release"
+"""The schema revision the next release's migration leaves (unknown to this code)."""
 PROJECT = "rolling"
 SCHEDULED = "tick"
 MANUAL = "steps"
@@ -230,6 +235,10 @@ def test_a_rolling_upgrade_of_every_service_misses_no_session_and_fails_no_attem
     # When each agent is replaced: a new one starts, the old one is stopped mid-task
     finished, a1_exit = replace_agent(cluster, "a1", "a3")
     given_back, a2_exit = replace_agent(cluster, "a2", "a4")
+    # and the next release's migration job has run: an additive migration, whose revision
+    # the running code does not know (the services started from here must accept it)
+    with cluster.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = :v"), {"v": NEXT_RELEASE})
     # and the scheduler is replaced
     cluster.start_scheduler("s2")
     s1_exit = terminate(cluster, cluster.services["s1"])
