@@ -55,18 +55,15 @@ import argparse
 import itertools
 import json
 import os
-import secrets
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager, suppress
+from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -75,6 +72,18 @@ from typing import Any, TypeVar
 import psycopg
 import redis
 from _event_tap import AgentTimes, EventTap
+from _services import (
+    BenchFailed,
+    Service,
+    free_port,
+    metric_total,
+    read_metrics,
+    redis_prefix,
+    running,
+    service_env,
+    start_service,
+    wait_until,
+)
 from _stores import percentile, throwaway_database
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -99,7 +108,6 @@ RAW_WARMUP_TASKS = 20
 ATTEMPT_POLL_SECONDS = 0.01
 START_TIMEOUT_SECONDS = 60.0  # a service up, a worker ready, a warm-up attempt done
 ATTEMPT_TIMEOUT_SECONDS = 300.0  # a timed attempt, or the raw client's batch
-STOP_TIMEOUT_SECONDS = 15.0  # after SIGTERM, before SIGKILL
 BENCH_DIR = Path(__file__).resolve().parent
 BIN_DIR = Path(sys.executable).parent
 
@@ -109,171 +117,7 @@ TARGET_HOP_P50_MS = 10.0
 TARGET_HOP_P99_MS = 30.0
 
 
-class BenchFailed(Exception):
-    """A service misbehaved, or an attempt did not end as it should have."""
-
-
-# --- processes ---------------------------------------------------------------------------
-
-
-@dataclass
-class Service:
-    """One OS process of the benchmark, in a process group of its own."""
-
-    name: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
-    metrics_port: int | None = None
-
-    def log_tail(self, lines: int = 15) -> str:
-        """The last lines of the service's log, indented, for an error message."""
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return "    (no log)"
-        return "\n".join(f"    {line}" for line in text.splitlines()[-lines:]) or "    (empty log)"
-
-    def check_alive(self) -> None:
-        """Raise BenchFailed, with the log's tail, if the process has exited."""
-        if self.process.poll() is not None:
-            raise BenchFailed(
-                f"{self.name} exited with status {self.process.returncode}; "
-                f"log {self.log_path}:\n{self.log_tail()}"
-            )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def service_env(**values: str) -> dict[str, str]:
-    """This process's environment without any TICKWORK_* variable, plus ``values``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
-    return {**env, **values}
-
-
-def start_service(
-    name: str,
-    command: Sequence[str],
-    env: dict[str, str],
-    log_dir: Path,
-    cwd: Path,
-    metrics_port: int | None = None,
-) -> Service:
-    """Start ``command`` in a new session (its own process group), logging to a file."""
-    log_path = log_dir / f"{name}.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            list(command),
-            env=env,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    return Service(name, process, log_path, metrics_port)
-
-
-def stop_services(services: Sequence[Service]) -> None:
-    """SIGTERM every process group, wait for the leaders, then SIGKILL what is left."""
-    for service in services:
-        _signal_group(service, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
-    for service in services:
-        with suppress(subprocess.TimeoutExpired):
-            service.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-    for service in services:  # the leader may be gone and its pool children not
-        _signal_group(service, signal.SIGKILL)
-        with suppress(subprocess.TimeoutExpired):
-            service.process.wait(timeout=5)
-
-
-def _signal_group(service: Service, signum: int) -> None:
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(service.process.pid, signum)
-
-
-@contextmanager
-def running(services: list[Service]) -> Iterator[list[Service]]:
-    """Stop every service appended to ``services`` when the block ends, however it ends."""
-    try:
-        yield services
-    finally:
-        stop_services(services)
-
-
-def wait_until(
-    condition: Callable[[], bool],
-    timeout_seconds: float,
-    what: str,
-    services: Sequence[Service],
-    interval_seconds: float = 0.1,
-) -> None:
-    """Poll ``condition`` until it holds; fail if a service dies or the time runs out."""
-    deadline = time.monotonic() + timeout_seconds
-    while True:
-        if condition():
-            return
-        for service in services:
-            service.check_alive()
-        if time.monotonic() > deadline:
-            raise BenchFailed(f"timed out after {timeout_seconds:.0f} s waiting for {what}")
-        time.sleep(interval_seconds)
-
-
-def read_metrics(port: int | None) -> dict[str, float] | None:
-    """A Prometheus text page as ``{"name{labels}": value}``; None if it cannot be read."""
-    if port is None:
-        return None
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as page:
-            body = page.read().decode()
-    except OSError:
-        return None
-    values: dict[str, float] = {}
-    for line in body.splitlines():
-        if line and not line.startswith("#"):
-            key, _, value = line.rpartition(" ")
-            try:
-                values[key] = float(value)
-            except ValueError:
-                continue
-    return values
-
-
-def metric_total(metrics: dict[str, float] | None, name: str) -> float | None:
-    """The sum of a metric over its labels (``name`` or ``name{...}``)."""
-    if metrics is None:
-        return None
-    found = [v for k, v in metrics.items() if k == name or k.startswith(name + "{")]
-    return sum(found) if found else None
-
-
-# --- stores ------------------------------------------------------------------------------
-
-
-@contextmanager
-def redis_prefix(redis_url: str) -> Iterator[str]:
-    """A fresh key prefix ``tickwork_bench_<hex>:``; its keys are deleted afterwards."""
-    prefix = f"tickwork_bench_{secrets.token_hex(4)}:"
-    client = redis.Redis.from_url(redis_url, socket_timeout=10)
-    client.ping()
-    try:
-        yield prefix
-    finally:
-        batch: list[bytes] = []
-        for key in client.scan_iter(match=f"{prefix}*", count=1000):
-            batch.append(key)
-            if len(batch) >= 1000:
-                client.delete(*batch)
-                batch = []
-        if batch:
-            client.delete(*batch)
-        client.close()
+# --- processes and stores: bench/_services.py ----------------------------------------------
 
 
 # --- (b) raw Celery ----------------------------------------------------------------------

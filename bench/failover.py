@@ -1,0 +1,675 @@
+"""Failover: what a rolling upgrade costs, with real executors, agents and schedulers.
+
+Three parts, one after another, each on real ``tickwork`` processes:
+
+(1) executor handover: two ``tickwork executor`` processes (one active, holding the
+    PostgreSQL advisory lock, the other standing by; ``tickwork_executor_active`` on
+    their metrics ports says which) and two ``tickwork agent --concurrency 1``. A chain
+    of 300 ``echo>: x`` tasks, each waiting for the one before, runs; when half of it is
+    done the active executor gets SIGTERM (a rolling upgrade stopping it), and in a
+    second chain SIGKILL (a crash: PostgreSQL drops its lock when the connection
+    closes). Between the two a new executor takes the stopped one's place as standby.
+    The figure is the largest gap between consecutive task completions
+    (``tasks.finished_at[n+1] - finished_at[n]``, as bench/dispatch.py measures a hop),
+    against the median hop of the rest of the two chains;
+(2) agent drain: an agent serving a queue of its own runs one task that sleeps 2 s and
+    gets SIGTERM (on its main process only, as tini passes it on) once the task has
+    started: the time until the process exits, which should be about the task's
+    remaining time, and whether the task's result was applied exactly once (one run, one
+    ``task_logs`` row, lease token 1). Then an idle agent's SIGTERM-to-exit time;
+(3) scheduler handover: five ``@every 1s`` schedules and two ``tickwork scheduler``
+    processes, which share due schedules (``FOR UPDATE SKIP LOCKED``) rather than
+    standing by. After 8 s one gets SIGTERM; 8 s later the sessions emitted in between
+    are read. The emission lag of a session is its ``created_at`` (the database clock
+    when the emitting transaction began) minus its session time; every whole second of
+    the window must have exactly one session per schedule.
+
+There is no peer to compare with: Celery beat has no standby, and a second beat emits
+every entry twice. The JSON says so (``"peer": null``).
+
+Everything runs in a throwaway database ``tickwork_bench_<hex>`` on
+TICKWORK_BENCH_DATABASE_URL (default: the local server), dropped at the end, and under a
+Redis prefix of its own on TICKWORK_BENCH_REDIS_URL (default: the local server), whose
+keys are deleted at the end. Services are OS processes in their own process groups, with
+their logs in a temporary directory (kept after a failure); they are stopped (SIGTERM,
+then SIGKILL) even after a failure or Ctrl-C. Progress goes to stderr, one line per
+step; the last stdout line is one JSON object of figures. It takes about a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import psycopg
+import redis
+from _services import (
+    BenchFailed,
+    Service,
+    free_port,
+    is_ready,
+    metric_total,
+    read_metrics,
+    redis_prefix,
+    running,
+    service_env,
+    start_service,
+    wait_until,
+)
+from _stores import percentile, throwaway_database
+from rich.console import Console
+from sqlalchemy import Engine, func, select
+from sqlalchemy.engine import make_url
+
+from services.embedded import RunRequest, create_run_attempt, default_session_time, open_store
+from shared.clock import SystemClock
+from shared.dispatch.messages import DEFAULT_QUEUE
+from shared.domain.states import AttemptState, TaskState
+from shared.dsl.parser import parse_workflow_text
+from shared.store import emission as emission_store
+from shared.store import projects as project_store
+from shared.store import schedules as schedule_store
+from shared.store.sessions import get_attempt_state
+from shared.store.tables import schedules, sessions, task_logs, tasks
+from shared.store.tasks import TaskRow, list_attempt_tasks
+
+DEFAULT_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+BENCH_DIR = Path(__file__).resolve().parent
+BIN_DIR = Path(sys.executable).parent
+
+CHAIN_TASKS = 300
+AGENTS = 2  # each with --concurrency 1
+WARMUP_TASKS = 10
+WARMUP_ROUNDS = 5  # warm-up attempts at most, until every agent has run a task
+DRAIN_QUEUE = "drain"  # served only by the agent being drained
+DRAIN_TASK_SECONDS = 2.0
+DRAIN_GRACE_SECONDS = 30.0  # the agent's default: longer than the task
+SCHEDULES = 5
+SCHEDULE_EVERY = "@every 1s"
+SCHEDULE_INTERVAL_SECONDS = 1
+SCHEDULER_BEFORE_SECONDS = 8.0  # both schedulers emitting, before the SIGTERM
+SCHEDULER_AFTER_SECONDS = 8.0  # one scheduler emitting, after it
+POLL_SECONDS = 0.01
+START_TIMEOUT_SECONDS = 60.0  # a service up and ready, a warm-up attempt done
+ATTEMPT_TIMEOUT_SECONDS = 120.0
+EXIT_TIMEOUT_SECONDS = 60.0  # a signalled service gone
+
+
+# --- the cluster ---------------------------------------------------------------------------
+
+
+class Cluster:
+    """The store, the Redis prefix and the services of one part; starts and feeds them."""
+
+    def __init__(self, url: str, redis_at: tuple[str, str], work_dir: Path) -> None:
+        self.url = url
+        self.redis_url, self.redis_prefix = redis_at
+        self.work_dir = work_dir
+        work_dir.mkdir(exist_ok=True)
+        self.engine = open_store(url)
+        self.project_dir = work_dir / "project"
+        self.project_dir.mkdir(exist_ok=True)
+        self.task_log_dir = work_dir / "task-logs"
+        self.task_log_dir.mkdir(exist_ok=True)
+        self.services: list[Service] = []
+        self._serial = itertools.count(1)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def _start(self, kind: str, command: list[str], env: dict[str, str]) -> Service:
+        """Start ``tickwork <command>`` on a metrics port of its own, named ``kind-<n>``."""
+        port = free_port()
+        env = service_env(**env, TICKWORK_METRICS_PORT=str(port))
+        argv = [str(BIN_DIR / "tickwork"), *command, "--metrics-port", str(port)]
+        name = f"{kind}-{next(self._serial)}"
+        service = start_service(name, argv, env, self.work_dir, self.work_dir, port)
+        self.services.append(service)
+        return service
+
+    def start_executor(self) -> Service:
+        env = {
+            "TICKWORK_DATABASE_URL": self.url,
+            "TICKWORK_REDIS_URL": self.redis_url,
+            "TICKWORK_REDIS_PREFIX": self.redis_prefix,
+            "TICKWORK_LOG_DIR": str(self.task_log_dir),
+        }
+        return self._start("executor", ["executor"], env)
+
+    def start_agent(self, queue: str = DEFAULT_QUEUE) -> Service:
+        env = {"TICKWORK_REDIS_URL": self.redis_url, "TICKWORK_REDIS_PREFIX": self.redis_prefix}
+        command = ["agent", "--concurrency", "1", "--queues", queue]
+        return self._start("agent", [*command, "--grace", f"{DRAIN_GRACE_SECONDS:g}"], env)
+
+    def start_scheduler(self) -> Service:
+        return self._start("scheduler", ["scheduler"], {"TICKWORK_DATABASE_URL": self.url})
+
+    def wait_ready(self, service: Service) -> None:
+        """Wait until the service's ``/readyz`` answers 200."""
+        wait_until(
+            lambda: is_ready(service.metrics_port),
+            START_TIMEOUT_SECONDS,
+            f"{service.name} to be ready",
+            [service],
+        )
+
+    def create_attempt(self, name: str, text: str) -> int:
+        """Store workflow ``name`` and create an attempt of it; the executor picks it up."""
+        definition = parse_workflow_text(text, f"{name}.dig", self.project_dir)
+        request = RunRequest(
+            definition=definition,
+            project_dir=self.project_dir,
+            state_dir=self.project_dir / ".tickwork",
+            database_url=self.url,
+            params={},
+            session_time=default_session_time(definition, SystemClock().now()),
+        )
+        with self.engine.begin() as conn:
+            return create_run_attempt(conn, request, SystemClock().now()).attempt_id
+
+    def wait_for_attempt(self, attempt_id: int, alive: Sequence[Service]) -> AttemptState:
+        """Poll the attempt until it is done; fail if one of ``alive`` dies or on timeout."""
+        states: list[AttemptState] = []
+
+        def done() -> bool:
+            with self.engine.connect() as conn:
+                states.append(get_attempt_state(conn, attempt_id))
+            return states[-1].is_done
+
+        wait_until(done, ATTEMPT_TIMEOUT_SECONDS, f"attempt {attempt_id} to end", alive, 0.05)
+        return states[-1]
+
+    def tasks_done(self, attempt_id: int) -> int:
+        """How many of the attempt's tasks have succeeded."""
+        query = select(func.count()).where(
+            tasks.c.attempt_id == attempt_id,
+            tasks.c.state == TaskState.SUCCESS.value,
+            tasks.c.is_group.is_(False),
+        )
+        with self.engine.connect() as conn:
+            return int(conn.execute(query).scalar_one())
+
+    def operator_tasks(self, attempt_id: int) -> list[TaskRow]:
+        """The attempt's operator tasks in definition order."""
+        with self.engine.connect() as conn:
+            rows = [r for r in list_attempt_tasks(conn, attempt_id) if not r.is_group]
+        return sorted(rows, key=lambda r: r.position)
+
+    def applied_tokens(self, task_id: int) -> list[int]:
+        """Lease tokens of the results applied to a task: one ``task_logs`` row each."""
+        query = select(task_logs.c.lease_token).where(task_logs.c.task_id == task_id)
+        with self.engine.connect() as conn:
+            return [int(token) for token in conn.scalars(query.order_by(task_logs.c.id))]
+
+
+def workflow_text(length: int, parallel: bool) -> str:
+    """One group of ``length`` no-op ``echo>: x`` tasks, fanned out or chained."""
+    lines = ["+all:"]
+    if parallel:
+        lines.append("  _parallel: true")
+    for index in range(length):
+        lines += [f"  +t{index:05d}:", "    echo>: x"]
+    return "\n".join(lines) + "\n"
+
+
+def check_succeeded(name: str, state: AttemptState, rows: list[TaskRow], length: int) -> None:
+    """Fail unless the attempt succeeded with all ``length`` of its tasks."""
+    succeeded = sum(1 for r in rows if r.state is TaskState.SUCCESS)
+    if state is not AttemptState.SUCCESS or succeeded != length:
+        raise BenchFailed(
+            f"{name}: attempt ended {state.value} with {succeeded} of {length} tasks succeeded"
+        )
+
+
+def wait_exit(service: Service) -> float:
+    """Wait for the service's main process to exit; the monotonic time it was seen gone."""
+    deadline = time.monotonic() + EXIT_TIMEOUT_SECONDS
+    while service.process.poll() is None:
+        if time.monotonic() > deadline:
+            raise BenchFailed(f"{service.name} still running {EXIT_TIMEOUT_SECONDS:.0f} s on")
+        time.sleep(POLL_SECONDS)
+    return time.monotonic()
+
+
+# --- (1) executor handover -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Handover:
+    """One chain during which the active executor was stopped."""
+
+    how: str  # "sigterm" or "sigkill"
+    signalled_at: float  # unix seconds
+    exit_seconds: float  # the signal to the old process gone
+    rows: list[TaskRow]  # operator tasks, in chain order
+
+    @property
+    def finished(self) -> list[float]:
+        return [row.finished_at.timestamp() for row in self.rows if row.finished_at]
+
+    @property
+    def hops(self) -> list[float]:
+        """``finished_at[n+1] - finished_at[n]`` along the chain, in seconds."""
+        return [after - before for before, after in itertools.pairwise(self.finished)]
+
+    def steady_hops(self) -> list[float]:
+        """The hops but the one across the signal."""
+        pairs = itertools.pairwise(self.finished)
+        return [b - a for a, b in pairs if not a <= self.signalled_at < b]
+
+    @property
+    def signal_to_next_seconds(self) -> float:
+        """The signal to the first task completed after it (by the new active executor)."""
+        return min(t for t in self.finished if t > self.signalled_at) - self.signalled_at
+
+    @property
+    def reruns(self) -> int:
+        """Tasks dispatched more than once (a lease token above 1)."""
+        return sum(1 for row in self.rows if row.lease_token != 1)
+
+
+def active_executor(executors: Sequence[Service]) -> Service | None:
+    """The one executor whose gauge says it is active (None unless exactly one does)."""
+    gauges = [
+        metric_total(read_metrics(e.metrics_port), "tickwork_executor_active") for e in executors
+    ]
+    active = [e for e, gauge in zip(executors, gauges, strict=True) if gauge == 1]
+    if len(active) != 1 or any(gauge is None for gauge in gauges):
+        return None
+    return active[0]
+
+
+def warm_up(cluster: Cluster, executors: Sequence[Service], agents: Sequence[Service]) -> None:
+    """Run small fan-outs until every agent has run a task: the services are ready."""
+    for round_number in range(1, WARMUP_ROUNDS + 1):
+        attempt = cluster.create_attempt(
+            f"warmup_{round_number}", workflow_text(WARMUP_TASKS, parallel=True)
+        )
+        state = cluster.wait_for_attempt(attempt, cluster.services)
+        rows = cluster.operator_tasks(attempt)
+        check_succeeded(f"warm-up {round_number}", state, rows, WARMUP_TASKS)
+        ran = [
+            metric_total(read_metrics(a.metrics_port), "tickwork_agent_tasks_total") for a in agents
+        ]
+        if all(count for count in ran):
+            return
+    raise BenchFailed(f"after {WARMUP_ROUNDS} warm-up attempts not every agent had run a task")
+
+
+def run_handover(cluster: Cluster, executors: list[Service], how: str) -> Handover:
+    """Run a chain, stop the active executor half-way through, and put a standby in its
+    place once the chain is done (``executors`` is updated)."""
+    active: list[Service | None] = [None]
+
+    def one_active() -> bool:
+        active[0] = active_executor(executors)
+        return active[0] is not None
+
+    wait_until(one_active, START_TIMEOUT_SECONDS, "exactly one active executor", executors)
+    stopped = active[0]
+    assert stopped is not None
+    attempt = cluster.create_attempt(f"chain_{how}", workflow_text(CHAIN_TASKS, parallel=False))
+    wait_until(
+        lambda: cluster.tasks_done(attempt) >= CHAIN_TASKS // 2,
+        ATTEMPT_TIMEOUT_SECONDS,
+        "half of the chain",
+        executors,
+        POLL_SECONDS,
+    )
+    signalled_at, signalled = time.time(), time.monotonic()
+    if how == "sigterm":
+        stopped.process.send_signal(signal.SIGTERM)  # the main process, as tini passes it on
+    else:
+        stopped.signal_group(signal.SIGKILL)
+    exit_seconds = wait_exit(stopped) - signalled
+    executors.remove(stopped)
+    state = cluster.wait_for_attempt(attempt, executors)
+    rows = cluster.operator_tasks(attempt)
+    check_succeeded(f"chain_{how}", state, rows, CHAIN_TASKS)
+    standby = cluster.start_executor()
+    executors.append(standby)
+    wait_until(
+        lambda: read_metrics(standby.metrics_port) is not None and one_active(),
+        START_TIMEOUT_SECONDS,
+        "the new executor to stand by",
+        executors,
+    )
+    return Handover(how, signalled_at, exit_seconds, rows)
+
+
+def describe_handover(run: Handover) -> str:
+    return (
+        f"(1) {run.how} of the active executor: largest gap {1000 * max(run.hops):.0f} ms, "
+        f"signal to the next task done {1000 * run.signal_to_next_seconds:.0f} ms, old "
+        f"process gone after {1000 * run.exit_seconds:.0f} ms, {run.reruns} tasks run again"
+    )
+
+
+# --- (2) agent drain -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Drain:
+    """A busy agent's and an idle agent's SIGTERM to exit."""
+
+    busy_seconds: float
+    busy_remaining_seconds: float  # what was left of the task's sleep at the signal
+    busy_exit_code: int
+    applied_once: bool
+    idle_seconds: float
+    idle_exit_code: int
+
+
+def drain_text(ledger: Path) -> str:
+    """One task on the drain queue that notes its start and end around a sleep."""
+    command = (
+        f"echo start $(date +%s.%N) >> {ledger}; sleep {DRAIN_TASK_SECONDS:g}; "
+        f"echo end $(date +%s.%N) >> {ledger}"
+    )
+    return f'+sleep:\n  _queue: {DRAIN_QUEUE}\n  sh>: "{command}"\n'
+
+
+def ledger_lines(ledger: Path, word: str) -> list[float]:
+    """The times noted with ``word`` in the ledger, in unix seconds."""
+    try:
+        text = ledger.read_text()
+    except FileNotFoundError:
+        return []
+    return [float(line.split()[1]) for line in text.splitlines() if line.startswith(word + " ")]
+
+
+def run_drain(cluster: Cluster, executors: Sequence[Service]) -> Drain:
+    """SIGTERM an agent running a 2 s task, then an idle one; time each to its exit."""
+    ledger = cluster.work_dir / "drain-ledger.txt"
+    busy = cluster.start_agent(DRAIN_QUEUE)
+    cluster.wait_ready(busy)
+    attempt = cluster.create_attempt("drain", drain_text(ledger))
+    wait_until(
+        lambda: bool(ledger_lines(ledger, "start")),
+        START_TIMEOUT_SECONDS,
+        "the drain task to start",
+        [*executors, busy],
+        POLL_SECONDS,
+    )
+    signalled_at, signalled = time.time(), time.monotonic()
+    busy.process.send_signal(signal.SIGTERM)
+    busy_seconds = wait_exit(busy) - signalled
+    remaining = ledger_lines(ledger, "start")[0] + DRAIN_TASK_SECONDS - signalled_at
+    state = cluster.wait_for_attempt(attempt, executors)
+    rows = cluster.operator_tasks(attempt)
+    check_succeeded("drain", state, rows, 1)
+    applied_once = (
+        rows[0].lease_token == 1
+        and cluster.applied_tokens(rows[0].id) == [1]
+        and len(ledger_lines(ledger, "start")) == len(ledger_lines(ledger, "end")) == 1
+    )
+    idle = cluster.start_agent(DRAIN_QUEUE)
+    cluster.wait_ready(idle)
+    signalled = time.monotonic()
+    idle.process.send_signal(signal.SIGTERM)
+    idle_seconds = wait_exit(idle) - signalled
+    return Drain(
+        busy_seconds=busy_seconds,
+        busy_remaining_seconds=remaining,
+        busy_exit_code=busy.process.returncode,
+        applied_once=applied_once,
+        idle_seconds=idle_seconds,
+        idle_exit_code=idle.process.returncode,
+    )
+
+
+def describe_drain(drain: Drain) -> str:
+    once = "applied once" if drain.applied_once else "NOT applied exactly once"
+    return (
+        f"(2) agent drain: busy agent gone {drain.busy_seconds:.2f} s after SIGTERM "
+        f"({drain.busy_remaining_seconds:.2f} s of its task were left; result {once}; "
+        f"exit {drain.busy_exit_code}), idle agent {drain.idle_seconds:.2f} s "
+        f"(exit {drain.idle_exit_code})"
+    )
+
+
+# --- (3) scheduler handover ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SchedulerHandover:
+    """The sessions emitted around one scheduler's SIGTERM, and its exit."""
+
+    lags: list[float]  # seconds, one per session in the window
+    near_switch_lags: list[float]  # sessions within 1 s before to 3 s after the signal
+    sessions: int
+    duplicates: int
+    missing: int
+    exit_seconds: float
+
+
+def schedule_text() -> str:
+    return f'schedule:\n  cron>: "{SCHEDULE_EVERY}"\n+a:\n  echo>: x\n'
+
+
+def database_now(engine: Engine) -> datetime:
+    with engine.connect() as conn:
+        found = emission_store.database_now(conn)
+    if found is None:
+        raise BenchFailed("the store is not PostgreSQL")
+    return found
+
+
+def push_schedules(cluster: Cluster) -> list[int]:
+    """``SCHEDULES`` workflows of one project, each on ``SCHEDULE_EVERY``; their ids."""
+    now = database_now(cluster.engine)
+    with cluster.engine.begin() as conn:
+        project_id = project_store.ensure_project(conn, "failover", now)
+        revision_id = project_store.ensure_revision(conn, project_id, "r1", {}, now)
+        for index in range(SCHEDULES):
+            name = f"every_second_{index}"
+            definition = parse_workflow_text(schedule_text(), f"{name}.dig", cluster.project_dir)
+            definition_id = project_store.ensure_workflow_definition(conn, revision_id, definition)
+            schedule_store.upsert_schedule(
+                conn,
+                project_id=project_id,
+                definition_id=definition_id,
+                definition=definition,
+                now=now,
+            )
+        found = conn.scalars(select(schedules.c.id).where(schedules.c.project_id == project_id))
+        return list(found)
+
+
+def run_scheduler_handover(cluster: Cluster, say: Callable[[str], None]) -> SchedulerHandover:
+    """Two schedulers emit; one gets SIGTERM; read what was emitted on either side."""
+    ids = push_schedules(cluster)
+    stopped, kept = cluster.start_scheduler(), cluster.start_scheduler()
+    for scheduler in (stopped, kept):
+        cluster.wait_ready(scheduler)
+    # The window starts at the first whole second after both were seen ready.
+    start = database_now(cluster.engine).replace(microsecond=0) + timedelta(seconds=1)
+    say(f"(3) two schedulers emitting; SIGTERM to one in {SCHEDULER_BEFORE_SECONDS:g} s")
+    time.sleep(SCHEDULER_BEFORE_SECONDS)
+    signalled_at = database_now(cluster.engine)
+    signalled = time.monotonic()
+    stopped.process.send_signal(signal.SIGTERM)
+    exit_seconds = wait_exit(stopped) - signalled
+    time.sleep(SCHEDULER_AFTER_SECONDS)
+    kept.check_alive()
+    # The window ends 2 s back, so that every session time in it is long due.
+    end = database_now(cluster.engine).replace(microsecond=0) - timedelta(seconds=2)
+    query = select(sessions.c.schedule_id, sessions.c.session_time, sessions.c.created_at).where(
+        sessions.c.schedule_id.in_(ids),
+        sessions.c.session_time >= start,
+        sessions.c.session_time <= end,
+    )
+    with cluster.engine.connect() as conn:
+        found = conn.execute(query).all()
+    seconds = int((end - start).total_seconds()) // SCHEDULE_INTERVAL_SECONDS + 1
+    distinct = {(row.schedule_id, row.session_time) for row in found}
+    near = (signalled_at - timedelta(seconds=1), signalled_at + timedelta(seconds=3))
+    return SchedulerHandover(
+        lags=[(row.created_at - row.session_time).total_seconds() for row in found],
+        near_switch_lags=[
+            (row.created_at - row.session_time).total_seconds()
+            for row in found
+            if near[0] <= row.session_time <= near[1]
+        ],
+        sessions=len(found),
+        duplicates=len(found) - len(distinct),
+        missing=len(ids) * seconds - len(distinct),
+        exit_seconds=exit_seconds,
+    )
+
+
+def describe_scheduler(run: SchedulerHandover) -> str:
+    return (
+        f"(3) scheduler handover: {run.sessions} sessions, lag p50 "
+        f"{1000 * percentile(run.lags, 0.5):.0f} ms, max {1000 * max(run.lags):.0f} ms "
+        f"(near the switch {1000 * max(run.near_switch_lags):.0f} ms); "
+        f"{run.duplicates} duplicates, {run.missing} missing; stopped scheduler gone after "
+        f"{1000 * run.exit_seconds:.0f} ms"
+    )
+
+
+# --- the whole run -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Results:
+    handovers: list[Handover]
+    drain: Drain
+    scheduler: SchedulerHandover
+    wall_seconds: float
+
+
+def run_all(server_url: str, redis_url: str, err: Console) -> Results:
+    """Run the three parts in a temporary directory, kept (with the logs) after a failure."""
+    work_dir = Path(tempfile.mkdtemp(prefix="tickwork-bench-failover-"))
+    try:
+        results = run_parts(server_url, redis_url, work_dir, err)
+    except BenchFailed:
+        err.print(f"service logs kept in {work_dir}", highlight=False, soft_wrap=True)
+        raise
+    except BaseException:
+        shutil.rmtree(work_dir, ignore_errors=True)
+        raise
+    shutil.rmtree(work_dir, ignore_errors=True)
+    return results
+
+
+def run_parts(server_url: str, redis_url: str, work_dir: Path, err: Console) -> Results:
+    """The executors and agents for (1) and (2), then only the schedulers for (3), so that
+    the attempts the schedules create are not run."""
+    started = time.perf_counter()
+
+    def say(line: str) -> None:
+        err.print(line, highlight=False, soft_wrap=True)
+
+    with ExitStack() as stack:
+        prefix = stack.enter_context(redis_prefix(redis_url))
+        url = stack.enter_context(throwaway_database(server_url))  # fails early if unreachable
+        with ExitStack() as part:
+            cluster = Cluster(url, (redis_url, prefix), work_dir / "workers")
+            part.callback(cluster.close)
+            part.enter_context(running(cluster.services))
+            executors = [cluster.start_executor(), cluster.start_executor()]
+            agents = [cluster.start_agent() for _ in range(AGENTS)]
+            warm_up(cluster, executors, agents)
+            say(f"services ready: two executors and {AGENTS} agents")
+            handovers = []
+            for how in ("sigterm", "sigkill"):
+                handovers.append(run_handover(cluster, executors, how))
+                say(describe_handover(handovers[-1]))
+            drain = run_drain(cluster, executors)
+            say(describe_drain(drain))
+        with ExitStack() as part:
+            cluster = Cluster(url, (redis_url, prefix), work_dir / "schedulers")
+            part.callback(cluster.close)
+            part.enter_context(running(cluster.services))
+            scheduler = run_scheduler_handover(cluster, say)
+            say(describe_scheduler(scheduler))
+    return Results(handovers, drain, scheduler, time.perf_counter() - started)
+
+
+def figures(results: Results) -> dict[str, Any]:
+    """The JSON figures: the headline ones first, then what supports them."""
+    by_how = {run.how: run for run in results.handovers}
+    steady = [hop for run in results.handovers for hop in run.steady_hops()]
+    drain, scheduler = results.drain, results.scheduler
+    out: dict[str, Any] = {
+        "executor_handover_sigterm_gap_ms": round(1000 * max(by_how["sigterm"].hops), 1),
+        "executor_handover_sigkill_gap_ms": round(1000 * max(by_how["sigkill"].hops), 1),
+        "chain_hop_p50_ms": round(1000 * percentile(steady, 0.5), 2),
+        "agent_drain_busy_s": round(drain.busy_seconds, 3),
+        "agent_drain_idle_s": round(drain.idle_seconds, 3),
+        "scheduler_handover_lag_max_ms": round(1000 * max(scheduler.lags), 1),
+        "scheduler_handover_lag_p50_ms": round(1000 * percentile(scheduler.lags, 0.5), 1),
+        "scheduler_handover_duplicates": scheduler.duplicates,
+        "scheduler_handover_missing": scheduler.missing,
+        "peer": None,
+    }
+    for how, run in by_how.items():
+        out[f"executor_handover_{how}_signal_to_next_ms"] = round(
+            1000 * run.signal_to_next_seconds, 1
+        )
+        out[f"executor_handover_{how}_exit_ms"] = round(1000 * run.exit_seconds, 1)
+        out[f"executor_handover_{how}_tasks_rerun"] = run.reruns
+    out["chain_hop_p99_ms"] = round(1000 * percentile(steady, 0.99), 2)
+    out["chain_tasks"] = CHAIN_TASKS
+    out["agent_drain_busy_remaining_s"] = round(drain.busy_remaining_seconds, 3)
+    out["agent_drain_busy_applied_once"] = drain.applied_once
+    out["agent_drain_exit_codes"] = [drain.busy_exit_code, drain.idle_exit_code]
+    out["scheduler_handover_near_switch_lag_max_ms"] = round(
+        1000 * max(scheduler.near_switch_lags, default=0.0), 1
+    )
+    out["scheduler_handover_sessions"] = scheduler.sessions
+    out["scheduler_stop_exit_ms"] = round(1000 * scheduler.exit_seconds, 1)
+    out["scheduler_schedules"] = SCHEDULES
+    out["schedule"] = SCHEDULE_EVERY
+    out["wall_seconds"] = round(results.wall_seconds, 1)
+    return out
+
+
+def _interrupt_on_sigterm(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.parse_args()
+    err = Console(stderr=True)
+    server_url = os.environ.get("TICKWORK_BENCH_DATABASE_URL", DEFAULT_SERVER_URL)
+    redis_url = os.environ.get("TICKWORK_BENCH_REDIS_URL", DEFAULT_REDIS_URL)
+    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)  # clean up as on Ctrl-C
+    try:
+        results = run_all(server_url, redis_url, err)
+    except BenchFailed as exc:
+        err.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
+        return 1
+    except (psycopg.OperationalError, redis.ConnectionError) as exc:
+        where = f"PostgreSQL at {make_url(server_url)!r} or Redis at {redis_url}"
+        err.print(
+            f"error: cannot use {where}: {exc}", highlight=False, markup=False, soft_wrap=True
+        )
+        return 1
+    except KeyboardInterrupt:
+        err.print("interrupted; services stopped, database and Redis keys removed")
+        return 130
+    print(json.dumps(figures(results)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
