@@ -353,10 +353,11 @@ class ThrowawayRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     @classmethod
-    def start(cls, binary: str) -> ThrowawayRedis:
-        """Start redis-server and wait (bounded) until it answers PING; raise on failure."""
+    def start(cls, binary: str, port: int | None = None) -> ThrowawayRedis:
+        """Start redis-server (on ``port``, default a free one) and wait (bounded) until it
+        answers PING; raise on failure."""
         root = Path(tempfile.mkdtemp(prefix="tickwork-redis-"))
-        port = find_free_port()
+        port = port or find_free_port()
         log = (root / "redis.log").open("wb")
         settings = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"]
         process = subprocess.Popen(
