@@ -24,6 +24,9 @@ Three parts, one after another, each on real ``tickwork`` processes:
     when the emitting transaction began) minus its session time; every whole second of
     the window must have exactly one session per schedule.
 
+The processes are started and watched by bench/_failover_cluster.py; part (3) lives in
+bench/_failover_scheduler.py.
+
 There is no peer to compare with: Celery beat has no standby, and a second beat emits
 every entry twice. The JSON says so (``"peer": null``).
 
@@ -47,50 +50,49 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import psycopg
 import redis
+from _failover_cluster import (
+    ATTEMPT_TIMEOUT_SECONDS,
+    POLL_SECONDS,
+    START_TIMEOUT_SECONDS,
+    Cluster,
+    check_succeeded,
+    wait_exit,
+    workflow_text,
+)
+from _failover_scheduler import (
+    SCHEDULE_EVERY,
+    SCHEDULES,
+    SchedulerHandover,
+    describe_scheduler,
+    run_scheduler_handover,
+)
 from _services import (
     BenchFailed,
     Service,
-    free_port,
-    is_ready,
     metric_total,
     read_metrics,
     redis_prefix,
     running,
-    service_env,
-    start_service,
     wait_until,
 )
 from _stores import percentile, throwaway_database
 from rich.console import Console
-from sqlalchemy import Engine, func, select
 from sqlalchemy.engine import make_url
 
-from services.embedded import RunRequest, create_run_attempt, default_session_time, open_store
-from shared.clock import SystemClock
-from shared.dispatch.messages import DEFAULT_QUEUE
-from shared.domain.states import AttemptState, TaskState
-from shared.dsl.parser import parse_workflow_text
-from shared.store import emission as emission_store
-from shared.store import projects as project_store
-from shared.store import schedules as schedule_store
-from shared.store.sessions import get_attempt_state
-from shared.store.tables import schedules, sessions, task_logs, tasks
-from shared.store.tasks import TaskRow, list_attempt_tasks
+from shared.store.tasks import TaskRow
 
 DEFAULT_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 BENCH_DIR = Path(__file__).resolve().parent
-BIN_DIR = Path(sys.executable).parent
 
 CHAIN_TASKS = 300
 AGENTS = 2  # each with --concurrency 1
@@ -98,152 +100,6 @@ WARMUP_TASKS = 10
 WARMUP_ROUNDS = 5  # warm-up attempts at most, until every agent has run a task
 DRAIN_QUEUE = "drain"  # served only by the agent being drained
 DRAIN_TASK_SECONDS = 2.0
-DRAIN_GRACE_SECONDS = 30.0  # the agent's default: longer than the task
-SCHEDULES = 5
-SCHEDULE_EVERY = "@every 1s"
-SCHEDULE_INTERVAL_SECONDS = 1
-SCHEDULER_BEFORE_SECONDS = 8.0  # both schedulers emitting, before the SIGTERM
-SCHEDULER_AFTER_SECONDS = 8.0  # one scheduler emitting, after it
-POLL_SECONDS = 0.01
-START_TIMEOUT_SECONDS = 60.0  # a service up and ready, a warm-up attempt done
-ATTEMPT_TIMEOUT_SECONDS = 120.0
-EXIT_TIMEOUT_SECONDS = 60.0  # a signalled service gone
-
-
-# --- the cluster ---------------------------------------------------------------------------
-
-
-class Cluster:
-    """The store, the Redis prefix and the services of one part; starts and feeds them."""
-
-    def __init__(self, url: str, redis_at: tuple[str, str], work_dir: Path) -> None:
-        self.url = url
-        self.redis_url, self.redis_prefix = redis_at
-        self.work_dir = work_dir
-        work_dir.mkdir(exist_ok=True)
-        self.engine = open_store(url)
-        self.project_dir = work_dir / "project"
-        self.project_dir.mkdir(exist_ok=True)
-        self.task_log_dir = work_dir / "task-logs"
-        self.task_log_dir.mkdir(exist_ok=True)
-        self.services: list[Service] = []
-        self._serial = itertools.count(1)
-
-    def close(self) -> None:
-        self.engine.dispose()
-
-    def _start(self, kind: str, command: list[str], env: dict[str, str]) -> Service:
-        """Start ``tickwork <command>`` on a metrics port of its own, named ``kind-<n>``."""
-        port = free_port()
-        env = service_env(**env, TICKWORK_METRICS_PORT=str(port))
-        argv = [str(BIN_DIR / "tickwork"), *command, "--metrics-port", str(port)]
-        name = f"{kind}-{next(self._serial)}"
-        service = start_service(name, argv, env, self.work_dir, self.work_dir, port)
-        self.services.append(service)
-        return service
-
-    def start_executor(self) -> Service:
-        env = {
-            "TICKWORK_DATABASE_URL": self.url,
-            "TICKWORK_REDIS_URL": self.redis_url,
-            "TICKWORK_REDIS_PREFIX": self.redis_prefix,
-            "TICKWORK_LOG_DIR": str(self.task_log_dir),
-        }
-        return self._start("executor", ["executor"], env)
-
-    def start_agent(self, queue: str = DEFAULT_QUEUE) -> Service:
-        env = {"TICKWORK_REDIS_URL": self.redis_url, "TICKWORK_REDIS_PREFIX": self.redis_prefix}
-        command = ["agent", "--concurrency", "1", "--queues", queue]
-        return self._start("agent", [*command, "--grace", f"{DRAIN_GRACE_SECONDS:g}"], env)
-
-    def start_scheduler(self) -> Service:
-        return self._start("scheduler", ["scheduler"], {"TICKWORK_DATABASE_URL": self.url})
-
-    def wait_ready(self, service: Service) -> None:
-        """Wait until the service's ``/readyz`` answers 200."""
-        wait_until(
-            lambda: is_ready(service.metrics_port),
-            START_TIMEOUT_SECONDS,
-            f"{service.name} to be ready",
-            [service],
-        )
-
-    def create_attempt(self, name: str, text: str) -> int:
-        """Store workflow ``name`` and create an attempt of it; the executor picks it up."""
-        definition = parse_workflow_text(text, f"{name}.dig", self.project_dir)
-        request = RunRequest(
-            definition=definition,
-            project_dir=self.project_dir,
-            state_dir=self.project_dir / ".tickwork",
-            database_url=self.url,
-            params={},
-            session_time=default_session_time(definition, SystemClock().now()),
-        )
-        with self.engine.begin() as conn:
-            return create_run_attempt(conn, request, SystemClock().now()).attempt_id
-
-    def wait_for_attempt(self, attempt_id: int, alive: Sequence[Service]) -> AttemptState:
-        """Poll the attempt until it is done; fail if one of ``alive`` dies or on timeout."""
-        states: list[AttemptState] = []
-
-        def done() -> bool:
-            with self.engine.connect() as conn:
-                states.append(get_attempt_state(conn, attempt_id))
-            return states[-1].is_done
-
-        wait_until(done, ATTEMPT_TIMEOUT_SECONDS, f"attempt {attempt_id} to end", alive, 0.05)
-        return states[-1]
-
-    def tasks_done(self, attempt_id: int) -> int:
-        """How many of the attempt's tasks have succeeded."""
-        query = select(func.count()).where(
-            tasks.c.attempt_id == attempt_id,
-            tasks.c.state == TaskState.SUCCESS.value,
-            tasks.c.is_group.is_(False),
-        )
-        with self.engine.connect() as conn:
-            return int(conn.execute(query).scalar_one())
-
-    def operator_tasks(self, attempt_id: int) -> list[TaskRow]:
-        """The attempt's operator tasks in definition order."""
-        with self.engine.connect() as conn:
-            rows = [r for r in list_attempt_tasks(conn, attempt_id) if not r.is_group]
-        return sorted(rows, key=lambda r: r.position)
-
-    def applied_tokens(self, task_id: int) -> list[int]:
-        """Lease tokens of the results applied to a task: one ``task_logs`` row each."""
-        query = select(task_logs.c.lease_token).where(task_logs.c.task_id == task_id)
-        with self.engine.connect() as conn:
-            return [int(token) for token in conn.scalars(query.order_by(task_logs.c.id))]
-
-
-def workflow_text(length: int, parallel: bool) -> str:
-    """One group of ``length`` no-op ``echo>: x`` tasks, fanned out or chained."""
-    lines = ["+all:"]
-    if parallel:
-        lines.append("  _parallel: true")
-    for index in range(length):
-        lines += [f"  +t{index:05d}:", "    echo>: x"]
-    return "\n".join(lines) + "\n"
-
-
-def check_succeeded(name: str, state: AttemptState, rows: list[TaskRow], length: int) -> None:
-    """Fail unless the attempt succeeded with all ``length`` of its tasks."""
-    succeeded = sum(1 for r in rows if r.state is TaskState.SUCCESS)
-    if state is not AttemptState.SUCCESS or succeeded != length:
-        raise BenchFailed(
-            f"{name}: attempt ended {state.value} with {succeeded} of {length} tasks succeeded"
-        )
-
-
-def wait_exit(service: Service) -> float:
-    """Wait for the service's main process to exit; the monotonic time it was seen gone."""
-    deadline = time.monotonic() + EXIT_TIMEOUT_SECONDS
-    while service.process.poll() is None:
-        if time.monotonic() > deadline:
-            raise BenchFailed(f"{service.name} still running {EXIT_TIMEOUT_SECONDS:.0f} s on")
-        time.sleep(POLL_SECONDS)
-    return time.monotonic()
 
 
 # --- (1) executor handover -------------------------------------------------------------------
@@ -440,106 +296,6 @@ def describe_drain(drain: Drain) -> str:
         f"({drain.busy_remaining_seconds:.2f} s of its task were left; result {once}; "
         f"exit {drain.busy_exit_code}), idle agent {drain.idle_seconds:.2f} s "
         f"(exit {drain.idle_exit_code})"
-    )
-
-
-# --- (3) scheduler handover ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SchedulerHandover:
-    """The sessions emitted around one scheduler's SIGTERM, and its exit."""
-
-    lags: list[float]  # seconds, one per session in the window
-    near_switch_lags: list[float]  # sessions within 1 s before to 3 s after the signal
-    sessions: int
-    duplicates: int
-    missing: int
-    exit_seconds: float
-
-
-def schedule_text() -> str:
-    return f'schedule:\n  cron>: "{SCHEDULE_EVERY}"\n+a:\n  echo>: x\n'
-
-
-def database_now(engine: Engine) -> datetime:
-    with engine.connect() as conn:
-        found = emission_store.database_now(conn)
-    if found is None:
-        raise BenchFailed("the store is not PostgreSQL")
-    return found
-
-
-def push_schedules(cluster: Cluster) -> list[int]:
-    """``SCHEDULES`` workflows of one project, each on ``SCHEDULE_EVERY``; their ids."""
-    now = database_now(cluster.engine)
-    with cluster.engine.begin() as conn:
-        project_id = project_store.ensure_project(conn, "failover", now)
-        revision_id = project_store.ensure_revision(conn, project_id, "r1", {}, now)
-        for index in range(SCHEDULES):
-            name = f"every_second_{index}"
-            definition = parse_workflow_text(schedule_text(), f"{name}.dig", cluster.project_dir)
-            definition_id = project_store.ensure_workflow_definition(conn, revision_id, definition)
-            schedule_store.upsert_schedule(
-                conn,
-                project_id=project_id,
-                definition_id=definition_id,
-                definition=definition,
-                now=now,
-            )
-        found = conn.scalars(select(schedules.c.id).where(schedules.c.project_id == project_id))
-        return list(found)
-
-
-def run_scheduler_handover(cluster: Cluster, say: Callable[[str], None]) -> SchedulerHandover:
-    """Two schedulers emit; one gets SIGTERM; read what was emitted on either side."""
-    ids = push_schedules(cluster)
-    stopped, kept = cluster.start_scheduler(), cluster.start_scheduler()
-    for scheduler in (stopped, kept):
-        cluster.wait_ready(scheduler)
-    # The window starts at the first whole second after both were seen ready.
-    start = database_now(cluster.engine).replace(microsecond=0) + timedelta(seconds=1)
-    say(f"(3) two schedulers emitting; SIGTERM to one in {SCHEDULER_BEFORE_SECONDS:g} s")
-    time.sleep(SCHEDULER_BEFORE_SECONDS)
-    signalled_at = database_now(cluster.engine)
-    signalled = time.monotonic()
-    stopped.process.send_signal(signal.SIGTERM)
-    exit_seconds = wait_exit(stopped) - signalled
-    time.sleep(SCHEDULER_AFTER_SECONDS)
-    kept.check_alive()
-    # The window ends 2 s back, so that every session time in it is long due.
-    end = database_now(cluster.engine).replace(microsecond=0) - timedelta(seconds=2)
-    query = select(sessions.c.schedule_id, sessions.c.session_time, sessions.c.created_at).where(
-        sessions.c.schedule_id.in_(ids),
-        sessions.c.session_time >= start,
-        sessions.c.session_time <= end,
-    )
-    with cluster.engine.connect() as conn:
-        found = conn.execute(query).all()
-    seconds = int((end - start).total_seconds()) // SCHEDULE_INTERVAL_SECONDS + 1
-    distinct = {(row.schedule_id, row.session_time) for row in found}
-    near = (signalled_at - timedelta(seconds=1), signalled_at + timedelta(seconds=3))
-    return SchedulerHandover(
-        lags=[(row.created_at - row.session_time).total_seconds() for row in found],
-        near_switch_lags=[
-            (row.created_at - row.session_time).total_seconds()
-            for row in found
-            if near[0] <= row.session_time <= near[1]
-        ],
-        sessions=len(found),
-        duplicates=len(found) - len(distinct),
-        missing=len(ids) * seconds - len(distinct),
-        exit_seconds=exit_seconds,
-    )
-
-
-def describe_scheduler(run: SchedulerHandover) -> str:
-    return (
-        f"(3) scheduler handover: {run.sessions} sessions, lag p50 "
-        f"{1000 * percentile(run.lags, 0.5):.0f} ms, max {1000 * max(run.lags):.0f} ms "
-        f"(near the switch {1000 * max(run.near_switch_lags):.0f} ms); "
-        f"{run.duplicates} duplicates, {run.missing} missing; stopped scheduler gone after "
-        f"{1000 * run.exit_seconds:.0f} ms"
     )
 
 
