@@ -34,9 +34,6 @@ from shared.store.engine import notify_work
 # Celery and the services are imported by the commands that run them, so that a short
 # command (`tickwork kill`) starts fast.
 
-CRASH_POINT = "after-commit-before-publish"
-
-
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -155,16 +152,18 @@ def executor_command(
     from shared.dispatch.celery_app import RedisSettings
 
     configure_logging(log_level.upper())
+    from shared.dispatch.celery_dispatch import CRASH_POINTS
+
     crash_point = os.environ.get("TICKWORK_CRASH_POINT", "")
-    if crash_point not in ("", CRASH_POINT):
-        fail(f"error: TICKWORK_CRASH_POINT: the only crash point is {CRASH_POINT!r}")
+    if crash_point not in ("", *CRASH_POINTS):
+        fail(f"error: TICKWORK_CRASH_POINT: the crash points are {', '.join(CRASH_POINTS)}")
     settings = ExecutorSettings(
         database_url=database_url,
         redis=RedisSettings(redis_url, redis_prefix),
         log_dir=log_dir,
         recovery=Recovery(every_seconds=reaper_interval, max_lost=max_lost_leases),
         task_timeout_seconds=task_timeout,
-        crash_before_publish=crash_point == CRASH_POINT,
+        crash_point=crash_point,
         max_tasks_per_attempt=max_tasks_per_attempt,
     )
     metrics = ExecutorMetrics()

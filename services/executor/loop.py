@@ -351,7 +351,10 @@ class WorkflowExecutor:
         for task in candidates:
             state = states[task.id]
             lease = state.current
-            if lease is not None and lease.token >= task.lease_token:
+            # A mark its publisher never confirmed, this long after: it died between
+            # marking and sending (a crash of the executor before this one took over).
+            unsent = state.unconfirmed and lease is not None and lease.token == task.lease_token
+            if lease is not None and lease.token >= task.lease_token and not unsent:
                 continue  # queued, running, or its result is on the way
             if task.state is TaskState.QUEUED and state.taken < task.lease_token:
                 # No agent ever took this token: its message was lost.

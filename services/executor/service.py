@@ -67,7 +67,7 @@ class ExecutorSettings:
     log_dir: Path
     recovery: Recovery
     task_timeout_seconds: float | None = None
-    crash_before_publish: bool = False
+    crash_point: str = ""  # a fault test's, one of CRASH_POINTS
     max_tasks_per_attempt: int = MAX_TASKS_PER_ATTEMPT
 
 
@@ -120,7 +120,7 @@ class ExecutorService:
             settings.redis,
             settings.log_dir,
             consumer,
-            crash_before_publish=settings.crash_before_publish,
+            crash_point=settings.crash_point,
             archive_source=archive_reader(self.engine),
         )
         self.executor = WorkflowExecutor(

@@ -37,6 +37,11 @@ PENDING_MARK_TTL_MS = 60 * 1000
 """How long a queued mark lasts before its message is confirmed sent."""
 CANCELED_MARK_TTL_MS = 3600 * 1000
 CRASH_EXIT_CODE = 86
+CRASH_AFTER_COMMIT = "after-commit-before-publish"
+"""A fault test's crash point: the tasks' QUEUED state committed, nothing in Redis yet."""
+CRASH_AFTER_MARK = "after-mark-before-send"
+"""A fault test's crash point: the tasks' queued marks left in Redis, no message sent."""
+CRASH_POINTS = (CRASH_AFTER_COMMIT, CRASH_AFTER_MARK)
 
 
 class LogDirectory:
@@ -70,8 +75,8 @@ class CeleryDispatcher:
 
     ``consumer`` names this executor in the event stream's group. ``archive_source``
     reads a pushed project's archive from the store, to put it in Redis for the agents
-    (without it, tasks of pushed projects fail on the agent). ``crash_before_publish``
-    exits the process between commit and publish (a fault test's crash point).
+    (without it, tasks of pushed projects fail on the agent). ``crash_point``
+    (one of :data:`CRASH_POINTS`) exits the process there (a fault test's crash point).
     """
 
     def __init__(
@@ -80,7 +85,7 @@ class CeleryDispatcher:
         log_root: Path,
         consumer: str,
         *,
-        crash_before_publish: bool = False,
+        crash_point: str = "",
         archive_source: ArchiveSource | None = None,
     ) -> None:
         self.redis = redis
@@ -91,13 +96,18 @@ class CeleryDispatcher:
         self.reader = EventReader(self.stream, consumer)
         self.logs = LogDirectory(log_root)
         self.kill_channel = f"{redis.prefix}kill"
-        self.crash_before_publish = crash_before_publish
+        self.crash_point = crash_point
         self.archives = RedisArchives(self.client, redis.prefix)
         self.archive_source = archive_source
         self._delivered: list[bytes] = []  # read, not yet applied
         self._applied: list[bytes] = []  # applied and committed, not yet acknowledged
         self.queues_seen: set[str] = set()
         self.reader.ensure_group()
+
+    def _crash_at(self, point: str) -> None:
+        if self.crash_point == point:
+            log.error("crash point %s: exiting", point)
+            os._exit(CRASH_EXIT_CODE)
 
     def take_over(self) -> int:
         """This executor became the active one: claim what others read and left."""
@@ -110,16 +120,16 @@ class CeleryDispatcher:
         The mark is left before the message goes out, so that losing Redis at any moment
         loses the mark too (the reaper then publishes the message again); it is kept for
         long only where it survived the sending. Dying between the two costs the task
-        :data:`PENDING_MARK_TTL_MS` of waiting, not a lost message.
+        :data:`PENDING_MARK_TTL_MS` of waiting at most, not a lost message; the reaper
+        sends it again sooner, once the mark is older than its grace and still unconfirmed.
         """
         if not messages:
             return
-        if self.crash_before_publish:
-            log.error("crash point after-commit-before-publish: exiting")
-            os._exit(CRASH_EXIT_CODE)
+        self._crash_at(CRASH_AFTER_COMMIT)
         self._ensure_archives(messages)
         marks = [(m.task_id, m.lease_token) for m in messages]
         self.leases.mark(marks, QUEUED, PENDING_MARK_TTL_MS)
+        self._crash_at(CRASH_AFTER_MARK)
         now = time.time()
         with self.app.producer_or_acquire() as producer:
             for message in messages:
@@ -187,8 +197,19 @@ class CeleryDispatcher:
         self.client.publish(self.kill_channel, json.dumps([task_id for task_id, _ in tasks]))
 
     def lease_states(self, task_ids: Sequence[int]) -> dict[int, LeaseState] | None:
-        """Each task's lease or mark, and the newest token an agent took."""
-        return self.leases.states(task_ids)
+        """Each task's lease or mark, and the newest token an agent took; a ``queued`` mark
+        still on its short pending time to live is ``unconfirmed``."""
+        states = self.leases.states(task_ids)
+        marked = [i for i, s in states.items() if s.current and s.current.owner == QUEUED]
+        if not marked:
+            return states
+        pipe = self.client.pipeline(transaction=False)
+        for task_id in marked:
+            pipe.pttl(self.leases.key(task_id))
+        for task_id, left in zip(marked, pipe.execute(), strict=True):
+            if 0 <= int(left) <= PENDING_MARK_TTL_MS:
+                states[task_id] = dataclasses.replace(states[task_id], unconfirmed=True)
+        return states
 
     def queue_depths(self, queues: Sequence[str]) -> dict[str, int]:
         """Messages waiting in each queue (not yet taken by an agent)."""

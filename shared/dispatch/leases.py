@@ -116,6 +116,9 @@ class LeaseState:
 
     current: Lease | None
     taken: int
+    unconfirmed: bool = False
+    """The current value is a ``queued`` mark its publisher never confirmed: the message
+    may never have been sent (the publisher died between marking and sending)."""
 
 
 @dataclass(frozen=True)

@@ -276,6 +276,25 @@ class TestExecutorSide:
         finally:
             dispatcher.close()
 
+    def test_a_publisher_that_dies_before_sending_leaves_its_mark_unconfirmed(
+        self, redis_settings: RedisSettings, tmp_path: Path
+    ) -> None:
+        dispatcher = CeleryDispatcher(redis_settings, tmp_path / "logs", "test-executor")
+        died = RuntimeError("the executor died here")
+
+        def die(*_args: object, **_kwargs: object) -> object:
+            raise died
+
+        try:
+            dispatcher.app.send_task = die  # type: ignore[method-assign]
+            with pytest.raises(RuntimeError):
+                dispatcher.publish([message(tmp_path, "echo", "a", task_id=1)])
+            assert dispatcher.lease_states([1]) == {
+                1: LeaseState(Lease(1, 1, "queued"), taken=0, unconfirmed=True)
+            }
+        finally:
+            dispatcher.close()
+
     def test_a_mark_lost_while_publishing_stays_lost_so_the_message_is_sent_again(
         self, redis_settings: RedisSettings, client: Redis, redis_prefix: str, tmp_path: Path
     ) -> None:

@@ -49,6 +49,7 @@ class AgentStub:
         self.revoked: list[tuple[int, int]] = []
         self.leases: dict[int, Lease | None] | None = None  # None: no leases (in-process)
         self.taken: dict[int, int] = {}  # task id -> newest token an agent took
+        self.unconfirmed: set[int] = set()  # queued marks whose publisher never confirmed
         self._events: list[TaskEvent] = []
 
     def publish(self, messages: Sequence[TaskMessage]) -> None:
@@ -70,7 +71,10 @@ class AgentStub:
     def lease_states(self, task_ids: Sequence[int]) -> dict[int, LeaseState] | None:
         if self.leases is None:
             return None
-        return {i: LeaseState(self.leases.get(i), self.taken.get(i, 0)) for i in task_ids}
+        return {
+            i: LeaseState(self.leases.get(i), self.taken.get(i, 0), i in self.unconfirmed)
+            for i in task_ids
+        }
 
     def close(self) -> None:
         pass

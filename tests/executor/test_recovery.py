@@ -70,6 +70,21 @@ class TestLostMessages:
         reaping.agent.leases[message.task_id] = Lease(message.task_id, message.lease_token, QUEUED)
         assert reaping.step(after_seconds=60) == []
 
+    def test_a_queued_mark_never_confirmed_is_published_again_after_the_grace(
+        self, reaping: Scenario
+    ) -> None:
+        # The executor that published it died between leaving the mark and sending.
+        reaping.start(ONE_TASK)
+        (first,) = [reaping.open[n] for n in reaping.step()]
+        assert reaping.agent.leases is not None
+        reaping.agent.leases[first.task_id] = Lease(first.task_id, first.lease_token, QUEUED)
+        reaping.agent.unconfirmed.add(first.task_id)
+        assert reaping.step(after_seconds=1) == []
+        assert reaping.tick(after_seconds=3) == ["+wf+a"]
+        (again,) = reaping.messages_for("+wf+a")[1:]
+        assert again.lease_token == first.lease_token
+        assert reaping.report.republished == 1
+
     def test_a_task_is_not_published_again_before_the_grace_has_passed(
         self, reaping: Scenario
     ) -> None:

@@ -1,4 +1,5 @@
-"""Redis losing every key and the executor crashing between its commit and its publish.
+"""Redis losing every key, and the executor crashing between its commit and its publish,
+or between leaving its queued marks in Redis and sending the messages.
 
 Each test runs a real cluster (tests/fault/_cluster.py): ``tickwork executor`` on the test's
 PostgreSQL database and ``tickwork agent`` processes on the test's Redis keyspace (keys
@@ -23,6 +24,8 @@ pytestmark = [pytest.mark.slow]
 
 QUEUED_TASKS = 200
 CRASH_EXIT_CODE = 86
+UNCONFIRMED_MARK_BOUND_SECONDS = 20.0
+"""Well under the pending mark's minute: the reaper's grace and interval, and a start."""
 
 
 @pytest.mark.timeout(60)
@@ -78,5 +81,32 @@ def test_a_task_committed_by_an_executor_that_crashed_before_publishing_runs_onc
     time.sleep(2 * (HEARTBEAT_SECONDS + REAPER_SECONDS))
     explained = cluster.explain(attempt)
     assert state == "success", explained
+    assert len(cluster.ledger.starts("work")) == 1, explained
+    assert len(cluster.ledger.ends("work")) == 1, explained
+
+
+@pytest.mark.timeout(60)
+def test_a_task_marked_by_an_executor_that_crashed_before_sending_runs_once_within_seconds(
+    cluster: Cluster,
+) -> None:
+    cluster.start_agent("agent-a")
+    crashing = cluster.start_executor({"TICKWORK_CRASH_POINT": "after-mark-before-send"})
+    work = cluster.ledger.task("work")
+    attempt = cluster.submit("crashed_after_mark", workflow_text({"work": work}))
+
+    assert crashing.wait_exit(20) == CRASH_EXIT_CODE, cluster.explain(attempt)
+    explained = cluster.explain(attempt)
+    assert cluster.task(attempt, "work").state is TaskState.QUEUED, explained
+    assert cluster.ledger.starts("work") == [], explained
+
+    # The mark stays for a minute; the next executor does not wait for it to expire.
+    replaced_at = time.monotonic()
+    cluster.start_executor()
+    state = cluster.wait_for_attempt_end(attempt, 30)
+    took = time.monotonic() - replaced_at
+    time.sleep(2 * (HEARTBEAT_SECONDS + REAPER_SECONDS))
+    explained = cluster.explain(attempt)
+    assert state == "success", explained
+    assert took < UNCONFIRMED_MARK_BOUND_SECONDS, f"took {took:.1f}s\n{explained}"
     assert len(cluster.ledger.starts("work")) == 1, explained
     assert len(cluster.ledger.ends("work")) == 1, explained
