@@ -20,10 +20,16 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
+from typing import TypeVar
 
+import psycopg
 import redis
+from rich.console import Console
+from sqlalchemy.engine import make_url
 
 STOP_TIMEOUT_SECONDS = 15.0  # after SIGTERM, before SIGKILL
+T = TypeVar("T")
 
 
 class BenchFailed(Exception):
@@ -196,3 +202,27 @@ def redis_prefix(redis_url: str) -> Iterator[str]:
         if batch:
             client.delete(*batch)
         client.close()
+
+
+def _interrupt_on_sigterm(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def run_guarded(run: Callable[[], T], server_url: str, redis_url: str, err: Console) -> T | int:
+    """``run()``'s result; an exit status, said in one line, when it fails (1) or is
+    interrupted by Ctrl-C or SIGTERM (130), its services stopped and its stores removed."""
+    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)  # clean up as on Ctrl-C
+    try:
+        return run()
+    except BenchFailed as exc:
+        err.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
+        return 1
+    except (psycopg.OperationalError, redis.ConnectionError) as exc:
+        where = f"PostgreSQL at {make_url(server_url)!r} or Redis at {redis_url}"
+        err.print(
+            f"error: cannot use {where}: {exc}", highlight=False, markup=False, soft_wrap=True
+        )
+        return 1
+    except KeyboardInterrupt:
+        err.print("interrupted; services stopped, database and Redis keys removed")
+        return 130

@@ -56,7 +56,6 @@ import itertools
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -66,11 +65,8 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any, TypeVar
 
-import psycopg
-import redis
 from _event_tap import AgentTimes, EventTap
 from _services import (
     BenchFailed,
@@ -79,6 +75,7 @@ from _services import (
     metric_total,
     read_metrics,
     redis_prefix,
+    run_guarded,
     running,
     service_env,
     start_service,
@@ -88,7 +85,6 @@ from _stores import percentile, throwaway_database
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import Engine
-from sqlalchemy.engine import make_url
 
 from services.embedded import RunRequest, create_run_attempt, default_session_time, open_store
 from shared.clock import SystemClock
@@ -668,10 +664,6 @@ def report_targets(out: dict[str, Any], err: Console) -> None:
         )
 
 
-def _interrupt_on_sigterm(_signum: int, _frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=PARALLEL_TASKS, help="fan-out size")
@@ -682,22 +674,15 @@ def main() -> int:
     err = Console(stderr=True)
     server_url = os.environ.get("TICKWORK_BENCH_DATABASE_URL", DEFAULT_SERVER_URL)
     redis_url = os.environ.get("TICKWORK_BENCH_REDIS_URL", DEFAULT_REDIS_URL)
-    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)  # clean up as on Ctrl-C
-    try:
-        sizes = (max(1, args.tasks), max(2, args.chain))
-        results = run_all(server_url, redis_url, sizes, max(1, args.repeat), err)
-    except BenchFailed as exc:
-        err.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
-        return 1
-    except (psycopg.OperationalError, redis.ConnectionError) as exc:
-        where = f"PostgreSQL at {make_url(server_url)!r} or Redis at {redis_url}"
-        err.print(
-            f"error: cannot use {where}: {exc}", highlight=False, markup=False, soft_wrap=True
-        )
-        return 1
-    except KeyboardInterrupt:
-        err.print("interrupted; services stopped, database and Redis keys removed")
-        return 130
+    sizes = (max(1, args.tasks), max(2, args.chain))
+    results = run_guarded(
+        lambda: run_all(server_url, redis_url, sizes, max(1, args.repeat), err),
+        server_url,
+        redis_url,
+        err,
+    )
+    if isinstance(results, int):
+        return results
     out = figures(results)
     report_targets(out, err)
     print(json.dumps(out))

@@ -54,11 +54,8 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-import psycopg
-import redis
 from _failover_cluster import (
     ATTEMPT_TIMEOUT_SECONDS,
     POLL_SECONDS,
@@ -81,12 +78,12 @@ from _services import (
     metric_total,
     read_metrics,
     redis_prefix,
+    run_guarded,
     running,
     wait_until,
 )
 from _stores import percentile, throwaway_database
 from rich.console import Console
-from sqlalchemy.engine import make_url
 
 from shared.store.tasks import TaskRow
 
@@ -398,31 +395,15 @@ def figures(results: Results) -> dict[str, Any]:
     return out
 
 
-def _interrupt_on_sigterm(_signum: int, _frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.parse_args()
     err = Console(stderr=True)
     server_url = os.environ.get("TICKWORK_BENCH_DATABASE_URL", DEFAULT_SERVER_URL)
     redis_url = os.environ.get("TICKWORK_BENCH_REDIS_URL", DEFAULT_REDIS_URL)
-    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)  # clean up as on Ctrl-C
-    try:
-        results = run_all(server_url, redis_url, err)
-    except BenchFailed as exc:
-        err.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
-        return 1
-    except (psycopg.OperationalError, redis.ConnectionError) as exc:
-        where = f"PostgreSQL at {make_url(server_url)!r} or Redis at {redis_url}"
-        err.print(
-            f"error: cannot use {where}: {exc}", highlight=False, markup=False, soft_wrap=True
-        )
-        return 1
-    except KeyboardInterrupt:
-        err.print("interrupted; services stopped, database and Redis keys removed")
-        return 130
+    results = run_guarded(lambda: run_all(server_url, redis_url, err), server_url, redis_url, err)
+    if isinstance(results, int):
+        return results
     print(json.dumps(figures(results)))
     return 0
 
