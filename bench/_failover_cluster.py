@@ -18,13 +18,13 @@ from _services import (
     start_service,
     wait_until,
 )
+from _stores import run_request
 from sqlalchemy import func, select
 
-from services.embedded import RunRequest, create_run_attempt, default_session_time, open_store
+from services.embedded import create_run_attempt, open_store
 from shared.clock import SystemClock
 from shared.dispatch.messages import DEFAULT_QUEUE
 from shared.domain.states import AttemptState, TaskState
-from shared.dsl.parser import parse_workflow_text
 from shared.store.sessions import get_attempt_state
 from shared.store.tables import task_logs, tasks
 from shared.store.tasks import TaskRow, list_attempt_tasks
@@ -94,15 +94,7 @@ class Cluster:
 
     def create_attempt(self, name: str, text: str) -> int:
         """Store workflow ``name`` and create an attempt of it; the executor picks it up."""
-        definition = parse_workflow_text(text, f"{name}.dig", self.project_dir)
-        request = RunRequest(
-            definition=definition,
-            project_dir=self.project_dir,
-            state_dir=self.project_dir / ".tickwork",
-            database_url=self.url,
-            params={},
-            session_time=default_session_time(definition, SystemClock().now()),
-        )
+        request = run_request(self.url, self.project_dir, name, text)
         with self.engine.begin() as conn:
             return create_run_attempt(conn, request, SystemClock().now()).attempt_id
 
@@ -139,16 +131,6 @@ class Cluster:
         query = select(task_logs.c.lease_token).where(task_logs.c.task_id == task_id)
         with self.engine.connect() as conn:
             return [int(token) for token in conn.scalars(query.order_by(task_logs.c.id))]
-
-
-def workflow_text(length: int, parallel: bool) -> str:
-    """One group of ``length`` no-op ``echo>: x`` tasks, fanned out or chained."""
-    lines = ["+all:"]
-    if parallel:
-        lines.append("  _parallel: true")
-    for index in range(length):
-        lines += [f"  +t{index:05d}:", "    echo>: x"]
-    return "\n".join(lines) + "\n"
 
 
 def check_succeeded(name: str, state: AttemptState, rows: list[TaskRow], length: int) -> None:

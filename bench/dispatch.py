@@ -81,15 +81,14 @@ from _services import (
     start_service,
     wait_until,
 )
-from _stores import percentile, throwaway_database
+from _stores import noop_workflow_text, percentile, run_request, throwaway_database
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import Engine
 
-from services.embedded import RunRequest, create_run_attempt, default_session_time, open_store
+from services.embedded import create_run_attempt, open_store
 from shared.clock import SystemClock
 from shared.domain.states import AttemptState, TaskState
-from shared.dsl.parser import parse_workflow_text
 from shared.store.sessions import get_attempt_state
 from shared.store.tasks import TaskRow, list_attempt_tasks
 
@@ -311,16 +310,11 @@ class Tickwork:
     ) -> AttemptRun:
         """Create an attempt of ``tasks`` echo> tasks and wait until it succeeded; with
         ``tap``, note the agents' start and end of each task from their events."""
-        definition = parse_workflow_text(
-            workflow_text(tasks, parallel), f"{name}.dig", self.project_dir
-        )
-        request = RunRequest(
-            definition=definition,
-            project_dir=self.project_dir,
-            state_dir=self.project_dir / ".tickwork",
-            database_url=self.engine.url.render_as_string(hide_password=False),
-            params={},
-            session_time=default_session_time(definition, SystemClock().now()),
+        request = run_request(
+            self.engine.url.render_as_string(hide_password=False),
+            self.project_dir,
+            name,
+            noop_workflow_text(tasks, parallel),
         )
         metrics_before = self.agent_metrics()
         with ExitStack() as stack:
@@ -382,16 +376,6 @@ class Tickwork:
 
     def close(self) -> None:
         self.engine.dispose()
-
-
-def workflow_text(tasks: int, parallel: bool) -> str:
-    """One group of ``tasks`` no-op ``echo>: x`` tasks, fanned out or chained."""
-    lines = ["+all:"]
-    if parallel:
-        lines.append("  _parallel: true")
-    for index in range(tasks):
-        lines += [f"  +t{index:05d}:", "    echo>: x"]
-    return "\n".join(lines) + "\n"
 
 
 def check_attempt(name: str, tasks: int, state: AttemptState, rows: list[TaskRow]) -> None:

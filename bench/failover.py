@@ -63,7 +63,6 @@ from _failover_cluster import (
     Cluster,
     check_succeeded,
     wait_exit,
-    workflow_text,
 )
 from _failover_scheduler import (
     SCHEDULE_EVERY,
@@ -82,7 +81,7 @@ from _services import (
     running,
     wait_until,
 )
-from _stores import percentile, throwaway_database
+from _stores import noop_workflow_text, percentile, throwaway_database
 from rich.console import Console
 
 from shared.store.tasks import TaskRow
@@ -151,7 +150,7 @@ def warm_up(cluster: Cluster, executors: Sequence[Service], agents: Sequence[Ser
     """Run small fan-outs until every agent has run a task: the services are ready."""
     for round_number in range(1, WARMUP_ROUNDS + 1):
         attempt = cluster.create_attempt(
-            f"warmup_{round_number}", workflow_text(WARMUP_TASKS, parallel=True)
+            f"warmup_{round_number}", noop_workflow_text(WARMUP_TASKS, parallel=True)
         )
         state = cluster.wait_for_attempt(attempt, cluster.services)
         rows = cluster.operator_tasks(attempt)
@@ -176,7 +175,9 @@ def run_handover(cluster: Cluster, executors: list[Service], how: str) -> Handov
     wait_until(one_active, START_TIMEOUT_SECONDS, "exactly one active executor", executors)
     stopped = active[0]
     assert stopped is not None
-    attempt = cluster.create_attempt(f"chain_{how}", workflow_text(CHAIN_TASKS, parallel=False))
+    attempt = cluster.create_attempt(
+        f"chain_{how}", noop_workflow_text(CHAIN_TASKS, parallel=False)
+    )
     wait_until(
         lambda: cluster.tasks_done(attempt) >= CHAIN_TASKS // 2,
         ATTEMPT_TIMEOUT_SECONDS,
