@@ -120,13 +120,14 @@ def workloads(overlay: str) -> Iterator[dict[str, Any]]:
         yield from objects(overlay, kind)
 
 
+def generated(overlay: str, kind: str, name: str) -> dict[str, Any]:
+    """The one object kustomize generated as ``name`` (with its hash suffix)."""
+    (found,) = [o for o in objects(overlay, kind) if o["metadata"]["name"].startswith(name)]
+    return found
+
+
 def settings(overlay: str) -> dict[str, str]:
-    (config_map,) = [
-        o
-        for o in objects(overlay, "ConfigMap")
-        if o["metadata"]["name"].startswith("tickwork-settings")
-    ]
-    data: dict[str, str] = config_map["data"]
+    data: dict[str, str] = generated(overlay, "ConfigMap", "tickwork-settings")["data"]
     return data
 
 
@@ -362,9 +363,7 @@ def test_every_container_command_parses_with_the_environment_its_pod_gives_it(
 @cache
 def dev_secret_values() -> dict[str, str]:
     """The dev overlay's Secret values: stand-ins for what prod's Secret holds."""
-    (secret,) = [
-        s for s in objects("dev", "Secret") if s["metadata"]["name"].startswith("tickwork-secrets")
-    ]
+    secret = generated("dev", "Secret", "tickwork-secrets")
     return {key: base64.b64decode(value).decode() for key, value in secret["data"].items()}
 
 
@@ -390,9 +389,7 @@ def test_every_setting_in_the_config_map_is_one_tickwork_reads(overlay: str) -> 
 
 
 def test_every_secret_key_a_pod_uses_is_in_the_dev_secret() -> None:
-    (secret,) = [
-        s for s in objects("dev", "Secret") if s["metadata"]["name"].startswith("tickwork-secrets")
-    ]
+    secret = generated("dev", "Secret", "tickwork-secrets")
     used = set()
     for workload in workloads("dev"):
         for container in containers(workload):
