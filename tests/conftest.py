@@ -20,6 +20,7 @@ from sqlalchemy import Engine
 from shared.store.engine import create_store_engine
 from shared.store.migrate import upgrade_database
 from tests.fault._cluster import Cluster
+from tests.support.files import MachineFiles
 from tests.support.servers import (
     RedisAddress,
     RespClient,
@@ -73,6 +74,33 @@ def _needs_postgres(item: pytest.Item) -> bool:
         return True
     callspec = getattr(item, "callspec", None)
     return callspec is not None and callspec.params.get("database_url") == "postgresql"
+
+
+_machine_files_key = pytest.StashKey[MachineFiles]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_machine_files_key] = MachineFiles.snapshot()
+
+
+@pytest.fixture(autouse=True)
+def _machine_files_unchanged(pytestconfig: pytest.Config) -> Iterator[None]:
+    """Fails the test after which a file of the machine (/etc/passwd, ...) changed, and puts
+    the file back: tests run as root, and a path joined onto a root can be absolute."""
+    yield
+    changed = pytestconfig.stash[_machine_files_key].changed()
+    assert not changed, f"this test changed files outside its temporary directories: {changed}"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # A change made outside any test (a fixture's teardown, a plugin) fails the run too.
+    files = session.config.stash.get(_machine_files_key, None)
+    changed = files.changed() if files is not None else []
+    if changed:
+        session.config.get_terminal_writer().line(
+            f"files outside the tests' temporary directories changed: {changed}", red=True
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -55,9 +55,11 @@ def attempt_id(engine: Engine) -> int:
 
 
 def add_log(engine: Engine, root: Path, task_id: int, relative: str, content: bytes) -> int:
-    """Write a log file under ``root`` and index it; its id."""
-    path = root / relative
-    if ".." not in relative:
+    """Index a log file at ``relative`` and, when that path stays under ``root``, write it;
+    its id. A path that escapes ``root`` (``..``, or an absolute path, which ``root / relative``
+    would take as it is) is indexed only, never written."""
+    path = (root / relative).resolve()
+    if path.is_relative_to(root.resolve()):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
     with engine.begin() as conn:
@@ -158,6 +160,7 @@ class TestContent:
         response = api.get(f"/api/logs/{attempt_id}/files/{file_id}")
         assert response.status_code == 404
         assert b"secret" not in response.data
+        assert b"root:" not in response.data
 
     def test_a_file_of_another_attempt_is_404(
         self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int

@@ -18,13 +18,12 @@ from shared.dsl.archive import (
     read_project_archive,
 )
 from shared.errors import InvalidInput, InvalidWorkflow
+from tests.support.files import write_under
 
 
 def write(root: Path, files: dict[str, str]) -> Path:
     for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        write_under(root, name, text)
     return root
 
 

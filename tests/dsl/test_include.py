@@ -10,13 +10,12 @@ import pytest
 from shared.domain.workflow import TaskSpec, WorkflowDefinition
 from shared.dsl.parser import parse_generated_tasks, parse_workflow_file
 from shared.errors import InvalidWorkflow
+from tests.support.files import write_under
 
 
 def write(project: Path, **files: str) -> None:
     for name, text in files.items():
-        path = project / name.replace("__", "/")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text), encoding="utf-8")
+        write_under(project, name.replace("__", "/"), textwrap.dedent(text))
 
 
 def parse(project: Path, text: str, **files: str) -> WorkflowDefinition:

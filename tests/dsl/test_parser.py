@@ -12,13 +12,12 @@ from shared.domain.workflow import IntervalType, RetryPolicy, TaskSpec, Workflow
 from shared.dsl.loader import LineMap, load_yaml
 from shared.dsl.parser import load_project, parse_workflow_file, parse_workflow_text
 from shared.errors import InvalidWorkflow
+from tests.support.files import write_under
 
 
 def write(project: Path, files: dict[str, str]) -> None:
     for name, text in files.items():
-        path = project / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
+        write_under(project, name, textwrap.dedent(text))
 
 
 def parse(project: Path, text: str, **files: str) -> WorkflowDefinition:

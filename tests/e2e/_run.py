@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.files import write_under
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES_DIR = REPO_ROOT / "examples"
 RUN_TIMEOUT_SECONDS = 60
@@ -108,10 +110,7 @@ class Project:
 
     def write(self, name: str, text: str) -> Path:
         """Write a project file (dedented) and return its path."""
-        path = self.root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
-        return path
+        return write_under(self.root, name, textwrap.dedent(text).lstrip())
 
     def read(self, name: str) -> str:
         """A file tasks wrote into the project directory."""

@@ -16,6 +16,7 @@ from tests.e2e._standalone import (
     running_standalone,
     wait_for_attempt,
 )
+from tests.support.files import write_under
 from tests.support.servers import find_free_port
 from tests.support.waiting import wait_until
 
@@ -65,7 +66,7 @@ INVALID = {
 def _write(directory: Path, files: dict[str, str]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
-        (directory / name).write_text(textwrap.dedent(text), encoding="utf-8")
+        write_under(directory, name, textwrap.dedent(text))
     return directory
 
 

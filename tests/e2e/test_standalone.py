@@ -19,6 +19,7 @@ from tests.e2e._standalone import (
     wait_for_attempt,
     wait_ready,
 )
+from tests.support.files import write_under
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -27,7 +28,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 def _project(directory: Path, files: dict[str, str]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
-        (directory / name).write_text(textwrap.dedent(text), encoding="utf-8")
+        write_under(directory, name, textwrap.dedent(text))
     return directory
 
 

@@ -35,6 +35,7 @@ from shared.dsl.parser import parse_workflow_text
 from shared.store import sessions as session_store
 from shared.store import tasks as task_store
 from shared.store.tasks import TaskRow
+from tests.support.files import write_under
 
 START = datetime(2024, 5, 1, 9, 0, tzinfo=UTC)
 SESSION_TIME = datetime(2024, 5, 1, 0, 0, tzinfo=UTC)
@@ -121,7 +122,7 @@ class Scenario:
     def start(self, text: str, files: dict[str, str] | None = None) -> int:
         """Parse ``text`` as wf.dig (with extra project ``files``) and create its attempt."""
         for name, body in (files or {}).items():
-            (self.project_dir / name).write_text(textwrap.dedent(body), encoding="utf-8")
+            write_under(self.project_dir, name, textwrap.dedent(body))
         definition = parse_workflow_text(textwrap.dedent(text), "wf.dig", self.project_dir)
         return self.start_definition(definition)
 

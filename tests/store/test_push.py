@@ -15,6 +15,7 @@ from shared.store import projects as project_store
 from shared.store import schedules as schedule_store
 from shared.store import sessions as session_store
 from shared.store.tables import project_archives, projects, revisions, sessions
+from tests.support.files import write_under
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 DAILY = "schedule:\n  daily>: 07:00:00\n+a:\n  echo>: hi\n"
@@ -32,7 +33,7 @@ def pack(tmp_path: Path) -> Pack:
         directory = tmp_path / f"project{next(counter)}"
         directory.mkdir()
         for name, text in files.items():
-            (directory / name).write_text(text)
+            write_under(directory, name, text)
         return read_project_archive(pack_project(directory))
 
     return make
