@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import click
 from redis.exceptions import RedisError
 
+from services.agent.log_stream import DEFAULT_LOG_HEAD_BYTES, DEFAULT_LOG_TAIL_BYTES
 from services.cli_support import fail, printable_url
 from services.client_admin import ADMIN_EPILOG, kill_via_api
 from services.client_support import client_options
@@ -79,6 +80,17 @@ def _seconds(name: str, envvar: str, default: float, doc: str) -> Callable[[F], 
         name,
         envvar=envvar,
         type=click.FloatRange(min=0.1),
+        default=default,
+        show_default=True,
+        help=f"{doc} (env {envvar}).",
+    )
+
+
+def _log_bytes(name: str, envvar: str, default: int, doc: str) -> Callable[[F], F]:
+    return click.option(
+        name,
+        envvar=envvar,
+        type=click.IntRange(min=0),
         default=default,
         show_default=True,
         help=f"{doc} (env {envvar}).",
@@ -232,6 +244,19 @@ def _queues(_ctx: click.Context, _param: click.Parameter, raw: str) -> tuple[str
     help="Where the agent keeps task logs while it streams them (default: a temporary "
     "directory; env TICKWORK_AGENT_WORK_DIR).",
 )
+@_log_bytes(
+    "--log-head-bytes",
+    "TICKWORK_AGENT_LOG_HEAD_BYTES",
+    DEFAULT_LOG_HEAD_BYTES,
+    "Bytes kept of the start of a task's log (streamed as written)",
+)
+@_log_bytes(
+    "--log-tail-bytes",
+    "TICKWORK_AGENT_LOG_TAIL_BYTES",
+    DEFAULT_LOG_TAIL_BYTES,
+    "Bytes kept of the end of a task's log; what lies between head and tail is cut and "
+    "a line [tickwork: N bytes cut here] stands for it",
+)
 @_limit("--max-memory-mb", "TICKWORK_TASK_MAX_MEMORY_MB", "address-space limit, in MiB")
 @_limit("--max-open-files", "TICKWORK_TASK_MAX_OPEN_FILES", "open-file limit")
 @_limit("--max-cpu-seconds", "TICKWORK_TASK_MAX_CPU_SECONDS", "CPU-time limit, in seconds")
@@ -245,6 +270,8 @@ def agent_command(
     lease_ttl: float,
     heartbeat: float,
     work_dir: Path | None,
+    log_head_bytes: int,
+    log_tail_bytes: int,
     max_memory_mb: int,
     max_open_files: int,
     max_cpu_seconds: int,
@@ -252,6 +279,7 @@ def agent_command(
     log_level: str,
 ) -> None:
     """Run an agent: a Celery worker that runs tasks under leases. It needs Redis only."""
+    from services.agent.log_stream import LogLimits
     from services.agent.metrics import AgentMetrics
     from services.agent.operators.base import ResourceLimits
     from services.agent.worker import AgentSettings, agent_health, run_agent
@@ -275,6 +303,7 @@ def agent_command(
         heartbeat_seconds=heartbeat,
         work_dir=work_dir or _temporary_directory("tickwork-agent-"),
         limits=limits,
+        log_limits=LogLimits(log_head_bytes, log_tail_bytes),
         log_level=log_level.upper(),
     )
     metrics = AgentMetrics(shared_between_processes=bool(metrics_port))

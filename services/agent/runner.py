@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 OUTPUT_HEAD_LINES = 20
 OUTPUT_LINE_CHARS = 500
+SKIP_CHARS = 64 * 1024
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.=-]+")
 
 
@@ -140,13 +141,17 @@ def open_secrets(message: TaskMessage) -> tuple[TaskMessage, dict[str, str]]:
 
 
 def _head(path: Path) -> list[str]:
-    """The first lines of a log file that a child process wrote."""
+    """The first lines of a log file that a child process wrote, each cut to
+    :data:`OUTPUT_LINE_CHARS`; a long line is skipped a piece at a time, never held whole."""
     lines: list[str] = []
     with path.open(encoding="utf-8", errors="replace") as log_file:
-        for line in log_file:
-            lines.append(line.rstrip("\n")[:OUTPUT_LINE_CHARS])
-            if len(lines) >= OUTPUT_HEAD_LINES:
+        while len(lines) < OUTPUT_HEAD_LINES:
+            line = log_file.readline(OUTPUT_LINE_CHARS + 1)
+            if not line:
                 break
+            lines.append(line.rstrip("\n")[:OUTPUT_LINE_CHARS])
+            while line and not line.endswith("\n"):
+                line = log_file.readline(SKIP_CHARS)
     return lines
 
 

@@ -42,6 +42,7 @@ from celery import signals as celery_signals
 from redis.exceptions import RedisError
 
 from services.agent.archives import ArchiveCache
+from services.agent.log_stream import LogLimits, LogStreamer, remove_dead_spools, remove_spool
 from services.agent.metrics import AgentMetrics
 from services.agent.operators.base import ResourceLimits, RunControl
 from services.agent.runner import TaskRunner
@@ -53,7 +54,6 @@ from shared.dispatch.messages import (
     AgentEvent,
     TaskEvent,
     TaskFinished,
-    TaskLogChunk,
     TaskMessage,
     TaskReleased,
     TaskStarted,
@@ -64,7 +64,6 @@ log = logging.getLogger(__name__)
 
 LEASE_LOST = "lost its lease"
 SHUTDOWN = "the agent is shutting down"
-LOG_CHUNK_BYTES = 256 * 1024
 BEAT_SECONDS = 10.0
 """How often a consuming agent tells its ``/healthz`` that its event loop turns."""
 LOOP_STALE_SECONDS = 900.0
@@ -72,11 +71,6 @@ LOOP_STALE_SECONDS = 900.0
 restarted. The loop also stands still while Celery reconnects to Redis, and a Redis
 outage is waited out, not a reason to restart every agent: readiness goes at once."""
 
-
-LOG_STREAM_LIMIT_BYTES = 64 * 1024 * 1024
-"""Bytes of one run's log streamed at most; the rest stays in the agent's own file."""
-LOG_POLL_SECONDS = 0.5
-STARTED_HOLD_SECONDS = 0.05
 EMIT_RETRY_SECONDS = 0.5
 
 
@@ -92,96 +86,13 @@ class AgentSettings:
     heartbeat_seconds: float
     work_dir: Path
     limits: ResourceLimits = field(default_factory=ResourceLimits)
+    log_limits: LogLimits = field(default_factory=LogLimits)
     log_level: str = "WARNING"
 
     @property
     def done_mark_ms(self) -> int:
         """How long a finished run's ``done`` mark refuses duplicates of its message."""
         return int(max(10 * self.lease_ttl_seconds, 300) * 1000)
-
-
-class LogStreamer:
-    """Sends what a run writes to its log file to the event stream, chunk by chunk.
-
-    It also holds the run's ``started`` event back for :data:`STARTED_HOLD_SECONDS`: a
-    short task then reports started, log and result in one go, and the executor applies
-    them in one pass instead of two.
-    """
-
-    def __init__(self, stream: EventStream, message: TaskMessage, relative: Path, path: Path):
-        self.stream = stream
-        self.message = message
-        self.relative = str(relative)
-        self.path = path
-        self.offset = 0
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._started: TaskStarted | None = None
-        self._thread = threading.Thread(target=self._run, name="log-streamer", daemon=True)
-
-    def start(self, started: TaskStarted) -> None:
-        """Stream in the background while the operator runs; report ``started`` soon."""
-        self._started = started
-        self._thread.start()
-
-    def _run(self) -> None:
-        if self._stop.wait(STARTED_HOLD_SECONDS):
-            return
-        with self._lock:
-            started, self._started = self._started, None
-        if started is not None:
-            try:
-                self.stream.emit([started])
-            except RedisError as exc:
-                log.debug("could not report a start: %s", exc)
-        while not self._stop.wait(LOG_POLL_SECONDS):
-            try:
-                chunks = self.take()
-                if chunks:
-                    self.stream.emit(chunks)
-            except (OSError, RedisError) as exc:
-                log.debug("log streaming paused: %s", exc)
-
-    def take(self) -> list[AgentEvent]:
-        """Chunks of what was written since the last call."""
-        with self._lock:
-            chunks: list[AgentEvent] = []
-            try:
-                size = self.path.stat().st_size
-            except OSError:
-                return chunks
-            end = min(size, LOG_STREAM_LIMIT_BYTES)
-            if end <= self.offset:
-                return chunks
-            with self.path.open("rb") as log_file:
-                log_file.seek(self.offset)
-                while self.offset < end:
-                    data = log_file.read(min(LOG_CHUNK_BYTES, end - self.offset))
-                    if not data:
-                        break
-                    chunks.append(
-                        TaskLogChunk(
-                            task_id=self.message.task_id,
-                            lease_token=self.message.lease_token,
-                            path=self.relative,
-                            offset=self.offset,
-                            data=data.decode("utf-8", "surrogateescape"),
-                        )
-                    )
-                    self.offset += len(data)
-            return chunks
-
-    def stop(self) -> list[AgentEvent]:
-        """Stop streaming; the events not sent yet (``started`` first, if still held).
-        Stopping again returns nothing and reads nothing."""
-        if self._stop.is_set():
-            return []
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-        with self._lock:
-            started, self._started = self._started, None
-        return [*([started] if started is not None else []), *self.take()]
 
 
 @dataclass
@@ -207,6 +118,7 @@ class AgentRuntime:
             interval_ms=int(settings.heartbeat_seconds * 1000),
         )
         self.archives = RedisArchives(self.client, settings.redis.prefix)
+        remove_dead_spools(settings.work_dir / "logs")
         self.runner = TaskRunner(
             settings.work_dir / "logs" / str(os.getpid()),
             settings.limits,
@@ -290,7 +202,7 @@ class AgentRuntime:
             self._runs[message.task_id] = run
         self.heartbeat.hold(lease)
         relative, path = self.runner.log_file_of(message)
-        streamer = LogStreamer(self.stream, message, relative, path)
+        streamer = LogStreamer(self.stream, message, relative, path, self.settings.log_limits)
         try:
             self.runner(message, self._reporter(run, streamer), run.control)
         finally:
@@ -298,8 +210,7 @@ class AgentRuntime:
             streamer.stop()  # the report stopped it already, unless the runner failed
             with self._lock:
                 self._runs.pop(message.task_id, None)
-            if streamer.offset < LOG_STREAM_LIMIT_BYTES:
-                path.unlink(missing_ok=True)  # streamed: the executor keeps the log
+            remove_spool(path)  # sent, or not to be reported: the executor keeps the log
 
     def _reporter(self, run: _Run, streamer: LogStreamer) -> Callable[[TaskEvent], None]:
         def report(event: TaskEvent) -> None:
@@ -308,8 +219,8 @@ class AgentRuntime:
                 return
             assert isinstance(event, TaskFinished)
             self.heartbeat.drop(run.lease)
-            pending = streamer.stop()
             reason = run.control.reason
+            pending = streamer.finish(self._emit) if reason in (None, SHUTDOWN) else streamer.stop()
             if reason == SHUTDOWN:
                 released = TaskReleased(event.task_id, event.lease_token, reason)
                 self._emit([*pending, released])
@@ -319,7 +230,7 @@ class AgentRuntime:
                 # Someone else owns the task now (or it was killed): report nothing.
                 self.metrics.tasks.labels(outcome="stopped").inc()
             else:
-                self._emit([*pending, event], finished=run.lease)
+                self._emit([*pending, streamer.describe(event)], finished=run.lease)
                 self.metrics.tasks.labels(outcome=event.outcome.value).inc()
 
         return report

@@ -72,7 +72,8 @@ class TaskFinished:
     store: dict[str, Any] = field(default_factory=dict)
     error_message: str | None = None
     log_path: str | None = None  # relative to the log root
-    log_size_bytes: int = 0
+    log_size_bytes: int = 0  # of the stored log
+    log_truncated_bytes: int = 0  # cut from the middle of the log (head and tail kept)
     output_lines: list[str] = field(default_factory=list)  # a short head of the log
     # py>: params exported to the subtasks it added, and those subtasks (a ``^sub``
     # TaskSpec config, checked on the agent) for the executor to generate.
@@ -80,13 +81,20 @@ class TaskFinished:
     subtasks: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON body of the message."""
-        return asdict(self)
+        """The JSON body of the message (``log_truncated_bytes`` only when a log was cut,
+        which an executor older than that field could not read)."""
+        body = asdict(self)
+        if not self.log_truncated_bytes:
+            del body["log_truncated_bytes"]
+        return body
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> TaskFinished:
-        """Inverse of :meth:`to_json`."""
-        return cls(**{**body, "outcome": Outcome(body["outcome"])})
+        """Inverse of :meth:`to_json`; fields it does not know (a newer agent's) are
+        left out."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in body.items() if k in known}
+        return cls(**{**values, "outcome": Outcome(body["outcome"])})
 
 
 @dataclass(frozen=True)
@@ -130,7 +138,8 @@ _KIND_OF = {cls: kind for kind, cls in _EVENT_KINDS.items()}
 
 def event_to_json(event: AgentEvent) -> dict[str, Any]:
     """An event as JSON, with its ``kind``."""
-    return {"kind": _KIND_OF[type(event)], **asdict(event)}
+    body = event.to_json() if isinstance(event, TaskFinished) else asdict(event)
+    return {"kind": _KIND_OF[type(event)], **body}
 
 
 def event_from_json(body: dict[str, Any]) -> AgentEvent:

@@ -1,0 +1,263 @@
+"""Sending a run's log file from the agent's spool to the event stream, head and tail.
+
+The agent's operator writes the log to a spool file under ``<work dir>/logs/<pid>/``.
+While it runs, the first :attr:`LogLimits.head_bytes` are streamed as they are written.
+When it ends, the rest follows: all of it if the log is at most ``head_bytes +
+tail_bytes``; otherwise a marker line ``[tickwork: N bytes cut here]`` and the last
+``tail_bytes`` (the end of a log is what explains a failure). The stored file only ever
+grows, so a reader following it never sees a byte change. Every read and every Redis
+round trip holds at most :data:`LOG_BATCH_CHUNKS` chunks of :data:`LOG_CHUNK_BYTES`:
+streaming costs the same memory whatever the size of the log. The spool file is removed
+after the run; spools of pool processes that died are removed when the next one starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from redis.exceptions import RedisError
+
+from shared.dispatch.events import EventStream
+from shared.dispatch.messages import (
+    AgentEvent,
+    TaskFinished,
+    TaskLogChunk,
+    TaskMessage,
+    TaskStarted,
+)
+
+log = logging.getLogger(__name__)
+
+LOG_CHUNK_BYTES = 256 * 1024
+"""Bytes of a log in one event."""
+LOG_BATCH_CHUNKS = 4
+"""Log events per Redis round trip: the most of a log held in memory at once."""
+DEFAULT_LOG_HEAD_BYTES = 32 * 1024 * 1024
+DEFAULT_LOG_TAIL_BYTES = 32 * 1024 * 1024
+LOG_POLL_SECONDS = 0.5
+STARTED_HOLD_SECONDS = 0.05
+
+Emit = Callable[[list[AgentEvent]], None]
+
+
+@dataclass(frozen=True)
+class LogLimits:
+    """How much of a run's log is kept: its first ``head_bytes`` and last ``tail_bytes``."""
+
+    head_bytes: int = DEFAULT_LOG_HEAD_BYTES
+    tail_bytes: int = DEFAULT_LOG_TAIL_BYTES
+
+
+def cut_marker(cut_bytes: int, *, at_line_start: bool) -> bytes:
+    """The line that stands for the ``cut_bytes`` left out of a log (on a line of its own)."""
+    line = f"[tickwork: {cut_bytes:,} bytes cut here]\n"
+    return (line if at_line_start else "\n" + line).encode("ascii")
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """Bytes ``start..end`` of the spool file, stored from byte ``stored_at`` on."""
+
+    start: int
+    end: int
+    stored_at: int
+
+
+class LogStreamer:
+    """Sends what a run writes to its spool file to the event stream, chunk by chunk.
+
+    It also holds the run's ``started`` event back for :data:`STARTED_HOLD_SECONDS`: a
+    short task then reports started, log and result in one go, and the executor applies
+    them in one pass instead of two. After :meth:`finish`, ``stored_bytes`` and
+    ``cut_bytes`` say what the stored file holds.
+    """
+
+    def __init__(
+        self,
+        stream: EventStream,
+        message: TaskMessage,
+        relative: Path,
+        path: Path,
+        limits: LogLimits | None = None,
+    ) -> None:
+        self.stream = stream
+        self.message = message
+        self.relative = str(relative)
+        self.path = path
+        self.limits = limits or LogLimits()
+        self.offset = 0  # bytes of the head sent so far
+        self.stored_bytes = 0
+        self.cut_bytes = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._started: TaskStarted | None = None
+        self._thread = threading.Thread(target=self._run, name="log-streamer", daemon=True)
+
+    def start(self, started: TaskStarted) -> None:
+        """Stream in the background while the operator runs; report ``started`` soon."""
+        self._started = started
+        self._thread.start()
+
+    def _run(self) -> None:
+        if self._stop.wait(STARTED_HOLD_SECONDS):
+            return
+        with self._lock:
+            started, self._started = self._started, None
+        if started is not None:
+            try:
+                self.stream.emit([started])
+            except RedisError as exc:
+                log.debug("could not report a start: %s", exc)
+        while not self._stop.wait(LOG_POLL_SECONDS):
+            try:
+                with self._lock:
+                    self._send_head(self.stream.emit)
+            except (OSError, RedisError) as exc:
+                log.debug("log streaming paused: %s", exc)
+
+    def _send_head(self, emit: Emit) -> None:
+        """Send the head written since the last call, a batch per round trip; a batch
+        counts as sent only once ``emit`` returned."""
+        end = min(self._size(), self.limits.head_bytes)
+        batch: list[AgentEvent] = []
+        for chunk in self._chunks(_Segment(self.offset, end, self.offset)):
+            batch.append(chunk)
+            if len(batch) == LOG_BATCH_CHUNKS:
+                emit(batch)
+                self.offset, batch = _after(batch), []
+        if batch:
+            emit(batch)
+            self.offset = _after(batch)
+
+    def stop(self) -> list[AgentEvent]:
+        """Stop streaming and send nothing more (the run's result is not reported)."""
+        self._halt()
+        with self._lock:
+            self._started = None
+        return []
+
+    def finish(self, emit: Emit) -> list[AgentEvent]:
+        """Stop streaming and send the rest of the log through ``emit``, a batch at a
+        time; the last events (``started`` first, if still held) are returned, to go out
+        with the run's result. The stored file always exists, even for a run that wrote
+        nothing."""
+        self._halt()
+        with self._lock:
+            started, self._started = self._started, None
+            pending: list[AgentEvent] = [started] if started is not None else []
+            size = self._size()
+            if size == 0:
+                return [*pending, self._chunk(0, b"")]
+            for chunk in self._rest(size):
+                if len(pending) >= LOG_BATCH_CHUNKS:
+                    emit(pending)
+                    pending = []
+                pending.append(chunk)
+            return pending
+
+    def describe(self, finished: TaskFinished) -> TaskFinished:
+        """``finished`` saying what the stored log holds (after :meth:`finish`)."""
+        return replace(
+            finished, log_size_bytes=self.stored_bytes, log_truncated_bytes=self.cut_bytes
+        )
+
+    def _halt(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def _rest(self, size: int) -> Iterator[TaskLogChunk]:
+        """What is left to send once the run ended, ``size`` bytes long."""
+        head, tail = self.limits.head_bytes, self.limits.tail_bytes
+        if size <= head + tail:
+            self.stored_bytes, self.cut_bytes = size, 0
+            yield from self._chunks(_Segment(self.offset, size, self.offset))
+            return
+        cut = size - head - tail
+        marker = cut_marker(cut, at_line_start=head == 0 or self._byte_at(head - 1) == b"\n")
+        self.stored_bytes, self.cut_bytes = head + len(marker) + tail, cut
+        yield from self._chunks(_Segment(self.offset, head, self.offset))
+        yield self._chunk(head, marker)
+        yield from self._chunks(_Segment(size - tail, size, head + len(marker)))
+
+    def _chunks(self, segment: _Segment) -> Iterator[TaskLogChunk]:
+        """The segment's bytes, read one chunk at a time."""
+        if segment.end <= segment.start:
+            return
+        with self.path.open("rb") as spool:
+            spool.seek(segment.start)
+            position = segment.start
+            while position < segment.end:
+                data = spool.read(min(LOG_CHUNK_BYTES, segment.end - position))
+                if not data:
+                    return
+                yield self._chunk(segment.stored_at + position - segment.start, data)
+                position += len(data)
+
+    def _chunk(self, offset: int, data: bytes) -> TaskLogChunk:
+        return TaskLogChunk(
+            task_id=self.message.task_id,
+            lease_token=self.message.lease_token,
+            path=self.relative,
+            offset=offset,
+            data=data.decode("utf-8", "surrogateescape"),
+        )
+
+    def _size(self) -> int:
+        try:
+            return self.path.stat().st_size
+        except OSError:
+            return 0
+
+    def _byte_at(self, position: int) -> bytes:
+        with self.path.open("rb") as spool:
+            spool.seek(position)
+            return spool.read(1)
+
+
+def _after(batch: Sequence[AgentEvent]) -> int:
+    """The stored offset just past the last chunk of ``batch``."""
+    last = batch[-1]
+    assert isinstance(last, TaskLogChunk)
+    return last.offset + len(last.data.encode("utf-8", "surrogateescape"))
+
+
+def remove_spool(path: Path) -> None:
+    """Remove a run's spool file, and its attempt's folder once that is empty."""
+    path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        path.parent.rmdir()
+
+
+def remove_dead_spools(root: Path) -> int:
+    """Remove the spool folders (``root/<pid>``) of pool processes that are gone, and this
+    process's own (a dead process with the same pid left it); how many were removed."""
+    if not root.is_dir():
+        return 0
+    removed = 0
+    for folder in root.iterdir():
+        if folder.is_dir() and folder.name.isdigit():
+            pid = int(folder.name)
+            if pid == os.getpid() or not _is_running(pid):
+                shutil.rmtree(folder, ignore_errors=True)
+                removed += 1
+    if removed:
+        log.info("removed the log spools of %d ended pool processes", removed)
+    return removed
+
+
+def _is_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
