@@ -438,6 +438,7 @@ class WorkflowExecutor:
                     "lease_token": event.lease_token,
                     "path": event.log_path,
                     "size_bytes": event.log_size_bytes,
+                    "truncated_bytes": event.log_truncated_bytes,
                 }
             )
         return True

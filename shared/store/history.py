@@ -90,6 +90,7 @@ class LogFile:
     lease_token: int
     path: str
     size_bytes: int
+    truncated_bytes: int
     created_at: datetime
 
 
@@ -292,6 +293,7 @@ _LOG_QUERY = select(
     task_logs.c.lease_token,
     task_logs.c.path,
     task_logs.c.size_bytes,
+    task_logs.c.truncated_bytes,
     task_logs.c.created_at,
 ).join(tasks, tasks.c.id == task_logs.c.task_id)
 

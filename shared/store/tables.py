@@ -271,7 +271,9 @@ task_logs = Table(
     Column("attempt_id", Id, ForeignKey("attempts.id"), nullable=False),
     Column("lease_token", BigInteger, nullable=False),
     Column("path", Text, nullable=False),  # relative to the log root
-    Column("size_bytes", BigInteger, nullable=False),
+    Column("size_bytes", BigInteger, nullable=False),  # of the stored file
+    # Bytes the agent cut from the middle of the log (it keeps the head and the tail).
+    Column("truncated_bytes", BigInteger, nullable=False, server_default="0"),
     Column("created_at", Timestamp, nullable=False),
     UniqueConstraint("task_id", "lease_token"),
     Index("ix_task_logs_attempt", "attempt_id"),

@@ -13,6 +13,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import Engine
 
 from services.api.config import ApiConfig
+from services.api.routes import logs as logs_routes
 from shared.domain.states import AttemptState
 from shared.store.tables import task_logs, tasks
 from tests.api._seed import NOW, THREE_STEPS, add_project, add_sessions, set_state
@@ -54,12 +55,21 @@ def attempt_id(engine: Engine) -> int:
     return 1
 
 
-def add_log(engine: Engine, root: Path, task_id: int, relative: str, content: bytes) -> int:
-    """Index a log file at ``relative`` and, when that path stays under ``root``, write it;
-    its id. A path that escapes ``root`` (``..``, or an absolute path, which ``root / relative``
-    would take as it is) is indexed only, never written."""
+def add_log(
+    engine: Engine,
+    root: Path,
+    task_id: int,
+    relative: str,
+    content: bytes,
+    *,
+    on_disk: bool = True,
+    truncated_bytes: int = 0,
+) -> int:
+    """Index a log file at ``relative`` and, when that path stays under ``root``, write it
+    (unless not ``on_disk``); its id. A path that escapes ``root`` (``..``, or an absolute
+    path, which ``root / relative`` would take as it is) is indexed only, never written."""
     path = (root / relative).resolve()
-    if path.is_relative_to(root.resolve()):
+    if on_disk and path.is_relative_to(root.resolve()):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
     with engine.begin() as conn:
@@ -72,6 +82,7 @@ def add_log(engine: Engine, root: Path, task_id: int, relative: str, content: by
                     "lease_token": 1,
                     "path": relative,
                     "size_bytes": len(content),
+                    "truncated_bytes": truncated_bytes,
                     "created_at": NOW,
                 },
             ).scalar_one()
@@ -94,6 +105,17 @@ class TestFiles:
 
     def test_the_files_of_an_unknown_attempt_are_404(self, api: FlaskClient) -> None:
         assert api.get("/api/logs/999/files").status_code == 404
+
+    def test_a_cut_log_is_listed_with_how_many_bytes_were_cut(
+        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int
+    ) -> None:
+        add_log(engine, log_root, 1, "1/first.1.1.log", CONTENT, truncated_bytes=123_456_789)
+        add_log(engine, log_root, 2, "1/second.2.1.log", CONTENT)
+        items = api.get(f"/api/logs/{attempt_id}/files").json["items"]
+        assert [(f["task"], f["truncated_bytes"]) for f in items] == [
+            ("+steps+first", 123_456_789),
+            ("+steps+second", 0),
+        ]
 
 
 class TestContent:
@@ -140,6 +162,51 @@ class TestContent:
         assert response.status_code == 416
         assert response.headers["Content-Range"] == f"bytes */{len(CONTENT)}"
         assert response.mimetype == "application/problem+json"
+
+    def test_a_listed_empty_log_reads_as_empty_even_when_no_file_was_stored(
+        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int
+    ) -> None:
+        # Given a task that wrote nothing, listed with 0 bytes but with no file on disk
+        file_id = add_log(engine, log_root, 1, "1/quiet.1.1.log", b"", on_disk=False)
+        # When its content is read
+        response = api.get(f"/api/logs/{attempt_id}/files/{file_id}")
+        # Then it is empty, not missing
+        assert response.status_code == 200
+        assert response.data == b""
+        assert response.headers["X-Log-Size"] == "0"
+
+    def test_a_listed_log_with_content_that_is_gone_from_disk_is_404(
+        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int
+    ) -> None:
+        file_id = add_log(engine, log_root, 1, "1/first.1.1.log", CONTENT, on_disk=False)
+        response = api.get(f"/api/logs/{attempt_id}/files/{file_id}")
+        assert_problem(response, 404)
+        assert "no longer on disk" in response.json["detail"]
+
+    def test_a_long_log_is_read_page_after_page_to_its_last_byte(
+        self,
+        api: FlaskClient,
+        engine: Engine,
+        log_root: Path,
+        attempt_id: int,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        # Given pages of at most 10 bytes, sent 3 bytes at a time
+        monkeypatch.setattr(logs_routes, "MAX_READ_BYTES", 10)
+        monkeypatch.setattr(logs_routes, "SEND_CHUNK_BYTES", 3)
+        file_id = add_log(engine, log_root, 1, "1/first.1.1.log", CONTENT)
+        url = f"/api/logs/{attempt_id}/files/{file_id}"
+        # When it is read from offset 0 until X-Log-Size
+        pages: list[bytes] = []
+        while sum(map(len, pages)) < len(CONTENT):
+            response = api.get(f"{url}?offset={sum(map(len, pages))}")
+            assert response.status_code == 200
+            assert response.headers["X-Log-Size"] == str(len(CONTENT))
+            assert response.headers["Content-Length"] == str(len(response.data))
+            pages.append(response.data)
+        # Then the pages are the file, none longer than a page
+        assert b"".join(pages) == CONTENT
+        assert max(map(len, pages)) == 10
 
     def test_offset_and_length_give_a_part(
         self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int

@@ -7,14 +7,16 @@ relative to it, and no path that resolves outside it is ever read.
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from apiflask import APIBlueprint
 from flask import Response, current_app, request
@@ -49,7 +51,11 @@ class LogFileOut(BaseModel):
     task_id: str
     run: int = Field(description="The lease token of the run that wrote it.")
     path: str = Field(description="Relative to the server's log directory.")
-    size_bytes: int
+    size_bytes: int = Field(description="Of the stored file.")
+    truncated_bytes: int = Field(
+        description="Bytes cut from the middle of a large log: the file holds the log's "
+        "head, a line `[tickwork: N bytes cut here]`, then its tail. 0: nothing was cut."
+    )
     created_at: datetime
 
 
@@ -119,6 +125,7 @@ def list_files(attempt_id: int, query: FilesQuery) -> dict[str, Any]:
             "run": f.lease_token,
             "path": f.path,
             "size_bytes": f.size_bytes,
+            "truncated_bytes": f.truncated_bytes,
             "created_at": f.created_at,
         }
         for f in files
@@ -156,27 +163,16 @@ def get_file(attempt_id: int, file_id: int, query: ContentQuery) -> Response:
     """A log file's content, or a part of it: `Range: bytes=a-b` or `?offset=&length=`."""
     with read_connection() as conn:
         found = history.get_log_file(conn, attempt_id, file_id)
-    path = resolve_log_path(_log_root(), found.path)
-    if path is None:
-        current_app.logger.warning("log path outside the log directory refused: %r", found.path)
-        raise ApiProblem(404, f"log file {file_id} is not in the log directory")
+    file, size = _open_log(found)
     try:
-        size = path.stat().st_size
-    except OSError:
-        raise ApiProblem(404, f"log file {file_id} is no longer on disk") from None
-    header = request.headers.get("Range")
-    if header is not None:
-        start, end = _parse_range(header, size)
-        end = min(end, start + MAX_READ_BYTES - 1)  # a shorter 206 than asked; RFC 9110 allows
-        response = Response(_read(path, start, end - start + 1), 206, content_type=TEXT_TYPE)
-        response.headers["Content-Range"] = f"bytes {start}-{end}/{size}"
-    else:
-        start = query.offset or 0
-        if start > size:
-            raise _unsatisfiable(f"offset {start} is past the end of the file ({size} bytes)", size)
-        length = size - start if query.length is None else min(query.length, size - start)
-        length = min(length, MAX_READ_BYTES)
-        response = Response(_read(path, start, length), 200, content_type=TEXT_TYPE)
+        status, start, length = _part(request.headers.get("Range"), query, size)
+    except ApiProblem:
+        file.close()
+        raise
+    response = Response(_stream(file, start, length), status, content_type=TEXT_TYPE)
+    response.headers["Content-Length"] = str(length)
+    if status == 206:
+        response.headers["Content-Range"] = f"bytes {start}-{start + length - 1}/{size}"
     response.headers["Accept-Ranges"] = "bytes"
     response.headers["X-Log-Size"] = str(size)
     return response
@@ -184,6 +180,52 @@ def get_file(attempt_id: int, file_id: int, query: ContentQuery) -> Response:
 
 MAX_READ_BYTES = 16 * 1024 * 1024
 """Most bytes of a log one response holds; X-Log-Size tells how much more there is."""
+SEND_CHUNK_BYTES = 64 * 1024
+"""Bytes read and sent at a time: a response holds no more of a log in memory."""
+
+
+def _open_log(found: history.LogFile) -> tuple[BinaryIO, int]:
+    """The stored file of ``found``, open, and its size; 404 if it is not there. A listed
+    file of 0 bytes that is not there is a run that wrote nothing, of an agent that sent
+    no file for it then: it reads as empty."""
+    path = resolve_log_path(_log_root(), found.path)
+    if path is None:
+        current_app.logger.warning("log path outside the log directory refused: %r", found.path)
+        raise ApiProblem(404, f"log file {found.id} is not in the log directory")
+    try:
+        file = path.open("rb")
+    except OSError:
+        if found.size_bytes == 0:
+            return io.BytesIO(), 0
+        raise ApiProblem(404, f"log file {found.id} is no longer on disk") from None
+    return file, os.fstat(file.fileno()).st_size
+
+
+def _part(header: str | None, query: ContentQuery, size: int) -> tuple[int, int, int]:
+    """The status, first byte and length of what to send: the ``Range`` asked for (206),
+    else ``offset`` and ``length`` (200); each at most :data:`MAX_READ_BYTES`."""
+    if header is not None:
+        start, end = _parse_range(header, size)
+        end = min(end, start + MAX_READ_BYTES - 1)  # a shorter 206 than asked; RFC 9110 allows
+        return 206, start, end - start + 1
+    start = query.offset or 0
+    if start > size:
+        raise _unsatisfiable(f"offset {start} is past the end of the file ({size} bytes)", size)
+    length = size - start if query.length is None else min(query.length, size - start)
+    return 200, start, min(length, MAX_READ_BYTES)
+
+
+def _stream(file: BinaryIO, start: int, length: int) -> Iterator[bytes]:
+    """``length`` bytes of ``file`` from ``start``, a chunk at a time; closes the file."""
+    with file:
+        file.seek(start)
+        left = length
+        while left > 0:
+            data = file.read(min(SEND_CHUNK_BYTES, left))
+            if not data:
+                return
+            left -= len(data)
+            yield data
 
 
 def _unsatisfiable(detail: str, size: int) -> ApiProblem:
