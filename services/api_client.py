@@ -46,6 +46,20 @@ class LogChunk:
     state: str = ""
 
 
+@dataclass(frozen=True)
+class LogPage:
+    """Bytes of a log file from ``offset`` on, and the size of the whole file."""
+
+    data: bytes
+    offset: int
+    size_bytes: int
+
+    @property
+    def next_offset(self) -> int:
+        """Where the next page starts."""
+        return self.offset + len(self.data)
+
+
 class ApiClient:
     """Talks to one tickwork API endpoint with an optional bearer token."""
 
@@ -285,12 +299,25 @@ class ApiClient:
         path = f"/api/logs/{_seg(attempt_id)}/files"
         return _items(self._json("GET", path, params=_query(task=task)))
 
-    def get_log_file(self, attempt_id: str, file_id: str, offset: int = 0) -> str:
-        """The content of one log file from ``offset`` on."""
+    def read_log_page(self, attempt_id: str, file_id: str, offset: int = 0) -> LogPage:
+        """One page of a log file from ``offset`` on (the server sends at most 16 MiB)."""
         path = f"/api/logs/{_seg(attempt_id)}/files/{_seg(file_id)}"
         params = _query(offset=offset or None)
         response = self._send("GET", path, params=params, headers={"Accept": "text/plain"})
-        return response.text
+        size = response.headers.get("X-Log-Size", "")
+        data = response.content
+        return LogPage(data, offset, int(size) if size.isdigit() else offset + len(data))
+
+    def read_log(self, attempt_id: str, file_id: str) -> Iterator[bytes]:
+        """Every byte of a log file, page after page until its end."""
+        offset = 0
+        while True:
+            page = self.read_log_page(attempt_id, file_id, offset)
+            if page.data:
+                yield page.data
+            offset = page.next_offset
+            if not page.data or offset >= page.size_bytes:
+                return
 
     def follow_log(self, attempt_id: str, offset: int = 0) -> Iterator[LogChunk]:
         """Log text of an attempt as it is written, until the attempt ends (server-sent

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from services.cli_support import build_params
+from services.client_log import log_command
 from services.client_support import (
     EXIT_CODES_HELP,
     EXIT_FAILED,
@@ -325,34 +326,6 @@ def retry_command(
         print_json(attempt)
     if wait and attempt.get("state") != "success":
         sys.exit(EXIT_FAILED)
-
-
-@click.command("log", epilog=EXIT_CODES_HELP)
-@click.argument("attempt_id", metavar="ID")
-@click.argument("task", required=False, metavar="[+TASK]")
-@click.option("-f", "--follow", is_flag=True, help="Keep printing until the attempt ends.")
-@client_options
-def log_command(
-    attempt_id: str, task: str | None, follow: bool, endpoint: str | None, as_json: bool
-) -> None:
-    """Print the log of an attempt (of the tasks under +TASK only, if given)."""
-    with api(endpoint) as client:
-        if follow:
-            for chunk in client.follow_log(attempt_id):
-                if as_json:
-                    print_json({"text": chunk.text, "next_offset": chunk.next_offset})
-                else:
-                    click.echo(chunk.text, nl=False)
-            return
-        files = client.list_log_files(attempt_id, task)
-        for log_file in files:
-            content = client.get_log_file(attempt_id, str(log_file["id"]))
-            if as_json:
-                print_json({**log_file, "content": content})
-                continue
-            if len(files) > 1:
-                click.echo(f"--- {log_file.get('task') or log_file.get('file_name')}")
-            click.echo(content, nl=not content.endswith("\n"))
 
 
 CLIENT_COMMANDS = (
