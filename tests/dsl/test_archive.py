@@ -21,13 +21,18 @@ from shared.dsl.archive import (
 )
 from shared.errors import InvalidInput, InvalidWorkflow
 from tests.support.archives import (
+    PADDED,
     MiB,
+    corrupted_crc,
+    extended_headers_in_a_row,
     gnu_sparse_map,
     gz,
+    hard_link,
     header,
+    hostile,
     huge_pax_header,
     member,
-    padded,
+    symlink,
     workflow_first,
 )
 from tests.support.files import write_under
@@ -266,39 +271,11 @@ class TestExtraction:
         assert [p.name for p in target.parent.iterdir()] == ["digest"]  # no temporary left
 
 
-def hostile(*members: bytes) -> bytes:
-    """A tar.gz built block by block: a valid workflow, then ``members``."""
-    return gz([workflow_first(*members)])
-
-
-def symlink(name: str, target: str) -> bytes:
-    return member(name, kind=tarfile.SYMTYPE, linkname=target)
-
-
-def hard_link(name: str, target: str) -> bytes:
-    return member(name, kind=tarfile.LNKTYPE, linkname=target)
-
-
-def corrupted_crc(content: bytes) -> bytes:
-    """``content`` with the CRC of its gzip trailer changed (the data left intact)."""
-    return content[:-8] + bytes(b ^ 0xFF for b in content[-8:-4]) + content[-4:]
-
-
-def extended_headers_in_a_row(count: int, kind: bytes = tarfile.XHDTYPE) -> bytes:
-    """``count`` extended headers, each for the next: tarfile follows them by recursion."""
-    if kind == tarfile.GNUTYPE_LONGNAME:
-        return (header("././@LongLink", kind, 2) + padded(b"a\0")) * count
-    return header("././@PaxHeader", kind, 0) * count
-
-
 @pytest.fixture(scope="module")
 def huge_pax() -> bytes:
     """A 0.4 MB tar.gz holding a 400 MiB PAX header (built once: it takes a second)."""
     return huge_pax_header(400 * MiB)
 
-
-PADDED = gz([workflow_first(), bytes(64 * 1024)])
-"""A tar.gz padded past the end of its tar with zeros, as tar's blocking factor does."""
 
 # (id, archive, what the problem says): each used to answer a 500, read past its limits,
 # show a temporary path of the server, or be accepted.

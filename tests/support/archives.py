@@ -69,6 +69,37 @@ def gz(chunks: Iterable[bytes]) -> bytes:
     return b"".join([*(compressor.compress(chunk) for chunk in chunks), compressor.flush()])
 
 
+def hostile(*members: bytes) -> bytes:
+    """A tar.gz built block by block: a valid workflow, then ``members``."""
+    return gz([workflow_first(*members)])
+
+
+def symlink(name: str, target: str) -> bytes:
+    """A symbolic link member."""
+    return member(name, kind=tarfile.SYMTYPE, linkname=target)
+
+
+def hard_link(name: str, target: str) -> bytes:
+    """A hard link member (``target`` is a name in the archive)."""
+    return member(name, kind=tarfile.LNKTYPE, linkname=target)
+
+
+def corrupted_crc(content: bytes) -> bytes:
+    """``content`` with the CRC of its gzip trailer changed (the data left intact)."""
+    return content[:-8] + bytes(b ^ 0xFF for b in content[-8:-4]) + content[-4:]
+
+
+def extended_headers_in_a_row(count: int, kind: bytes = tarfile.XHDTYPE) -> bytes:
+    """``count`` extended headers, each for the next: tarfile follows them by recursion."""
+    if kind == tarfile.GNUTYPE_LONGNAME:
+        return (header("././@LongLink", kind, 2) + padded(b"a\0")) * count
+    return header("././@PaxHeader", kind, 0) * count
+
+
+PADDED = gz([workflow_first(), bytes(64 * 1024)])
+"""A tar.gz padded past the end of its tar with zeros, as tar's blocking factor does."""
+
+
 def huge_pax_header(declared_bytes: int = 400 * MiB) -> bytes:
     """A tar.gz whose second member has a PAX header announcing ``declared_bytes`` (that
     many zeros follow, compressed to about 1/1000 of it), then a valid member."""
