@@ -3,8 +3,10 @@
 ``tickwork push`` packs a directory with :func:`pack_project`; the API validates the upload
 with :func:`read_project_archive` (every workflow parsed, every problem listed); agents and
 the in-process runner unpack it with :func:`extract_archive`. Unpacking refuses absolute
-paths, ``..``, links leaving the project, devices, and checks its limits while it reads, so
-a hostile archive can neither write outside its directory nor fill the disk or memory.
+paths, ``..``, links leaving the project, devices, and checks its limits while it reads (see
+:mod:`shared.dsl.archive_members`), so a hostile archive can neither write outside its
+directory nor fill the disk or memory, and every problem is an :class:`InvalidInput`
+naming the member.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import os
 import shutil
 import stat
 import tarfile
@@ -19,26 +22,31 @@ import tempfile
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from shared.domain.workflow import WorkflowDefinition
+from shared.dsl.archive_members import (
+    ARCHIVE,
+    MAX_HEADER_BYTES,
+    ArchiveTooLarge,
+    MemberChecks,
+    MiB,
+    refused,
+    too_large,
+)
 from shared.dsl.parser import load_project
 from shared.errors import InvalidInput, Problem
 
-MiB = 1024 * 1024
 MAX_ARCHIVE_BYTES = 64 * MiB
 MAX_ARCHIVE_FILES = 10_000
 MAX_UNPACKED_BYTES = 512 * MiB
 SKIPPED_NAMES = frozenset({".tickwork", ".git", "__pycache__", ".venv"})
 """Folders ``tickwork push`` leaves out at any depth: local state, history, caches."""
-ARCHIVE = "(archive)"
-"""The ``file`` of a problem with the archive as a whole."""
 _HEADER_ALLOWANCE_BYTES = 4096
-"""Decompressed bytes allowed per member beyond its content (tar and PAX headers)."""
-
-
-class ArchiveTooLarge(InvalidInput):
-    """Raised when an archive, its unpacked content or its number of files is over a limit."""
+"""Bytes of headers (tar, PAX) allowed per member on average, in the budget of the whole
+archive: with the content's limit, this bounds how much a small gzip body unpacks to."""
+_READ_AHEAD_BYTES = 2 * tarfile.RECORDSIZE
+"""How far tarfile's stream reader may read ahead of what it was asked for."""
 
 
 @dataclass(frozen=True)
@@ -163,127 +171,106 @@ def _unpack(content: bytes, directory: Path, limits: ArchiveLimits) -> int:
     """Extract the archive's members into ``directory``, checking each before writing it;
     the number of regular files extracted."""
     if len(content) > limits.max_bytes:
-        raise _too_large(
+        raise too_large(
             f"the archive is {len(content)} bytes, over the limit of {limits.max_bytes}"
         )
-    budget = limits.max_unpacked_bytes + (limits.max_files + 1) * _HEADER_ALLOWANCE_BYTES
-    stream = _BoundedReader(gzip.GzipFile(fileobj=io.BytesIO(content), mode="rb"), budget)
-    counter = _Counter(limits)
+    header_budget = (limits.max_files + 1) * _HEADER_ALLOWANCE_BYTES + MAX_HEADER_BYTES
+    checks = MemberChecks(limits.max_files, limits.max_unpacked_bytes, header_budget)
+    stream = _MeteredReader(gzip.GzipFile(fileobj=io.BytesIO(content), mode="rb"), checks)
     try:
-        with tarfile.open(fileobj=stream, mode="r|") as tar:
+        with tarfile.open(fileobj=stream, mode="r|", tarinfo=checks.tarinfo_class()) as tar:
             for member in tar:
-                counter.admit(member)
-                tar.extract(member, directory, filter="data")
-    except tarfile.FilterError as exc:
-        raise _refused(getattr(exc, "tarinfo", None), str(exc)) from None
-    except _OverBudget:
-        raise _too_large(
-            f"the archive unpacks to more than {limits.max_unpacked_bytes} bytes"
-        ) from None
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+                checks.admit(member)
+                _extract(tar, member, directory)
+        stream.drain()
+    except _ReadPastHeaders:
         raise InvalidInput(
-            [Problem(ARCHIVE, None, f"the body is not a valid tar.gz archive ({exc})")]
+            [Problem(ARCHIVE, None, f"the headers of {checks.next_member()} are malformed")]
         ) from None
-    if counter.members == 0:
+    except _MALFORMED as exc:
+        raise InvalidInput(
+            [Problem(ARCHIVE, None, f"the body is not a valid tar.gz archive ({_reason(exc)})")]
+        ) from None
+    if checks.members == 0:
         raise InvalidInput([Problem(ARCHIVE, None, "the archive is empty")])
-    return counter.files
+    _check_symlinks(directory, checks)
+    return checks.files
 
 
-class _Counter:
-    """Checks each member's name, kind and size before it is extracted; keeps the totals."""
-
-    def __init__(self, limits: ArchiveLimits) -> None:
-        self.limits = limits
-        self.members = 0
-        self.files = 0
-        self.unpacked_bytes = 0
-        self.links: set[PurePosixPath] = set()
-
-    def admit(self, member: tarfile.TarInfo) -> None:
-        path = PurePosixPath(member.name)
-        if member.name.startswith("/") or path.is_absolute():
-            raise _refused(member, "an absolute path is not allowed")
-        if ".." in path.parts:
-            raise _refused(member, "a path with '..' is not allowed")
-        if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
-            raise _refused(member, "only files, folders and links inside the project are allowed")
-        # Paths are checked by their text: one that goes through a link of the archive
-        # could lead anywhere the link does, so no member is written through a link.
-        if self._through_link(path):
-            raise _refused(member, "a path through a link is not allowed")
-        if member.issym() or member.islnk():
-            if self._through_link(_check_link(member)):
-                raise _refused(member, "a link through another link is not allowed")
-            if member.issym():
-                self.links.add(_normal(path))
-        self.members += 1
-        self.files += member.isfile()
-        self.unpacked_bytes += max(member.size, 0)
-        if self.members > self.limits.max_files:
-            raise _too_large(f"the archive holds more than {self.limits.max_files} entries")
-        if self.unpacked_bytes > self.limits.max_unpacked_bytes:
-            raise _too_large(
-                f"the archive unpacks to more than {self.limits.max_unpacked_bytes} bytes"
-            )
-
-    def _through_link(self, path: PurePosixPath) -> bool:
-        """Whether a folder on ``path`` (relative to the project) is a link seen before."""
-        return any(folder in self.links for folder in _normal(path).parents)
+_MALFORMED = (tarfile.TarError, OSError, EOFError, zlib.error, ValueError)
+"""What reading a body that is not a tar.gz raises: tarfile's errors, gzip's, zlib's, and a
+ValueError for a malformed header tarfile decodes without checking (a GNU sparse map)."""
 
 
-def _normal(path: PurePosixPath) -> PurePosixPath:
-    """``path`` without its ``.`` parts (``a/./b`` -> ``a/b``), as tar names may hold them."""
-    return PurePosixPath(*[part for part in path.parts if part not in ("", ".")])
+def _reason(error: BaseException) -> str:
+    """What is wrong with the body, in words: never a file name of the server."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    if isinstance(error, ValueError):
+        return "a malformed header"
+    return str(error) or type(error).__name__
 
 
-def _check_link(member: tarfile.TarInfo) -> PurePosixPath:
-    """Refuse a link whose target is absolute or leaves the project; the target, relative
-    to the project with its ``..`` resolved by text."""
-    target = PurePosixPath(member.linkname)
-    if target.is_absolute():
-        raise _refused(member, f"the link points outside the project ({member.linkname})")
-    base = PurePosixPath(member.name).parent if member.issym() else PurePosixPath()
-    parts: list[str] = []
-    for part in (*base.parts, *target.parts):
-        if part == "..":
-            if not parts:
-                raise _refused(member, f"the link points outside the project ({member.linkname})")
-            parts.pop()
-        elif part not in ("", "."):
-            parts.append(part)
-    return PurePosixPath(*parts)
+def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, directory: Path) -> None:
+    """Write one admitted member; what the file system refuses is that member's problem."""
+    try:
+        tar.extract(member, directory, filter="data")
+    except tarfile.FilterError as exc:  # a last guard: admit() refuses all these first
+        links = (tarfile.AbsoluteLinkError, tarfile.LinkOutsideDestinationError)
+        where = "the link points" if isinstance(exc, links) else "it would be unpacked"
+        raise refused(member, f"{where} outside the project") from None
+    except OSError as exc:
+        if exc.errno is None:  # the body, not the file system (gzip's CRC check)
+            raise
+        raise refused(member, f"it cannot be unpacked ({exc.strerror})") from None
 
 
-class _OverBudget(Exception):
-    """The decompressed stream grew past what the limits allow."""
+def _check_symlinks(directory: Path, checks: MemberChecks) -> None:
+    """Refuse a symbolic link that leads outside ``directory`` once every member is in
+    place: a link may go through another stored after it, which no check could see."""
+    root = os.path.realpath(directory)
+    for path, name in checks.symlinks:
+        target = os.path.realpath(os.path.join(root, path))
+        if os.path.commonpath([root, target]) != root:
+            raise refused(name, "the link points outside the project through another link")
 
 
-class _BoundedReader(io.RawIOBase):
-    """A read-only stream that fails once more than ``budget`` bytes were read from it: a
-    small gzip body cannot make the reader hold or scan gigabytes of headers."""
+class _ReadPastHeaders(Exception):
+    """tarfile read further than the headers and the members admitted account for."""
 
-    def __init__(self, source: gzip.GzipFile, budget: int) -> None:
+
+class _MeteredReader(io.RawIOBase):
+    """The decompressed archive as tarfile reads it, failing once tarfile reads further
+    than the headers seen and the members admitted account for (and its read-ahead): what
+    a header does not declare, such as a GNU sparse map, is not read past a few blocks."""
+
+    def __init__(self, source: gzip.GzipFile, checks: MemberChecks) -> None:
         self.source = source
-        self.remaining = budget
+        self.checks = checks
+        self.read_bytes = 0
+        self.slack_bytes = _READ_AHEAD_BYTES
 
     def readable(self) -> bool:
         return True
 
-    def read(self, size: int = -1) -> bytes:
-        data = self.source.read(size)
-        self.remaining -= len(data)
-        if self.remaining < 0:
-            raise _OverBudget
+    def read(self, size: int | None = -1) -> bytes:
+        data = self.source.read(-1 if size is None else size)
+        self.read_bytes += len(data)
+        if self.read_bytes > self.checks.expected_bytes + self.slack_bytes:
+            raise _ReadPastHeaders
         return data
 
-
-def _refused(member: tarfile.TarInfo | None, reason: str) -> InvalidInput:
-    name = member.name if member is not None else ARCHIVE
-    return InvalidInput([Problem(name, None, f"refused: {reason}")])
-
-
-def _too_large(message: str) -> ArchiveTooLarge:
-    return ArchiveTooLarge([Problem(ARCHIVE, None, message)])
+    def drain(self) -> None:
+        """Read what follows the end of the archive (padding, up to MAX_HEADER_BYTES): gzip
+        checks its CRC and length only at the end of the stream."""
+        self.slack_bytes += MAX_HEADER_BYTES
+        try:
+            while self.read(64 * 1024):
+                pass
+        except _ReadPastHeaders:
+            raise too_large(
+                f"over {MAX_HEADER_BYTES} bytes follow the end of the archive"
+            ) from None
 
 
 def is_digest(text: str) -> bool:

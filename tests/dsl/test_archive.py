@@ -5,7 +5,9 @@ from __future__ import annotations
 import gzip
 import io
 import tarfile
+import tempfile
 import threading
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,21 @@ from shared.dsl.archive import (
     read_project_archive,
 )
 from shared.errors import InvalidInput, InvalidWorkflow
+from tests.support.archives import (
+    PADDED,
+    MiB,
+    corrupted_crc,
+    extended_headers_in_a_row,
+    gnu_sparse_map,
+    gz,
+    hard_link,
+    header,
+    hostile,
+    huge_pax_header,
+    member,
+    symlink,
+    workflow_first,
+)
 from tests.support.files import write_under
 
 
@@ -252,3 +269,173 @@ class TestExtraction:
         assert errors == []
         assert len(list((target / "lib").iterdir())) == 50
         assert [p.name for p in target.parent.iterdir()] == ["digest"]  # no temporary left
+
+
+@pytest.fixture(scope="module")
+def huge_pax() -> bytes:
+    """A 0.4 MB tar.gz holding a 400 MiB PAX header (built once: it takes a second)."""
+    return huge_pax_header(400 * MiB)
+
+
+# (id, archive, what the problem says): each used to answer a 500, read past its limits,
+# show a temporary path of the server, or be accepted.
+HOSTILE = [
+    # hard links tarfile cannot resolve: KeyError
+    ("hard-link-to-a-missing-member", hostile(hard_link("h", "nosuch")), "h: refused: a hard link"),
+    ("hard-link-to-a-later-member", hostile(hard_link("h", "b"), member("b")), "h: refused"),
+    (
+        "hard-link-to-a-folder",
+        hostile(member("d", kind=tarfile.DIRTYPE), hard_link("h", "d")),
+        "h:",
+    ),
+    # names a file system chokes on: RecursionError, ValueError, OSError with a path
+    (
+        "2500-folders-deep",
+        hostile(member("x", pax={"path": "a/" * 2500 + "x"})),
+        "refused: the name is more than 64 folders deep",
+    ),
+    (
+        "pax-path-with-a-nul",
+        hostile(member("x", pax={"path": "a\0b.dig"})),
+        "a\\x00b.dig: refused: the name holds a control character (U+0000)",
+    ),
+    (
+        "pax-link-target-with-a-nul",
+        hostile(member("l", kind=tarfile.SYMTYPE, pax={"linkpath": "a\0b"})),
+        "l: refused: the link target holds a control character (U+0000)",
+    ),
+    (
+        "name-part-over-255-bytes",
+        hostile(member("x", pax={"path": "n" * 300})),
+        "refused: the name has a part longer than 255 bytes",
+    ),
+    (
+        "name-over-1024-bytes",
+        hostile(member("x", pax={"path": "/".join(["d" * 30] * 40)})),
+        "refused: the name is longer than 1024 bytes",
+    ),
+    (
+        "name-not-utf8",
+        hostile(member("caf\udce9.dig", WORKFLOW)),
+        "caf\ufffd.dig: refused: the name",
+    ),
+    ("name-with-a-newline", hostile(member("a\nb.dig", WORKFLOW)), "a\\x0ab.dig: refused"),
+    ("nameless-file", hostile(member("x", pax={"path": ""})), "(no name): refused: a file"),
+    # times os.utime refuses: OverflowError, ValueError
+    ("mtime-infinite", hostile(member("a", pax={"mtime": "inf"})), "a: refused: the modification"),
+    ("mtime-nan", hostile(member("a", pax={"mtime": "nan"})), "a: refused: the modification"),
+    # headers tarfile follows by recursion, or reads whole: RecursionError, ValueError
+    (
+        "3000-pax-headers-in-a-row",
+        hostile(extended_headers_in_a_row(3000), member("b")),
+        "refused: more than 8 extended headers in a row, for the member after 'wf.dig'",
+    ),
+    (
+        "3000-gnu-long-names-in-a-row",
+        hostile(extended_headers_in_a_row(3000, tarfile.GNUTYPE_LONGNAME), member("b")),
+        "refused: more than 8 extended headers in a row",
+    ),
+    ("gnu-sparse-map-cut-short", gnu_sparse_map(10), "not a valid tar.gz archive (a malformed"),
+    ("gnu-sparse-file", hostile(header("s", tarfile.GNUTYPE_SPARSE)), "s: refused: a sparse file"),
+    # members that collide: an OSError showing the server's path, or silently overwritten
+    ("same-file-twice", hostile(member("a"), member("a")), "a: refused: the archive holds this"),
+    (
+        "file-over-a-folder",
+        hostile(member("d", kind=tarfile.DIRTYPE), member("d")),
+        "d: refused: the archive holds this path twice",
+    ),
+    (
+        "file-under-a-file",
+        hostile(member("a"), member("a/b")),
+        "a/b: refused: a path under the file",
+    ),
+    (
+        "file-over-an-implied-folder",
+        hostile(member("d/f"), member("d")),
+        "d: refused: it cannot be",
+    ),
+    # a link that a later link turns outside the project: accepted
+    (
+        "link-turned-outside-by-a-later-link",
+        hostile(symlink("a", "b/../escaped"), symlink("b", ".")),
+        "a: refused: the link points outside the project through another link",
+    ),
+    (
+        "link-through-a-link-by-dotdot",
+        hostile(symlink("x", "."), symlink("y", "x/..")),
+        "y: refused",
+    ),
+    # gzip damage past the tar's end: accepted
+    ("gzip-crc-corrupted", corrupted_crc(PADDED), "(CRC check failed"),
+    ("gzip-trailer-cut-off", PADDED[:-8], "not a valid tar.gz archive"),
+    (
+        "2-mib-after-the-end",
+        gz([workflow_first(), bytes(2 * MiB)]),
+        "follow the end of the archive",
+    ),
+]
+
+
+class TestHostileArchives:
+    @pytest.mark.parametrize(
+        ("content", "expected"), [case[1:] for case in HOSTILE], ids=[case[0] for case in HOSTILE]
+    )
+    def test_a_hostile_archive_is_refused_naming_the_member_and_no_server_path(
+        self, tmp_path: Path, content: bytes, expected: str
+    ) -> None:
+        message = refusal(content)
+        with pytest.raises(InvalidInput):
+            extract_archive(content, tmp_path / "work" / "project")
+
+        assert expected in message
+        assert "tickwork-archive-" not in message and tempfile.gettempdir() not in message
+        assert str(tmp_path) not in message
+        assert sorted(p.name for p in (tmp_path / "work").iterdir()) == []  # no leftover
+
+    def test_a_400_mib_pax_header_is_refused_before_it_is_read(self, huge_pax: bytes) -> None:
+        # Given a 0.4 MB upload whose PAX header announces 400 MiB
+        assert len(huge_pax) < 500_000
+        # When it is read, with every allocation traced
+        tracemalloc.start()
+        try:
+            with pytest.raises(ArchiveTooLarge) as caught:
+                read_project_archive(huge_pax)
+            peak_bytes = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        # Then it is refused naming the header, having held almost nothing
+        assert peak_bytes < 4 * MiB
+        assert str(caught.value) == (
+            "././@PaxHeader: refused: an extended header of 419430400 bytes, over the limit"
+            " of 1048576, for the member after 'wf.dig'"
+        )
+
+    def test_a_gnu_sparse_map_is_not_read_past_its_headers(self) -> None:
+        # tarfile reads a sparse map (not announced by any header) whole, into a list
+        content = gnu_sparse_map(4 * MiB)
+        tracemalloc.start()
+        try:
+            message = refusal(content)
+            peak_bytes = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak_bytes < 4 * MiB
+        assert "the headers of the member after 'wf.dig' are malformed" in message
+
+    def test_headers_of_many_members_together_stay_under_a_budget(self) -> None:
+        # One 512 KiB PAX header is allowed, but not 3 of them with max_files=5
+        padding = {"comment": "c" * 512 * 1024}
+        members = [member(f"f{i}", pax=padding) for i in range(3)]
+        with pytest.raises(ArchiveTooLarge, match="bytes of tar headers"):
+            read_project_archive(hostile(*members), max_files=5)
+
+    def test_headers_a_tool_may_write_are_accepted(self) -> None:
+        # A long name, a global header and a 64 KiB PAX record are all within the limits
+        long_name = "/".join(["folder"] * 40) + "/file.txt"
+        content = hostile(
+            header("pax_global_header", tarfile.XGLTYPE, 0),
+            member("x", pax={"path": long_name, "comment": "c" * 64 * 1024}),
+            member("lib", kind=tarfile.DIRTYPE),
+            member("lib", kind=tarfile.DIRTYPE),
+        )
+        assert read_project_archive(content).files == 2

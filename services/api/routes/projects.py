@@ -161,9 +161,9 @@ def _pushed(result: PushResult) -> dict[str, Any]:
 @blueprint.doc(
     responses={
         200: "The revision already held this archive",
-        413: "The archive is too large",
+        413: "The archive, its content or its headers are over a limit",
         415: "The body is not a tar.gz",
-        422: "An invalid workflow (every error listed)",
+        422: "An invalid workflow or an unsafe archive (every error listed)",
     },
 )
 @binary_body
