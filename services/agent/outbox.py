@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from redis.exceptions import RedisError
@@ -55,14 +55,21 @@ class ResultOutbox:
     """The results one pool process reported and the executor has not settled yet.
 
     ``done_mark_ms`` is how long a ``done`` mark (put by :meth:`deliver` or put back by
-    :meth:`check`) refuses duplicates of the task's message.
+    :meth:`check`) refuses duplicates of the task's message; ``on_resent`` is told how
+    many results each check sent again.
     """
 
-    def __init__(self, leases: LeaseStore, stream: EventStream, done_mark_ms: int) -> None:
+    def __init__(
+        self,
+        leases: LeaseStore,
+        stream: EventStream,
+        done_mark_ms: int,
+        on_resent: Callable[[int], None] | None = None,
+    ) -> None:
         self.leases = leases
         self.stream = stream
         self.done_mark_ms = done_mark_ms
-        self.resent = 0  # results sent again, over the outbox's life
+        self.on_resent = on_resent
         self._held: dict[tuple[int, int], _Held] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -150,7 +157,8 @@ class ResultOutbox:
             self.stream.emit([h.result for h in again])
             for h in again:
                 h.sent_at = now
-            self.resent += len(again)
+            if self.on_resent is not None:
+                self.on_resent(len(again))
             log.warning(
                 "sent %d results again (their done marks were lost, or no answer came): %s",
                 len(again),

@@ -218,7 +218,9 @@ class AgentRuntime:
         self.owner_prefix = f"{socket.gethostname()}/{os.getpid()}"
         self._runs: dict[int, _Run] = {}
         self._lock = threading.Lock()
-        self.outbox = ResultOutbox(self.leases, self.stream, settings.done_mark_ms)
+        self.outbox = ResultOutbox(
+            self.leases, self.stream, settings.done_mark_ms, metrics.results_resent.inc
+        )
         self.outbox.start()
         self.heartbeat.start()
         self._listen_for_kills()

@@ -108,7 +108,10 @@ class TestResultOutbox:
         client.delete(leases.key(7), reader.stream.key)
         reader.ensure_group()
         # When the outbox looks
+        counted: list[int] = []
+        outbox.on_resent = counted.append
         assert outbox.check() == 1
+        assert counted == [1]
         # Then the done mark is back (the reaper leaves the task alone), and so is the result
         assert leases.holder(7) == Lease(7, 1, "done")
         assert results_read(reader) == [sent]
