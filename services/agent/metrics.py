@@ -51,6 +51,11 @@ class AgentMetrics:
             "Runs stopped because their lease could not be extended.",
             registry=registry,
         )
+        self.results_resent = Counter(
+            "tickwork_agent_results_resent",
+            "Results sent again: Redis lost them, or the executor did not answer in time.",
+            registry=registry,
+        )
         self.start_latency = Histogram(
             "tickwork_dispatch_start_latency_seconds",
             "Time from the executor publishing a task to an agent starting it.",

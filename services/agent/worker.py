@@ -8,7 +8,9 @@ listener for kills, and the task runner. For every message it
 2. reports ``started``, runs the operator (child processes in their own process group,
    with the task's time limit and resource limits) while the heartbeat extends the lease
    and a streamer sends the log to Redis;
-3. reports the result with its token and leaves the ``done`` mark on the lease.
+3. reports the result with its token and leaves the ``done`` mark on the lease, and keeps
+   the result until the executor has applied it (sending it again if Redis lost it, see
+   :mod:`services.agent.outbox`).
 
 If the heartbeat cannot extend the lease (the agent stalled past it, Redis lost it, or a
 kill took it), the operator's process group is stopped and nothing is reported: the
@@ -45,6 +47,7 @@ from services.agent.archives import ArchiveCache
 from services.agent.log_stream import LogLimits, LogStreamer, remove_dead_spools, remove_spool
 from services.agent.metrics import AgentMetrics
 from services.agent.operators.base import ResourceLimits, RunControl
+from services.agent.outbox import ResultOutbox
 from services.agent.runner import TaskRunner
 from shared.dispatch.archives import RedisArchives
 from shared.dispatch.celery_app import TASK_NAME, RedisSettings, make_celery
@@ -127,6 +130,10 @@ class AgentRuntime:
         self.owner_prefix = f"{socket.gethostname()}/{os.getpid()}"
         self._runs: dict[int, _Run] = {}
         self._lock = threading.Lock()
+        self.outbox = ResultOutbox(
+            self.leases, self.stream, settings.done_mark_ms, metrics.results_resent.inc
+        )
+        self.outbox.start()
         self.heartbeat.start()
         self._listen_for_kills()
 
@@ -143,8 +150,9 @@ class AgentRuntime:
         )
 
     def close(self) -> None:
-        """Stop the heartbeat and the kill listener (held leases then expire)."""
+        """Stop the heartbeat, the outbox and the kill listener (held leases then expire)."""
         self.heartbeat.stop()
+        self.outbox.stop()
         self._kill_listener.stop()
         self.client.close()
 
@@ -230,22 +238,20 @@ class AgentRuntime:
                 # Someone else owns the task now (or it was killed): report nothing.
                 self.metrics.tasks.labels(outcome="stopped").inc()
             else:
-                self._emit([*pending, streamer.describe(event)], finished=run.lease)
+                wait = self.settings.lease_ttl_seconds
+                finished = streamer.describe(event)
+                self.outbox.deliver(run.lease, finished, pending, wait_seconds=wait)
                 self.metrics.tasks.labels(outcome=event.outcome.value).inc()
 
         return report
 
-    def _emit(self, events: list[AgentEvent], *, finished: Lease | None = None) -> None:
-        """Send events (and turn the ``finished`` lease into its ``done`` mark) in one round
-        trip, retrying a Redis error while the lease would still be valid."""
+    def _emit(self, events: list[AgentEvent]) -> None:
+        """Send events in one round trip, retrying a Redis error while the lease would
+        still be valid."""
         deadline = time.monotonic() + self.settings.lease_ttl_seconds
         while True:
             try:
-                pipe = self.client.pipeline(transaction=False)
-                self.stream.emit(events, pipe=pipe)
-                if finished is not None:
-                    self.leases.finish(finished, self.settings.done_mark_ms, pipe=pipe)
-                pipe.execute()
+                self.stream.emit(events)
                 return
             except RedisError:
                 if time.monotonic() >= deadline:

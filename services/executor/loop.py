@@ -8,7 +8,7 @@ import threading
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import Connection, Engine
 
@@ -95,6 +95,7 @@ class TickReport:
     attempts_started: int = 0
     events_applied: int = 0
     stale_results: int = 0
+    repeated_results: int = 0  # a result of a token whose run had ended, sent again
     requeued: int = 0  # tasks given a new token: lost agents and released tasks
     republished: int = 0  # queued tasks whose message was lost, published again
     leases_lost: int = 0
@@ -306,8 +307,11 @@ class WorkflowExecutor:
                 else:
                     report.stale_results += 1
                 continue
-            if self._apply_result(conn, graph, event, logs):
+            fate = self._apply_result(conn, graph, event, logs)
+            if fate == "applied":
                 report.events_applied += 1
+            elif fate == "repeated":
+                report.repeated_results += 1
             else:
                 report.stale_results += 1
         task_store.insert_task_logs(conn, [{**row, "created_at": now} for row in logs])
@@ -405,8 +409,10 @@ class WorkflowExecutor:
 
     def _apply_result(
         self, conn: Connection, graph: TaskGraph, event: TaskFinished, logs: list[dict[str, Any]]
-    ) -> bool:
-        """Apply a result under its lease token; False (refused) if that is not the task's.
+    ) -> Literal["applied", "repeated", "stale"]:
+        """Apply a result under its lease token, whether or not its lease still exists;
+        refused as ``stale`` if that token is not the task's, as ``repeated`` if the run
+        of that token already ended (an agent sent its result again after Redis lost it).
 
         The token is checked in the row read first (most stale results stop there) and
         again in the UPDATE that moves the task (``... AND lease_token = :token``): that
@@ -423,13 +429,20 @@ class WorkflowExecutor:
             else:
                 error = {"message": event.error_message or "failed"}
                 applied = graph.fail(task, error, fence=event.lease_token)
+        if task is not None and not applied and _ended_under(task, event.lease_token):
+            log.info(
+                "refused a result already settled task_id=%d lease_token=%d",
+                event.task_id,
+                event.lease_token,
+            )
+            return "repeated"
         if task is None or not applied:
             log.warning(
                 "refused a stale result task_id=%d lease_token=%d",
                 event.task_id,
                 event.lease_token,
             )
-            return False
+            return "stale"
         if event.log_path is not None:
             logs.append(
                 {
@@ -441,7 +454,7 @@ class WorkflowExecutor:
                     "truncated_bytes": event.log_truncated_bytes,
                 }
             )
-        return True
+        return "applied"
 
     def _wake_due_tasks(self, conn: Connection, graph: TaskGraph, now: datetime) -> int:
         """Retries and delayed tasks whose ``not_before`` has come -> READY."""
@@ -637,6 +650,16 @@ def _succeed_with_subtasks(
         return graph.fail(task, {"message": problem}, fence=event.lease_token)
     return graph.succeed_operator(
         task, event.store, called=subtasks, export=event.export or None, fence=event.lease_token
+    )
+
+
+def _ended_under(task: TaskRow, token: int) -> bool:
+    """Whether the run of ``token`` is the task's last and ended with a result (the task
+    moved on from it without a kill): a result of that token now is one sent again."""
+    return task.lease_token == token and task.state not in (
+        TaskState.QUEUED,
+        TaskState.RUNNING,
+        TaskState.CANCELED,
     )
 
 

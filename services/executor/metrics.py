@@ -25,6 +25,11 @@ class ExecutorMetrics:
             "Results refused because their lease token was no longer the task's.",
             registry=r,
         )
+        self.repeated_results = Counter(
+            "tickwork_repeated_results",
+            "Results refused because their token's run had already ended (sent again).",
+            registry=r,
+        )
         self.leases_lost = Counter(
             "tickwork_leases_lost", "Running tasks found without a lease.", registry=r
         )
@@ -64,6 +69,7 @@ class ExecutorMetrics:
         self.dispatched.inc(report.tasks_dispatched)
         self.results_applied.inc(report.events_applied)
         self.stale_results.inc(report.stale_results)
+        self.repeated_results.inc(report.repeated_results)
         self.leases_lost.inc(report.leases_lost)
         self.requeues.inc(report.requeued)
         self.republished.inc(report.republished)

@@ -6,7 +6,10 @@ rule), makes sure the project archives the tasks run in are in Redis (see
 then leaves the ``queued`` mark on each lease key: a QUEUED task whose key is empty lost
 its message, and the reaper publishes it again. Events come from the stream (see
 :mod:`shared.dispatch.events`); log chunks among them are written to the log directory
-here and never reach the loop.
+here and never reach the loop. Once the loop committed a pass, every result it applied or
+refused gets the ``applied`` mark on its lease key, so that the agent holding it (see
+:mod:`services.agent.outbox`) forgets it; right after Redis lost its keys the lease states
+are withheld from the reaper for a while (see :mod:`shared.dispatch.keyspace`).
 """
 
 from __future__ import annotations
@@ -20,13 +23,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from redis.client import Pipeline
 from redis.exceptions import RedisError
 
 from shared.dispatch.archives import ArchiveSource, RedisArchives
 from shared.dispatch.celery_app import TASK_NAME, RedisSettings, make_celery
 from shared.dispatch.events import EventReader, EventStream, decode
-from shared.dispatch.leases import CANCELED, QUEUED, LeaseState, LeaseStore
-from shared.dispatch.messages import TaskEvent, TaskLogChunk, TaskMessage
+from shared.dispatch.keyspace import SETTLE_MS, KeyspaceWatch
+from shared.dispatch.leases import APPLIED, CANCELED, QUEUED, LeaseState, LeaseStore
+from shared.dispatch.messages import TaskEvent, TaskFinished, TaskLogChunk, TaskMessage
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +41,8 @@ queued is published again (a duplicate is harmless)."""
 PENDING_MARK_TTL_MS = 60 * 1000
 """How long a queued mark lasts before its message is confirmed sent."""
 CANCELED_MARK_TTL_MS = 3600 * 1000
+APPLIED_MARK_TTL_MS = 3600 * 1000
+"""How long an ``applied`` mark refuses duplicates of a finished task's message."""
 CRASH_EXIT_CODE = 86
 CRASH_AFTER_COMMIT = "after-commit-before-publish"
 """A fault test's crash point: the tasks' QUEUED state committed, nothing in Redis yet."""
@@ -77,6 +84,8 @@ class CeleryDispatcher:
     reads a pushed project's archive from the store, to put it in Redis for the agents
     (without it, tasks of pushed projects fail on the agent). ``crash_point``
     (one of :data:`CRASH_POINTS`) exits the process there (a fault test's crash point).
+    ``settle_ms`` is how long the reaper learns nothing of leases after Redis lost its
+    keys (see :mod:`shared.dispatch.keyspace`).
     """
 
     def __init__(
@@ -87,6 +96,7 @@ class CeleryDispatcher:
         *,
         crash_point: str = "",
         archive_source: ArchiveSource | None = None,
+        settle_ms: int = SETTLE_MS,
     ) -> None:
         self.redis = redis
         self.app = make_celery(redis)
@@ -101,6 +111,9 @@ class CeleryDispatcher:
         self.archive_source = archive_source
         self._delivered: list[bytes] = []  # read, not yet applied
         self._applied: list[bytes] = []  # applied and committed, not yet acknowledged
+        self._delivered_results: list[tuple[int, int]] = []  # (task id, token) of results
+        self._settled_results: list[tuple[int, int]] = []  # committed, not yet marked
+        self.keyspace = KeyspaceWatch(self.client, redis.prefix, settle_ms)
         self.queues_seen: set[str] = set()
         self.reader.ensure_group()
 
@@ -149,9 +162,7 @@ class CeleryDispatcher:
         self.queues_seen.update(m.queue for m in messages)
         pipe = self.client.pipeline(transaction=False)
         self.leases.confirm(marks, QUEUED, QUEUED_MARK_TTL_MS, pipe)
-        applied, self._applied = self._applied, []
-        self.reader.add_acknowledgement(pipe, applied)
-        pipe.execute()
+        self._send_acknowledgements(pipe)
 
     def _ensure_archives(self, messages: Sequence[TaskMessage]) -> None:
         """Put the archives these tasks run in into Redis (only those it lost or never had)."""
@@ -166,6 +177,8 @@ class CeleryDispatcher:
     def poll_events(self, timeout_seconds: float) -> list[TaskEvent]:
         """Events from the stream; log chunks are stored on the way."""
         events: list[TaskEvent] = []
+        if self._settled_results:
+            self._send_acknowledgements(self.client.pipeline(transaction=False))
         applied, self._applied = self._applied, []
         for entry_id, body in self.reader.read(timeout_seconds, acknowledge=applied):
             self._delivered.append(entry_id)
@@ -174,18 +187,39 @@ class CeleryDispatcher:
                 self.logs.write(event)
             elif event is not None:
                 events.append(event)
+            if isinstance(event, TaskFinished):
+                self._delivered_results.append((event.task_id, event.lease_token))
         return events
 
     def acknowledge(self) -> None:
-        """The events polled so far are committed: acknowledge them with the next Redis
-        round trip (a publish or a poll), not one of their own. Should this process die
-        first, the next executor applies them again, and refuses them as stale."""
+        """The events polled so far are committed: acknowledge them, and mark their
+        results applied, with the next Redis round trip (a publish or a poll), not one of
+        their own. Should this process die first, the next executor applies them again,
+        and refuses them as stale."""
         self._applied += self._delivered
         self._delivered = []
+        self._settled_results += self._delivered_results
+        self._delivered_results = []
+
+    def _send_acknowledgements(self, pipe: Pipeline) -> None:
+        """Add the acknowledgements and ``applied`` marks due to ``pipe`` and execute it;
+        the marks are kept for the next round trip if Redis cannot be reached."""
+        applied, self._applied = self._applied, []
+        settled, self._settled_results = self._settled_results, []
+        self.reader.add_acknowledgement(pipe, applied)
+        # Over a key of the same token whatever holds it (a second run of a message that
+        # was published again is stopped), never over a newer token's.
+        self.leases.mark(settled, APPLIED, APPLIED_MARK_TTL_MS, replace=True, pipe=pipe)
+        try:
+            pipe.execute()
+        except RedisError:
+            self._settled_results = settled + self._settled_results
+            raise
 
     def redeliver(self) -> None:
         """Read the unacknowledged events again on the next poll."""
         self._delivered = []
+        self._delivered_results = []
         self.reader.claim_orphans()
 
     def revoke(self, tasks: Sequence[tuple[int, int]]) -> None:
@@ -198,7 +232,10 @@ class CeleryDispatcher:
 
     def lease_states(self, task_ids: Sequence[int]) -> dict[int, LeaseState] | None:
         """Each task's lease or mark, and the newest token an agent took; a ``queued`` mark
-        still on its short pending time to live is ``unconfirmed``."""
+        still on its short pending time to live is ``unconfirmed``. None while the keyspace
+        settles after Redis lost its keys: a missing lease means nothing yet."""
+        if self.keyspace.settling_ms() > 0:
+            return None
         states = self.leases.states(task_ids)
         marked = [i for i, s in states.items() if s.current and s.current.owner == QUEUED]
         if not marked:
@@ -224,7 +261,6 @@ class CeleryDispatcher:
 
     def close(self) -> None:
         """Acknowledge what was applied; release connections."""
-        applied, self._applied = self._applied, []
         with contextlib.suppress(RedisError):
-            self.reader.acknowledge(applied)
+            self._send_acknowledgements(self.client.pipeline(transaction=False))
         self.client.close()

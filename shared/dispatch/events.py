@@ -6,8 +6,10 @@ pending until the executor that read it acknowledges it after its transaction co
 so an executor that dies mid-pass leaves its entries for the next one to claim. Entries
 are deleted once acknowledged; the stream is also capped, as a guard.
 
-If Redis loses the stream, the events in it are lost: the reaper then finds the tasks
-silent and runs them again (at least once), and results already committed stay.
+If Redis loses the stream, the events in it are lost, but not the results: each agent
+keeps the results it reported until the executor marked them applied, and sends them
+again (see :mod:`services.agent.outbox`); a task whose agent died meanwhile is found
+silent by the reaper and runs again (at least once). Results already committed stay.
 """
 
 from __future__ import annotations

@@ -8,7 +8,12 @@ the executor and agents leave between runs:
   queued task with no key at all lost its message (Redis restarted empty, or the executor
   died between commit and publish) and is published again.
 - ``done``: the agent finished and its result is on the way; duplicates of the message
-  are refused while the mark lasts.
+  are refused while the mark lasts. The agent keeps the result until the mark says
+  ``applied`` (or a newer token holds the key); should the mark vanish (Redis restarted
+  empty), the agent puts it back and sends the result again (see
+  :mod:`services.agent.outbox`).
+- ``applied``: the executor committed (or refused) the result of this token; the agent
+  forgets it, and duplicates of the message are refused.
 - ``canceled``: the task was killed; its message is refused when it arrives.
 
 An agent takes the lease before it runs a task message and extends it while the task runs
@@ -23,7 +28,8 @@ running it. Every change is a Lua script, so check and change are one step:
 
 Losing Redis loses the leases: running agents then fail their next extension and stop,
 and the executor requeues their tasks when it sees them silent. No result is lost: results
-are fenced by the token in the store, not here.
+are fenced by the token in the store, not here, and a finished run's result waits in its
+agent until the executor marks it ``applied``.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 
 from redis import Redis
 from redis.client import Pipeline
@@ -39,6 +46,7 @@ from redis.exceptions import RedisError
 
 QUEUED = "queued"
 DONE = "done"
+APPLIED = "applied"
 CANCELED = "canceled"
 
 _TAKE = """
@@ -81,6 +89,28 @@ return 0
 
 # Keep a mark longer, but only if it is still there: a mark that Redis lost meanwhile
 # (it restarted empty) must stay lost, or the reaper would trust a message that is gone.
+# An agent holding the result of ARGV[1]: 0 when the key says it is settled (applied,
+# canceled, or a newer token there), 1 while its done mark is in place, 2 when the mark
+# was gone (Redis lost it) and is put back: the caller sends the result again. A run of the
+# same token by someone else (its message was published again) is stopped by the mark.
+_RESTORE = """
+local current = redis.call('GET', KEYS[1])
+if current then
+  local held = tonumber(string.match(current, '^(%d+):'))
+  if held and held > tonumber(ARGV[1]) then
+    return 0
+  end
+  if current == ARGV[1] .. ':applied' or current == ARGV[1] .. ':canceled' then
+    return 0
+  end
+  if current == ARGV[1] .. ':done' then
+    return 1
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1] .. ':done', 'PX', ARGV[2])
+return 2
+"""
+
 _CONFIRM = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -106,6 +136,14 @@ return 0
 TAKEN_TTL_FACTOR = 10
 """The note that an agent took a token outlives the lease by this factor: long enough for
 the reaper to see that the agent died before it said it started."""
+
+
+class ResultMark(IntEnum):
+    """What a finished run's lease key says of its result (:meth:`LeaseStore.restore_done`)."""
+
+    SETTLED = 0  # applied or refused by the executor, canceled, or a newer token issued
+    ON_THE_WAY = 1  # the ``done`` mark is there: the executor has not applied it yet
+    RESTORED = 2  # the mark was gone (Redis lost it) and is back: send the result again
 
 
 @dataclass(frozen=True)
@@ -159,6 +197,7 @@ class LeaseStore:
         self._mark = client.register_script(_MARK)
         self._finish = client.register_script(_FINISH)
         self._confirm = client.register_script(_CONFIRM)
+        self._restore = client.register_script(_RESTORE)
 
     def key(self, task_id: int) -> str:
         """The Redis key of a task's lease."""
@@ -219,6 +258,17 @@ class LeaseStore:
             self._mark(keys=[self.key(task_id)], args=args, client=pipe)
         if own:
             pipe.execute()
+
+    def restore_done(self, tasks: Sequence[tuple[int, int]], ttl_ms: int) -> list[ResultMark]:
+        """For each finished ``(task id, token)`` whose result an agent holds: what its
+        lease key says of it, in one round trip; a lost ``done`` mark is put back for
+        ``ttl_ms`` (see :class:`ResultMark`)."""
+        if not tasks:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for task_id, token in tasks:
+            self._restore(keys=[self.key(task_id)], args=[token, ttl_ms], client=pipe)
+        return [ResultMark(int(code)) for code in pipe.execute()]
 
     def holder(self, task_id: int) -> Lease | None:
         """The current lease of a task, if any."""

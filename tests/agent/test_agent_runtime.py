@@ -260,7 +260,9 @@ class TestExecutorSide:
     def test_publishing_sends_each_message_to_its_queue_and_marks_it_queued(
         self, redis_settings: RedisSettings, client: Redis, redis_prefix: str, tmp_path: Path
     ) -> None:
-        dispatcher = CeleryDispatcher(redis_settings, tmp_path / "logs", "test-executor")
+        dispatcher = CeleryDispatcher(
+            redis_settings, tmp_path / "logs", "test-executor", settle_ms=0
+        )
         try:
             plain = message(tmp_path, "echo", "a", task_id=1)
             routed = TaskMessage(**{**plain.to_json(), "task_id": 2, "queue": "gpu"})
@@ -279,7 +281,9 @@ class TestExecutorSide:
     def test_a_publisher_that_dies_before_sending_leaves_its_mark_unconfirmed(
         self, redis_settings: RedisSettings, tmp_path: Path
     ) -> None:
-        dispatcher = CeleryDispatcher(redis_settings, tmp_path / "logs", "test-executor")
+        dispatcher = CeleryDispatcher(
+            redis_settings, tmp_path / "logs", "test-executor", settle_ms=0
+        )
         died = RuntimeError("the executor died here")
 
         def die(*_args: object, **_kwargs: object) -> object:
@@ -298,7 +302,9 @@ class TestExecutorSide:
     def test_a_mark_lost_while_publishing_stays_lost_so_the_message_is_sent_again(
         self, redis_settings: RedisSettings, client: Redis, redis_prefix: str, tmp_path: Path
     ) -> None:
-        dispatcher = CeleryDispatcher(redis_settings, tmp_path / "logs", "test-executor")
+        dispatcher = CeleryDispatcher(
+            redis_settings, tmp_path / "logs", "test-executor", settle_ms=0
+        )
         original_send = dispatcher.app.send_task
 
         def send_then_lose_redis(*args: object, **kwargs: object) -> object:

@@ -528,10 +528,12 @@ class TestResults:
         message = run.open.pop("+wf+a")
         run.agent.report(finished(message), finished(message))
         assert run.tick() == ["+wf+b"]
-        assert (run.report.events_applied, run.report.stale_results) == (1, 1)
-        run.agent.report(finished(message))  # once more, a tick later
+        # (the second is refused as a repeat of a settled result, not as a stale one)
+        assert (run.report.events_applied, run.report.repeated_results) == (1, 1)
+        assert run.report.stale_results == 0
+        run.agent.report(finished(message))  # once more, a tick later (sent again)
         assert run.step() == []
-        assert run.report.stale_results == 1
+        assert run.report.repeated_results == 1
         assert len(run.messages_for("+wf+b")) == 1
 
     def test_a_duplicated_failure_retries_once(self, run: Scenario) -> None:

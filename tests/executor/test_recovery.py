@@ -109,6 +109,24 @@ class TestLostAgents:
         assert task.retry_count == 0  # not a retry of the user's _retry budget
         assert reaping.report.leases_lost == 1
 
+    def test_a_result_that_outlived_its_lease_is_applied_while_no_newer_token_was_issued(
+        self, reaping: Scenario
+    ) -> None:
+        # Given Redis lost the lease of a running task (it restarted empty)
+        reaping.start(ONE_TASK)
+        reaping.step()
+        message = reaping.open["+wf+a"]
+        lease = started(reaping, "+wf+a")
+        assert reaping.agent.leases is not None
+        del reaping.agent.leases[lease.task_id]
+        # When its agent sends the result again before the reaper gave the task a new token
+        reaping.agent.report(finished(message))
+        # Then the result is applied, and the task never runs again
+        assert reaping.step(after_seconds=3) == []
+        assert reaping.task("+wf+a").state is TaskState.SUCCESS
+        assert reaping.report.leases_lost == 0
+        assert reaping.messages_for("+wf+a") == [message]
+
     def test_the_dead_agents_late_result_is_refused_and_the_new_one_applies_once(
         self, reaping: Scenario
     ) -> None:

@@ -353,10 +353,16 @@ class ThrowawayRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     @classmethod
-    def start(cls, binary: str, port: int | None = None) -> ThrowawayRedis:
+    def start(
+        cls, binary: str, port: int | None = None, *, root: Path | None = None
+    ) -> ThrowawayRedis:
         """Start redis-server (on ``port``, default a free one) and wait (bounded) until it
-        answers PING; raise on failure."""
-        root = Path(tempfile.mkdtemp(prefix="tickwork-redis-"))
+        answers PING; raise on failure. It runs in ``root`` (created; by default a new
+        temporary directory), which :meth:`stop` deletes."""
+        if root is None:
+            root = Path(tempfile.mkdtemp(prefix="tickwork-redis-"))
+        else:
+            root.mkdir(parents=True, exist_ok=False)
         port = port or find_free_port()
         log = (root / "redis.log").open("wb")
         settings = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"]

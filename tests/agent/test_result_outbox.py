@@ -1,0 +1,156 @@
+"""Specification of an agent's result outbox against a real Redis: a finished run's result
+is kept until its lease key says it is settled, and sent again when Redis lost it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from redis import Redis
+
+from services.agent import outbox as outbox_module
+from services.agent.outbox import ResultOutbox
+from shared.dispatch.events import EventReader, EventStream, decode
+from shared.dispatch.leases import Lease, LeaseStore
+from shared.dispatch.messages import Outcome, TaskFinished
+from tests.support.servers import find_free_port
+
+TTL_MS = 3000
+DONE_MARK_MS = 60_000
+FINISHED_AT = 1_700_000_000.0
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[Redis]:
+    client = Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def leases(client: Redis, redis_prefix: str) -> LeaseStore:
+    return LeaseStore(client, redis_prefix)
+
+
+@pytest.fixture
+def stream(client: Redis, redis_prefix: str) -> EventStream:
+    return EventStream(client, redis_prefix)
+
+
+@pytest.fixture
+def reader(stream: EventStream) -> EventReader:
+    reader = EventReader(stream, "test-executor")
+    reader.ensure_group()
+    return reader
+
+
+@pytest.fixture
+def outbox(leases: LeaseStore, stream: EventStream) -> ResultOutbox:
+    return ResultOutbox(leases, stream, DONE_MARK_MS)
+
+
+def result(task_id: int = 7, token: int = 1) -> TaskFinished:
+    return TaskFinished(task_id, token, Outcome.SUCCESS, FINISHED_AT, store={"n": 1})
+
+
+def finished_run(leases: LeaseStore, task_id: int = 7, token: int = 1) -> Lease:
+    lease = Lease(task_id, token, "agent-a/1")
+    assert leases.take(lease, TTL_MS)
+    return lease
+
+
+def results_read(reader: EventReader) -> list[TaskFinished]:
+    events = [decode(body) for _, body in reader.read(0)]
+    return [e for e in events if isinstance(e, TaskFinished)]
+
+
+class TestResultOutbox:
+    def test_a_delivered_result_is_sent_with_its_done_mark_and_kept(
+        self, outbox: ResultOutbox, leases: LeaseStore, reader: EventReader
+    ) -> None:
+        lease = finished_run(leases)
+        assert outbox.deliver(lease, result())
+        assert results_read(reader) == [result()]
+        assert leases.holder(7) == Lease(7, 1, "done")
+        assert outbox.held() == [(7, 1)]
+
+    def test_a_result_the_executor_marked_applied_is_forgotten(
+        self, outbox: ResultOutbox, leases: LeaseStore
+    ) -> None:
+        outbox.deliver(finished_run(leases), result())
+        leases.mark([(7, 1)], "applied", TTL_MS, replace=True)
+        assert outbox.check() == 0
+        assert outbox.held() == []
+
+    def test_a_result_whose_task_has_a_newer_token_is_forgotten(
+        self, outbox: ResultOutbox, leases: LeaseStore
+    ) -> None:
+        outbox.deliver(finished_run(leases), result())
+        leases.mark([(7, 2)], "queued", TTL_MS)
+        assert outbox.check() == 0
+        assert outbox.held() == []
+
+    def test_a_result_still_on_its_way_is_kept_and_not_sent_again(
+        self, outbox: ResultOutbox, leases: LeaseStore, reader: EventReader
+    ) -> None:
+        outbox.deliver(finished_run(leases), result())
+        results_read(reader)
+        assert outbox.check() == 0
+        assert outbox.held() == [(7, 1)]
+        assert results_read(reader) == []
+
+    def test_a_result_whose_done_mark_redis_lost_is_marked_again_and_sent_again(
+        self, outbox: ResultOutbox, leases: LeaseStore, reader: EventReader, client: Redis
+    ) -> None:
+        # Given a result delivered, and Redis restarted empty before the executor read it
+        sent = result()
+        outbox.deliver(finished_run(leases), sent)
+        client.delete(leases.key(7), reader.stream.key)
+        reader.ensure_group()
+        # When the outbox looks
+        counted: list[int] = []
+        outbox.on_resent = counted.append
+        assert outbox.check() == 1
+        assert counted == [1]
+        # Then the done mark is back (the reaper leaves the task alone), and so is the result
+        assert leases.holder(7) == Lease(7, 1, "done")
+        assert results_read(reader) == [sent]
+        assert outbox.held() == [(7, 1)]
+
+    def test_a_second_run_of_the_same_token_loses_its_lease_to_the_restored_mark(
+        self, outbox: ResultOutbox, leases: LeaseStore, client: Redis
+    ) -> None:
+        # Given Redis lost the first run's done mark, and its message, published again
+        # under the same token, was taken by another agent
+        outbox.deliver(finished_run(leases), result())
+        client.delete(leases.key(7))
+        second = Lease(7, 1, "agent-b/2")
+        assert leases.take(second, TTL_MS)
+        # When the outbox puts the mark back, the second run cannot extend its lease
+        assert outbox.check() == 1
+        assert not leases.extend(second, TTL_MS)
+
+    def test_a_result_unanswered_for_the_resend_time_is_sent_again(
+        self,
+        outbox: ResultOutbox,
+        leases: LeaseStore,
+        reader: EventReader,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        sent = result()
+        outbox.deliver(finished_run(leases), sent)
+        results_read(reader)
+        monkeypatch.setattr(outbox_module, "RESEND_SECONDS", 0.0)
+        assert outbox.check() == 1
+        assert results_read(reader) == [sent]
+
+    def test_a_result_redis_cannot_take_waits_in_the_outbox(
+        self, leases: LeaseStore, redis_prefix: str
+    ) -> None:
+        down = Redis(port=find_free_port(), socket_connect_timeout=1)
+        unreachable = ResultOutbox(
+            LeaseStore(down, redis_prefix), EventStream(down, redis_prefix), 1
+        )
+        assert not unreachable.deliver(Lease(7, 1, "agent-a/1"), result(), wait_seconds=0.2)
+        assert unreachable.held() == [(7, 1)]
+        down.close()
