@@ -157,6 +157,8 @@ class Supervisor:
     def signal_descendants(self, signum: int, *, until_none_left: bool = False) -> None:
         """Send ``signum`` to every descendant; with ``until_none_left``, repeat and reap
         until no child is left (so none is left below them either)."""
+        if until_none_left and not self.has_children():
+            return  # the usual end: nothing was left behind, no need to look in /proc
         while True:
             found = descendants_of(os.getpid(), parent_of_each_process())
             if not found and self.status is None:
@@ -166,11 +168,17 @@ class Supervisor:
             if not until_none_left:
                 return
             self.reap()
-            try:
-                if os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
-                    time.sleep(SWEEP_PAUSE_SECONDS)  # some are still dying
-            except ChildProcessError:
+            if not self.has_children():
                 return  # no child left, hence no descendant
+            time.sleep(SWEEP_PAUSE_SECONDS)  # some are still dying
+
+    def has_children(self) -> bool:
+        """Whether a child is left, running or not yet reaped."""
+        try:
+            os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return False
+        return True
 
 
 def _send(pid: int, signum: int) -> None:
