@@ -183,6 +183,25 @@ class TestDyingWithTheAgent:
             GONE_WITHIN_SECONDS,
         )
 
+    def test_a_task_outlives_the_thread_that_started_it_but_not_its_agent(
+        self, tmp_path: Path, leftovers: list[int]
+    ) -> None:
+        # Given a task started from a thread that then ends (Linux sends the parent-death
+        # signal when the thread that forked exits, not only when the process does)
+        agent = start_agent(tmp_path, f"{BACKGROUND}; wait", from_thread=True)
+        leftovers.extend(pids_in(tmp_path, "background"))
+        wait_until("the thread ended", (tmp_path / "thread-ended").exists, 5)
+        time.sleep(0.2)  # the supervisor handles the signal
+
+        # Then the task keeps running while the agent lives
+        assert is_running(leftovers[0])
+        assert agent.poll() is None
+
+        # And dies with it
+        agent.kill()
+        agent.wait(timeout=5)
+        wait_until("the task is gone", lambda: not is_running(leftovers[0]), GONE_WITHIN_SECONDS)
+
     def test_a_command_whose_agent_died_before_it_could_start_never_runs(
         self, tmp_path: Path
     ) -> None:
@@ -243,14 +262,25 @@ def test_descendants_are_found_through_every_generation() -> None:
     assert sorted(descendants_of(1, parents)) == [2, 3, 4, 5]
 
 
-def start_agent(tmp_path: Path, command: str) -> subprocess.Popen[bytes]:
-    """A process that starts ``command`` as a task would be, then waits to be killed."""
+def start_agent(
+    tmp_path: Path, command: str, *, from_thread: bool = False
+) -> subprocess.Popen[bytes]:
+    """A process that starts ``command`` as a task would be (from a thread that ends
+    0.5 s later, if asked), then waits to be killed."""
     code = (
-        "import subprocess, sys, time\n"
+        "import subprocess, sys, threading, time\n"
         "from services.agent.operators.base import ResourceLimits\n"
         "from services.agent.operators.process import supervised\n"
         "argv = supervised(['/bin/sh', '-c', sys.argv[1]], ResourceLimits())\n"
-        "subprocess.Popen(argv, process_group=0)\n"
+        # The thread outlives the supervisor's start-up (its prctl), then ends.
+        "start = lambda: (subprocess.Popen(argv, process_group=0), time.sleep(0.5))\n"
+        f"if {from_thread}:\n"
+        "    thread = threading.Thread(target=start)\n"
+        "    thread.start()\n"
+        "    thread.join()\n"
+        "    open('thread-ended', 'w').close()\n"
+        "else:\n"
+        "    start()\n"
         "time.sleep(60)\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
