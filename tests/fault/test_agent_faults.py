@@ -34,6 +34,8 @@ FIRST_START_SECONDS = 20.0
 """How long a submitted task may take to start on an idle agent (services just started)."""
 PAUSE_SECONDS = 5.0
 """How long a frozen agent stays stopped: past its lease TTL of 3 s."""
+KILLED_TASK_SECONDS = 8.0
+"""How long the task of the agent that is killed runs: past the second agent's start."""
 FROZEN_TASK_SECONDS = 3.0
 """How long the frozen agent's task runs: it ends while the agent is stopped."""
 assert FROZEN_TASK_SECONDS < PAUSE_SECONDS
@@ -46,12 +48,15 @@ def test_a_task_whose_agent_is_killed_mid_run_finishes_on_another_agent_with_one
 ) -> None:
     cluster.start_executor()
     cluster.start_agent("agent-a")
-    work = cluster.ledger.task("work", sleep_seconds=4)
+    # Long enough to be still running when agent-a is killed, even if agent-b takes
+    # seconds to start on a loaded machine.
+    work = cluster.ledger.task("work", sleep_seconds=KILLED_TASK_SECONDS)
     attempt = cluster.submit("killed_agent", workflow_text({"work": work}))
     first = cluster.wait_for_start("work", FIRST_START_SECONDS)
     # The second agent starts only now, so the first run was agent-a's.
     cluster.start_agent("agent-b")
 
+    assert not cluster.ledger.ends("work"), f"ended before the kill\n{cluster.explain(attempt)}"
     cluster.kill_agent("agent-a")
     cluster.agent("agent-a").wait_exit(STOP_TIMEOUT_SECONDS)
 
@@ -134,8 +139,10 @@ def test_a_task_that_kills_its_worker_process_every_time_fails_after_three_lost_
 ) -> None:
     cluster.start_executor()
     agent = cluster.start_agent("agent-a", concurrency=2)
-    # The shell's parent is the pool worker process running the task, not the agent itself.
-    poison = f"{cluster.ledger.note('start', 'poison')} && kill -9 $PPID && sleep 1"
+    # The shell's parent is the task's supervisor; the supervisor's parent is the pool
+    # worker process running the task, not the agent itself.
+    worker = "$(awk '/^PPid:/ {print $2}' /proc/$PPID/status)"
+    poison = f"{cluster.ledger.note('start', 'poison')} && kill -9 {worker} && sleep 1"
     sibling = cluster.ledger.task("sibling")
     text = workflow_text({"poison": poison, "sibling": sibling}, parallel=True)
     attempt = cluster.submit("poisoned", text)

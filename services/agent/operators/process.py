@@ -3,42 +3,43 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from services.agent.operators.base import OperatorContext, OperatorFailed, ResourceLimits
+from services.agent.operators.supervisor import format_limits
 
 KILL_GRACE_SECONDS = 5.0
-
-# Sets the limits in the child, asks Linux to kill it if the agent dies (so a task of a
-# dead agent does not keep running beside its replacement), then becomes the command
-# (isolated mode: no site, no env).
-_START = (
-    "import json, os, resource, signal, sys\n"
-    "for name, value in json.loads(sys.argv[1]).items():\n"
-    "    resource.setrlimit(getattr(resource, name), (value, value))\n"
-    "if sys.platform == 'linux':\n"
-    "    import ctypes\n"
-    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG\n"
-    "    if os.getppid() != int(sys.argv[2]):\n"
-    "        sys.exit(137)  # the agent died before the line above\n"
-    "os.execvp(sys.argv[3], sys.argv[3:])\n"
-)
+"""How long a stopped task's processes have between SIGTERM and SIGKILL."""
+SUPERVISOR_MARGIN_SECONDS = 2.0
+"""How much longer than the grace the agent waits for a stopped task's supervisor before
+it kills the process group itself (a supervisor that does not answer)."""
+SUPERVISOR = Path(__file__).with_name("supervisor.py")
 
 
-def limited(argv: Sequence[str], limits: ResourceLimits) -> list[str]:
-    """``argv`` wrapped so that it runs under ``limits`` and dies with this process.
+def supervised(argv: Sequence[str], limits: ResourceLimits) -> list[str]:
+    """``argv`` run by the supervisor (see :mod:`services.agent.operators.supervisor`):
+    under ``limits``, and ended with everything it started when the task ends or when
+    this process dies.
 
-    Both are set in the child by a tiny Python start-up, not by ``preexec_fn``, which is
-    unsafe in a threaded agent.
+    The limits are set by the supervisor in the child it forks, not by ``preexec_fn``,
+    which is unsafe in a threaded agent.
     """
-    rlimits = json.dumps(limits.as_rlimits())
-    return [sys.executable, "-I", "-S", "-c", _START, rlimits, str(os.getpid()), *argv]
+    return [
+        sys.executable,
+        "-I",
+        "-S",
+        str(SUPERVISOR),
+        format_limits(limits.as_rlimits()),
+        str(os.getpid()),
+        f"{KILL_GRACE_SECONDS:g}",
+        *argv,
+    ]
 
 
 def task_identity(context: OperatorContext) -> dict[str, str]:
@@ -70,7 +71,8 @@ def run_child(
 ) -> int:
     """Run ``argv`` in the project directory with output into the task log; its exit code.
 
-    The child leads its own process group, so a timeout kills everything it started.
+    The child is the task's supervisor, leading its own process group: a timeout, a kill
+    or the agent's death ends everything the command started.
     """
     timeout = context.message.timeout_seconds
     context.child_wrote = True
@@ -79,7 +81,7 @@ def run_child(
     masking = MaskedOutput(context) if context.masker else None
     try:
         child = subprocess.Popen(
-            limited(argv, context.limits),
+            supervised(argv, context.limits),
             cwd=context.project_dir,
             env={**env, **context.message.env, **task_identity(context)},
             stdin=subprocess.PIPE if stdin_text is not None else subprocess.DEVNULL,
@@ -96,22 +98,22 @@ def run_child(
         masking.start()
     with _running_lock:
         _running.add(child)
-    if not context.control.attach(lambda: _stop_leader(child), lambda: _has_exited(child)):
-        _stop_leader(child)
+    if not context.control.attach(lambda: _stop(child), lambda: _has_exited(child)):
+        _stop(child)
     try:
         child.communicate(stdin_text, timeout=timeout)
     except subprocess.TimeoutExpired:
-        _stop_leader(child)
+        _stop(child)
         raise OperatorFailed(f"timed out after {timeout:g}s") from None
     except BaseException:
-        _stop_leader(child)
+        _stop(child)
         raise
     finally:
         context.control.detach()
         with _running_lock:
             _running.discard(child)
-        # Whatever is left in the group (`cmd &`, a child that ignored SIGTERM) ends with
-        # the task, however the task ended.
+        # The supervisor killed whatever the command left (`cmd &`, a child that ignored
+        # SIGTERM); where it cannot see descendants (no /proc), the group goes here.
         _signal_group(child, signal.SIGKILL)
         if masking is not None:
             masking.close()
@@ -167,18 +169,19 @@ def _has_exited(child: subprocess.Popen[str]) -> bool:
 
 
 def terminate_children() -> None:
-    """Kill the process group of every child still running (the agent is shutting down)."""
+    """Kill everything every running child started, at once (the agent is shutting down)."""
     with _running_lock:
         children = list(_running)
     for child in children:
-        _signal_group(child, signal.SIGKILL)
+        child.send_signal(signal.SIGUSR1)  # the supervisor kills its descendants
 
 
-def _stop_leader(child: subprocess.Popen[str]) -> None:
-    """SIGTERM to the group, then SIGKILL if its leader has not exited within the grace."""
-    _signal_group(child, signal.SIGTERM)
+def _stop(child: subprocess.Popen[str]) -> None:
+    """SIGTERM to the supervisor, which forwards it and kills what is left after the
+    grace; the group is killed here only if the supervisor has not exited by then."""
+    child.send_signal(signal.SIGTERM)
     try:
-        child.wait(timeout=KILL_GRACE_SECONDS)
+        child.wait(timeout=KILL_GRACE_SECONDS + SUPERVISOR_MARGIN_SECONDS)
     except subprocess.TimeoutExpired:
         _signal_group(child, signal.SIGKILL)
         child.wait()

@@ -1,0 +1,296 @@
+"""Specifications of a task's processes under their supervisor (services/agent/operators).
+
+Each test runs real commands through :func:`run_child` or the supervisor itself, and looks
+at the processes they started through /proc. Commands that fork write their pids to files
+in the test's directory; every wait is bounded, and whatever a test started is killed on
+the way out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from services.agent.operators.base import OperatorContext, OperatorFailed, ResourceLimits
+from services.agent.operators.process import (
+    KILL_GRACE_SECONDS,
+    SUPERVISOR,
+    run_child,
+    task_environment,
+    terminate_children,
+)
+from services.agent.operators.supervisor import (
+    descendants_of,
+    format_limits,
+    parent_of_each_process,
+    parse_limits,
+)
+from shared.dispatch.messages import TaskMessage
+from tests.fault._cluster import command_line, is_running
+from tests.support.waiting import wait_until
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+GONE_WITHIN_SECONDS = 2.0
+
+# A process that double-forks into a session of its own (out of the task's process group)
+# and notes its pid; and one that notes the pid of a process it leaves running.
+ESCAPE = "(setsid sh -c 'echo $$ > escaped; exec sleep 30' &)"
+BACKGROUND = "sleep 30 & echo $! > background"
+
+
+def pids_in(directory: Path, *names: str) -> list[int]:
+    """Wait until every file ``names`` holds a pid; those pids."""
+
+    def written() -> bool:
+        return all((directory / n).exists() and (directory / n).read_text().strip() for n in names)
+
+    wait_until(f"{names} were written", written, 10)
+    return [int((directory / name).read_text()) for name in names]
+
+
+@pytest.fixture
+def context(tmp_path: Path) -> Iterator[OperatorContext]:
+    message = TaskMessage(
+        task_id=7,
+        attempt_id=3,
+        lease_token=1,
+        full_name="+wf+task",
+        operator="sh",
+        command="",
+        params={},
+        project_dir=str(tmp_path),
+        timeout_seconds=60,
+    )
+    log_path = tmp_path / "task.log"
+    with log_path.open("w") as log_file:
+        yield OperatorContext(message, log_file, log_path)
+
+
+@pytest.fixture
+def leftovers() -> Iterator[list[int]]:
+    """Pids a test started; any still running at the end is killed."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def sh(context: OperatorContext, command: str) -> int:
+    return run_child(context, ["/bin/sh", "-c", command], task_environment())
+
+
+def run_in_thread(context: OperatorContext, command: str) -> threading.Thread:
+    thread = threading.Thread(target=lambda: _ignore_failure(context, command), daemon=True)
+    thread.start()
+    return thread
+
+
+def _ignore_failure(context: OperatorContext, command: str) -> None:
+    with contextlib.suppress(OperatorFailed):
+        sh(context, command)
+
+
+class TestEndingWithTheTask:
+    def test_what_a_command_leaves_running_ends_when_it_exits_even_outside_its_group(
+        self, context: OperatorContext, tmp_path: Path, leftovers: list[int]
+    ) -> None:
+        # Given a command that leaves a background child and a double-forked, setsid() one
+        code = sh(context, f"{ESCAPE}; {BACKGROUND}; until [ -s escaped ]; do sleep 0.01; done")
+        leftovers.extend(pids_in(tmp_path, "escaped", "background"))
+
+        # Then when it exits, both are gone
+        assert code == 0
+        assert not [pid for pid in leftovers if is_running(pid)]
+
+    def test_a_stop_reaches_a_process_that_left_the_group_and_the_grace_is_not_waited_out(
+        self, context: OperatorContext, tmp_path: Path, leftovers: list[int]
+    ) -> None:
+        # Given a command that ignores SIGTERM until a process outside its group got it
+        escaped = (
+            '(setsid sh -c \'trap "echo stopped > got-term; exit" TERM; echo $$ > escaped;'
+            " while :; do sleep 0.05; done' &)"
+        )
+        # (trapped after the escape: a shell cannot trap what it was started ignoring)
+        command = f"{escaped}; trap '' TERM; until [ -s got-term ]; do sleep 0.05; done"
+        thread = run_in_thread(context, command)
+        leftovers.extend(pids_in(tmp_path, "escaped"))
+
+        # When the run is stopped (a kill, a lost lease, the agent's drain)
+        stopped_at = time.monotonic()
+        context.control.stop("killed")
+        wait_until("the run ended", lambda: not thread.is_alive(), KILL_GRACE_SECONDS + 5)
+
+        # Then the escaped process got SIGTERM, and the run ended without the grace
+        assert (tmp_path / "got-term").read_text() == "stopped\n"
+        assert time.monotonic() - stopped_at < KILL_GRACE_SECONDS
+        assert not is_running(leftovers[0])
+
+    @pytest.mark.slow
+    def test_a_process_that_ignores_sigterm_outside_the_group_is_killed_after_the_grace(
+        self, context: OperatorContext, tmp_path: Path, leftovers: list[int]
+    ) -> None:
+        escaped = "(setsid sh -c \"trap '' TERM; echo \\$\\$ > escaped; sleep 30\" &)"
+        thread = run_in_thread(context, f"trap '' TERM; {escaped}; sleep 30")
+        leftovers.extend(pids_in(tmp_path, "escaped"))
+
+        context.control.stop("killed")
+        wait_until("the run ended", lambda: not thread.is_alive(), KILL_GRACE_SECONDS + 5)
+
+        assert not is_running(leftovers[0])
+
+    def test_terminating_the_children_kills_every_process_of_every_task_at_once(
+        self, context: OperatorContext, tmp_path: Path, leftovers: list[int]
+    ) -> None:
+        thread = run_in_thread(context, f"trap '' TERM; {ESCAPE}; {BACKGROUND}; wait")
+        leftovers.extend(pids_in(tmp_path, "escaped", "background"))
+
+        terminate_children()
+
+        wait_until("the run ended", lambda: not thread.is_alive(), GONE_WITHIN_SECONDS)
+        assert not [pid for pid in leftovers if is_running(pid)]
+
+
+class TestDyingWithTheAgent:
+    def test_a_task_dies_with_every_process_it_started_when_its_agent_is_killed(
+        self, tmp_path: Path, leftovers: list[int]
+    ) -> None:
+        # Given an "agent" running a command that forks a chain, a pipeline and a
+        # double-forked setsid() process
+        command = f"{ESCAPE}; sleep 30 | cat & sh -c 'sleep 30; echo' & {BACKGROUND}; wait"
+        agent = start_agent(tmp_path, command)
+        leftovers.extend(pids_in(tmp_path, "escaped", "background"))
+        wait_until("the chain and the pipeline run", lambda: len(sleeps_below(agent)) >= 3, 5)
+        leftovers.extend(task_processes(agent))
+
+        # When the agent is killed with SIGKILL
+        agent.kill()
+        agent.wait(timeout=5)
+
+        # Then within seconds none of the task's processes is left
+        wait_until(
+            "no process of the task is left",
+            lambda: not [pid for pid in leftovers if is_running(pid)],
+            GONE_WITHIN_SECONDS,
+        )
+
+    def test_a_task_outlives_the_thread_that_started_it_but_not_its_agent(
+        self, tmp_path: Path, leftovers: list[int]
+    ) -> None:
+        # Given a task started from a thread that then ends (Linux sends the parent-death
+        # signal when the thread that forked exits, not only when the process does)
+        agent = start_agent(tmp_path, f"{BACKGROUND}; wait", from_thread=True)
+        leftovers.extend(pids_in(tmp_path, "background"))
+        wait_until("the thread ended", (tmp_path / "thread-ended").exists, 5)
+        time.sleep(0.2)  # the supervisor handles the signal
+
+        # Then the task keeps running while the agent lives
+        assert is_running(leftovers[0])
+        assert agent.poll() is None
+
+        # And dies with it
+        agent.kill()
+        agent.wait(timeout=5)
+        wait_until("the task is gone", lambda: not is_running(leftovers[0]), GONE_WITHIN_SECONDS)
+
+    def test_a_command_whose_agent_died_before_it_could_start_never_runs(
+        self, tmp_path: Path
+    ) -> None:
+        # The supervisor is told a parent that is not its own: the agent is gone.
+        argv = [sys.executable, "-I", "-S", str(SUPERVISOR), "-", "1", "5", "touch", "ran"]
+        finished = subprocess.run(argv, cwd=tmp_path, timeout=20, check=False)
+
+        assert finished.returncode == 137
+        assert not (tmp_path / "ran").exists()
+
+
+class TestWhatTheCommandSees:
+    def test_its_exit_status_and_the_signal_that_killed_it_are_the_tasks(
+        self, context: OperatorContext
+    ) -> None:
+        assert sh(context, "exit 3") == 3
+        assert sh(context, "kill -TERM $$") == -signal.SIGTERM
+
+    def test_its_resource_limits_are_set_and_its_input_reaches_it(
+        self, context: OperatorContext, tmp_path: Path
+    ) -> None:
+        context.limits = ResourceLimits(max_open_files=64)
+        code = run_child(
+            context,
+            ["/bin/sh", "-c", "ulimit -n > limit; cat > input"],
+            task_environment(),
+            stdin_text="hello",
+        )
+        assert code == 0
+        assert (tmp_path / "limit").read_text() == "64\n"
+        assert (tmp_path / "input").read_text() == "hello"
+
+    def test_a_broken_pipe_ends_a_writer_as_it_would_in_a_terminal(
+        self, context: OperatorContext, tmp_path: Path
+    ) -> None:
+        # Python ignores SIGPIPE; the command must not inherit that (`yes` would report
+        # "Broken pipe" and exit 1 instead of ending quietly).
+        assert sh(context, "(yes; echo $? > status) | head -n 1 > /dev/null") == 0
+        assert (tmp_path / "status").read_text() == f"{128 + signal.SIGPIPE}\n"
+
+    def test_a_command_that_cannot_start_fails_with_127_and_says_why(
+        self, context: OperatorContext
+    ) -> None:
+        code = run_child(context, ["/no/such/program"], task_environment())
+
+        assert code == 127
+        assert "cannot start /no/such/program" in context.log_path.read_text()
+
+
+def test_limits_reach_the_supervisor_as_they_were_given() -> None:
+    limits = ResourceLimits(max_memory_mb=100, max_open_files=64).as_rlimits()
+    assert parse_limits(format_limits(limits)) == limits
+    assert parse_limits(format_limits({})) == {}
+
+
+def test_descendants_are_found_through_every_generation() -> None:
+    parents = {2: 1, 3: 2, 4: 3, 5: 1, 6: 99}
+    assert sorted(descendants_of(1, parents)) == [2, 3, 4, 5]
+
+
+def start_agent(
+    tmp_path: Path, command: str, *, from_thread: bool = False
+) -> subprocess.Popen[bytes]:
+    """A process that starts ``command`` as a task would be (from a thread that ends
+    0.5 s later, if asked), then waits to be killed."""
+    code = (
+        "import subprocess, sys, threading, time\n"
+        "from services.agent.operators.base import ResourceLimits\n"
+        "from services.agent.operators.process import supervised\n"
+        "argv = supervised(['/bin/sh', '-c', sys.argv[1]], ResourceLimits())\n"
+        # The thread outlives the supervisor's start-up (its prctl), then ends.
+        "start = lambda: (subprocess.Popen(argv, process_group=0), time.sleep(0.5))\n"
+        f"if {from_thread}:\n"
+        "    thread = threading.Thread(target=start)\n"
+        "    thread.start()\n"
+        "    thread.join()\n"
+        "    open('thread-ended', 'w').close()\n"
+        "else:\n"
+        "    start()\n"
+        "time.sleep(60)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
+    return subprocess.Popen([sys.executable, "-c", code, command], cwd=tmp_path, env=env)
+
+
+def task_processes(agent: subprocess.Popen[bytes]) -> list[int]:
+    """Every process below the "agent" (the supervisor and what it started)."""
+    return descendants_of(agent.pid, parent_of_each_process())
+
+
+def sleeps_below(agent: subprocess.Popen[bytes]) -> list[int]:
+    return [pid for pid in task_processes(agent) if command_line(pid)[:1] == ["sleep"]]
