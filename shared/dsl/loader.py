@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from shared.dsl.names import text_problem
 from shared.errors import InvalidWorkflow, Problem
 
 _MAP_TAG = "tag:yaml.org,2002:map"
@@ -28,19 +29,20 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 _INT_TAG = "tag:yaml.org,2002:int"
 _FLOAT_TAG = "tag:yaml.org,2002:float"
 _TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+_STR_TAG = "tag:yaml.org,2002:str"
 
 _INT = re.compile(
-    r"""^(?:[-+]?0b[0-1_]+
+    r"""\A(?:[-+]?0b[0-1_]+
     |[-+]?0[0-7_]+
     |[-+]?(?:0|[1-9][0-9_]*)
-    |[-+]?0x[0-9a-fA-F_]+)$""",
+    |[-+]?0x[0-9a-fA-F_]+)\Z""",
     re.X,
 )
 _FLOAT = re.compile(
-    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+    r"""\A(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
     |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
     |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""",
+    |\.(?:nan|NaN|NAN))\Z""",
     re.X,
 )
 
@@ -300,6 +302,19 @@ def _construct_include(loader: _WorkflowLoader, node: yaml.Node) -> Any:
 
 
 _WorkflowLoader.add_constructor(_INCLUDE_TAG, _construct_include)
+
+
+def _construct_text(loader: _WorkflowLoader, node: yaml.ScalarNode) -> str:
+    """A string, refused (with its line) when the store could not hold it: NUL, or a
+    lone surrogate from an escape such as ``"\\ud800"``."""
+    value = loader.construct_scalar(node)
+    if reason := text_problem(value):
+        line = loader.file_line(node.start_mark.line + 1)
+        loader.problems.append(Problem(loader.filename, line, f"a string {reason}"))
+    return value
+
+
+_WorkflowLoader.add_constructor(_STR_TAG, _construct_text)
 
 
 def load_yaml(text: str, filename: str, include: IncludeContext | None = None) -> Any:
