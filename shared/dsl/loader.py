@@ -13,6 +13,7 @@ number keeps the name of the file it came from (:class:`FileLine`).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -315,6 +316,33 @@ def _construct_text(loader: _WorkflowLoader, node: yaml.ScalarNode) -> str:
 
 
 _WorkflowLoader.add_constructor(_STR_TAG, _construct_text)
+
+MAX_INTEGER = 2**63 - 1
+MAX_INTEGER_CHARS = 200  # past any 64-bit literal, even 0b digits with "_" separators
+
+
+def _construct_number(loader: _WorkflowLoader, node: yaml.ScalarNode) -> int | float:
+    """A number, refused (with its line) when the store could not hold it: ``.nan``,
+    ``.inf``, a float past ±1.8e308, an integer past 64 bits."""
+    number: int | float
+    if node.tag == _INT_TAG:
+        # Checked on its length first: converting thousands of digits is slow.
+        too_long = len(node.value) > MAX_INTEGER_CHARS
+        number = 0 if too_long else loader.construct_yaml_int(node)
+        bad = too_long or abs(number) > MAX_INTEGER
+    else:
+        number = loader.construct_yaml_float(node)
+        bad = not math.isfinite(number)
+    if bad:
+        line = loader.file_line(node.start_mark.line + 1)
+        message = f"the number {node.value[:40]} cannot be stored: numbers must be finite"
+        message += f" and integers within ±{MAX_INTEGER}"
+        loader.problems.append(Problem(loader.filename, line, message))
+    return number
+
+
+_WorkflowLoader.add_constructor(_INT_TAG, _construct_number)
+_WorkflowLoader.add_constructor(_FLOAT_TAG, _construct_number)
 
 
 def load_yaml(text: str, filename: str, include: IncludeContext | None = None) -> Any:

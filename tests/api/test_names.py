@@ -66,3 +66,13 @@ def test_a_nul_inside_a_workflow_value_is_refused_with_its_line(
     assert problem["errors"][0]["line"] == 3
     assert "NUL" in problem["detail"]
     assert project_count(engine) == 0
+
+
+@pytest.mark.parametrize("number", [".nan", ".inf", "9223372036854775808"])
+def test_a_number_the_store_cannot_hold_in_a_workflow_is_refused_with_its_line(
+    push: Pusher, engine: Engine, number: str
+) -> None:
+    text = f"timezone: UTC\n_export:\n  x: {number}\n+hello:\n  echo>: hi\n"
+    problem = assert_problem(push("demo", {"hello.dig": text}), 422)
+    assert (problem["errors"][0]["file"], problem["errors"][0]["line"]) == ("hello.dig", 3)
+    assert project_count(engine) == 0

@@ -1,6 +1,7 @@
 """Names and text a workflow project may hold: every name check matches the whole name
 (a trailing newline is not a name character), a workflow file's name must be text that can
-be shown, and no string in a workflow file holds NUL or a lone surrogate."""
+be shown, and no string in a workflow file holds NUL or a lone surrogate, nor any number
+one the store cannot hold (.nan, .inf, integers past 64 bits)."""
 
 from __future__ import annotations
 
@@ -108,3 +109,23 @@ class TestTextInWorkflowFiles:
         with pytest.raises(InvalidWorkflow) as caught:
             parse_workflow_text(text, "wf.dig", tmp_path)
         assert [(p.line, "NUL" in p.message) for p in caught.value.problems] == [(5, True)]
+
+    @pytest.mark.parametrize(
+        "number", [".nan", ".NaN", ".inf", "-.Inf", "1.0e+400", "9223372036854775808", "9" * 300]
+    )
+    def test_a_number_the_store_cannot_hold_is_refused_with_its_line(
+        self, tmp_path: Path, number: str
+    ) -> None:
+        text = f"timezone: UTC\n_export:\n  x: {number}\n+t:\n  echo>: hi\n"
+        with pytest.raises(InvalidWorkflow) as caught:
+            parse_workflow_text(text, "wf.dig", tmp_path)
+        assert [(p.line, "cannot be stored" in p.message) for p in caught.value.problems] == [
+            (3, True)
+        ]
+
+    def test_numbers_in_range_are_kept(self, tmp_path: Path) -> None:
+        text = (
+            "timezone: UTC\n_export:\n  a: 9223372036854775807\n  b: 1.5e+300\n+t:\n  echo>: hi\n"
+        )
+        definition = parse_workflow_text(text, "wf.dig", tmp_path)
+        assert definition.root.export == {"a": 9223372036854775807, "b": 1.5e300}
