@@ -17,6 +17,7 @@ from services.api.errors import InvalidBody
 from services.api.paging import PageQuery, cursor_after, next_cursor, page_limit
 from services.api.responses import typed_json
 from shared.clock import utc_now
+from shared.domain.instants import shown_in
 from shared.domain.states import AttemptState
 from shared.errors import Conflict, InvalidInput
 from shared.store import history
@@ -163,7 +164,7 @@ def attempt_item(attempt: AttemptView) -> dict[str, Any]:
         "name": attempt.name,
         "session_id": str(attempt.session_id),
         "session_uuid": attempt.session_uuid,
-        "session_time": attempt.session_time.astimezone(ZoneInfo(attempt.timezone)),
+        "session_time": shown_in(attempt.session_time, ZoneInfo(attempt.timezone)),
         "project": attempt.project_name,
         "project_id": str(attempt.project_id),
         "workflow": attempt.workflow_name,
