@@ -16,6 +16,7 @@ from sqlalchemy import Connection
 
 from services.api.database import read_connection, write_transaction
 from services.api.errors import InvalidBody
+from services.api.models import RequestBody
 from services.api.paging import PageQuery, paged_list
 from services.api.times import format_time, parse_time
 from shared.clock import utc_now
@@ -33,29 +34,23 @@ MAX_BACKFILL = emission_store.MAX_BACKFILL
 TIME_FIELD: JsonDict = {"format": "date-time"}
 
 
-class Strict(BaseModel):
-    """A request body: unknown members are refused."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-class ResumeIn(Strict):
+class ResumeIn(RequestBody):
     """Resume a paused schedule."""
 
     replay: bool = Field(False, description="Also run the session times due while paused.")
 
 
-class SkipIn(Strict):
+class SkipIn(RequestBody):
     """Skip upcoming session times: those before ``to``, or the next ``count``."""
 
     to: str | None = Field(None, max_length=64, json_schema_extra=TIME_FIELD)
     count: int | None = Field(None, ge=1, le=MAX_SKIP)
 
 
-class BackfillIn(Strict):
+class BackfillIn(RequestBody):
     """Sessions for past session times from ``from`` to ``to`` (or ``count`` of them)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True)
 
     first: str = Field(alias="from", max_length=64, json_schema_extra=TIME_FIELD)
     to: str | None = Field(None, max_length=64, json_schema_extra=TIME_FIELD)
