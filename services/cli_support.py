@@ -4,11 +4,13 @@ and ``--param`` options."""
 from __future__ import annotations
 
 import sys
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, NoReturn
 from zoneinfo import ZoneInfo
 
 import click
+
+from shared.domain.instants import out_of_range
 
 EXIT_INVALID = 2
 
@@ -30,10 +32,8 @@ def parse_session_time(raw: str, timezone: str, param_hint: str = "'--session-ti
         ) from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=ZoneInfo(timezone))
-    try:
-        parsed.astimezone(UTC)
-    except OverflowError:
-        raise click.BadParameter(f"{raw!r} is out of range", param_hint=param_hint) from None
+    if reason := out_of_range(parsed):
+        raise click.BadParameter(f"{raw!r} is {reason}", param_hint=param_hint)
     return parsed
 
 

@@ -202,7 +202,7 @@ def _queues(_ctx: click.Context, _param: click.Parameter, raw: str) -> tuple[str
     if not names:
         raise click.BadParameter("name at least one queue")
     for name in names:
-        if not QUEUE_NAME.match(name):
+        if not QUEUE_NAME.fullmatch(name):
             raise click.BadParameter(
                 f"{name!r} is not a queue name (letters, digits, '_', '.', '-'; up to 64)"
             )

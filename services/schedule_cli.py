@@ -313,7 +313,7 @@ def skip_command(
         return
     with store_transaction(database_url) as conn:
         row = _find(conn, project, workflow)
-        to = parse_session_time(raw_to, row.timezone, "'--to'") if raw_to else None
+        to = None if raw_to is None else parse_session_time(raw_to, row.timezone, "'--to'")
         skipped = schedule_store.skip_schedule(conn, row.id, utc_now(), to=to, count=count)
     if not skipped:
         click.echo(f"{project}/{workflow}: nothing to skip")

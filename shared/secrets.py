@@ -24,7 +24,7 @@ from cryptography.fernet import Fernet, InvalidToken
 from shared.errors import InvalidInput, Problem, TickworkError
 
 SECRET_KEY_VARIABLE = "TICKWORK_SECRET_KEY"
-SECRET_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,255}$")
+SECRET_NAME = re.compile(r"\A[A-Za-z0-9_.-]{1,255}\Z")
 SECRET_REFERENCE = re.compile(r"\$\{\s*secret:([^}]*?)\s*\}")
 """``${secret:name}`` in a template (the name is checked against :data:`SECRET_NAME`)."""
 MASK = "***"
@@ -102,7 +102,7 @@ def _fernet_key(key: str) -> bytes:
 def check_secret_name(name: str) -> None:
     """InvalidInput (field ``name``) unless ``name`` is 1-255 letters, digits, ``_``,
     ``.`` or ``-``."""
-    if not SECRET_NAME.match(name):
+    if not SECRET_NAME.fullmatch(name):
         message = f"{name!r} is not a secret name: 1-255 letters, digits, '_', '.' or '-'"
         raise InvalidInput([Problem("name", None, message)])
 

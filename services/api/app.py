@@ -192,13 +192,14 @@ COMMON_ERRORS = {
         "503": "The database cannot be reached",
     },
     "write": {"403": "A read token may not write"},
+    "input": {"422": "A parameter or body member that cannot be used (the problem names it)"},
 }
 
 
 def _problem_responses(operation: dict[str, Any], method: str, *, open_path: bool) -> None:
     """Document the common error answers; every error answer is a problem document."""
     responses = operation.setdefault("responses", {})
-    kinds = [] if open_path else ["token"]
+    kinds = ["input"] if open_path else ["token", "input"]
     if "requestBody" in operation:
         kinds.append("body")
     if not open_path and method.upper() not in ("GET", "HEAD", "OPTIONS"):

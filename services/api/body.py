@@ -1,9 +1,11 @@
 """Checks every request passes before a route sees it: its size, media type, JSON shape,
-and that no string in it (body, query, path) holds NUL or a lone surrogate."""
+that every number in it fits the store, that it names only query parameters the route
+takes, and that no string in it (body, query, path) holds NUL or a lone surrogate."""
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -12,6 +14,7 @@ from flask import Request, current_app, request
 from services.api.errors import ApiProblem, InvalidBody, InvalidParameter, json_pointer
 
 MAX_JSON_DEPTH = 32
+MAX_INTEGER = 2**63 - 1
 BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 BINARY_BODY_ATTRIBUTE = "tickwork_binary_body"
 ARCHIVE_SCHEMA = {"type": "string", "format": "binary"}
@@ -59,8 +62,36 @@ def check_request() -> None:
         if isinstance(value, str) and (reason := bad_text(value)):
             raise InvalidParameter(name, reason)
     view = current_app.view_functions.get(request.endpoint or "")
+    check_query_names(view)
     if request.method in BODY_METHODS and not getattr(view, BINARY_BODY_ATTRIBUTE, False):
         load_json_body(request, current_app.config["TICKWORK_MAX_JSON_BYTES"])
+        if _declared_input(view, "json") is None and request.get_json() not in (None, {}):
+            raise InvalidBody("", "this operation takes no body (or an empty object)")
+
+
+def check_query_names(view: Callable[..., Any] | None) -> None:
+    """Refuse query parameters the route does not take, and any given twice.
+
+    A route with a query model refuses unknown names there (422 naming the parameter);
+    one without refuses every parameter here. The generated OpenAPI document and its
+    viewer (endpoints ``openapi.*``) take what a browser sends.
+    """
+    if (request.endpoint or "").startswith("openapi.") or not request.args:
+        return
+    if _declared_input(view, "query") is None:
+        name = next(iter(request.args))
+        raise InvalidParameter(name, "unknown parameter: this operation takes none")
+    for name, values in request.args.lists():
+        if len(values) > 1:
+            raise InvalidParameter(name, "given more than once")
+
+
+def _declared_input(view: Callable[..., Any] | None, location: str) -> object | None:
+    """The model a view declared with ``@input(..., location=location)``, if any."""
+    spec: dict[str, Any] = getattr(view, "_spec", None) or {}
+    if location == "json":
+        return spec.get("body")
+    return next((schema for schema, where in spec.get("args") or () if where == location), None)
 
 
 def load_json_body(req: Request, max_bytes: int) -> None:
@@ -76,7 +107,12 @@ def load_json_body(req: Request, max_bytes: int) -> None:
     if req.mimetype != "application/json" and not req.mimetype.endswith("+json"):
         raise ApiProblem(415, "the body must be JSON (Content-Type: application/json)")
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = json.loads(
+            raw.decode("utf-8"),
+            parse_int=_integer,
+            parse_float=_float,
+            parse_constant=_not_a_number,
+        )
     except UnicodeDecodeError:
         raise ApiProblem(400, "the body is not UTF-8") from None
     except RecursionError:
@@ -87,8 +123,34 @@ def load_json_body(req: Request, max_bytes: int) -> None:
     req._cached_json = (data, data)
 
 
+class Unstorable:
+    """A JSON number the store cannot hold, kept in place so its pointer can be named."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def _integer(text: str) -> int | Unstorable:
+    # Checked on its digits before int() is called: converting thousands of them is slow.
+    if len(text.lstrip("-")) > len(str(MAX_INTEGER)) or abs(number := int(text)) > MAX_INTEGER:
+        return Unstorable(f"an integer must lie within ±{MAX_INTEGER} (64 bits)")
+    return number
+
+
+def _float(text: str) -> float | Unstorable:
+    number = float(text)
+    if math.isinf(number):
+        return Unstorable("a number must be finite: this one is past ±1.8e308")
+    return number
+
+
+def _not_a_number(text: str) -> Unstorable:
+    return Unstorable(f"{text} is not a number JSON can hold")
+
+
 def check_json_value(data: Any) -> None:
-    """InvalidBody (with its pointer) for nesting past MAX_JSON_DEPTH or bad text."""
+    """InvalidBody (with its pointer) for nesting past MAX_JSON_DEPTH, bad text, or a
+    number the store cannot hold."""
     stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, ())]
     while stack:
         value, place = stack.pop()
@@ -97,6 +159,8 @@ def check_json_value(data: Any) -> None:
         if isinstance(value, str):
             if reason := bad_text(value):
                 raise InvalidBody(json_pointer(place), reason)
+        elif isinstance(value, Unstorable):
+            raise InvalidBody(json_pointer(place), value.reason)
         elif isinstance(value, dict):
             for key, item in value.items():
                 if reason := bad_text(key):

@@ -127,6 +127,8 @@ def from_pydantic(error: PydanticValidationError, location: str) -> ApiProblem:
     for item in error.errors(include_url=False, include_input=False):
         place = [part for part in item["loc"]]
         message = _pydantic_message(item)
+        if place and place[-1] == "[key]":  # a member's name, not its value
+            place, message = place[:-2], f"a member name: {message}"
         if location == "json":
             errors.append({"pointer": json_pointer(place), "detail": message})
         else:

@@ -8,10 +8,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from flask import current_app
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from sqlalchemy import ColumnElement, Connection, Row, Select
 
 from services.api.errors import InvalidParameter
+from services.api.models import RequestQuery
 from shared.store.paging import fetch_keyset_page
 
 DEFAULT_LIMIT = 100
@@ -19,10 +20,8 @@ MAX_ID = 2**63 - 1
 CURSOR_PREFIX = "k1:"
 
 
-class PageQuery(BaseModel):
+class PageQuery(RequestQuery):
     """The paging parameters every list takes; list queries extend it with their filters."""
-
-    model_config = ConfigDict(extra="forbid")
 
     limit: int = Field(
         DEFAULT_LIMIT,

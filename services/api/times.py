@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from services.api.errors import ApiProblem, InvalidBody, InvalidParameter
+from shared.domain.instants import out_of_range, shown_in
 
 TIME_FORMAT_HINT = "expected an ISO 8601 time like 2026-11-30T07:00:00+09:00 or 2026-11-30"
 
@@ -20,15 +21,17 @@ def parse_time(
 ) -> datetime:
     """An aware time from ``raw``; a naive one is in ``timezone``.
 
-    Errors name the body member (``pointer``) or the query parameter (``parameter``).
+    Errors name the body member (``pointer``) or the query parameter (``parameter``): for
+    text that is not a time, and for a time outside the range every zone can show.
     """
     try:
         parsed = datetime.fromisoformat(raw.strip())
         if parsed.tzinfo is None:
             parsed = parsed.replace(tzinfo=_zone(timezone))
-        parsed.astimezone(UTC)  # a time near year 1 or 9999 may not fit once moved to UTC
-    except (ValueError, OverflowError):
+    except ValueError:
         raise _bad(f"{TIME_FORMAT_HINT}, got {raw[:60]!r}", pointer, parameter) from None
+    if reason := out_of_range(parsed):
+        raise _bad(reason, pointer, parameter)
     return parsed
 
 
@@ -46,8 +49,9 @@ def _bad(detail: str, pointer: str | None, parameter: str | None) -> ApiProblem:
 
 
 def format_time(instant: datetime | None, timezone: str | None = None) -> str | None:
-    """``instant`` as ISO 8601 with its offset, in ``timezone`` when given (else UTC)."""
+    """``instant`` as ISO 8601 with its offset, in ``timezone`` when given (else UTC, and
+    in UTC too when that zone cannot show it)."""
     if instant is None:
         return None
     zone = ZoneInfo(timezone) if timezone else UTC
-    return instant.astimezone(zone).isoformat()
+    return shown_in(instant, zone).isoformat()

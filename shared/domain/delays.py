@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo
 
 from shared.domain.session_times import gap_end, wall_instants
 
-_WALL_TIME = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
+_WALL_TIME = re.compile(r"\A(\d{1,2}):(\d{2})(?::(\d{2}))?\Z")
 _EXPECTED = (
     "a time of day HH:MM[:SS] or a date and time with a UTC offset, "
     "such as 07:00 or 2026-12-01T07:00:00+09:00"
@@ -40,7 +40,7 @@ def parse_start_at(value: Any) -> str:
     if not isinstance(value, str):
         raise BadStartAt(f"must be {_EXPECTED}, got {value!r}")
     text = value.strip()
-    wall = _WALL_TIME.match(text)
+    wall = _WALL_TIME.fullmatch(text)
     if wall is not None:
         hour, minute, second = (int(part or 0) for part in wall.groups())
         if hour > 23 or minute > 59 or second > 59:
@@ -59,7 +59,7 @@ def parse_start_at(value: Any) -> str:
 
 def start_instant(start_at: str, session_time: datetime, zone: ZoneInfo) -> datetime:
     """The instant a stored ``_start_at`` means for a session (see the module docstring)."""
-    wall = _WALL_TIME.match(start_at)
+    wall = _WALL_TIME.fullmatch(start_at)
     if wall is None:
         return datetime.fromisoformat(start_at)
     local_date = session_time.astimezone(zone).date()

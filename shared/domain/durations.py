@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+_DURATION = re.compile(r"\A(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?\Z")
 
 
 class BadDuration(ValueError):
@@ -38,7 +38,7 @@ def _parse_text(text: str) -> int:
     compact = text.strip().replace(" ", "").lower()
     if compact.isdigit():
         return int(compact)
-    match = _DURATION.match(compact)
+    match = _DURATION.fullmatch(compact)
     if not compact or match is None:
         raise BadDuration(f"expected a duration such as 30s, 10m or 1h30m, got {text!r}")
     return sum(int(n) * unit for n, unit in zip(match.groups(), UNITS.values(), strict=True) if n)

@@ -59,8 +59,8 @@ DEFAULT_MAX_ACTIVE = 16
 MAX_ACTIVE_LIMIT = 10_000
 MAX_CATCHUP_LIMIT = 1_000_000
 _YEAR_SECONDS = 366 * 86400
-_CRON_TOKEN = re.compile(r"^(\*|\d+|\d*L|L\d|\d+W|LW|[A-Za-z]{3})$")
-_UTC_OFFSET = re.compile(r"^([+-])(\d{2}):00$")
+_CRON_TOKEN = re.compile(r"\A(\*|\d+|\d*L|L\d|\d+W|LW|[A-Za-z]{3})\Z")
+_UTC_OFFSET = re.compile(r"\A([+-])(\d{2}):00\Z")
 _FIELD_NAMES = "minute hour day-of-month month day-of-week"
 
 
@@ -385,7 +385,7 @@ def _cron_form(value: str, key: str) -> tuple[str, int]:
             f"cron '{value}' must have 5 fields ({_FIELD_NAMES}), got {len(fields)}", key
         )
     for field in fields:
-        if not all(_CRON_TOKEN.match(token) for token in re.split(r"[,/#-]", field)):
+        if not all(_CRON_TOKEN.fullmatch(token) for token in re.split(r"[,/#-]", field)):
             raise InvalidSchedule(f"cron '{value}' has an invalid field '{field}'", key)
     _check_cron(value, key)
     return " ".join(fields), 0
@@ -472,7 +472,7 @@ def resolve_timezone(name: str) -> str:
     """
     if not isinstance(name, str):
         raise InvalidSchedule(f"'timezone' must be a string, got {name!r}", "timezone")
-    offset = _UTC_OFFSET.match(name)
+    offset = _UTC_OFFSET.fullmatch(name)
     if offset is not None and int(offset.group(2)) <= 14:
         hours = int(offset.group(2))
         # POSIX-style Etc zones invert the sign: UTC+9 is Etc/GMT-9.

@@ -26,7 +26,7 @@ OPERATORS = (
     "if",
 )
 
-QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+QUEUE_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 """What a ``_queue`` (and an agent's ``--queues``) may be called."""
 """Operator types this version runs; `call` is expanded by the executor, the rest by agents."""
 

@@ -13,6 +13,7 @@ number keeps the name of the file it came from (:class:`FileLine`).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from shared.dsl.names import text_problem
 from shared.errors import InvalidWorkflow, Problem
 
 _MAP_TAG = "tag:yaml.org,2002:map"
@@ -28,19 +30,20 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 _INT_TAG = "tag:yaml.org,2002:int"
 _FLOAT_TAG = "tag:yaml.org,2002:float"
 _TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+_STR_TAG = "tag:yaml.org,2002:str"
 
 _INT = re.compile(
-    r"""^(?:[-+]?0b[0-1_]+
+    r"""\A(?:[-+]?0b[0-1_]+
     |[-+]?0[0-7_]+
     |[-+]?(?:0|[1-9][0-9_]*)
-    |[-+]?0x[0-9a-fA-F_]+)$""",
+    |[-+]?0x[0-9a-fA-F_]+)\Z""",
     re.X,
 )
 _FLOAT = re.compile(
-    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+    r"""\A(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
     |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
     |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""",
+    |\.(?:nan|NaN|NAN))\Z""",
     re.X,
 )
 
@@ -300,6 +303,46 @@ def _construct_include(loader: _WorkflowLoader, node: yaml.Node) -> Any:
 
 
 _WorkflowLoader.add_constructor(_INCLUDE_TAG, _construct_include)
+
+
+def _construct_text(loader: _WorkflowLoader, node: yaml.ScalarNode) -> str:
+    """A string, refused (with its line) when the store could not hold it: NUL, or a
+    lone surrogate from an escape such as ``"\\ud800"``."""
+    value = loader.construct_scalar(node)
+    if reason := text_problem(value):
+        line = loader.file_line(node.start_mark.line + 1)
+        loader.problems.append(Problem(loader.filename, line, f"a string {reason}"))
+    return value
+
+
+_WorkflowLoader.add_constructor(_STR_TAG, _construct_text)
+
+MAX_INTEGER = 2**63 - 1
+MAX_INTEGER_CHARS = 200  # past any 64-bit literal, even 0b digits with "_" separators
+
+
+def _construct_number(loader: _WorkflowLoader, node: yaml.ScalarNode) -> int | float:
+    """A number, refused (with its line) when the store could not hold it: ``.nan``,
+    ``.inf``, a float past ±1.8e308, an integer past 64 bits."""
+    number: int | float
+    if node.tag == _INT_TAG:
+        # Checked on its length first: converting thousands of digits is slow.
+        too_long = len(node.value) > MAX_INTEGER_CHARS
+        number = 0 if too_long else loader.construct_yaml_int(node)
+        bad = too_long or abs(number) > MAX_INTEGER
+    else:
+        number = loader.construct_yaml_float(node)
+        bad = not math.isfinite(number)
+    if bad:
+        line = loader.file_line(node.start_mark.line + 1)
+        message = f"the number {node.value[:40]} cannot be stored: numbers must be finite"
+        message += f" and integers within ±{MAX_INTEGER}"
+        loader.problems.append(Problem(loader.filename, line, message))
+    return number
+
+
+_WorkflowLoader.add_constructor(_INT_TAG, _construct_number)
+_WorkflowLoader.add_constructor(_FLOAT_TAG, _construct_number)
 
 
 def load_yaml(text: str, filename: str, include: IncludeContext | None = None) -> Any:

@@ -36,6 +36,7 @@ from shared.dsl.directives import (
     start_at,
 )
 from shared.dsl.loader import FileLine, IncludeContext, LineMap, load_yaml
+from shared.dsl.names import shown, workflow_name_problem
 from shared.dsl.sla import read_sla
 from shared.errors import InvalidExpression, InvalidSchedule, InvalidWorkflow, Problem
 from shared.secrets import (
@@ -75,10 +76,10 @@ GROUP_DIRECTIVES = (
 OPERATOR_DIRECTIVES = (*GROUP_DIRECTIVES[1:], "_type", "_command", "_timeout")
 CONTROL_DIRECTIVES = ("_do", "_else_do", "_parallel")
 MAX_TIMEOUT_SECONDS = 31 * 24 * 3600
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
 # '+' and '^' join the parts of a full name (+wf+group^error); the rest cannot be shown.
 _BAD_NAME_CHARACTER = re.compile(r"[+^\x00-\x1f\x7f]")
-PY_TARGET = re.compile(r"^[A-Za-z_][\w.]*\.[A-Za-z_]\w*$")
+PY_TARGET = re.compile(r"\A[A-Za-z_][\w.]*\.[A-Za-z_]\w*\Z")
 _OPERATOR_KEYS = tuple(f"{name}>" for name in OPERATORS)
 
 
@@ -220,6 +221,9 @@ class _ProjectParser:
 
     def _workflow(self, text: str, where: _Where, path: Path) -> WorkflowDefinition | None:
         stem = path.stem
+        if reason := workflow_name_problem(stem):
+            self.problems.append(Problem(shown(where.file), None, f"{reason}: {shown(stem)!r}"))
+            return None
         try:
             data = load_yaml(text, where.file, IncludeContext(self.project_dir, path))
         except InvalidWorkflow as exc:
@@ -436,7 +440,7 @@ class _ProjectParser:
                 self._check_values(command, line, where)
             return command
         if operator == "py":
-            if not isinstance(command, str) or not PY_TARGET.match(command):
+            if not isinstance(command, str) or not PY_TARGET.fullmatch(command):
                 self.report(where, line, f"'py>' needs module.function, got {command!r}")
             return command
         if isinstance(command, int | float) and not isinstance(command, bool):
@@ -514,7 +518,7 @@ class _ProjectParser:
         env: dict[str, Any] = {}
         for key, item in value.items():
             line = value.line_of(key)
-            if not isinstance(key, str) or not ENV_NAME.match(key):
+            if not isinstance(key, str) or not ENV_NAME.fullmatch(key):
                 self.report(where, line, f"'_env' name {key!r} is not a variable name")
             elif key.startswith("TICKWORK_"):
                 self.report(where, line, f"'_env' name {key!r}: TICKWORK_ names are tickwork's")
@@ -542,7 +546,7 @@ class _ProjectParser:
         line = body.line_of("_queue")
         if isinstance(value, str) and "${" in value:
             self.report(where, line, "'_queue' cannot use ${...} expressions")
-        elif not isinstance(value, str) or not QUEUE_NAME.match(value):
+        elif not isinstance(value, str) or not QUEUE_NAME.fullmatch(value):
             message = (
                 "'_queue' must be a queue name (a letter or digit, then letters, digits, "
                 f"'_', '.' or '-'; up to 64), got {value!r}"
@@ -596,7 +600,7 @@ class _ProjectParser:
         for name in sorted(secret_references(text)):
             if not allowed:
                 self.report(where, line, f"'${{secret:{name}}}': {WHERE_ALLOWED}")
-            elif not SECRET_NAME.match(name):
+            elif not SECRET_NAME.fullmatch(name):
                 self.report(where, line, f"'${{secret:{name}}}': {name!r} is not a secret name")
 
     def _parallel(self, body: LineMap, where: _Where) -> tuple[bool, int | None]:

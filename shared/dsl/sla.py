@@ -16,7 +16,7 @@ from shared.dsl.loader import LineMap
 
 SLA_OPTIONS = ("time", "duration", "alert", "fail")
 MAX_SLA_SECONDS = 31 * 24 * 3600
-_CLOCK = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")  # HH:MM[:SS]
+_CLOCK = re.compile(r"\A(\d{1,2}):(\d{2})(?::(\d{2}))?\Z")  # HH:MM[:SS]
 
 Report = Callable[[int, str], None]
 """Records a problem: its line and message."""
@@ -69,7 +69,7 @@ class _Counter:
 
 
 def _clock(text: str) -> tuple[int, int, int] | None:
-    match = _CLOCK.match(text.strip())
+    match = _CLOCK.fullmatch(text.strip())
     if match is None:
         return None
     hours, minutes, seconds = (int(part or 0) for part in match.groups())

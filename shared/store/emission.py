@@ -19,6 +19,7 @@ from sqlalchemy import Connection, Text, and_, bindparam, cast, func, literal, s
 from sqlalchemy.dialects import postgresql
 
 from shared.domain.catchup import Span
+from shared.domain.schedule import ScheduleSpec
 from shared.domain.states import AttemptState
 from shared.errors import Conflict
 from shared.store.schedules import (
@@ -436,7 +437,31 @@ class BackfillPlan:
     existing: list[datetime]
 
 
-MAX_BACKFILL = 100_000
+MAX_BACKFILL = 10_000
+"""The most session times one backfill (or its dry run) covers: each costs a step of the
+schedule's arithmetic, and all of them are listed in the answer."""
+
+
+def backfill_times(
+    spec: ScheduleSpec, first: datetime, *, last: datetime | None = None, count: int | None = None
+) -> list[datetime]:
+    """The session times from ``first`` on: up to ``last`` (inclusive), or the next ``count``.
+
+    Each is computed once. Raises Conflict past MAX_BACKFILL times.
+    """
+    times: list[datetime] = []
+    current = first - EPSILON
+    wanted = MAX_BACKFILL if count is None else min(count, MAX_BACKFILL)
+    while True:
+        following = spec.next_session_time(current)
+        if following is None or (last is not None and following > last):
+            return times
+        if len(times) == wanted:
+            if count is None or count > MAX_BACKFILL:
+                raise Conflict(f"the backfill range holds more than {MAX_BACKFILL} session times")
+            return times
+        times.append(following)
+        current = following
 
 
 def backfill(
@@ -448,24 +473,18 @@ def backfill(
     *,
     parallel: bool = False,
     dry_run: bool = False,
+    times: Sequence[datetime] | None = None,
 ) -> BackfillPlan:
     """Sessions for every scheduled time in ``[first, last]``; existing sessions are kept.
 
-    The sessions run one after another (oldest first) unless ``parallel``.
+    The sessions run one after another (oldest first) unless ``parallel``. ``times`` are
+    those session times when the caller has computed them (see :func:`backfill_times`).
+    Raises Conflict for a range that ends before it starts or holds more than MAX_BACKFILL.
     """
     if last < first:
         raise Conflict("the backfill range ends before it starts")
-    spec = row.schedule
-    times: list[datetime] = []
-    current = first - EPSILON
-    while len(times) <= MAX_BACKFILL:
-        following = spec.next_session_time(current)
-        if following is None or following > last:
-            break
-        times.append(following)
-        current = following
-    if len(times) > MAX_BACKFILL:
-        raise Conflict(f"the backfill range holds more than {MAX_BACKFILL} session times")
+    if times is None:
+        times = backfill_times(row.schedule, first, last=last)
     existing = _existing_session_times(conn, row, first, last)
     wanted = [t for t in times if t not in existing]
     if dry_run or not wanted:

@@ -117,7 +117,7 @@ def load_workflow_definition(conn: Connection, definition_id: int) -> WorkflowDe
 
 # -- pushed projects -------------------------------------------------------------------
 
-PROJECT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+PROJECT_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 MAX_REVISION_NAME_CHARS = 255
 
 
@@ -144,7 +144,7 @@ class PushResult:
 
 def check_project_name(name: str) -> None:
     """InvalidInput (field ``project``) unless ``name`` can name a pushed project."""
-    if not PROJECT_NAME.match(name) or name in (".", ".."):
+    if not PROJECT_NAME.fullmatch(name) or name in (".", ".."):
         raise InvalidInput(
             [
                 Problem(

@@ -19,7 +19,7 @@ from sqlalchemy import Connection, select
 from shared.domain.catchup import COUNT_CAP, MissedRange
 from shared.domain.schedule import ScheduleSpec
 from shared.domain.workflow import WorkflowDefinition
-from shared.errors import NotFound
+from shared.errors import Conflict, NotFound
 from shared.store.tables import (
     projects,
     schedule_inactive_spans,
@@ -28,6 +28,8 @@ from shared.store.tables import (
 )
 
 EPSILON = timedelta(microseconds=1)
+MAX_SKIP = 10_000
+"""The most session times one skip passes over."""
 
 
 @dataclass(frozen=True)
@@ -342,18 +344,22 @@ def skip_schedule(
     """Skip upcoming session times: up to (not including) ``to``, or the next ``count``.
 
     The skipped times are recorded as missed (``skipped``), so a backfill can still run
-    them. Returns the skipped session times (at most 10,000).
+    them. Returns the skipped session times. Raises Conflict, skipping nothing, when more
+    than MAX_SKIP lie before ``to``.
     """
+    if (to is None) == (count is None):
+        raise ValueError("skip_schedule takes either 'to' or 'count'")
     row = get_schedule(conn, schedule_id)
     spec = row.schedule
-    checkpoint = row.last_session_time or now
     skipped: list[datetime] = []
-    current = checkpoint
-    while len(skipped) < 10_000:
+    current = row.last_session_time or now
+    while True:
         following = spec.next_session_time(current)
         if following is None or (to is not None and following >= to):
             break
-        if count is not None and len(skipped) >= count:
+        if len(skipped) == (MAX_SKIP if count is None else count):
+            if to is not None:
+                raise Conflict(f"more than {MAX_SKIP} session times lie before it; skip fewer")
             break
         skipped.append(following)
         current = following

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection, func, select
 
+from shared.domain.instants import out_of_range
 from shared.domain.params import merge_params
 from shared.domain.schedule import ScheduleSpec
 from shared.domain.states import AttemptState, TaskState
@@ -170,18 +171,14 @@ def _session_time(
 ) -> datetime:
     """The session time asked for (naive: in the workflow's zone), or the default one.
 
-    Raises InvalidInput naming ``/session_time`` for a time the store cannot hold: one
-    before year 1 or past 9999 once moved to UTC.
+    Raises InvalidInput naming ``/session_time`` for a time outside the range every time
+    zone can show (see shared.domain.instants).
     """
     if session_time is not None:
         if session_time.tzinfo is None:
             session_time = session_time.replace(tzinfo=ZoneInfo(definition.timezone))
-        try:
-            session_time.astimezone(UTC)
-        except OverflowError:
-            raise InvalidInput(
-                [Problem("/session_time", None, "out of range once moved to UTC (years 1-9999)")]
-            ) from None
+        if reason := out_of_range(session_time):
+            raise InvalidInput([Problem("/session_time", None, reason)])
         return session_time
     # The same default as `tickwork run`: the last scheduled time, or now to the second.
     if definition.schedule is not None:

@@ -335,3 +335,36 @@ class TestSchedules:
 
         assert_one_line_error(command, "error:", "'nope'")
         assert session_times(store) == []
+
+    @pytest.mark.parametrize(
+        ("args", "option"),
+        [
+            (
+                [
+                    "backfill",
+                    PROJECT,
+                    WORKFLOW,
+                    "--from",
+                    "0001-01-01T00:00Z",
+                    "--to",
+                    "2026-01-01",
+                ],
+                "--from",
+            ),
+            (["schedules", "skip", PROJECT, WORKFLOW, "--to", ""], "--to"),
+            (["schedules", "skip", PROJECT, WORKFLOW, "--to", "9999-12-31T23:00"], "--to"),
+        ],
+        ids=["backfill-from-year-1", "skip-to-empty", "skip-to-year-10000"],
+    )
+    def test_a_time_outside_the_calendar_every_zone_shows_exits_2_naming_it(
+        self, store: str, args: list[str], option: str
+    ) -> None:
+        command = tickwork(*args, database_url=store)
+
+        # click's usage error: exit status 2 naming the option, no traceback
+        assert command.exit_code == 2, command.explain()
+        assert f"Invalid value for '{option}'" in command.stderr, command.explain()
+        assert "Traceback" not in command.stderr
+        assert session_times(store) == []
+        missed = tickwork("schedules", "missed", PROJECT, WORKFLOW, database_url=store)
+        assert missed.exit_code == 0 and "skipped" not in missed.stdout, missed.explain()

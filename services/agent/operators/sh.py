@@ -13,20 +13,20 @@ from typing import Any
 from services.agent.operators.base import OperatorContext, OperatorFailed
 from services.agent.operators.process import run_child, task_environment
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def params_as_environment(params: Mapping[str, Any]) -> dict[str, str]:
     """Params whose names are valid variable names; non-strings JSON-encoded (as Digdag)."""
     env: dict[str, str] = {}
     for key, value in params.items():
-        if ENV_NAME.match(key):
+        if ENV_NAME.fullmatch(key):
             env[key] = value if isinstance(value, str) else json.dumps(value)
     return env
 
 
 OUTPUT_LIMIT_BYTES = 1024 * 1024
-OUTPUT_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+OUTPUT_KEY = re.compile(r"\A[A-Za-z_][A-Za-z0-9_.-]*\Z")
 
 
 def run_sh(context: OperatorContext) -> dict[str, Any]:
@@ -67,7 +67,7 @@ def read_output(path: Path) -> dict[str, Any]:
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         key, equals, value = line.partition("=")
-        if not equals or not OUTPUT_KEY.match(key.strip()):
+        if not equals or not OUTPUT_KEY.fullmatch(key.strip()):
             raise OperatorFailed(
                 f"$TICKWORK_OUTPUT line {number}: expected key=value, got {line!r}"
             )

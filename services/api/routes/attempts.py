@@ -14,9 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from services.api.database import read_connection, write_transaction
 from services.api.errors import InvalidBody
+from services.api.models import RequestBody
 from services.api.paging import PageQuery, cursor_after, next_cursor, page_limit
 from services.api.responses import typed_json
 from shared.clock import utc_now
+from shared.domain.instants import shown_in
 from shared.domain.states import AttemptState
 from shared.errors import Conflict, InvalidInput
 from shared.store import history
@@ -81,10 +83,8 @@ class AttemptsQuery(PageQuery):
     state: AttemptState | None = None
 
 
-class StartBody(BaseModel):
+class StartBody(RequestBody):
     """A session to start by hand."""
-
-    model_config = ConfigDict(extra="forbid")
 
     project: str = Field(min_length=1, max_length=255)
     workflow: str = Field(min_length=1, max_length=255)
@@ -105,10 +105,10 @@ class StartBody(BaseModel):
         return value
 
 
-class RetryBody(BaseModel):
+class RetryBody(RequestBody):
     """What a retry runs again."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True)
 
     mode: Literal["all", "failed", "from"] = Field(
         description="all: every task; failed: what did not succeed; from: a task and what "
@@ -163,7 +163,7 @@ def attempt_item(attempt: AttemptView) -> dict[str, Any]:
         "name": attempt.name,
         "session_id": str(attempt.session_id),
         "session_uuid": attempt.session_uuid,
-        "session_time": attempt.session_time.astimezone(ZoneInfo(attempt.timezone)),
+        "session_time": shown_in(attempt.session_time, ZoneInfo(attempt.timezone)),
         "project": attempt.project_name,
         "project_id": str(attempt.project_id),
         "workflow": attempt.workflow_name,

@@ -7,13 +7,14 @@ from typing import Any, cast
 
 from apiflask import APIBlueprint
 from flask import Response, current_app, request, send_file
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from sqlalchemy import Connection, Row
 
 from services.api.body import ARCHIVE_SCHEMA, binary_body
 from services.api.config import ApiConfig
 from services.api.database import read_connection, write_transaction
 from services.api.errors import ApiProblem, InvalidParameter
+from services.api.models import RequestQuery
 from services.api.paging import PageQuery, fetch_page, paged_list
 from services.api.routes.workflows import WorkflowDetail, WorkflowList, workflow_item
 from services.api.times import format_time, parse_time
@@ -39,10 +40,8 @@ ARCHIVE_MEDIA_TYPES = frozenset(
 NAME_PATTERN = "[A-Za-z0-9][A-Za-z0-9_.-]{0,127}"
 
 
-class PushQuery(BaseModel):
+class PushQuery(RequestQuery):
     """Parameters of a push."""
-
-    model_config = ConfigDict(extra="forbid")
 
     revision: str | None = Field(
         None,
@@ -116,10 +115,8 @@ class ProjectQuery(PageQuery):
     name: str | None = Field(None, max_length=255, description="Only the project of this name.")
 
 
-class RevisionQuery(BaseModel):
+class RevisionQuery(RequestQuery):
     """Which revision: ``revision`` by name, else the latest."""
-
-    model_config = ConfigDict(extra="forbid")
 
     revision: str | None = Field(None, max_length=255)
 

@@ -6,7 +6,7 @@ store functions.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from apiflask import APIBlueprint
@@ -16,6 +16,7 @@ from sqlalchemy import Connection
 
 from services.api.database import read_connection, write_transaction
 from services.api.errors import InvalidBody
+from services.api.models import RequestBody
 from services.api.paging import PageQuery, paged_list
 from services.api.times import format_time, parse_time
 from shared.clock import utc_now
@@ -28,34 +29,28 @@ from shared.store.tables import projects, schedules
 blueprint = APIBlueprint("schedules", __name__, url_prefix="/api/schedules", tag="Schedules")
 
 RECENT_MISSED = 20
-MAX_SKIP = 10_000
+MAX_SKIP = schedule_store.MAX_SKIP
 MAX_BACKFILL = emission_store.MAX_BACKFILL
 TIME_FIELD: JsonDict = {"format": "date-time"}
 
 
-class Strict(BaseModel):
-    """A request body: unknown members are refused."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-class ResumeIn(Strict):
+class ResumeIn(RequestBody):
     """Resume a paused schedule."""
 
     replay: bool = Field(False, description="Also run the session times due while paused.")
 
 
-class SkipIn(Strict):
+class SkipIn(RequestBody):
     """Skip upcoming session times: those before ``to``, or the next ``count``."""
 
     to: str | None = Field(None, max_length=64, json_schema_extra=TIME_FIELD)
     count: int | None = Field(None, ge=1, le=MAX_SKIP)
 
 
-class BackfillIn(Strict):
+class BackfillIn(RequestBody):
     """Sessions for past session times from ``from`` to ``to`` (or ``count`` of them)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True)
 
     first: str = Field(alias="from", max_length=64, json_schema_extra=TIME_FIELD)
     to: str | None = Field(None, max_length=64, json_schema_extra=TIME_FIELD)
@@ -231,10 +226,13 @@ def skip_schedule(schedule_id: int, body: SkipIn) -> dict[str, Any]:
         raise InvalidBody("", "give either 'to' or 'count'")
     with write_transaction() as conn:
         row = schedule_store.get_schedule(conn, schedule_id)
-        to = parse_time(body.to, row.timezone, pointer="/to") if body.to else None
-        skipped = schedule_store.skip_schedule(
-            conn, schedule_id, utc_now(), to=to, count=body.count
-        )
+        to = None if body.to is None else parse_time(body.to, row.timezone, pointer="/to")
+        try:
+            skipped = schedule_store.skip_schedule(
+                conn, schedule_id, utc_now(), to=to, count=body.count
+            )
+        except Conflict as exc:  # more session times before 'to' than one skip passes
+            raise InvalidBody("/to", str(exc)) from None
         detail = schedule_item(schedule_store.get_schedule(conn, schedule_id))
     return {
         "skipped": len(skipped),
@@ -258,13 +256,10 @@ def backfill_schedule(schedule_id: int, body: BackfillIn) -> tuple[dict[str, Any
     now = utc_now()
     with write_transaction() as conn:
         row = schedule_store.get_schedule(conn, schedule_id)
-        first, last = _backfill_range(row, body, now)
-        try:
-            plan = emission_store.backfill(
-                conn, row, first, last, now, parallel=body.parallel, dry_run=body.dry_run
-            )
-        except Conflict as exc:  # a range of more session times than one backfill makes
-            raise InvalidBody("/to", str(exc)) from None
+        first, last, times = _backfill_range(row, body, now)
+        plan = emission_store.backfill(
+            conn, row, first, last, now, parallel=body.parallel, dry_run=body.dry_run, times=times
+        )
     zone = row.timezone
     answer = {
         "backfill_id": None if plan.backfill_id is None else str(plan.backfill_id),
@@ -276,8 +271,11 @@ def backfill_schedule(schedule_id: int, body: BackfillIn) -> tuple[dict[str, Any
     return answer, 201 if plan.backfill_id is not None else 200
 
 
-def _backfill_range(row: ScheduleRow, body: BackfillIn, now: datetime) -> tuple[datetime, datetime]:
-    """The first and last session time of a backfill; both must be past."""
+def _backfill_range(
+    row: ScheduleRow, body: BackfillIn, now: datetime
+) -> tuple[datetime, datetime, list[datetime]]:
+    """The first and last session time of a backfill (both past), and its session times,
+    computed once and at most MAX_BACKFILL of them."""
     first = parse_time(body.first, row.timezone, pointer="/from")
     if first > now:
         raise InvalidBody("/from", "must not be in the future: a backfill runs past times")
@@ -287,11 +285,13 @@ def _backfill_range(row: ScheduleRow, body: BackfillIn, now: datetime) -> tuple[
             raise InvalidBody("/to", "must not be before 'from'")
         if last > now:
             raise InvalidBody("/to", "must not be in the future: a backfill runs past times")
-        return first, last
-    assert body.count is not None
-    times = row.schedule.session_times(first - timedelta(microseconds=1), body.count)
+        try:
+            return first, last, emission_store.backfill_times(row.schedule, first, last=last)
+        except Conflict as exc:  # a range of more session times than one backfill makes
+            raise InvalidBody("/to", str(exc)) from None
+    times = emission_store.backfill_times(row.schedule, first, count=body.count)
     if not times:
         raise InvalidBody("/from", "the schedule has no session time from then on")
     if times[-1] > now:
         raise InvalidBody("/count", f"{body.count} session times from 'from' reach the future")
-    return first, times[-1]
+    return first, times[-1], times

@@ -11,10 +11,11 @@ from typing import Any
 
 from apiflask import APIBlueprint
 from flask import g
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from services.api.database import read_connection, write_transaction
 from services.api.errors import ApiProblem, InvalidParameter
+from services.api.models import RequestBody
 from services.api.times import format_time
 from shared.clock import utc_now
 from shared.errors import InvalidInput
@@ -24,10 +25,8 @@ from shared.store import secrets as secret_store
 blueprint = APIBlueprint("secrets", __name__, url_prefix="/api/projects", tag="Secrets")
 
 
-class SecretIn(BaseModel):
+class SecretIn(RequestBody):
     """A secret's new value."""
-
-    model_config = ConfigDict(extra="forbid")
 
     value: str = Field(max_length=MAX_SECRET_BYTES, description="Stored encrypted; never shown.")
 

@@ -22,6 +22,7 @@ from services.api.paging import (
 )
 from services.api.responses import typed_json
 from services.api.routes.attempts import AttemptOut, AttemptPage, attempt_item, parse_time
+from shared.domain.instants import shown_in
 from shared.domain.states import AttemptState
 from shared.store import history
 from shared.store.history import SessionView
@@ -82,7 +83,7 @@ def session_item(session: SessionView) -> dict[str, Any]:
     last = session.last_attempt
     session_time = session.session_time
     if last is not None:
-        session_time = session_time.astimezone(ZoneInfo(last.timezone))
+        session_time = shown_in(session_time, ZoneInfo(last.timezone))
     return {
         "id": str(session.id),
         "session_uuid": session.session_uuid,

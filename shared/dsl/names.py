@@ -1,0 +1,54 @@
+"""What a workflow file may be named: its name (the file's stem) names the workflow in
+every list, URL and task name (``+name+task``), so it must be text that can be shown."""
+
+from __future__ import annotations
+
+import unicodedata
+
+MAX_WORKFLOW_NAME_CHARS = 255
+# '+' and '^' join the parts of a task's full name; these categories cannot be shown:
+# control characters, lone surrogates (bytes that were not UTF-8), line separators.
+_JOINERS = "+^/"
+_UNSHOWABLE = frozenset({"Cc", "Cs", "Zl", "Zp"})
+
+
+def workflow_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a workflow, or None if it can."""
+    if not 0 < len(name) <= MAX_WORKFLOW_NAME_CHARS:
+        return f"a workflow name has 1-{MAX_WORKFLOW_NAME_CHARS} characters"
+    for character in name:
+        if character in _JOINERS:
+            return f"a workflow name cannot contain {character!r}"
+        if unicodedata.category(character) in _UNSHOWABLE:
+            what = (
+                "invalid UTF-8"
+                if unicodedata.category(character) == "Cs"
+                else "a control character"
+            )
+            return f"a workflow name cannot contain {what} ({shown(character)})"
+    return None
+
+
+def shown(text: str) -> str:
+    """``text`` safe to show and store: bytes that were not UTF-8 as U+FFFD, control
+    characters as escapes (``\\x01``)."""
+    return "".join(_shown_character(ch) for ch in text)
+
+
+def _shown_character(character: str) -> str:
+    if unicodedata.category(character) == "Cs":
+        return "\ufffd"
+    if character.isprintable():
+        return character
+    return character.encode("unicode_escape").decode("ascii")
+
+
+def text_problem(value: str) -> str | None:
+    """Why ``value`` cannot be stored as text (NUL, lone surrogate), or None if it can."""
+    if "\x00" in value:
+        return "must not contain NUL characters"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "must not contain lone surrogates (invalid Unicode)"
+    return None
