@@ -37,7 +37,6 @@ blueprint = APIBlueprint("projects", __name__, url_prefix="/api/projects", tag="
 ARCHIVE_MEDIA_TYPES = frozenset(
     {"application/gzip", "application/x-gzip", "application/octet-stream", "application/x-tar"}
 )
-NAME_PATTERN = "[A-Za-z0-9][A-Za-z0-9_.-]{0,127}"
 
 
 class PushQuery(RequestQuery):
