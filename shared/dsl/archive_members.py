@@ -19,6 +19,7 @@ import re
 import tarfile
 from pathlib import PurePosixPath
 
+from shared.dsl.names import shown as shown_text
 from shared.errors import InvalidInput, Problem
 
 MiB = 1024 * 1024
@@ -252,16 +253,9 @@ def normal(path: PurePosixPath) -> PurePosixPath:
 
 
 def shown(name: str) -> str:
-    """A name as a problem shows it: undecodable bytes as U+FFFD, control characters as
-    ``\\xNN``, at most 200 characters (the middle cut out)."""
-    if not name:
-        return "(no name)"
-    text = name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-    text = _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
-    if len(text) > _SHOWN_CHARACTERS:
-        half = _SHOWN_CHARACTERS // 2
-        text = f"{text[:half]}…{text[-half:]}"
-    return text
+    """A member's name as a problem shows it (:func:`shared.dsl.names.shown`), at most
+    200 characters."""
+    return shown_text(name, max_chars=_SHOWN_CHARACTERS) if name else "(no name)"
 
 
 def refused(member: tarfile.TarInfo | str, reason: str) -> InvalidInput:

@@ -29,10 +29,15 @@ def workflow_name_problem(name: str) -> str | None:
     return None
 
 
-def shown(text: str) -> str:
-    """``text`` safe to show and store: bytes that were not UTF-8 as U+FFFD, control
-    characters as escapes (``\\x01``)."""
-    return "".join(_shown_character(ch) for ch in text)
+def shown(text: str, *, max_chars: int | None = None) -> str:
+    """``text`` safe to show and store: bytes that were not UTF-8 as U+FFFD, characters that
+    cannot be shown as escapes (``\\x01``, ``\\u2028``); past ``max_chars`` the middle is
+    cut out."""
+    text = "".join(_shown_character(ch) for ch in text)
+    if max_chars is not None and len(text) > max_chars:
+        half = max_chars // 2
+        text = f"{text[:half]}…{text[-half:]}"
+    return text
 
 
 def _shown_character(character: str) -> str:
@@ -40,7 +45,8 @@ def _shown_character(character: str) -> str:
         return "\ufffd"
     if character.isprintable():
         return character
-    return character.encode("unicode_escape").decode("ascii")
+    code = ord(character)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def text_problem(value: str) -> str | None:

@@ -44,7 +44,7 @@ def test_a_secret_name_ending_in_a_newline_is_refused(
         ("a+b.dig", "a+b.dig"),
         ("a^b.dig", "a^b.dig"),
         ("a\x01b.dig", "a\\x01b.dig"),
-        ("tab\there.dig", "tab\\there.dig"),
+        ("tab\there.dig", "tab\\x09here.dig"),
         ("a\udcffb.dig", "a\ufffdb.dig"),  # the byte 0xff: not UTF-8
     ],
 )
