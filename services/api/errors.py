@@ -42,15 +42,19 @@ PROBLEM_TYPES: dict[int, tuple[str, str]] = {
     404: ("not-found", "Not found"),
     405: ("method-not-allowed", "Method not allowed"),
     406: ("not-acceptable", "Not acceptable"),
+    408: ("timeout", "Request timeout"),
     409: ("conflict", "Conflict"),
     411: ("invalid-request", "Length required"),
     413: ("too-large", "Request too large"),
     414: ("too-large", "URI too long"),
     415: ("unsupported-media-type", "Unsupported media type"),
     416: ("invalid-request", "Range not satisfiable"),
+    417: ("invalid-request", "Expectation failed"),
     422: ("invalid-request", "Invalid request"),
     429: ("rate-limited", "Too many requests"),
+    431: ("too-large", "Request header fields too large"),
     500: ("internal-error", "Internal error"),
+    501: ("not-implemented", "Not implemented"),
     503: ("unavailable", "Service unavailable"),
 }
 
@@ -97,15 +101,15 @@ class InvalidBody(ApiProblem):
         )
 
 
+def problem_document(status: int, detail: str) -> dict[str, Any]:
+    """The members every problem document has: type, title, status and detail."""
+    slug, title = PROBLEM_TYPES.get(status, ("error", "Error"))
+    return {"type": PROBLEM_BASE + slug, "title": title, "status": status, "detail": detail}
+
+
 def problem_response(problem: ApiProblem) -> Response:
     """The problem+json response of ``problem``."""
-    slug, title = PROBLEM_TYPES.get(problem.status, ("error", "Error"))
-    body: dict[str, Any] = {
-        "type": PROBLEM_BASE + slug,
-        "title": title,
-        "status": problem.status,
-        "detail": problem.detail,
-    }
+    body = problem_document(problem.status, problem.detail)
     if problem.errors is not None:
         body["errors"] = problem.errors
     body.update(problem.members)
