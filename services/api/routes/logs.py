@@ -33,6 +33,10 @@ blueprint = APIBlueprint("logs", __name__, tag="Logs")
 CONFIG_KEY = "tickwork.config"
 FOLLOW_MAX_SECONDS = 600.0
 FOLLOW_POLL_SECONDS = 0.5
+# A stream whose attempt wrote nothing polls less often, up to this; new text resets it.
+# Each pass reads the store and the log directory: hundreds of quiet streams at 0.5 s
+# would take a server's CPU from every other request.
+FOLLOW_IDLE_POLL_SECONDS = 2.0
 TEXT_TYPE = "text/plain; charset=utf-8"
 # What the agent names a run's log file: <task name>.<task id>.<lease token>.log
 _RUN_FILE = re.compile(r"\.(\d+)\.(\d+)\.log$")
@@ -268,8 +272,10 @@ def _follow(
 ) -> Iterator[str]:
     deadline = time.monotonic() + max_seconds
     sent = offset
+    poll_seconds = FOLLOW_POLL_SECONDS
     yield ": following attempt logs\n\n"
     while True:
+        sent_before = sent
         # The state is read before the files: once it says done, this read is the last.
         with read_only(engine) as conn:
             state = get_attempt_state(conn, attempt_id)
@@ -294,10 +300,19 @@ def _follow(
         if state.is_done:
             yield _event("end", {"state": state.value, "offset": sent})
             return
-        if time.monotonic() >= deadline:
+        now = time.monotonic()
+        if now >= deadline:
             yield _event("timeout", {"offset": sent})
             return
-        time.sleep(FOLLOW_POLL_SECONDS)
+        quiet = sent == sent_before
+        if quiet:
+            # A comment each quiet pass: writing it is how a stream whose client has gone
+            # finds out (and stops polling) instead of polling on until max_seconds.
+            yield ": waiting\n\n"
+        poll_seconds = (
+            min(1.5 * poll_seconds, FOLLOW_IDLE_POLL_SECONDS) if quiet else FOLLOW_POLL_SECONDS
+        )
+        time.sleep(min(poll_seconds, deadline - now))
 
 
 def _whole_characters(data: bytes, *, final: bool) -> tuple[str, int]:
