@@ -8,11 +8,12 @@ import json
 import socket
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, text
 
 from tests.api._seed import THREE_STEPS, add_project
 from tests.api._server import TOKEN, migrated, serving, wait_until_healthy
@@ -154,6 +155,34 @@ class TestSlowClients:
         assert media_type == "application/problem+json"
         assert json.loads(body)["status"] == 408
         assert time.monotonic() - started < BODY_TIMEOUT_SECONDS + 3
+
+
+def test_a_request_waiting_on_the_database_does_not_hold_up_its_worker(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    # Given one worker, and the sessions table locked by another transaction
+    url = migrated(postgres_url)
+    with serving(url, tmp_path, "--workers", "1") as (process, base_url):
+        wait_until_healthy(base_url, process)
+        engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        try:
+            with engine.begin() as conn, httpx.Client(base_url=base_url, timeout=10) as client:
+                conn.execute(text("LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE"))
+                # When a session list waits for the lock
+                with ThreadPoolExecutor(1) as pool:
+                    listing = pool.submit(client.get, "/api/sessions", headers=headers)
+                    time.sleep(0.5)
+                    assert not listing.done()
+                    # Then the same worker still answers other requests
+                    started = time.monotonic()
+                    assert httpx.get(f"{base_url}/healthz", timeout=5).status_code == 200
+                    assert time.monotonic() - started < ANSWER_WITHIN_SECONDS
+                    conn.rollback()
+                    # and the list is answered once the lock is released
+                    assert listing.result(timeout=10).status_code == 200
+        finally:
+            engine.dispose()
 
 
 def _post(body_and_headers: str) -> bytes:
