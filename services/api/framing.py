@@ -36,17 +36,21 @@ class CheckedBody:
 
     def read(self, size: int | None = -1) -> bytes:
         data = self._checked(self.body.read, size)
-        if self.content_length is not None:
-            whole = size is None or size < 0
-            if (whole or (size and not data)) and self.received < self.content_length:
-                raise BadRequest(
-                    f"the body ended after {self.received} of the {self.content_length} "
-                    "bytes its Content-Length announced"
-                )
+        self._check_whole(ended=size is None or size < 0 or (size > 0 and not data))
         return data
 
     def readline(self, size: int | None = -1) -> bytes:
-        return self._checked(self.body.readline, size)
+        data = self._checked(self.body.readline, size)
+        self._check_whole(ended=size != 0 and not data)
+        return data
+
+    def _check_whole(self, *, ended: bool) -> None:
+        """BadRequest if the body has ended short of its ``Content-Length``."""
+        if ended and self.content_length is not None and self.received < self.content_length:
+            raise BadRequest(
+                f"the body ended after {self.received} of the {self.content_length} "
+                "bytes its Content-Length announced"
+            )
 
     def __iter__(self) -> Iterator[bytes]:
         while line := self.readline():

@@ -111,6 +111,8 @@ class ApiWorker(GeventWorker):  # type: ignore[misc]
             wait = self.body_timeout_seconds
             self.log.info("client took nothing for %ss; connection closed", wait)
             raise StopIteration from None
+        if not served:  # the app took the socket over, or the worker is stopping
+            return served
         # What the app left of the body is read now, so that a broken one closes the
         # connection instead of drawing a second, unasked-for answer.
         if not self._drain_body(req):

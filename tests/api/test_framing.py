@@ -55,6 +55,12 @@ class TestCheckedBody:
         with pytest.raises(BadRequest):
             body.read(2)
 
+    def test_a_short_body_read_by_lines_is_a_bad_request_at_its_end(self) -> None:
+        body = CheckedBody(io.BytesIO(b"a\nb"), 10)
+        assert [body.readline(), body.readline()] == [b"a\n", b"b"]
+        with pytest.raises(BadRequest):
+            body.readline()
+
     def test_a_body_without_content_length_ends_where_it_ends(self) -> None:
         assert CheckedBody(io.BytesIO(b"abc"), None).read() == b"abc"
 
