@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -31,6 +32,7 @@ from shared.store.tables import tasks
 blueprint = APIBlueprint("logs", __name__, tag="Logs")
 
 CONFIG_KEY = "tickwork.config"
+FOLLOW_SLOTS_KEY = "tickwork.follow_slots"
 FOLLOW_MAX_SECONDS = 600.0
 FOLLOW_POLL_SECONDS = 0.5
 # A stream whose attempt wrote nothing polls less often, up to this; new text resets it.
@@ -254,9 +256,26 @@ def follow(attempt_id: int, query: FollowQuery) -> Response:
         if _EVENT_ID.fullmatch(last_event) is None:
             raise InvalidParameter("Last-Event-ID", "expected a stream offset")
         offset = int(last_event)
-    stream = _follow(current_engine(), _log_root(), attempt_id, offset, query.max_seconds)
+    root = _log_root()
+    release = _take_follow_slot()
+    stream = _follow(current_engine(), root, attempt_id, offset, query.max_seconds)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return Response(stream, 200, mimetype="text/event-stream", headers=headers)
+    response = Response(stream, 200, mimetype="text/event-stream", headers=headers)
+    response.call_on_close(release)  # when the stream ends or its client goes
+    return response
+
+
+def _take_follow_slot() -> Callable[[], None]:
+    """Count one more open stream of this worker (503 past the limit); the release."""
+    limit = current_app.extensions[CONFIG_KEY].max_follow_streams
+    slots = current_app.extensions.setdefault(FOLLOW_SLOTS_KEY, threading.BoundedSemaphore(limit))
+    if not slots.acquire(blocking=False):
+        raise ApiProblem(
+            503,
+            f"this server process already streams {limit} logs; retry later",
+            headers={"Retry-After": "5"},
+        )
+    return slots.release  # type: ignore[no-any-return]
 
 
 def _event(name: str, data: dict[str, Any], event_id: int | None = None) -> str:
