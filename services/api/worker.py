@@ -5,8 +5,9 @@ no body, and a log follow stream, cost a little memory and no thread. Waits are 
 
 - gunicorn's gevent worker reads every header block, the first one included, under a
   timer of ``keepalive`` seconds; a client silent that long is dropped without an answer;
-- every other read or write of the socket (the body, a stream to a client that stopped
-  reading) may wait at most ``body_timeout_seconds``; a body that stalls gets 408.
+- every other wait on the socket, for the next part of a body or for the client to take
+  the next part of an answer, is at most ``body_timeout_seconds``: a body that stalls
+  gets 408, and a client that stopped reading is dropped.
 
 A request gunicorn cannot parse (bad request line or header, too long a line or header,
 bad chunked framing) is answered with a problem document, like every other error.
@@ -83,6 +84,23 @@ def use_cooperative_psycopg() -> None:
         waiting.wait = waiting.wait_select
 
 
+class PacedSocket:
+    """A client socket whose ``sendall`` waits at most the socket's timeout for *each*
+    part the client takes, where gevent's bounds the whole call: a slow reader still gets
+    a large answer, and one that stopped reading is dropped."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def sendall(self, data: bytes | memoryview, flags: int = 0) -> None:
+        view = memoryview(data).cast("B")
+        while view:
+            view = view[self._sock.send(view, flags) :]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
 class ApiWorker(GeventWorker):  # type: ignore[misc]
     """gunicorn's gevent worker with a body timeout and problem+json parse errors."""
 
@@ -105,7 +123,7 @@ class ApiWorker(GeventWorker):  # type: ignore[misc]
         # the answer is bounded; the header block is bounded by gunicorn's own timer.
         sock.settimeout(self.body_timeout_seconds)
         try:
-            served = super().handle_request(listener_name, req, sock, addr)
+            served = super().handle_request(listener_name, req, PacedSocket(sock), addr)
         except TimeoutError:
             # The answer had started: all that is left is closing the connection.
             wait = self.body_timeout_seconds

@@ -15,7 +15,8 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.api._seed import THREE_STEPS, add_project
+from shared.store.tables import task_logs, tasks
+from tests.api._seed import NOW, THREE_STEPS, add_project
 from tests.api._server import TOKEN, migrated, serving, wait_until_healthy
 
 pytestmark = pytest.mark.slow
@@ -99,6 +100,25 @@ def closed_after(sock: socket.socket) -> float:
     return time.monotonic() - started
 
 
+def add_large_log(base_url: str, database_url: str, log_dir: Path, size: int) -> str:
+    """A log file of ``size`` bytes of a task of a new attempt; the path to GET it."""
+    attempt_id = start_attempt(base_url)
+    engine = create_engine(database_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    task = {"attempt_id": attempt_id, "parent_id": None, "full_name": "+wf+big", "position": 0}
+    task |= {"is_group": False, "is_generated": False, "state": "success", "config": {}}
+    task |= {"created_at": NOW, "updated_at": NOW}
+    (log_dir / "big.log").write_bytes(b"x" * size)
+    log = {"attempt_id": attempt_id, "lease_token": 1, "path": "big.log", "size_bytes": size}
+    try:
+        with engine.begin() as conn:
+            task_id = conn.execute(tasks.insert().returning(tasks.c.id), task).scalar_one()
+            log |= {"task_id": task_id, "created_at": NOW}
+            file_id = conn.execute(task_logs.insert().returning(task_logs.c.id), log).scalar_one()
+    finally:
+        engine.dispose()
+    return f"/api/logs/{attempt_id}/files/{file_id}"
+
+
 class TestSlowClients:
     def test_healthz_and_the_session_list_answer_while_slow_clients_and_streams_hold_on(
         self, api_url: str
@@ -141,6 +161,26 @@ class TestSlowClients:
         with connect(api_url, sent) as sock:
             elapsed = closed_after(sock)
         assert HEADER_TIMEOUT_SECONDS - 1 < elapsed < HEADER_TIMEOUT_SECONDS + 3
+
+    def test_a_slow_reader_gets_a_large_answer_whole_past_the_body_timeout(
+        self, api_url: str, postgres_url: str, tmp_path: Path
+    ) -> None:
+        # Given a 16 MiB log file
+        size = 16 * 1024 * 1024
+        path = add_large_log(api_url, postgres_url, tmp_path / "logs", size)
+        # When a client reads it at about 2 MiB a second
+        request = f"GET {path} HTTP/1.1\r\nHost: x\r\n{AUTH}\r\n".encode()
+        received, started = 0, time.monotonic()
+        with connect(api_url, request) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+            while data := sock.recv(65536):
+                received += len(data)
+                if received >= size:
+                    break
+                time.sleep(0.03)
+        # Then it gets all of it, though that took longer than the body timeout
+        assert received >= size
+        assert time.monotonic() - started > 2 * BODY_TIMEOUT_SECONDS
 
     def test_a_client_that_stops_sending_its_body_gets_408_after_the_body_timeout(
         self, api_url: str
