@@ -16,6 +16,7 @@ bad chunked framing) is answered with a problem document, like every other error
 from __future__ import annotations
 
 import json
+import selectors
 import socket
 import warnings
 from http import HTTPStatus
@@ -72,16 +73,19 @@ def problem_bytes(status: int, detail: str) -> bytes:
 
 
 def use_cooperative_psycopg() -> None:
-    """Make psycopg wait for the database through gevent's patched ``select``.
+    """Make psycopg wait for the database through gevent's selector.
 
-    psycopg chooses its wait function when it is imported, and the master process imported
-    it (to check the schema) before this worker was patched: its C wait would block every
-    greenlet of the worker for as long as a query runs.
+    psycopg chooses how to wait when it is imported, and the master process imported it
+    (to check the schema) before this worker was patched: its C wait for queries and its
+    epoll selector for connecting would block every greenlet of the worker for as long as
+    the database takes. gevent's selector yields, and has no limit on descriptor numbers
+    (``select()`` stops at 1023, which a worker of 1000 connections passes).
     """
     from psycopg import waiting
 
     if monkey.is_module_patched("select"):
-        waiting.wait = waiting.wait_select
+        waiting.DefaultSelector = selectors.DefaultSelector  # type: ignore[attr-defined]
+        waiting.wait = waiting.wait_selector
 
 
 class PacedSocket:
