@@ -17,6 +17,7 @@ from apiflask.exceptions import HTTPError
 from flask import Response, json
 from pydantic import ValidationError as PydanticValidationError
 from sqlalchemy.exc import DataError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 
 from shared.dsl.archive import ArchiveTooLarge
@@ -226,6 +227,14 @@ def register_error_handlers(app: APIFlask) -> None:
         logger.warning("database unavailable: %s", " ".join(str(error.orig).split())[:300])
         problem = ApiProblem(503, "the database cannot be reached", headers={"Retry-After": "5"})
         return problem_response(problem)
+
+    @app.errorhandler(PoolTimeout)
+    def _pool_busy(error: PoolTimeout) -> Response:
+        # Every pooled connection stayed in use for the pool's whole wait: many requests at
+        # once on one worker. Busy, not broken: the client may retry.
+        logger.warning("no database connection came free: %s", str(error).split(".")[0])
+        detail = "the server is busy: no database connection came free in time"
+        return problem_response(ApiProblem(503, detail, headers={"Retry-After": "1"}))
 
     @app.errorhandler(DataError)
     def _out_of_range(error: DataError) -> Response:
