@@ -225,6 +225,36 @@ def test_a_request_waiting_on_the_database_does_not_hold_up_its_worker(
             engine.dispose()
 
 
+def test_a_follow_stream_whose_client_has_gone_ends_and_frees_its_place(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    # Given one worker that serves one follow stream at most, and that stream open
+    url = migrated(postgres_url)
+    engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    with engine.begin() as conn:
+        add_project(conn, "p", {"wf": THREE_STEPS})
+    engine.dispose()
+    (tmp_path / "logs").mkdir()
+    env = {"TICKWORK_LOG_DIR": str(tmp_path / "logs"), "TICKWORK_API_MAX_FOLLOWS": "1"}
+    with serving(url, tmp_path, "--workers", "1", **env) as (process, base_url):
+        wait_until_healthy(base_url, process)
+        follow = f"/api/logs/{start_attempt(base_url)}/follow"
+        request = f"GET {follow} HTTP/1.1\r\nHost: x\r\n{AUTH}\r\n".encode()
+        with connect(base_url, request) as first:
+            assert first.recv(64).startswith(b"HTTP/1.1 200 ")
+            headers = {"Authorization": f"Bearer {TOKEN}"}
+            assert httpx.get(f"{base_url}{follow}", headers=headers).status_code == 503
+        # When its client goes away without a word
+        # Then the server notices within a few quiet passes, and a new stream may open
+        deadline = time.monotonic() + 15
+        while True:
+            with connect(base_url, request) as again:
+                if again.recv(64).startswith(b"HTTP/1.1 200 "):
+                    break
+            assert time.monotonic() < deadline, "the gone stream still holds its place"
+            time.sleep(0.5)
+
+
 def _post(body_and_headers: str) -> bytes:
     return f"POST /api/attempts HTTP/1.1\r\nHost: x\r\n{AUTH}{body_and_headers}".encode()
 
