@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -68,7 +68,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def api_server(database_url: str, workers: int, server_log: IO[bytes]) -> Iterator[str]:
+def api_server(
+    database_url: str,
+    workers: int,
+    server_log: IO[bytes],
+    extra_env: Mapping[str, str] | None = None,
+) -> Iterator[str]:
     """``tickwork api`` in its own process group; yields its base URL once /readyz is 200."""
     port = free_port()
     command = [
@@ -84,6 +89,7 @@ def api_server(database_url: str, workers: int, server_log: IO[bytes]) -> Iterat
         "TICKWORK_DATABASE_URL": database_url,
         "TICKWORK_API_TOKENS": f"admin:{TOKEN}",
         "TICKWORK_API_RATE_LIMIT": "0",
+        **(extra_env or {}),
     }
     process = subprocess.Popen(
         command, env=env, stdout=server_log, stderr=server_log, start_new_session=True

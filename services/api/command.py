@@ -46,8 +46,43 @@ def _epilog() -> str:
     show_default=True,
     help="Seconds a stopping worker may finish its requests.",
 )
+@click.option(
+    "--connections",
+    "connections_per_worker",
+    envvar="TICKWORK_API_CONNECTIONS",
+    type=click.IntRange(10, 100_000),
+    default=1000,
+    show_default=True,
+    help="Connections each worker holds at once (idle, slow and streams included).",
+)
+@click.option(
+    "--header-timeout",
+    "header_timeout_seconds",
+    envvar="TICKWORK_API_HEADER_TIMEOUT",
+    type=click.IntRange(1, 300),
+    default=5,
+    show_default=True,
+    help="Seconds a client may take to send a request's headers; also the keep-alive.",
+)
+@click.option(
+    "--body-timeout",
+    "body_timeout_seconds",
+    envvar="TICKWORK_API_BODY_TIMEOUT",
+    type=click.IntRange(1, 3600),
+    default=10,
+    show_default=True,
+    help="Seconds a client may pause while sending a body or taking an answer.",
+)
 @click.option("--log-level", envvar="TICKWORK_LOG_LEVEL", default="INFO", show_default=True)
-def api_command(bind: str, workers: int, graceful_timeout_seconds: int, log_level: str) -> None:
+def api_command(
+    bind: str,
+    workers: int,
+    graceful_timeout_seconds: int,
+    connections_per_worker: int,
+    header_timeout_seconds: int,
+    body_timeout_seconds: int,
+    log_level: str,
+) -> None:
     """Serve the REST API (docs at /api/docs) until SIGTERM."""
     configure_logging(log_level.upper())
     try:
@@ -71,6 +106,9 @@ def api_command(bind: str, workers: int, graceful_timeout_seconds: int, log_leve
         workers=workers,
         graceful_timeout_seconds=graceful_timeout_seconds,
         json_access_log=not stderr_is_terminal(),
+        connections_per_worker=connections_per_worker,
+        header_timeout_seconds=header_timeout_seconds,
+        body_timeout_seconds=body_timeout_seconds,
     )
     run_server(config, options)
 

@@ -24,6 +24,7 @@ API_SETTINGS = (
     Setting("TICKWORK_API_RATE_LIMIT", "50", "requests per second per token or client; 0: off"),
     Setting("TICKWORK_LOG_DIR", "", "where the executor writes task logs (read by /api/logs)"),
     Setting("TICKWORK_API_PAGE_LIMIT", "1000", "largest `limit` of a list"),
+    Setting("TICKWORK_API_MAX_FOLLOWS", "500", "log follow streams one worker serves at once"),
 )
 
 
@@ -47,6 +48,7 @@ class ApiConfig:
     rate_limit_per_second: int = 50
     log_dir: Path | None = None
     page_limit: int = 1000
+    max_follow_streams: int = 500
 
     @property
     def rate_limit_burst(self) -> int:
@@ -68,6 +70,7 @@ class ApiConfig:
             rate_limit_per_second=count_setting(values, "TICKWORK_API_RATE_LIMIT"),
             log_dir=Path(log_dir) if log_dir else None,
             page_limit=positive_int(values, "TICKWORK_API_PAGE_LIMIT"),
+            max_follow_streams=positive_int(values, "TICKWORK_API_MAX_FOLLOWS"),
         )
 
 

@@ -17,6 +17,7 @@ from apiflask.exceptions import HTTPError
 from flask import Response, json
 from pydantic import ValidationError as PydanticValidationError
 from sqlalchemy.exc import DataError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 
 from shared.dsl.archive import ArchiveTooLarge
@@ -42,15 +43,19 @@ PROBLEM_TYPES: dict[int, tuple[str, str]] = {
     404: ("not-found", "Not found"),
     405: ("method-not-allowed", "Method not allowed"),
     406: ("not-acceptable", "Not acceptable"),
+    408: ("timeout", "Request timeout"),
     409: ("conflict", "Conflict"),
     411: ("invalid-request", "Length required"),
     413: ("too-large", "Request too large"),
     414: ("too-large", "URI too long"),
     415: ("unsupported-media-type", "Unsupported media type"),
     416: ("invalid-request", "Range not satisfiable"),
+    417: ("invalid-request", "Expectation failed"),
     422: ("invalid-request", "Invalid request"),
     429: ("rate-limited", "Too many requests"),
+    431: ("too-large", "Request header fields too large"),
     500: ("internal-error", "Internal error"),
+    501: ("not-implemented", "Not implemented"),
     503: ("unavailable", "Service unavailable"),
 }
 
@@ -97,15 +102,15 @@ class InvalidBody(ApiProblem):
         )
 
 
+def problem_document(status: int, detail: str) -> dict[str, Any]:
+    """The members every problem document has: type, title, status and detail."""
+    slug, title = PROBLEM_TYPES.get(status, ("error", "Error"))
+    return {"type": PROBLEM_BASE + slug, "title": title, "status": status, "detail": detail}
+
+
 def problem_response(problem: ApiProblem) -> Response:
     """The problem+json response of ``problem``."""
-    slug, title = PROBLEM_TYPES.get(problem.status, ("error", "Error"))
-    body: dict[str, Any] = {
-        "type": PROBLEM_BASE + slug,
-        "title": title,
-        "status": problem.status,
-        "detail": problem.detail,
-    }
+    body = problem_document(problem.status, problem.detail)
     if problem.errors is not None:
         body["errors"] = problem.errors
     body.update(problem.members)
@@ -224,6 +229,14 @@ def register_error_handlers(app: APIFlask) -> None:
         logger.warning("database unavailable: %s", " ".join(str(error.orig).split())[:300])
         problem = ApiProblem(503, "the database cannot be reached", headers={"Retry-After": "5"})
         return problem_response(problem)
+
+    @app.errorhandler(PoolTimeout)
+    def _pool_busy(error: PoolTimeout) -> Response:
+        # Every pooled connection stayed in use for the pool's whole wait: many requests at
+        # once on one worker. Busy, not broken: the client may retry.
+        logger.warning("no database connection came free: %s", str(error).split(".")[0])
+        detail = "the server is busy: no database connection came free in time"
+        return problem_response(ApiProblem(503, detail, headers={"Retry-After": "1"}))
 
     @app.errorhandler(DataError)
     def _out_of_range(error: DataError) -> Response:

@@ -1,5 +1,10 @@
 """Serving the API with gunicorn, configured in code (no gunicorn.conf.py).
 
+The workers are gevent workers (:mod:`services.api.worker`): a connection costs a
+greenlet, not a thread, so idle and slow clients and log follow streams cannot take every
+worker; the waits for a header block and for a body are bounded (docs/rest-api.md,
+"Serving model").
+
 ``preload_app`` stays off: every worker builds its application, and so its engine and
 connection pool, after the fork (a pool shared across a fork hands one socket to two
 processes). Access lines are JSON when stderr is not a terminal.
@@ -24,7 +29,9 @@ from prometheus_client import multiprocess
 
 from services.api.app import create_app
 from services.api.config import ApiConfig
+from services.api.framing import check_bodies
 from services.api.metrics import MULTIPROC_ENV
+from services.api.worker import ApiWorker
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +45,13 @@ class ServerOptions:
     graceful_timeout_seconds: int = 30
     timeout_seconds: int = 120
     json_access_log: bool = True
+    # Connections one worker holds at once; past them it stops accepting (the kernel's
+    # backlog queues the rest).
+    connections_per_worker: int = 1000
+    # A header block (the first too) must arrive within this; it is gunicorn's keep-alive.
+    header_timeout_seconds: int = 5
+    # Any other wait on a client: for the next part of a body, or for it to take a stream.
+    body_timeout_seconds: int = 10
 
 
 class JsonAccessLogger(GunicornLogger):  # type: ignore[misc]
@@ -84,8 +98,11 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
         settings: dict[str, Any] = {
             "bind": [self.options.bind],
             "workers": self.options.workers,
-            "worker_class": "gthread",
-            "threads": 4,
+            "worker_class": ApiWorker.configured(
+                body_timeout_seconds=self.options.body_timeout_seconds
+            ),
+            "worker_connections": self.options.connections_per_worker,
+            "keepalive": self.options.header_timeout_seconds,
             "graceful_timeout": self.options.graceful_timeout_seconds,
             "timeout": self.options.timeout_seconds,
             "preload_app": False,
@@ -104,7 +121,9 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
             self.cfg.set(key, value)
 
     def load(self) -> Any:
-        return create_app(self.api_config)
+        app = create_app(self.api_config)
+        app.wsgi_app = check_bodies(app.wsgi_app)  # type: ignore[method-assign,assignment]
+        return app
 
 
 def prepare_metrics_directory(workers: int) -> None:

@@ -282,6 +282,7 @@ class TestConfig:
             ("TICKWORK_API_MAX_JSON_KB", "lots"),
             ("TICKWORK_API_RATE_LIMIT", "-1"),
             ("TICKWORK_API_PAGE_LIMIT", "0"),
+            ("TICKWORK_API_MAX_FOLLOWS", "none"),
             ("TICKWORK_API_TOKENS", "root:secret-token"),
             ("TICKWORK_API_TOKENS", "admin:short"),
             ("TICKWORK_API_TOKENS_FILE", "/nonexistent/tokens"),

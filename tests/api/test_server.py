@@ -3,79 +3,36 @@ without tokens or on a database that is not migrated."""
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from shared.store.engine import create_store_engine
-from shared.store.migrate import upgrade_database
+from tests.api._server import (
+    STOP_SECONDS,
+    TICKWORK,
+    TOKEN,
+    environment,
+    migrated,
+    serving,
+    wait_until_healthy,
+)
 
 pytestmark = pytest.mark.slow
-
-TOKEN = "server-admin-token"
-START_SECONDS = 30
-STOP_SECONDS = 30
-TICKWORK = [sys.executable, "-c", "from services.cli import main; main()"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def environment(database_url: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
-    env.update(TICKWORK_DATABASE_URL=database_url, **extra)
-    return env
 
 
 @pytest.fixture
 def migrated_url(postgres_url: str) -> str:
-    engine = create_store_engine(postgres_url)
-    upgrade_database(engine)
-    engine.dispose()
-    return postgres_url
+    return migrated(postgres_url)
 
 
 @pytest.fixture
 def server(migrated_url: str, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    port = free_port()
-    env = environment(
-        migrated_url, TICKWORK_API_TOKENS=f"admin:{TOKEN}", PROMETHEUS_MULTIPROC_DIR=str(tmp_path)
-    )
-    command = [*TICKWORK, "api", "--bind", f"127.0.0.1:{port}", "--workers", "2"]
-    process = subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    try:
-        yield process, f"http://127.0.0.1:{port}"
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=STOP_SECONDS)
-
-
-def wait_until_healthy(base_url: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + START_SECONDS
-    while time.monotonic() < deadline:
-        assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
-        try:
-            if httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    pytest.fail(f"the API did not answer /healthz within {START_SECONDS}s")
+    with serving(migrated_url, tmp_path) as started:
+        yield started
 
 
 def test_tickwork_api_serves_with_gunicorn_and_stops_on_sigterm(

@@ -11,8 +11,9 @@ import io
 import json
 import os
 import re
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -33,8 +34,13 @@ from shared.store.tables import tasks
 blueprint = APIBlueprint("logs", __name__, tag="Logs")
 
 CONFIG_KEY = "tickwork.config"
+FOLLOW_SLOTS_KEY = "tickwork.follow_slots"
 FOLLOW_MAX_SECONDS = 600.0
 FOLLOW_POLL_SECONDS = 0.5
+# A stream whose attempt wrote nothing polls less often, up to this; new text resets it.
+# Each pass reads the store and the log directory: hundreds of quiet streams at 0.5 s
+# would take a server's CPU from every other request.
+FOLLOW_IDLE_POLL_SECONDS = 2.0
 TEXT_TYPE = "text/plain; charset=utf-8"
 # What the agent names a run's log file: <task name>.<task id>.<lease token>.log
 _RUN_FILE = re.compile(r"\.(\d+)\.(\d+)\.log$")
@@ -292,9 +298,26 @@ def follow(attempt_id: int, query: FollowQuery) -> Response:
         if _EVENT_ID.fullmatch(last_event) is None:
             raise InvalidParameter("Last-Event-ID", "expected a stream offset")
         offset = int(last_event)
-    stream = _follow(current_engine(), _log_root(), attempt_id, offset, query.max_seconds)
+    root = _log_root()
+    release = _take_follow_slot()
+    stream = _follow(current_engine(), root, attempt_id, offset, query.max_seconds)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return Response(stream, 200, mimetype="text/event-stream", headers=headers)
+    response = Response(stream, 200, mimetype="text/event-stream", headers=headers)
+    response.call_on_close(release)  # when the stream ends or its client goes
+    return response
+
+
+def _take_follow_slot() -> Callable[[], None]:
+    """Count one more open stream of this worker (503 past the limit); the release."""
+    limit = current_app.extensions[CONFIG_KEY].max_follow_streams
+    slots = current_app.extensions.setdefault(FOLLOW_SLOTS_KEY, threading.BoundedSemaphore(limit))
+    if not slots.acquire(blocking=False):
+        raise ApiProblem(
+            503,
+            f"this server process already streams {limit} logs; retry later",
+            headers={"Retry-After": "5"},
+        )
+    return slots.release  # type: ignore[no-any-return]
 
 
 def _event(name: str, data: dict[str, Any], event_id: int | None = None) -> str:
@@ -310,8 +333,10 @@ def _follow(
 ) -> Iterator[str]:
     deadline = time.monotonic() + max_seconds
     sent = offset
+    poll_seconds = FOLLOW_POLL_SECONDS
     yield ": following attempt logs\n\n"
     while True:
+        sent_before = sent
         # The state is read before the files: once it says done, this read is the last.
         with read_only(engine) as conn:
             state = get_attempt_state(conn, attempt_id)
@@ -336,10 +361,19 @@ def _follow(
         if state.is_done:
             yield _event("end", {"state": state.value, "offset": sent})
             return
-        if time.monotonic() >= deadline:
+        now = time.monotonic()
+        if now >= deadline:
             yield _event("timeout", {"offset": sent})
             return
-        time.sleep(FOLLOW_POLL_SECONDS)
+        quiet = sent == sent_before
+        if quiet:
+            # A comment each quiet pass: writing it is how a stream whose client has gone
+            # finds out (and stops polling) instead of polling on until max_seconds.
+            yield ": waiting\n\n"
+        poll_seconds = (
+            min(1.5 * poll_seconds, FOLLOW_IDLE_POLL_SECONDS) if quiet else FOLLOW_POLL_SECONDS
+        )
+        time.sleep(min(poll_seconds, deadline - now))
 
 
 def _whole_characters(data: bytes, *, final: bool) -> tuple[str, int]:

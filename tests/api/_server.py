@@ -1,0 +1,82 @@
+"""A real ``tickwork api`` process for the API's tests: started, probed, killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from shared.store.engine import create_store_engine
+from shared.store.migrate import upgrade_database
+
+TOKEN = "server-admin-token"
+START_SECONDS = 30
+STOP_SECONDS = 30
+TICKWORK = [sys.executable, "-c", "from services.cli import main; main()"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def environment(database_url: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
+    env.update(TICKWORK_DATABASE_URL=database_url, **extra)
+    return env
+
+
+def migrated(database_url: str) -> str:
+    """``database_url``, its schema upgraded to the newest."""
+    engine = create_store_engine(database_url)
+    upgrade_database(engine)
+    engine.dispose()
+    return database_url
+
+
+@contextmanager
+def serving(
+    database_url: str, tmp_path: Path, *options: str, **env: str
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """``tickwork api --workers 2 OPTIONS`` with an admin token; killed afterwards."""
+    port = free_port()
+    env = environment(
+        database_url,
+        TICKWORK_API_TOKENS=f"admin:{TOKEN}",
+        PROMETHEUS_MULTIPROC_DIR=str(tmp_path),
+        **env,
+    )
+    command = [*TICKWORK, "api", "--bind", f"127.0.0.1:{port}", "--workers", "2", *options]
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        yield process, f"http://127.0.0.1:{port}"
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=STOP_SECONDS)
+
+
+def wait_until_healthy(base_url: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + START_SECONDS
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
+        try:
+            if httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"the API did not answer /healthz within {START_SECONDS}s")
