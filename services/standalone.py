@@ -140,6 +140,16 @@ class ControlledDispatcher(InProcessDispatcher):
         self._events.put(WorkCommitted())
 
 
+API_THREADS = 8
+"""Threads serving the API's requests."""
+FOLLOW_STREAMS = API_THREADS // 2
+"""Log follow streams served at once (503 past it): the other threads stay free."""
+API_CONNECTIONS = 1000
+"""Open connections the API accepts at once."""
+CHANNEL_TIMEOUT_SECONDS = 10
+"""A connection that sends nothing for this long is closed."""
+
+
 class Standalone:
     """The threads of one standalone process: start them, and stop them all."""
 
@@ -157,8 +167,18 @@ class Standalone:
             recovery=Recovery(every_seconds=5.0, grace_seconds=2.0),
         )
         self.scheduler = Scheduler(engine)
+        # waitress reads a request whole in its event loop before a thread serves it, so a
+        # slow or silent client holds no thread; one silent for CHANNEL_TIMEOUT_SECONDS is
+        # dropped. Log follow streams do hold a thread each: at most FOLLOW_STREAMS of them.
         self.server = create_server(
-            app, host=settings.host, port=settings.port, threads=8, ident="tickwork"
+            app,
+            host=settings.host,
+            port=settings.port,
+            threads=API_THREADS,
+            connection_limit=API_CONNECTIONS,
+            channel_timeout=CHANNEL_TIMEOUT_SECONDS,
+            cleanup_interval=CHANNEL_TIMEOUT_SECONDS // 2,
+            ident="tickwork",
         )
         self.threads = [
             _thread("api", self.server.run),
@@ -428,7 +448,11 @@ def _assemble(settings: StandaloneSettings) -> tuple[Standalone, bool, list[str]
     config = ApiConfig.from_environment()
     auth = check_auth(settings.host, len(config.tokens))
     config = dataclasses.replace(
-        config, database_url=settings.database_url, auth_enabled=auth, log_dir=settings.log_dir
+        config,
+        database_url=settings.database_url,
+        auth_enabled=auth,
+        log_dir=settings.log_dir,
+        max_follow_streams=min(config.max_follow_streams, FOLLOW_STREAMS),
     )
     engine = open_store(settings.database_url)
     pushed: list[str] = []

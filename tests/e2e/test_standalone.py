@@ -5,12 +5,15 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import textwrap
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
+from services.standalone import CHANNEL_TIMEOUT_SECONDS, FOLLOW_STREAMS
 from tests.e2e._standalone import (
     client_environment,
     run_tickwork,
@@ -163,3 +166,39 @@ def test_a_task_left_running_by_a_killed_process_runs_again_after_a_restart(
 def _kill(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
+
+
+def test_slow_clients_and_log_followers_cannot_take_every_api_thread(tmp_path: Path) -> None:
+    # Given a standalone running a task that does not end soon
+    project = _project(tmp_path / "slow", {"nap.dig": "+nap:\n  sh>: echo napping; sleep 120\n"})
+    with running_standalone(tmp_path / "state", "--project", str(project)) as standalone:
+        started = standalone.tickwork("start", "slow", "nap", "--json")
+        assert started.exit_code == 0, started.explain()
+        attempt_id = started.json()["id"]
+        follow = f"{standalone.endpoint}/api/logs/{attempt_id}/follow"
+        host, port = standalone.endpoint.removeprefix("http://").split(":")
+        with contextlib.ExitStack() as held:
+            # When 50 clients send half a header block and stop, and followers open streams
+            for _ in range(50):
+                client = held.enter_context(socket.create_connection((host, int(port)), 5.0))
+                client.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            statuses = []
+            for _ in range(FOLLOW_STREAMS + 1):
+                stream = held.enter_context(httpx.stream("GET", follow, timeout=10.0))
+                statuses.append(stream.status_code)
+            # Then followers past the limit are told to come back later
+            assert statuses == [200] * FOLLOW_STREAMS + [503]
+            # And the API still answers at once
+            for _ in range(5):
+                began = time.monotonic()
+                assert httpx.get(standalone.endpoint + "/healthz", timeout=5.0).status_code == 200
+                assert httpx.get(standalone.endpoint + "/api/sessions", timeout=5.0).is_success
+                assert time.monotonic() - began < 2.0
+            # And a client that sends nothing more is dropped after the channel timeout
+            silent = socket.create_connection((host, int(port)), 5.0)
+            held.callback(silent.close)
+            silent.sendall(b"GET /healthz HTTP/1.1\r\n")
+            silent.settimeout(CHANNEL_TIMEOUT_SECONDS * 3)
+            began = time.monotonic()
+            assert silent.recv(1024) == b""
+            assert time.monotonic() - began < CHANNEL_TIMEOUT_SECONDS * 3
