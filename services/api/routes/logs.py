@@ -44,7 +44,7 @@ FOLLOW_IDLE_POLL_SECONDS = 2.0
 TEXT_TYPE = "text/plain; charset=utf-8"
 # What the agent names a run's log file: <task name>.<task id>.<lease token>.log
 _RUN_FILE = re.compile(r"\.(\d+)\.(\d+)\.log$")
-_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 # A stream offset as ``Last-Event-ID`` carries it: ASCII digits a 64-bit integer holds.
 _EVENT_ID = re.compile(r"[0-9]{1,18}")
 
@@ -240,7 +240,7 @@ def _unsatisfiable(detail: str, size: int) -> ApiProblem:
 
 def _parse_range(header: str, size: int) -> tuple[int, int]:
     """The first and last byte of ``Range: bytes=a-b`` (``a-``, ``-n`` too); 416 otherwise."""
-    match = _RANGE.match(header.strip())
+    match = _RANGE.fullmatch(header.strip())
     if match is None or match.group(1) == match.group(2) == "":
         raise _unsatisfiable(f"Range {header!r}: expected one range, bytes=first-last", size)
     first, last = match.group(1), match.group(2)
