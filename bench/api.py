@@ -298,14 +298,21 @@ def _interrupt_on_sigterm(_signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def main() -> int:
-    args = parse_args()
+def main_guarded(
+    args: argparse.Namespace,
+    run_all: Callable[[argparse.Namespace, str, Path], dict[str, Any]],
+    name: str,
+) -> int:
+    """Run an API benchmark's ``run_all`` in a temporary directory and print its figures;
+    an exit status, said in one line, when it fails (1), misses a target under ``--check``
+    (1) or is interrupted by Ctrl-C or SIGTERM (130), its server stopped and database
+    dropped."""
     signal.signal(signal.SIGTERM, _interrupt_on_sigterm)  # clean up as on Ctrl-C
     configure_logging("INFO")
     for noisy in ("httpx", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     server_url = os.environ.get("TICKWORK_BENCH_DATABASE_URL", DEFAULT_SERVER_URL)
-    with tempfile.TemporaryDirectory(prefix="tickwork-bench-api-") as work_dir:
+    with tempfile.TemporaryDirectory(prefix=f"tickwork-bench-{name}-") as work_dir:
         try:
             out = run_all(args, server_url, Path(work_dir))
         except BenchFailed as exc:
@@ -316,9 +323,13 @@ def main() -> int:
             return 130
     print(json.dumps(out))
     if args.check and not out["meets_targets"]:
-        log.error("an API target was missed (see bench/README.md)")
+        log.error("a target of bench/%s.py was missed (see bench/README.md)", name)
         return 1
     return 0
+
+
+def main() -> int:
+    return main_guarded(parse_args(), run_all, "api")
 
 
 if __name__ == "__main__":

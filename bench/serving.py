@@ -22,9 +22,7 @@ import argparse
 import json
 import logging
 import os
-import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -34,12 +32,10 @@ from _api_load import LoadResult, Request, run_fixed_rate
 from _api_seed import FIRST_STARTED_TIME, PROJECT, WORKFLOW, seed
 from _slow_clients import SILENT_KINDS, SlowClients, split_connections
 from _stores import percentile, throwaway_database
-from api import TOKEN, BenchFailed, api_server, log_tail
+from api import TOKEN, BenchFailed, api_server, main_guarded
 
-from shared.logging import configure_logging
 from shared.store.engine import create_store_engine
 
-DEFAULT_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 TARGET_P99_MS = 1000.0
 SETTLE_SECONDS = 5.0  # after opening the connections, before measuring
 MEASURE_CONNECTIONS = 8  # the generator's own connections
@@ -166,31 +162,8 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def _interrupt_on_sigterm(_signum: int, _frame: Any) -> None:
-    raise KeyboardInterrupt
-
-
 def main() -> int:
-    args = parse_args()
-    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
-    configure_logging("INFO")
-    for noisy in ("httpx", "alembic"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    server_url = os.environ.get("TICKWORK_BENCH_DATABASE_URL", DEFAULT_SERVER_URL)
-    with tempfile.TemporaryDirectory(prefix="tickwork-bench-serving-") as work_dir:
-        try:
-            out = run_all(args, server_url, Path(work_dir))
-        except BenchFailed as exc:
-            log.error("failed error=%s server_log_tail=%r", exc, log_tail(Path(work_dir)))
-            return 1
-        except KeyboardInterrupt:
-            log.error("interrupted; server stopped, database dropped")
-            return 130
-    print(json.dumps(out))
-    if args.check and not out["meets_targets"]:
-        log.error("a serving target was missed (see bench/README.md)")
-        return 1
-    return 0
+    return main_guarded(parse_args(), run_all, "serving")
 
 
 if __name__ == "__main__":

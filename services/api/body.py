@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from flask import Request, current_app, request
 
 from services.api.errors import ApiProblem, InvalidBody, InvalidParameter, json_pointer
+from shared.dsl.names import text_problem
 
 MAX_JSON_DEPTH = 32
 MAX_INTEGER = 2**63 - 1
@@ -39,27 +40,16 @@ def binary_body(view: View) -> View:
     return view
 
 
-def bad_text(value: str) -> str | None:
-    """Why ``value`` cannot be stored as text (NUL, lone surrogate), or None if it can."""
-    if "\x00" in value:
-        return "must not contain NUL characters"
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return "must not contain lone surrogates (invalid Unicode)"
-    return None
-
-
 def check_request() -> None:
     """Refuse a request whose parameters or JSON body cannot be used (4xx, never 500)."""
     if request.routing_exception is not None:  # no such route or method: say that first
         raise request.routing_exception
     for name, value in request.args.items(multi=True):
-        reason = bad_text(name) or bad_text(value)
+        reason = text_problem(name) or text_problem(value)
         if reason:
-            raise InvalidParameter(name if bad_text(name) is None else "query", reason)
+            raise InvalidParameter(name if text_problem(name) is None else "query", reason)
     for name, value in (request.view_args or {}).items():
-        if isinstance(value, str) and (reason := bad_text(value)):
+        if isinstance(value, str) and (reason := text_problem(value)):
             raise InvalidParameter(name, reason)
     view = current_app.view_functions.get(request.endpoint or "")
     check_query_names(view)
@@ -157,13 +147,13 @@ def check_json_value(data: Any) -> None:
         if len(place) > MAX_JSON_DEPTH:
             raise InvalidBody(json_pointer(place), f"nested deeper than {MAX_JSON_DEPTH} levels")
         if isinstance(value, str):
-            if reason := bad_text(value):
+            if reason := text_problem(value):
                 raise InvalidBody(json_pointer(place), reason)
         elif isinstance(value, Unstorable):
             raise InvalidBody(json_pointer(place), value.reason)
         elif isinstance(value, dict):
             for key, item in value.items():
-                if reason := bad_text(key):
+                if reason := text_problem(key):
                     raise InvalidBody(json_pointer(place), f"a member name {reason}")
                 stack.append((item, (*place, key)))
         elif isinstance(value, list):
