@@ -15,8 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from redis import Redis
 from sqlalchemy import Engine
 
+from shared.dispatch.leases import LeaseStore
 from shared.store.engine import create_store_engine
 from shared.store.migrate import upgrade_database
 from tests.fault._cluster import Cluster
@@ -186,6 +188,20 @@ def redis_url(redis_server_url: str, redis_prefix: str) -> Iterator[str]:
     yield redis_server_url
     with RespClient(RedisAddress.from_url(redis_server_url)) as client:
         client.delete_keys_with_prefix(redis_prefix)
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[Redis]:
+    """A client of the test Redis (keys under `redis_prefix` are removed afterwards)."""
+    client = Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def leases(redis_client: Redis, redis_prefix: str) -> LeaseStore:
+    """Task leases in the test's Redis keyspace."""
+    return LeaseStore(redis_client, redis_prefix)
 
 
 @pytest.fixture

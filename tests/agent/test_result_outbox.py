@@ -3,8 +3,6 @@ is kept until its lease key says it is settled, and sent again when Redis lost i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from redis import Redis
 
@@ -21,20 +19,8 @@ FINISHED_AT = 1_700_000_000.0
 
 
 @pytest.fixture
-def client(redis_url: str) -> Iterator[Redis]:
-    client = Redis.from_url(redis_url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def leases(client: Redis, redis_prefix: str) -> LeaseStore:
-    return LeaseStore(client, redis_prefix)
-
-
-@pytest.fixture
-def stream(client: Redis, redis_prefix: str) -> EventStream:
-    return EventStream(client, redis_prefix)
+def stream(redis_client: Redis, redis_prefix: str) -> EventStream:
+    return EventStream(redis_client, redis_prefix)
 
 
 @pytest.fixture
@@ -100,12 +86,12 @@ class TestResultOutbox:
         assert results_read(reader) == []
 
     def test_a_result_whose_done_mark_redis_lost_is_marked_again_and_sent_again(
-        self, outbox: ResultOutbox, leases: LeaseStore, reader: EventReader, client: Redis
+        self, outbox: ResultOutbox, leases: LeaseStore, reader: EventReader, redis_client: Redis
     ) -> None:
         # Given a result delivered, and Redis restarted empty before the executor read it
         sent = result()
         outbox.deliver(finished_run(leases), sent)
-        client.delete(leases.key(7), reader.stream.key)
+        redis_client.delete(leases.key(7), reader.stream.key)
         reader.ensure_group()
         # When the outbox looks
         counted: list[int] = []
@@ -118,12 +104,12 @@ class TestResultOutbox:
         assert outbox.held() == [(7, 1)]
 
     def test_a_second_run_of_the_same_token_loses_its_lease_to_the_restored_mark(
-        self, outbox: ResultOutbox, leases: LeaseStore, client: Redis
+        self, outbox: ResultOutbox, leases: LeaseStore, redis_client: Redis
     ) -> None:
         # Given Redis lost the first run's done mark, and its message, published again
         # under the same token, was taken by another agent
         outbox.deliver(finished_run(leases), result())
-        client.delete(leases.key(7))
+        redis_client.delete(leases.key(7))
         second = Lease(7, 1, "agent-b/2")
         assert leases.take(second, TTL_MS)
         # When the outbox puts the mark back, the second run cannot extend its lease

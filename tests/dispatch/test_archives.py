@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 from redis import Redis
 
 from shared.dispatch.archives import ARCHIVE_TTL_SECONDS, RedisArchives, archive_key
 
 
-@pytest.fixture
-def client(redis_url: str) -> Iterator[Redis]:
-    client = Redis.from_url(redis_url)
-    yield client
-    client.close()
-
-
 def test_an_archive_is_read_from_the_store_once_then_only_its_ttl_refreshed(
-    client: Redis, redis_prefix: str
+    redis_client: Redis, redis_prefix: str
 ) -> None:
-    archives = RedisArchives(client, redis_prefix)
+    archives = RedisArchives(redis_client, redis_prefix)
     reads: list[str] = []
 
     def source(digest: str) -> bytes:
@@ -28,20 +18,20 @@ def test_an_archive_is_read_from_the_store_once_then_only_its_ttl_refreshed(
         return b"archive bytes"
 
     archives.ensure(["d1"], source)
-    client.expire(archive_key(redis_prefix, "d1"), 10)
+    redis_client.expire(archive_key(redis_prefix, "d1"), 10)
     archives.ensure(["d1", "d1"], source)
 
     assert reads == ["d1"]
     assert archives.fetch("d1") == b"archive bytes"
-    assert client.ttl(archive_key(redis_prefix, "d1")) > ARCHIVE_TTL_SECONDS - 60
+    assert redis_client.ttl(archive_key(redis_prefix, "d1")) > ARCHIVE_TTL_SECONDS - 60
 
 
 def test_an_archive_redis_lost_is_put_back_on_the_next_publish(
-    client: Redis, redis_prefix: str
+    redis_client: Redis, redis_prefix: str
 ) -> None:
-    archives = RedisArchives(client, redis_prefix)
+    archives = RedisArchives(redis_client, redis_prefix)
     archives.ensure(["d1"], lambda digest: b"bytes")
-    client.delete(archive_key(redis_prefix, "d1"))
+    redis_client.delete(archive_key(redis_prefix, "d1"))
     assert archives.fetch("d1") is None
 
     archives.ensure(["d1"], lambda digest: b"bytes")
@@ -50,8 +40,8 @@ def test_an_archive_redis_lost_is_put_back_on_the_next_publish(
 
 
 def test_an_archive_the_store_does_not_have_is_reported_missing(
-    client: Redis, redis_prefix: str
+    redis_client: Redis, redis_prefix: str
 ) -> None:
-    archives = RedisArchives(client, redis_prefix)
+    archives = RedisArchives(redis_client, redis_prefix)
     assert archives.ensure(["gone"], lambda digest: None) == ["gone"]
     assert archives.fetch("gone") is None

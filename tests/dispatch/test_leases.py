@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 from redis import Redis
@@ -13,18 +12,6 @@ from shared.dispatch.leases import Heartbeat, Lease, LeaseStore
 from tests.support.waiting import wait_until
 
 TTL_MS = 3000
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[Redis]:
-    client = Redis.from_url(redis_url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def leases(client: Redis, redis_prefix: str) -> LeaseStore:
-    return LeaseStore(client, prefix=redis_prefix)
 
 
 class TestTake:
@@ -83,10 +70,10 @@ class TestExtendAndRelease:
         assert leases.take(Lease(7, 1, "agent-b"), TTL_MS)
 
     def test_keys_live_under_the_prefix(
-        self, leases: LeaseStore, client: Redis, redis_prefix: str
+        self, leases: LeaseStore, redis_client: Redis, redis_prefix: str
     ) -> None:
         assert leases.take(Lease(7, 1, "agent-a"), TTL_MS)
-        assert client.exists(f"{redis_prefix}lease:7") == 1
+        assert redis_client.exists(f"{redis_prefix}lease:7") == 1
 
 
 class TestHeartbeat:

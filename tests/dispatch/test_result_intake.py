@@ -24,13 +24,6 @@ SETTLE_MS = 300
 
 
 @pytest.fixture
-def client(redis_url: str) -> Iterator[Redis]:
-    client = Redis.from_url(redis_url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
 def dispatcher(redis_url: str, redis_prefix: str, tmp_path: Path) -> Iterator[CeleryDispatcher]:
     dispatcher = CeleryDispatcher(RedisSettings(redis_url, redis_prefix), tmp_path, "executor")
     yield dispatcher
@@ -41,21 +34,23 @@ def finished(task_id: int, token: int) -> TaskFinished:
     return TaskFinished(task_id, token, Outcome.SUCCESS, 1_700_000_000.0)
 
 
-def report_done(client: Redis, prefix: str, task_id: int, token: int) -> LeaseStore:
+def report_done(redis_client: Redis, prefix: str, task_id: int, token: int) -> LeaseStore:
     """An agent finished ``token`` of ``task_id``: its done mark and its result in Redis."""
-    leases = LeaseStore(client, prefix)
+    leases = LeaseStore(redis_client, prefix)
     lease = Lease(task_id, token, "agent-a/1")
     assert leases.take(lease, TTL_MS)
     assert leases.finish(lease, 60_000)
-    EventStream(client, prefix).emit([TaskStarted(task_id, token, 0.0), finished(task_id, token)])
+    EventStream(redis_client, prefix).emit(
+        [TaskStarted(task_id, token, 0.0), finished(task_id, token)]
+    )
     return leases
 
 
 class TestAppliedMarks:
     def test_results_of_a_committed_pass_are_marked_applied_on_the_next_round_trip(
-        self, dispatcher: CeleryDispatcher, client: Redis, redis_prefix: str
+        self, dispatcher: CeleryDispatcher, redis_client: Redis, redis_prefix: str
     ) -> None:
-        leases = report_done(client, redis_prefix, 7, 1)
+        leases = report_done(redis_client, redis_prefix, 7, 1)
         assert len(dispatcher.poll_events(0)) == 2
         dispatcher.acknowledge()
         assert leases.holder(7) == Lease(7, 1, "done")  # no round trip of its own
@@ -63,19 +58,19 @@ class TestAppliedMarks:
         assert leases.holder(7) == Lease(7, 1, "applied")
 
     def test_results_of_a_failed_pass_are_not_marked(
-        self, dispatcher: CeleryDispatcher, client: Redis, redis_prefix: str
+        self, dispatcher: CeleryDispatcher, redis_client: Redis, redis_prefix: str
     ) -> None:
-        leases = report_done(client, redis_prefix, 7, 1)
+        leases = report_done(redis_client, redis_prefix, 7, 1)
         dispatcher.poll_events(0)
         dispatcher.redeliver()
         dispatcher.poll_events(0)
         assert leases.holder(7) == Lease(7, 1, "done")
 
     def test_an_applied_mark_never_replaces_a_newer_token(
-        self, dispatcher: CeleryDispatcher, client: Redis, redis_prefix: str
+        self, dispatcher: CeleryDispatcher, redis_client: Redis, redis_prefix: str
     ) -> None:
         # Given the pass that applied token 1 also queued the task again under token 2
-        leases = report_done(client, redis_prefix, 7, 1)
+        leases = report_done(redis_client, redis_prefix, 7, 1)
         dispatcher.poll_events(0)
         dispatcher.acknowledge()
         leases.mark([(7, 2)], "queued", TTL_MS)
@@ -83,9 +78,9 @@ class TestAppliedMarks:
         assert leases.holder(7) == Lease(7, 2, "queued")
 
     def test_a_message_of_an_applied_token_is_refused(
-        self, dispatcher: CeleryDispatcher, client: Redis, redis_prefix: str
+        self, dispatcher: CeleryDispatcher, redis_client: Redis, redis_prefix: str
     ) -> None:
-        leases = report_done(client, redis_prefix, 7, 1)
+        leases = report_done(redis_client, redis_prefix, 7, 1)
         dispatcher.poll_events(0)
         dispatcher.acknowledge()
         dispatcher.poll_events(0)
@@ -94,22 +89,22 @@ class TestAppliedMarks:
 
 class TestKeyspaceSettling:
     def test_a_new_or_emptied_keyspace_settles_before_a_missing_lease_counts(
-        self, client: Redis, redis_prefix: str
+        self, redis_client: Redis, redis_prefix: str
     ) -> None:
-        watch = KeyspaceWatch(client, redis_prefix, SETTLE_MS)
+        watch = KeyspaceWatch(redis_client, redis_prefix, SETTLE_MS)
         assert 0 < watch.settling_ms() <= SETTLE_MS
         wait_until("the keyspace settles", lambda: watch.settling_ms() == 0, 5)
         # When Redis loses every key, the wait starts again
-        client.delete(watch.marker_key)
+        redis_client.delete(watch.marker_key)
         assert 0 < watch.settling_ms() <= SETTLE_MS
 
     def test_executors_that_overlap_share_one_settling_time(
-        self, client: Redis, redis_prefix: str
+        self, redis_client: Redis, redis_prefix: str
     ) -> None:
-        first = KeyspaceWatch(client, redis_prefix, SETTLE_MS)
+        first = KeyspaceWatch(redis_client, redis_prefix, SETTLE_MS)
         first.settling_ms()
         time.sleep(SETTLE_MS / 2000)
-        assert KeyspaceWatch(client, redis_prefix, SETTLE_MS).settling_ms() < SETTLE_MS * 0.75
+        assert KeyspaceWatch(redis_client, redis_prefix, SETTLE_MS).settling_ms() < SETTLE_MS * 0.75
 
     def test_the_reaper_learns_nothing_of_leases_while_the_keyspace_settles(
         self, dispatcher: CeleryDispatcher
