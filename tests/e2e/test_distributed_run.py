@@ -40,7 +40,7 @@ def test_a_run_on_the_executor_is_run_by_an_agent_and_followed_to_its_end(
     # The agent's pool worker ran them, not the command: each once, under the first token.
     assert {e.token for e in cluster.ledger.ends()} == {1}
     agent = cluster.agent("agent-a").pid
-    assert {session_of(e.ppid) for e in cluster.ledger.ends()} == {agent}
+    assert {session_of(e.worker) for e in cluster.ledger.ends()} == {agent}
 
 
 def test_on_executor_refuses_a_store_that_is_not_postgresql(cluster: Cluster) -> None:
@@ -70,7 +70,7 @@ def test_a_task_with_a_queue_runs_only_on_the_agents_serving_that_queue(
     )
     attempt = cluster.submit("routing", text)
     assert cluster.wait_for_attempt_end(attempt, 40) == "success", cluster.explain(attempt)
-    ran_on = {e.task: session_of(e.ppid) for e in cluster.ledger.ends()}
+    ran_on = {e.task: session_of(e.worker) for e in cluster.ledger.ends()}
     assert ran_on == {"plain": plain_agent.pid, "routed": gpu_agent.pid}, cluster.explain(attempt)
 
 

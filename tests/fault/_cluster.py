@@ -150,6 +150,11 @@ def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+WORKER = "$(awk '/^PPid:/ {print $2}' /proc/$PPID/status)"
+"""Shell text for the pid of the agent's worker process running a task: the parent of the
+task's supervisor, which is the parent of the task's shell (``$PPID``)."""
+
+
 @dataclass(frozen=True)
 class LedgerEntry:
     """One line a task appended to the ledger."""
@@ -158,7 +163,7 @@ class LedgerEntry:
     task: str
     token: int
     pid: int  # the task's shell ($$)
-    ppid: int  # the process that started the shell ($PPID)
+    worker: int  # the agent process that ran the task: the parent of its supervisor
 
 
 @dataclass(frozen=True)
@@ -168,8 +173,9 @@ class Ledger:
     path: Path
 
     def note(self, event: str, task: str) -> str:
-        """Shell text that appends ``<event> <task> <token> <pid> <ppid>`` to the ledger."""
-        line = f"{event} {task} $TICKWORK_LEASE_TOKEN $$ $PPID"
+        """Shell text that appends ``<event> <task> <token> <pid> <worker>`` to the ledger
+        (the shell's parent, ``$PPID``, is the supervisor that the agent's worker started)."""
+        line = f"{event} {task} $TICKWORK_LEASE_TOKEN $$ {WORKER}"
         return f'echo "{line}" >> {shlex.quote(str(self.path))}'
 
     def task(self, name: str, *, sleep_seconds: float = 0.0, middle: str = "") -> str:

@@ -23,6 +23,7 @@ from tests.fault._cluster import (
     LEASE_TTL_SECONDS,
     MAX_LOST_LEASES,
     STOP_TIMEOUT_SECONDS,
+    WORKER,
     Cluster,
     workflow_text,
 )
@@ -139,10 +140,8 @@ def test_a_task_that_kills_its_worker_process_every_time_fails_after_three_lost_
 ) -> None:
     cluster.start_executor()
     agent = cluster.start_agent("agent-a", concurrency=2)
-    # The shell's parent is the task's supervisor; the supervisor's parent is the pool
-    # worker process running the task, not the agent itself.
-    worker = "$(awk '/^PPid:/ {print $2}' /proc/$PPID/status)"
-    poison = f"{cluster.ledger.note('start', 'poison')} && kill -9 {worker} && sleep 1"
+    # The ledger notes the pool worker process running the task, not the agent itself.
+    poison = f"{cluster.ledger.note('start', 'poison')} && kill -9 {WORKER} && sleep 1"
     sibling = cluster.ledger.task("sibling")
     text = workflow_text({"poison": poison, "sibling": sibling}, parallel=True)
     attempt = cluster.submit("poisoned", text)
@@ -159,7 +158,7 @@ def test_a_task_that_kills_its_worker_process_every_time_fails_after_three_lost_
     assert len(starts) == MAX_LOST_LEASES, explained
     assert len({start.token for start in starts}) == MAX_LOST_LEASES, explained
     # Only pool workers died: the agent's main process lived through all three.
-    assert all(start.ppid != agent.pid for start in starts), explained
+    assert all(start.worker != agent.pid for start in starts), explained
     assert agent.is_alive(), explained
 
 
