@@ -51,6 +51,22 @@ _FLOAT = re.compile(
 _INCLUDE_TAG = "!include"
 MAX_INCLUDES = 100
 """Files one workflow file may include, directly or not."""
+MAX_FILE_BYTES = 1024 * 1024
+"""Largest workflow file, and largest included file, in bytes: refused before it is read."""
+MAX_FILE_NODES = 100_000
+"""Most YAML values (mappings, lists, scalars, keys included) one file may hold: past it
+the file is refused as it is read, so parsing any file is bounded in time and memory."""
+
+
+def file_size_problem(path: Path) -> str | None:
+    """Why the file at ``path`` is too large to parse (found before reading it), or None.
+
+    Raises ``OSError`` when the file cannot be looked at.
+    """
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        return f"is {size} bytes, over the limit of {MAX_FILE_BYTES} for a workflow file"
+    return None
 
 
 class FileLine(int):
@@ -108,6 +124,7 @@ class _WorkflowLoader(yaml.SafeLoader):
         # Nodes that aliases repeat, counted once per use (shared with included files).
         self.expanded_nodes = [0] if include is None else include.expanded_nodes
         self.node_sizes: dict[int, int] = {}
+        self.composed_nodes = 0
         self.include_nodes: dict[int, bool] = {}
 
     def check_duplicates(self, node: yaml.MappingNode) -> None:
@@ -173,6 +190,11 @@ class _WorkflowLoader(yaml.SafeLoader):
         path = (self.include.path.parent / str(target)).resolve()
         name = self._relative(path)
         try:
+            if too_large := file_size_problem(path):
+                self.problems.append(
+                    Problem(self.filename, line, f"'!include' file {name} {too_large}")
+                )
+                return None
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             reason = (
@@ -242,6 +264,11 @@ expanded, a file is refused rather than exhausting memory."""
 def _compose_counting_aliases(loader: _WorkflowLoader, parent: Any, index: Any) -> Any:
     is_alias = loader.check_event(yaml.AliasEvent)
     mark = loader.peek_event().start_mark  # type: ignore[no-untyped-call]
+    if not is_alias:
+        loader.composed_nodes += 1
+        if loader.composed_nodes > MAX_FILE_NODES:
+            message = f"the file holds more than {MAX_FILE_NODES} values"
+            raise yaml.composer.ComposerError(None, None, message, mark)
     node = yaml.SafeLoader.compose_node(loader, parent, index)
     if is_alias and node is not None:
         if _holds_include(node, loader.include_nodes):
@@ -350,8 +377,15 @@ def load_yaml(text: str, filename: str, include: IncludeContext | None = None) -
 
     ``include`` says where ``!include`` finds files; without it ``!include`` is an error.
     Raises :class:`InvalidWorkflow` with every duplicate key, bad include (at the file and
-    line it is in), or with the line of a YAML syntax error.
+    line it is in), or with the line of a YAML syntax error; or for ``text`` over
+    :data:`MAX_FILE_BYTES` bytes or :data:`MAX_FILE_NODES` values.
     """
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_FILE_BYTES:
+        message = (
+            f"the file is {size} bytes, over the limit of {MAX_FILE_BYTES} for a workflow file"
+        )
+        raise InvalidWorkflow([Problem(filename, None, message)])
     try:
         loader = _WorkflowLoader(text, filename, include)
     except yaml.YAMLError as exc:  # e.g. a NUL byte: not a text file

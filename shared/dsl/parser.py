@@ -35,7 +35,7 @@ from shared.dsl.directives import (
     retry_policy,
     start_at,
 )
-from shared.dsl.loader import FileLine, IncludeContext, LineMap, load_yaml
+from shared.dsl.loader import FileLine, IncludeContext, LineMap, file_size_problem, load_yaml
 from shared.dsl.names import shown, workflow_name_problem
 from shared.dsl.sla import read_sla
 from shared.errors import InvalidExpression, InvalidSchedule, InvalidWorkflow, Problem
@@ -203,7 +203,13 @@ class _ProjectParser:
             return self.parsed[path]
         name = self.relative_name(path)
         try:
+            if too_large := file_size_problem(path):
+                raise InvalidWorkflow([Problem(name, None, f"the file {too_large}")])
             text = path.read_text(encoding="utf-8")
+        except InvalidWorkflow as exc:
+            self.problems.extend(exc.problems)
+            self.parsed[path] = None
+            return None
         except (OSError, UnicodeDecodeError) as exc:
             self.problems.append(Problem(name, None, f"cannot read the file: {exc}"))
             self.parsed[path] = None
