@@ -14,7 +14,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
-import os
 import shutil
 import stat
 import tarfile
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shared.domain.workflow import WorkflowDefinition
+from shared.dsl.archive_links import link_problem
 from shared.dsl.archive_members import (
     ARCHIVE,
     MAX_HEADER_BYTES,
@@ -45,6 +45,8 @@ SKIPPED_NAMES = frozenset({".tickwork", ".git", "__pycache__", ".venv"})
 _HEADER_ALLOWANCE_BYTES = 4096
 """Bytes of headers (tar, PAX) allowed per member on average, in the budget of the whole
 archive: with the content's limit, this bounds how much a small gzip body unpacks to."""
+_MAX_TRAILING_BYTES = 1 * MiB
+"""Most bytes (a tar tool's zero padding) that may follow the end of the archive."""
 _READ_AHEAD_BYTES = 2 * tarfile.RECORDSIZE
 """How far tarfile's stream reader may read ahead of what it was asked for."""
 
@@ -193,7 +195,7 @@ def _unpack(content: bytes, directory: Path, limits: ArchiveLimits) -> int:
         ) from None
     if checks.members == 0:
         raise InvalidInput([Problem(ARCHIVE, None, "the archive is empty")])
-    _check_symlinks(directory, checks)
+    _check_symlinks(checks)
     return checks.files
 
 
@@ -225,14 +227,13 @@ def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, directory: Path) -> 
         raise refused(member, f"it cannot be unpacked ({exc.strerror})") from None
 
 
-def _check_symlinks(directory: Path, checks: MemberChecks) -> None:
-    """Refuse a symbolic link that leads outside ``directory`` once every member is in
-    place: a link may go through another stored after it, which no check could see."""
-    root = os.path.realpath(directory)
-    for path, name in checks.symlinks:
-        target = os.path.realpath(os.path.join(root, path))
-        if os.path.commonpath([root, target]) != root:
-            raise refused(name, "the link points outside the project through another link")
+def _check_symlinks(checks: MemberChecks) -> None:
+    """Refuse a symbolic link that leads outside the project, or through too many links,
+    once every member is admitted: a link may go through another stored after it."""
+    found = link_problem(checks.link_targets)
+    if found is not None:
+        path, reason = found
+        raise refused(checks.link_names[path], reason)
 
 
 class _ReadPastHeaders(Exception):
@@ -261,15 +262,15 @@ class _MeteredReader(io.RawIOBase):
         return data
 
     def drain(self) -> None:
-        """Read what follows the end of the archive (padding, up to MAX_HEADER_BYTES): gzip
-        checks its CRC and length only at the end of the stream."""
-        self.slack_bytes += MAX_HEADER_BYTES
+        """Read what follows the end of the archive (padding, up to _MAX_TRAILING_BYTES):
+        gzip checks its CRC and length only at the end of the stream."""
+        self.slack_bytes += _MAX_TRAILING_BYTES
         try:
             while self.read(64 * 1024):
                 pass
         except _ReadPastHeaders:
             raise too_large(
-                f"over {MAX_HEADER_BYTES} bytes follow the end of the archive"
+                f"over {_MAX_TRAILING_BYTES} bytes follow the end of the archive"
             ) from None
 
 

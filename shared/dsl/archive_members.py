@@ -1,10 +1,13 @@
 """Checks on the members of an uploaded tar archive, made before tarfile reads or writes them.
 
-Two moments matter. :meth:`MemberChecks.check_header` sees every 512-byte header block as
+Three moments matter. :meth:`MemberChecks.check_header` sees every 512-byte header block as
 tarfile decodes it, before tarfile reads what the header announces: an extended header
-(PAX, GNU long name) declaring megabytes, a chain of such headers (which tarfile follows by
-recursion) or a sparse file is refused there, so a small upload cannot make the reader hold
-a huge header in memory. :meth:`MemberChecks.admit` sees each decoded member before it is
+(PAX, GNU long name) declaring over 64 KiB, a chain of such headers (which tarfile follows
+by recursion) or a sparse file is refused there, so a small upload cannot make the reader
+hold a huge header in memory. :meth:`MemberChecks.check_pax` sees the data of a PAX header
+before tarfile parses it, and refuses anything but well-formed records
+(:mod:`shared.dsl.archive_pax`), whose parsing is then linear in their size.
+:meth:`MemberChecks.admit` sees each decoded member before it is
 extracted: its name (text, length, depth, place), its kind, its link target, its size and
 time, so that extraction can neither fail half-way on the server's file system nor write
 outside the project.
@@ -15,18 +18,22 @@ the server.
 
 from __future__ import annotations
 
-import re
 import tarfile
+import unicodedata
 from pathlib import PurePosixPath
+from typing import Any
 
+from shared.dsl.archive_links import LinkResolver
+from shared.dsl.archive_pax import pax_problem
 from shared.dsl.names import shown as shown_text
 from shared.errors import InvalidInput, Problem
 
 MiB = 1024 * 1024
 ARCHIVE = "(archive)"
 """The ``file`` of a problem with the archive as a whole."""
-MAX_HEADER_BYTES = 1 * MiB
-"""Most bytes of headers (tar, PAX, GNU long names) one member may have."""
+MAX_HEADER_BYTES = 64 * 1024
+"""Most bytes one extended header (PAX, GNU long name) may hold: tar tools write a few KiB
+at most (a long path, a link target, times, owners, extended attributes)."""
 MAX_EXTENDED_HEADERS = 8
 """Most extended headers (PAX, global PAX, GNU long name or link) one member may have."""
 MAX_PATH_BYTES = 1024
@@ -47,7 +54,14 @@ _EXTENDED_TYPES = frozenset(
         tarfile.GNUTYPE_LONGLINK,
     }
 )
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_UNSHOWN_CATEGORIES = {
+    "Cc": "a control character",
+    "Cf": "a format character",
+    "Zl": "a line separator",
+    "Zp": "a paragraph separator",
+}
+"""Unicode categories no name may hold, as a problem calls them (lone surrogates, ``Cs``,
+are refused as text that is not UTF-8)."""
 
 FOLDER, FILE, LINK = "folder", "file", "link"
 
@@ -75,8 +89,10 @@ class MemberChecks:
         self.unpacked_bytes = 0
         self.kinds: dict[str, str] = {}
         """Kind of every path admitted, by its normal form (``a/./b`` -> ``a/b``)."""
-        self.symlinks: list[tuple[str, str]] = []
-        """(normal path, name in the archive) of every symbolic link admitted."""
+        self.link_targets: dict[str, str] = {}
+        """Target of every symbolic link admitted, by its normal path, in archive order."""
+        self.link_names: dict[str, str] = {}
+        """Name in the archive of every symbolic link admitted, by its normal path."""
         self.last_name: str | None = None
         self._extended_in_a_row = 0
 
@@ -91,6 +107,17 @@ class MemberChecks:
                 header = super().frombuf(buf, encoding, errors)
                 checks.check_header(header)
                 return header
+
+            def _proc_pax(self, tarfile: tarfile.TarFile) -> tarfile.TarInfo:
+                # The data is read, checked, then replayed to tarfile's own parsing.
+                stream = tarfile.fileobj
+                data = stream.read(padded(self.size))
+                checks.check_pax(self, data[: self.size])
+                tarfile.fileobj = _Replay(data, stream)  # type: ignore[assignment]
+                try:
+                    return super()._proc_pax(tarfile)  # type: ignore[misc,no-any-return]
+                finally:
+                    tarfile.fileobj = stream
 
         return CheckedTarInfo
 
@@ -120,6 +147,11 @@ class MemberChecks:
                 f"more than {MAX_EXTENDED_HEADERS} extended headers in a row,"
                 f" for {self.next_member()}",
             )
+
+    def check_pax(self, header: tarfile.TarInfo, data: bytes) -> None:
+        """Refuse the data of a PAX header that is not well-formed records."""
+        if problem := pax_problem(data):
+            raise refused(header, f"{problem}, for {self.next_member()}")
 
     def _count_header(self, size: int) -> None:
         self.header_bytes += size
@@ -151,7 +183,7 @@ class MemberChecks:
         if str(path) not in self.kinds:
             self.kinds[str(path)] = kind
         if member.issym():
-            self.symlinks.append((str(path), member.name))
+            self._admit_symlink(member, str(path))
         self.last_name = member.name
 
     def _check_place(self, member: tarfile.TarInfo, path: PurePosixPath, kind: str) -> None:
@@ -188,11 +220,22 @@ class MemberChecks:
                 parts.pop()
             elif part not in ("", "."):
                 parts.append(part)
-        if member.islnk() and self.kinds.get("/".join(parts)) != FILE:
+        # tarfile finds a hard link's file by its path on disk, or else by reading the
+        # archive again, which a stream cannot: the path must be that of a file as stored.
+        if member.islnk() and (".." in target.parts or self.kinds.get(str(target)) != FILE):
             raise refused(
                 member,
-                f"a hard link must point to a file stored before it ({shown(member.linkname)})",
+                "a hard link must name a file stored before it, without '..'"
+                f" ({shown(member.linkname)})",
             )
+
+    def _admit_symlink(self, member: tarfile.TarInfo, path: str) -> None:
+        """Refuse a symbolic link leading through too many of the links stored so far, as
+        tarfile's filter would follow them all (by recursion) to check where it leads."""
+        self.link_targets[path] = member.linkname
+        self.link_names[path] = member.name
+        if reason := LinkResolver(self.link_targets).problem(path):
+            raise refused(member, reason)
 
     def _count(self, member: tarfile.TarInfo) -> None:
         self.members += 1
@@ -218,10 +261,10 @@ def _checked_path(member: tarfile.TarInfo, text: str, *, of_link: bool = False) 
     """``text`` (the member's name or link target) as a relative path without ``.`` parts,
     refusing text a file system would choke on or that leaves the project."""
     what = "the link target" if of_link else "the name"
-    control = _CONTROL.search(text)
-    if control is not None:
-        character = f"U+{ord(control.group()):04X}"
-        raise refused(member, f"{what} holds a control character ({character})")
+    for character in text:
+        unshown = _UNSHOWN_CATEGORIES.get(unicodedata.category(character))
+        if unshown is not None:
+            raise refused(member, f"{what} holds {unshown} (U+{ord(character):04X})")
     try:
         encoded = text.encode("utf-8")
     except UnicodeEncodeError:
@@ -267,3 +310,19 @@ def refused(member: tarfile.TarInfo | str, reason: str) -> InvalidInput:
 def too_large(message: str) -> ArchiveTooLarge:
     """The error refusing the archive as a whole for being over a limit."""
     return ArchiveTooLarge([Problem(ARCHIVE, None, message)])
+
+
+class _Replay:
+    """A stream that gives ``data`` back first, then reads on from ``stream``: what tarfile
+    reads of a PAX header after it was checked."""
+
+    def __init__(self, data: bytes, stream: Any) -> None:
+        self.data = data
+        self.stream = stream
+
+    def read(self, size: int) -> bytes:
+        head, self.data = self.data[:size], self.data[size:]
+        return head + (self.stream.read(size - len(head)) if size > len(head) else b"")
+
+    def tell(self) -> int:
+        return int(self.stream.tell()) - len(self.data)

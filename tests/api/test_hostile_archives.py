@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import tarfile
 import tempfile
+import time
 import tracemalloc
 
 import pytest
@@ -25,7 +26,9 @@ from tests.support.archives import (
     hostile,
     huge_pax_header,
     member,
+    raw_pax_header,
     symlink,
+    symlink_chain,
     workflow_first,
 )
 
@@ -54,6 +57,12 @@ HOSTILE = [
     ("gzip-crc-corrupted", corrupted_crc(PADDED), 422, "CRC check failed"),
     ("gzip-trailer-cut-off", PADDED[:-8], 422, "not a valid tar.gz archive"),
     ("gzip-bomb-after-the-end", gz([workflow_first(), bytes(64 * MiB)]), 413, "follow the end"),
+    # found by an outside tester: a 500, a 422 naming no member, or accepted
+    ("1000-chained-links", hostile(*symlink_chain(1000)), 422, "l0: refused: the link goes"),
+    ("hard-link-via-dotdot", hostile(hard_link("h", "x/../wf.dig")), 422, "h: refused: a hard"),
+    ("pax-path-with-u0085", hostile(member("x", pax={"path": "a\x85b"})), 422, "(U+0085)"),
+    ("pax-record-malformed", hostile(raw_pax_header(b"9 a=b\n")), 422, "PAX record at byte 0"),
+    ("dig-over-1-mib", hostile(member("a.dig", b"#" * 1100 * 1024)), 422, "a.dig: the file is"),
     # the neighbouring classes, refused already: they must stay so
     ("symlink-outside", hostile(symlink("passwd", "../../etc/passwd")), 422, "passwd: refused"),
     ("symlink-absolute", hostile(symlink("passwd", "/etc/passwd")), 422, "passwd: refused"),
@@ -93,6 +102,19 @@ class TestHostileArchives:
             "/api/projects/demo", data=hostile(*folders), content_type="application/gzip"
         )
         assert "more than 10000 entries" in assert_problem(response, 413)["detail"]
+
+    def test_a_251_byte_pax_header_of_digits_is_refused_in_little_time(
+        self, api: FlaskClient
+    ) -> None:
+        # Given a body of a few hundred bytes whose PAX header is 100,000 digits (it took 10 s)
+        body = hostile(raw_pax_header(b"1" * 100_000), member("b"))
+        assert len(body) < 1000
+        # When it is pushed
+        started = time.process_time()
+        response = api.put("/api/projects/demo", data=body, content_type="application/gzip")
+        # Then it is refused at once, naming the header
+        assert time.process_time() - started < 0.5
+        assert assert_problem(response, 413)["detail"].startswith("././@PaxHeader: refused: an")
 
     def test_a_400_mib_pax_header_in_a_small_body_is_a_413_read_in_little_memory(
         self, api: FlaskClient

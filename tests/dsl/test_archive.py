@@ -7,6 +7,7 @@ import io
 import tarfile
 import tempfile
 import threading
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -32,7 +33,9 @@ from tests.support.archives import (
     hostile,
     huge_pax_header,
     member,
+    raw_pax_header,
     symlink,
+    symlink_chain,
     workflow_first,
 )
 from tests.support.files import write_under
@@ -283,6 +286,17 @@ HOSTILE = [
     # hard links tarfile cannot resolve: KeyError
     ("hard-link-to-a-missing-member", hostile(hard_link("h", "nosuch")), "h: refused: a hard link"),
     ("hard-link-to-a-later-member", hostile(hard_link("h", "b"), member("b")), "h: refused"),
+    # a hard link naming its file through '..': a 422 naming no member
+    (
+        "hard-link-through-a-missing-folder",
+        hostile(hard_link("h", "x/../wf.dig")),
+        "h: refused: a hard link must name a file stored before it, without '..' (x/../wf.dig)",
+    ),
+    (
+        "hard-link-through-a-folder",
+        hostile(member("d", kind=tarfile.DIRTYPE), hard_link("h", "d/../wf.dig")),
+        "h: refused: a hard link must name a file stored before it",
+    ),
     (
         "hard-link-to-a-folder",
         hostile(member("d", kind=tarfile.DIRTYPE), hard_link("h", "d")),
@@ -320,6 +334,27 @@ HOSTILE = [
         "caf\ufffd.dig: refused: the name",
     ),
     ("name-with-a-newline", hostile(member("a\nb.dig", WORKFLOW)), "a\\x0ab.dig: refused"),
+    # characters the name of a workflow cannot hold either: accepted
+    (
+        "pax-path-with-a-c1-control",
+        hostile(member("x", pax={"path": "a\x85b.dig"})),
+        "a\\x85b.dig: refused: the name holds a control character (U+0085)",
+    ),
+    (
+        "pax-path-with-a-format-character",
+        hostile(member("x", pax={"path": "a\u202eb.dig"})),
+        "a\\u202eb.dig: refused: the name holds a format character (U+202E)",
+    ),
+    (
+        "name-with-a-line-separator",
+        hostile(member("a\u2028b.dig")),
+        "a\\u2028b.dig: refused: the name holds a line separator (U+2028)",
+    ),
+    (
+        "link-target-with-a-paragraph-separator",
+        hostile(symlink("l", "a\u2029b")),
+        "l: refused: the link target holds a paragraph separator (U+2029)",
+    ),
     ("nameless-file", hostile(member("x", pax={"path": ""})), "(no name): refused: a file"),
     # times os.utime refuses: OverflowError, ValueError
     ("mtime-infinite", hostile(member("a", pax={"mtime": "inf"})), "a: refused: the modification"),
@@ -336,6 +371,39 @@ HOSTILE = [
         "refused: more than 8 extended headers in a row",
     ),
     ("gnu-sparse-map-cut-short", gnu_sparse_map(10), "not a valid tar.gz archive (a malformed"),
+    # PAX data that is not records: ignored from the first bad one on, or parsed slowly
+    (
+        "pax-record-length-too-short",
+        hostile(raw_pax_header(b"5 path=a.dig\n"), member("b")),
+        "././@PaxHeader: refused: the PAX record at byte 0 claims 5 bytes, which do not end",
+    ),
+    (
+        "pax-record-length-past-the-end",
+        hostile(raw_pax_header(b"99 path=a.dig\n"), member("b")),
+        "refused: the PAX record at byte 0 claims 99 bytes, past the end of the header",
+    ),
+    (
+        "pax-record-without-a-length",
+        hostile(raw_pax_header(b"14 path=a.dig\nhello\n"), member("b")),
+        "refused: the PAX record at byte 14 does not start with its length",
+    ),
+    (
+        "pax-record-without-an-equals-sign",
+        hostile(raw_pax_header(b"12 path a.d\n"), member("b")),
+        "refused: the PAX record at byte 0 is not 'keyword=value', for the member after 'wf.dig'",
+    ),
+    (
+        "pax-body-of-digits",
+        hostile(raw_pax_header(b"1" * 2000), member("b")),
+        "refused: more than 32 digits in a row at byte 0",
+    ),
+    # links chained past the kernel's limit: RecursionError
+    (
+        "1000-chained-links",
+        hostile(*symlink_chain(1000)),
+        "l0: refused: the link goes through more than 40 links",
+    ),
+    ("link-to-itself", hostile(symlink("l", "l")), "l: refused: the link goes through more than"),
     ("gnu-sparse-file", hostile(header("s", tarfile.GNUTYPE_SPARSE)), "s: refused: a sparse file"),
     # members that collide: an OSError showing the server's path, or silently overwritten
     ("same-file-twice", hostile(member("a"), member("a")), "a: refused: the archive holds this"),
@@ -407,7 +475,7 @@ class TestHostileArchives:
         assert peak_bytes < 4 * MiB
         assert str(caught.value) == (
             "././@PaxHeader: refused: an extended header of 419430400 bytes, over the limit"
-            " of 1048576, for the member after 'wf.dig'"
+            " of 65536, for the member after 'wf.dig'"
         )
 
     def test_a_gnu_sparse_map_is_not_read_past_its_headers(self) -> None:
@@ -423,19 +491,121 @@ class TestHostileArchives:
         assert "the headers of the member after 'wf.dig' are malformed" in message
 
     def test_headers_of_many_members_together_stay_under_a_budget(self) -> None:
-        # One 512 KiB PAX header is allowed, but not 3 of them with max_files=5
-        padding = {"comment": "c" * 512 * 1024}
+        # One 40 KiB PAX header is allowed, but not 3 of them with max_files=5
+        padding = {"comment": "c" * 40 * 1024}
         members = [member(f"f{i}", pax=padding) for i in range(3)]
         with pytest.raises(ArchiveTooLarge, match="bytes of tar headers"):
             read_project_archive(hostile(*members), max_files=5)
 
     def test_headers_a_tool_may_write_are_accepted(self) -> None:
-        # A long name, a global header and a 64 KiB PAX record are all within the limits
+        # A long name, a global header and a 32 KiB PAX record are all within the limits
         long_name = "/".join(["folder"] * 40) + "/file.txt"
         content = hostile(
             header("pax_global_header", tarfile.XGLTYPE, 0),
-            member("x", pax={"path": long_name, "comment": "c" * 64 * 1024}),
+            member("x", pax={"path": long_name, "comment": "c" * 32 * 1024}),
             member("lib", kind=tarfile.DIRTYPE),
             member("lib", kind=tarfile.DIRTYPE),
         )
         assert read_project_archive(content).files == 2
+
+
+def pax_record(keyword: str, value: bytes) -> bytes:
+    """One well-formed PAX record: its length counts its own digits."""
+    rest = b" " + keyword.encode() + b"=" + value + b"\n"
+    length = len(rest) + len(str(len(rest)))
+    length += len(str(length)) - len(str(len(rest)))
+    return str(length).encode() + rest
+
+
+def cpu_seconds_refusing(content: bytes) -> tuple[float, str]:
+    """The CPU time reading ``content`` took, and the text of its refusal."""
+    started = time.process_time()
+    message = refusal(content)
+    return time.process_time() - started, message
+
+
+class TestBoundedWork:
+    """Every upload costs time linear in its size: none of these takes a second."""
+
+    @pytest.mark.parametrize(
+        ("pax_data", "expected"),
+        [
+            # 251 bytes once compressed: took 10 s in tarfile's regular expressions
+            (b"1" * 100_000, "refused: an extended header of 100000 bytes, over the limit"),
+            (b"1" * 60_000, "refused: more than 32 digits in a row at byte 0"),
+            (pax_record("comment", b"1" * 60_000), "refused: more than 32 digits in a row"),
+        ],
+        ids=["100000-digits", "60000-digits", "a-record-of-60000-digits"],
+    )
+    def test_a_pax_header_of_digits_is_refused_in_little_time(
+        self, pax_data: bytes, expected: str
+    ) -> None:
+        content = hostile(raw_pax_header(pax_data), member("b"))
+        assert len(content) < 1000
+
+        cpu_seconds, message = cpu_seconds_refusing(content)
+
+        assert cpu_seconds < 0.5
+        assert message.startswith("././@PaxHeader: ")
+        assert expected in message
+
+    def test_well_formed_pax_records_are_read_as_tarfile_reads_them(self) -> None:
+        records = pax_record("path", b"docs/notes.txt") + pax_record("mtime", b"1700000000.5")
+        content = hostile(raw_pax_header(records), member("b"), member("docs", kind=b"5"))
+        assert read_project_archive(content).files == 2
+
+    def test_links_to_the_head_of_a_900_link_chain_cost_nothing_more_than_the_chain(
+        self,
+    ) -> None:
+        # Given a 900-link chain, alone, then followed by 500 links to its head
+        chain = symlink_chain(900)
+        heads = [symlink(f"h{i}", "l0") for i in range(500)]
+        # When each is read (creating the 900 links costs what the file system takes)
+        chain_seconds, _ = cpu_seconds_refusing(hostile(*chain))
+        cpu_seconds, message = cpu_seconds_refusing(hostile(*chain, *heads))
+        # Then the first link to the head is refused without following the chain
+        assert cpu_seconds - chain_seconds < 0.5
+        assert "h0: refused: the link goes through more than 40 links" in message
+
+    def test_a_chain_of_40_links_is_kept_and_one_of_41_refused(self, tmp_path: Path) -> None:
+        # Linux follows at most 40 links in one path (ELOOP)
+        extract_archive(hostile(*symlink_chain(40)), tmp_path / "ok")
+        assert (tmp_path / "ok" / "l0").read_bytes() == b"+step:\n  echo>: hi\n"
+        assert "l0: refused: the link goes through more than 40 links" in refusal(
+            hostile(*symlink_chain(41))
+        )
+
+    def test_checking_links_takes_time_linear_in_their_number(self) -> None:
+        from shared.dsl.archive_links import link_problem
+
+        # 10,000 links to the head of a 39-link chain, each 40 links deep
+        targets = {f"h{i}": "l0" for i in range(10_000)}
+        targets |= {f"l{i}": f"l{i + 1}" for i in range(38)} | {"l38": "wf.dig"}
+        started = time.process_time()
+        assert link_problem(targets) is None
+        assert time.process_time() - started < 0.5
+        # one more link in the chain, and the first link is refused
+        targets |= {"l38": "l39", "l39": "wf.dig"}
+        assert link_problem(targets) == ("h0", "the link goes through more than 40 links")
+
+    def test_a_hard_link_to_a_file_by_its_plain_or_dotted_path_is_kept(
+        self, tmp_path: Path
+    ) -> None:
+        content = hostile(hard_link("h1", "wf.dig"), hard_link("h2", "./wf.dig"))
+        extract_archive(content, tmp_path / "project")
+        assert (tmp_path / "project" / "h2").read_bytes() == b"+step:\n  echo>: hi\n"
+
+    def test_a_pushed_workflow_file_over_1_mib_is_refused_naming_it(self) -> None:
+        # 1.3 KB compressed: took 12 s and 400 MB to parse
+        big = b"_export:\n  numbers: [" + b",".join([b"1"] * 600_000) + b"]\n"
+        content = hostile(member("big.dig", big))
+        assert len(content) < 5000
+
+        started = time.process_time()
+        with pytest.raises(InvalidWorkflow) as caught:
+            read_project_archive(content)
+
+        assert time.process_time() - started < 1.0
+        assert str(caught.value) == (
+            "big.dig: the file is 1200022 bytes, over the limit of 1048576 for a workflow file"
+        )

@@ -128,3 +128,13 @@ def gnu_sparse_map(numbers: int) -> bytes:
     entries = b"0\n" * numbers
     sparse = header("s.bin", size=len(entries) + 10, pax=records)
     return gz([workflow_first(sparse + padded(b"999999999\n" + entries))])
+
+
+def raw_pax_header(body: bytes) -> bytes:
+    """A PAX extended header whose data is ``body`` as given, well-formed or not."""
+    return header("././@PaxHeader", tarfile.XHDTYPE, len(body)) + padded(body)
+
+
+def symlink_chain(length: int, end: str = "wf.dig") -> list[bytes]:
+    """Links ``l0 -> l1 -> ... -> l<length-1> -> end``, ``l0`` stored first."""
+    return [symlink(f"l{i}", f"l{i + 1}" if i + 1 < length else end) for i in range(length)]
