@@ -7,10 +7,11 @@ by recursion) or a sparse file is refused there, so a small upload cannot make t
 hold a huge header in memory. :meth:`MemberChecks.check_pax` sees the data of a PAX header
 before tarfile parses it, and refuses anything but well-formed records
 (:mod:`shared.dsl.archive_pax`), whose parsing is then linear in their size.
-:meth:`MemberChecks.admit` sees each decoded member before it is
-extracted: its name (text, length, depth, place), its kind, its link target, its size and
-time, so that extraction can neither fail half-way on the server's file system nor write
-outside the project.
+:meth:`MemberChecks.admit` sees each decoded member before it is extracted: its name (text,
+length, depth, place), its kind, its link target (a symbolic link is followed through the
+links stored before it, at most 40, as :mod:`shared.dsl.archive_links` does), its size and
+time, so that extraction can neither fail half-way on the server's file system, nor write
+outside the project, nor make tarfile's filter follow a long chain of links.
 
 Problems name the member as the archive does (made printable and short), never a path of
 the server.
