@@ -1,6 +1,7 @@
 """Checks every request passes before a route sees it: its size, media type, JSON shape,
-that every number in it fits the store, that it names only query parameters the route
-takes, and that no string in it (body, query, path) holds NUL or a lone surrogate."""
+that every number in it fits the store, that no JSON object in it gives a member twice,
+that it names only query parameters the route takes, and that no string in it (body,
+query, path) holds NUL or a lone surrogate."""
 
 from __future__ import annotations
 
@@ -102,6 +103,7 @@ def load_json_body(req: Request, max_bytes: int) -> None:
             parse_int=_integer,
             parse_float=_float,
             parse_constant=_not_a_number,
+            object_pairs_hook=_members,
         )
     except UnicodeDecodeError:
         raise ApiProblem(400, "the body is not UTF-8") from None
@@ -132,6 +134,17 @@ def _float(text: str) -> float | Unstorable:
     if math.isinf(number):
         return Unstorable("a number must be finite: this one is past ±1.8e308")
     return number
+
+
+def _members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object; a member given twice is kept as Unstorable, so its pointer is named
+    (the last one would otherwise win unseen)."""
+    members: dict[str, Any] = {}
+    for name, value in pairs:
+        members[name] = (
+            Unstorable("this member is given more than once") if name in members else value
+        )
+    return members
 
 
 def _not_a_number(text: str) -> Unstorable:

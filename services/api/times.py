@@ -22,10 +22,13 @@ def parse_time(
     """An aware time from ``raw``; a naive one is in ``timezone``.
 
     Errors name the body member (``pointer``) or the query parameter (``parameter``): for
-    text that is not a time, and for a time outside the range every zone can show.
+    text that is not a time (whitespace around it included), and for a time outside the
+    range every zone can show.
     """
+    if raw != raw.strip():
+        raise _bad("a time has no whitespace around it", pointer, parameter)
     try:
-        parsed = datetime.fromisoformat(raw.strip())
+        parsed = datetime.fromisoformat(raw)
         if parsed.tzinfo is None:
             parsed = parsed.replace(tzinfo=_zone(timezone))
     except ValueError:

@@ -72,7 +72,7 @@ def plan_pass(
         run = spec.run_time(following, seed)
         # Whether a time fell in an inactive span goes by its run time without jitter, as
         # every bound here does, so that skipped and missed times never overlap.
-        span = _span_of(spans, following + timedelta(seconds=spec.delay_seconds))
+        span = _span_of(spans, spec.delayed(following))
         if span is not None and span.end is None:
             # Inactive from span.start on: nothing more is due until reactivation.
             result.next_session_time = following
@@ -200,7 +200,7 @@ def _newest_not_kept(
     current = _newest_due(spec, newest, now, seed)
     kept = 0
     while current is not None and current > checkpoint and kept < keep:
-        span = _span_of(spans, current + timedelta(seconds=spec.delay_seconds))
+        span = _span_of(spans, spec.delayed(current))
         if span is None:
             kept += 1
             current = spec.last_session_time(current - timedelta(microseconds=1))

@@ -24,6 +24,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 from croniter import CroniterBadDateError, CroniterError, croniter
 
 from shared.domain.durations import BadDuration, parse_duration
+from shared.domain.instants import EARLIEST, LATEST
 from shared.domain.session_times import CronTimes, IntervalTimes, TimeSource
 from shared.errors import InvalidSchedule
 
@@ -116,22 +117,31 @@ class ScheduleSpec:
         return None if day == date.max else _local_midnight(day + timedelta(days=1), self.zone)
 
     def next_session_time(self, now: datetime) -> datetime | None:
-        """The earliest session time strictly after ``now`` (UTC), or None after ``end``."""
+        """The earliest session time strictly after ``now`` (UTC), or None after ``end``.
+
+        The series ends at the last instant accepted (``instants.LATEST``): a schedule
+        whose next time would fall past it has none, as after ``end``.
+        """
         now = _aware(now)
         if self._first_instant is not None and now < self._first_instant:
             now = self._first_instant - timedelta(microseconds=1)
         found = _cached_after(self, now)
-        if found is None or (self._after_end is not None and found >= self._after_end):
+        if found is None or found > LATEST:
+            return None
+        if self._after_end is not None and found >= self._after_end:
             return None
         return found
 
     def last_session_time(self, now: datetime) -> datetime | None:
-        """The latest session time at or before ``now`` (UTC), or None before ``start``."""
-        now = _aware(now)
+        """The latest session time at or before ``now`` (UTC), or None before ``start``
+        (or before the first instant accepted, ``instants.EARLIEST``)."""
+        now = min(_aware(now), LATEST)
         if self._after_end is not None and now >= self._after_end:
             now = self._after_end - timedelta(microseconds=1)
         found = self._times.at_or_before(now)
-        if found is None or (self._first_instant is not None and found < self._first_instant):
+        if found is None or found < EARLIEST:
+            return None
+        if self._first_instant is not None and found < self._first_instant:
             return None
         return found
 
@@ -151,14 +161,19 @@ class ScheduleSpec:
         """When the session at ``session_time`` is due to start: delay plus jitter.
 
         The jitter is a hash of ``seed`` (the schedule's identity) and the session time, so
-        every scheduler replica computes the same run time.
+        every scheduler replica computes the same run time. A run time that would fall past
+        the last instant accepted (``instants.LATEST``) is that instant.
         """
-        run = session_time + timedelta(seconds=self.delay_seconds)
+        jitter = 0
         if self.jitter_seconds:
             key = f"{seed}|{session_time.astimezone(UTC).isoformat()}"
             digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
-            run += timedelta(seconds=int.from_bytes(digest, "big") % (self.jitter_seconds + 1))
-        return run
+            jitter = int.from_bytes(digest, "big") % (self.jitter_seconds + 1)
+        return _later(session_time, self.delay_seconds + jitter)
+
+    def delayed(self, session_time: datetime) -> datetime:
+        """``session_time`` plus the delay (no jitter), at most ``instants.LATEST``."""
+        return _later(session_time, self.delay_seconds)
 
     def count_between(self, first: datetime, last: datetime, cap: int) -> int | None:
         """How many session times lie in ``[first, last]``; None when more than ``cap``.
@@ -166,7 +181,7 @@ class ScheduleSpec:
         ``first`` must be a session time. An interval is counted exactly, whatever ``cap``.
         """
         if isinstance(self._times, IntervalTimes):
-            return self._times.count_between(first, last)
+            return self._times.count_between(first, min(last, LATEST))
         count, current = 1, first
         while count <= cap:
             following = self.next_session_time(current)
@@ -202,6 +217,13 @@ class ScheduleSpec:
 def _spec_from_config(items: tuple[tuple[str, Any], ...]) -> ScheduleSpec:
     known = {f.name for f in fields(ScheduleSpec)}
     return ScheduleSpec(**{key: value for key, value in items if key in known})
+
+
+def _later(instant: datetime, seconds: int) -> datetime:
+    """``instant`` plus ``seconds``, at most LATEST (compared before adding: a year's delay
+    past 9999-12-30 would overflow datetime)."""
+    wait = timedelta(seconds=seconds)
+    return instant + wait if wait <= LATEST - instant else LATEST
 
 
 @lru_cache(maxsize=65536)

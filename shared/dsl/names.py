@@ -6,10 +6,17 @@ from __future__ import annotations
 import unicodedata
 
 MAX_WORKFLOW_NAME_CHARS = 255
-# '+' and '^' join the parts of a task's full name; these categories cannot be shown:
-# control characters, lone surrogates (bytes that were not UTF-8), line separators.
+# '+' and '^' join the parts of a task's full name; these categories cannot be shown
+# truly: control characters, lone surrogates (bytes that were not UTF-8), line separators,
+# and format characters (zero-width ones, bidi overrides that reorder what follows, BOM).
 _JOINERS = "+^/"
-_UNSHOWABLE = frozenset({"Cc", "Cs", "Zl", "Zp"})
+_UNSHOWABLE = {
+    "Cc": "a control character",
+    "Cs": "invalid UTF-8",
+    "Zl": "a control character",
+    "Zp": "a control character",
+    "Cf": "an invisible format character",
+}
 
 
 def workflow_name_problem(name: str) -> str | None:
@@ -19,13 +26,10 @@ def workflow_name_problem(name: str) -> str | None:
     for character in name:
         if character in _JOINERS:
             return f"a workflow name cannot contain {character!r}"
-        if unicodedata.category(character) in _UNSHOWABLE:
-            what = (
-                "invalid UTF-8"
-                if unicodedata.category(character) == "Cs"
-                else "a control character"
-            )
+        if what := _UNSHOWABLE.get(unicodedata.category(character)):
             return f"a workflow name cannot contain {what} ({shown(character)})"
+    if name[0].isspace() or name[-1].isspace():
+        return "a workflow name cannot start or end with whitespace"
     return None
 
 

@@ -228,7 +228,7 @@ class _ProjectParser:
     def _workflow(self, text: str, where: _Where, path: Path) -> WorkflowDefinition | None:
         stem = path.stem
         if reason := workflow_name_problem(stem):
-            self.problems.append(Problem(shown(where.file), None, f"{reason}: {shown(stem)!r}"))
+            self.problems.append(Problem(shown(where.file), None, f"{reason}: '{shown(stem)}'"))
             return None
         try:
             data = load_yaml(text, where.file, IncludeContext(self.project_dir, path))

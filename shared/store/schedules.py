@@ -369,6 +369,11 @@ def skip_schedule(
         conn.execute(
             schedules.update()
             .where(schedules.c.id == schedule_id)
-            .values(last_session_time=skipped[-1], next_run_time=now, updated_at=now)
+            .values(
+                last_session_time=skipped[-1],
+                next_schedule_time=spec.next_session_time(skipped[-1]),
+                next_run_time=now,
+                updated_at=now,
+            )
         )
     return skipped

@@ -46,6 +46,11 @@ def test_a_secret_name_ending_in_a_newline_is_refused(
         ("a\x01b.dig", "a\\x01b.dig"),
         ("tab\there.dig", "tab\\x09here.dig"),
         ("a\udcffb.dig", "a\ufffdb.dig"),  # the byte 0xff: not UTF-8
+        ("a\u202e.dig", "a\\u202e.dig"),  # a bidi override
+        ("a\u200b.dig", "a\\u200b.dig"),  # zero width
+        ("a\ufeff.dig", "a\\ufeff.dig"),
+        (" .dig", " .dig"),
+        ("a .dig", "a .dig"),
     ],
 )
 def test_a_workflow_file_whose_name_cannot_name_a_workflow_is_refused(
@@ -54,6 +59,13 @@ def test_a_workflow_file_whose_name_cannot_name_a_workflow_is_refused(
     response = push("demo", {file_name: HELLO_WORKFLOW, "good.dig": HELLO_WORKFLOW})
     problem = assert_problem(response, 422)
     assert [error["file"] for error in problem["errors"]] == [shown]
+    assert project_count(engine) == 0
+
+
+def test_a_refused_workflow_name_is_shown_with_one_escape(push: Pusher, engine: Engine) -> None:
+    response = push("demo", {"a\u2028.dig": HELLO_WORKFLOW})
+    problem = assert_problem(response, 422)
+    assert problem["errors"][0]["detail"].endswith(": 'a\\u2028'")
     assert project_count(engine) == 0
 
 

@@ -90,7 +90,6 @@ class TestStrictBodies:
             ({"project": "", "workflow": "hello"}, "/project"),
             ({"project": "demo", "workflow": "hello", "session_time": ""}, "/session_time"),
             ({"project": "demo", "workflow": "hello", "idempotency_key": ""}, "/idempotency_key"),
-            ({"project": "demo", "workflow": "hello", "params": {"": 1}}, "/params"),
             ({"project": "demo", "workflow": 7}, "/workflow"),
         ],
     )
@@ -100,6 +99,98 @@ class TestStrictBodies:
         push("demo", {"hello.dig": HELLO_WORKFLOW})
         problem = assert_problem(api.post("/api/attempts", json=body), 422)
         assert problem["errors"][0]["pointer"] == pointer
+        assert api.get("/api/attempts").get_json()["items"] == []
+
+
+class TestDocumentedNamesOnly:
+    @pytest.mark.parametrize(
+        ("path", "body", "pointer"),
+        [
+            ("backfill", {"first": "2026-11-01", "count": 1}, "/first"),
+            ("skip", {"count": 1, "first": "2026-11-01"}, "/first"),
+        ],
+    )
+    def test_a_member_is_known_by_its_documented_name_only(
+        self, api: FlaskClient, schedule_id: str, path: str, body: dict[str, Any], pointer: str
+    ) -> None:
+        response = api.post(f"/api/schedules/{schedule_id}/{path}", json=body)
+        problem = assert_problem(response, 422)
+        assert pointer in [error["pointer"] for error in problem["errors"]]
+        assert missed(api, schedule_id) == []
+        assert api.get("/api/sessions").get_json()["items"] == []
+
+    def test_a_retry_names_its_task_by_from_not_by_the_attribute_behind_it(
+        self, api: FlaskClient, push: Pusher
+    ) -> None:
+        push("demo", {"hello.dig": HELLO_WORKFLOW})
+        start = {"project": "demo", "workflow": "hello"}
+        attempt = api.post("/api/attempts", json=start).get_json()["id"]
+        body = {"mode": "from", "from_task": "+hello"}
+        problem = assert_problem(api.post(f"/api/attempts/{attempt}/retry", json=body), 422)
+        assert "/from_task" in [error["pointer"] for error in problem["errors"]]
+        assert len(api.get("/api/attempts").get_json()["items"]) == 1
+
+
+class TestDuplicateMembers:
+    def test_a_member_given_twice_is_refused_with_its_pointer_and_nothing_is_skipped(
+        self, api: FlaskClient, schedule_id: str
+    ) -> None:
+        response = api.post(
+            f"/api/schedules/{schedule_id}/skip",
+            data='{"count": 1, "count": 2}',
+            content_type="application/json",
+        )
+        problem = assert_problem(response, 422)
+        assert problem["errors"][0]["pointer"] == "/count"
+        assert "more than once" in problem["detail"]
+        assert missed(api, schedule_id) == []
+
+    def test_a_nested_member_given_twice_is_named_by_its_full_pointer(
+        self, api: FlaskClient, push: Pusher
+    ) -> None:
+        push("demo", {"hello.dig": HELLO_WORKFLOW})
+        raw = '{"project": "demo", "workflow": "hello", "params": {"a": {"b": 1, "b": 1}}}'
+        response = api.post("/api/attempts", data=raw, content_type="application/json")
+        assert assert_problem(response, 422)["errors"][0]["pointer"] == "/params/a/b"
+        assert api.get("/api/attempts").get_json()["items"] == []
+
+
+class TestTimesAreTakenExactly:
+    @pytest.mark.parametrize("time", ["2026-11-01T00:00Z\n", " 2026-11-01", "2026-11-01\t"])
+    def test_whitespace_around_a_time_is_refused(
+        self, api: FlaskClient, schedule_id: str, time: str
+    ) -> None:
+        body = {"from": time, "count": 1, "dry_run": True}
+        response = api.post(f"/api/schedules/{schedule_id}/backfill", json=body)
+        problem = assert_problem(response, 422)
+        assert problem["errors"][0]["pointer"] == "/from"
+        assert "whitespace" in problem["detail"]
+
+    def test_whitespace_around_a_time_parameter_is_refused(self, api: FlaskClient) -> None:
+        response = api.get("/api/sessions", query_string={"from": "2026-11-01 "})
+        assert assert_problem(response, 422)["errors"][0]["parameter"] == "from"
+
+
+class TestParamsAreTheUsers:
+    def test_any_member_name_is_kept_inside_params_the_empty_one_too(
+        self, api: FlaskClient, push: Pusher
+    ) -> None:
+        push("demo", {"hello.dig": HELLO_WORKFLOW})
+        params = {"": 1, " ": {"": ""}}
+        body = {"project": "demo", "workflow": "hello", "params": params}
+        response = api.post("/api/attempts", json=body)
+        assert response.status_code == 201, response.get_data(as_text=True)
+        assert response.get_json()["params"] == params
+
+    @pytest.mark.parametrize("escaped_name", [r"a\u0000", r"\ud800"])
+    def test_a_member_name_the_store_cannot_hold_is_still_refused(
+        self, api: FlaskClient, push: Pusher, escaped_name: str
+    ) -> None:
+        push("demo", {"hello.dig": HELLO_WORKFLOW})
+        raw = '{"project": "demo", "workflow": "hello", "params": {"NAME": 1}}'
+        raw = raw.replace("NAME", escaped_name)
+        response = api.post("/api/attempts", data=raw, content_type="application/json")
+        assert assert_problem(response, 422)["errors"][0]["pointer"] == "/params"
         assert api.get("/api/attempts").get_json()["items"] == []
 
 

@@ -10,6 +10,8 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import Engine, func, select
 
+from shared.domain.schedule import parse_schedule
+from shared.store.emission import backfill_times
 from shared.store.sessions import ensure_session, insert_attempt
 from shared.store.tables import projects, schedules, sessions
 from tests.api._seed import NOW, definition_id_of
@@ -125,6 +127,68 @@ class TestSchedules:
         problem = assert_problem(response, 422)
         assert problem["errors"][0]["pointer"] == "/to"
         assert api.get(f"/api/schedules/{schedule_id}").get_json()["missed"] == []
+
+
+MINUTELY = """\
+timezone: UTC
+schedule:
+  cron>: "* * * * *"
++hello:
+  echo>: hello
+"""
+
+
+class TestTimesTheServerComputes:
+    """Session times end at the last accepted instant: one the schedule would reach past it
+    is never stored; the schedule has no next time (it is finished)."""
+
+    def stored_next_times(self, engine: Engine) -> list[datetime | None]:
+        with engine.connect() as conn:
+            rows = conn.execute(select(schedules.c.next_schedule_time)).scalars()
+            return list(rows)
+
+    def test_a_push_whose_next_time_would_fall_past_the_range_stores_none(
+        self, api: FlaskClient, push: Pusher, engine: Engine
+    ) -> None:
+        # daily at 11:00 UTC: the next one would be 9999-12-31T11:00Z
+        eleven = MINUTELY.replace("* * * * *", "0 11 * * *")
+        response = push("demo", {"d.dig": eleven}, schedule_from="9999-12-30T23:00Z")
+        assert response.status_code == 201
+        assert self.stored_next_times(engine) == [None]
+        [item] = api.get("/api/schedules").get_json()["items"]
+        assert item["next_session_time"] is None
+
+    def test_a_skip_at_the_end_of_the_range_records_no_time_past_it(
+        self, api: FlaskClient, push: Pusher, engine: Engine
+    ) -> None:
+        response = push("demo", {"m.dig": MINUTELY}, schedule_from="9999-12-30T23:59:59Z")
+        assert response.status_code == 201
+        schedule_id = api.get("/api/schedules").get_json()["items"][0]["id"]
+        skipped = api.post(f"/api/schedules/{schedule_id}/skip", json={"count": 10000})
+        assert skipped.status_code == 200, skipped.get_data(as_text=True)
+        assert skipped.get_json()["skipped"] == 0
+        assert api.get(f"/api/schedules/{schedule_id}").get_json()["missed"] == []
+
+    def test_a_skip_near_the_end_of_the_range_stops_at_its_last_minute(
+        self, api: FlaskClient, push: Pusher, engine: Engine
+    ) -> None:
+        response = push("demo", {"m.dig": MINUTELY}, schedule_from="9999-12-30T23:50Z")
+        assert response.status_code == 201
+        schedule_id = api.get("/api/schedules").get_json()["items"][0]["id"]
+        skipped = api.post(f"/api/schedules/{schedule_id}/skip", json={"count": 10000})
+        assert skipped.status_code == 200, skipped.get_data(as_text=True)
+        answer = skipped.get_json()
+        assert answer["skipped"] == 10
+        assert answer["last_session_time"] == "9999-12-30T23:59:00+00:00"
+        detail = api.get(f"/api/schedules/{schedule_id}").get_json()
+        assert detail["next_session_time"] is None
+        assert self.stored_next_times(engine) == [None]
+
+    def test_a_backfill_by_count_stops_at_the_last_accepted_instant(self) -> None:
+        spec = parse_schedule({"cron>": "* * * * *"}, "UTC")
+        times = backfill_times(spec, datetime(9999, 12, 30, 23, 50, tzinfo=UTC), count=10000)
+        assert len(times) == 10
+        assert times[-1] == datetime(9999, 12, 30, 23, 59, tzinfo=UTC)
 
 
 class TestARowStoredBeforeTheRule:

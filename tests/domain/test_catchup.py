@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shared.domain.catchup import LIVE_GRACE, MissedRange, Pass, Span, plan_pass
+from shared.domain.instants import LATEST
 from shared.domain.schedule import ScheduleSpec, parse_schedule
 
 DAY0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -234,6 +235,20 @@ class TestEndOfSchedule:
         result = plan_pass(hourly(end="2026-01-01"), at(0), at(48))
         assert result.missed == [catchup_missed(1, 23)]
         assert (result.emit, result.next_run_time) == ([], None)
+
+    def test_a_schedule_reaching_the_end_of_the_accepted_range_ends_there(self) -> None:
+        # Given an hourly schedule with a day's delay, two hours before the last accepted time
+        spec = hourly(delay="1d")
+        checkpoint = datetime(9999, 12, 30, 21, tzinfo=UTC)
+        before = plan_pass(spec, checkpoint, LATEST - timedelta(seconds=1))
+        # Then its run times, a day later, are the last accepted instant: not yet due
+        assert before.emit == []
+        assert before.next_run_time == LATEST
+        # When a pass runs at that instant
+        result = plan_pass(spec, checkpoint, LATEST)
+        # Then both last session times are emitted and the schedule has ended
+        assert result.emit == [datetime(9999, 12, 30, h, tzinfo=UTC) for h in (22, 23)]
+        assert (result.next_session_time, result.next_run_time) == (None, None)
 
 
 POLICIES = st.fixed_dictionaries(

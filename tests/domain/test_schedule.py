@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from shared.domain.instants import LATEST
 from shared.domain.schedule import (
     ScheduleSpec,
     parse_schedule,
@@ -446,11 +447,18 @@ class TestStartAndEnd:
         last = spec.last_session_time(datetime.max.replace(tzinfo=UTC))
         assert last is not None and last.year == 9999
 
-    @pytest.mark.parametrize("day", ["0001-01-01", "9999-12-31"])
+    @pytest.mark.parametrize("day", ["0001-01-01", "9999-12-30"])
     def test_the_first_and_last_representable_days_are_accepted(self, day: str) -> None:
         for zone in ("UTC", "Asia/Tokyo", "America/New_York"):
             spec = parse_schedule({"cron>": "@daily", "start": day}, zone)
             assert spec.next_session_time(datetime(1, 1, 1, tzinfo=UTC)) is not None
+
+    def test_a_start_whose_first_time_is_past_the_last_accepted_instant_never_fires(
+        self,
+    ) -> None:
+        # 9999-12-31T00:00Z lies past 9999-12-30T23:59:59.999999Z; in Tokyo it does not.
+        assert "never fires" in str(rejected({"cron>": "@daily", "start": "9999-12-31"}))
+        parse_schedule({"cron>": "@daily", "start": "9999-12-31"}, "Asia/Tokyo")
 
     def test_a_cron_counts_its_times_up_to_a_cap(self) -> None:
         spec = parse_schedule({"cron>": "*/15 * * * *"}, "UTC")
@@ -485,3 +493,50 @@ class TestJitter:
         spec = parse_schedule({"daily>": "07:00:00"}, "America/New_York")
         session_time = datetime(2026, 3, 8, 5, tzinfo=UTC)  # midnight, the spring-forward day
         assert spec.run_time(session_time, "any") == session_time + timedelta(hours=7)
+
+
+class TestTheEndOfTheAcceptedRange:
+    """The series of session times ends at the last accepted instant (9999-12-30T23:59:59Z),
+    so no time the server computes falls outside what a request may give."""
+
+    @pytest.mark.parametrize(
+        "zone", ["UTC", "Asia/Tokyo", "America/New_York", "Pacific/Kiritimati"]
+    )
+    @pytest.mark.parametrize(
+        "raw",
+        [
+            {"cron>": "* * * * *"},
+            {"cron>": "0 11 * * *"},
+            {"daily>": "07:00:00"},
+            {"cron>": "@every 7m"},
+            {"minutes_interval>": "30"},
+        ],
+    )
+    def test_no_session_time_lies_past_the_last_accepted_instant(
+        self, zone: str, raw: dict[str, Any]
+    ) -> None:
+        spec = parse_schedule(raw, zone)
+        times = spec.session_times(LATEST - timedelta(days=2), 10_000)
+        assert times and times[-1] <= LATEST
+        assert spec.next_session_time(times[-1]) is None
+        assert spec.last_session_time(datetime.max.replace(tzinfo=UTC)) == times[-1]
+
+    def test_a_minutely_schedule_ends_at_the_last_minute_of_9999_12_30(self) -> None:
+        spec = parse_schedule({"cron>": "* * * * *"}, "UTC")
+        start = datetime(9999, 12, 30, 23, 50, tzinfo=UTC)
+        times = spec.session_times(start - timedelta(microseconds=1), 10_000)
+        assert len(times) == 10
+        assert times[-1] == datetime(9999, 12, 30, 23, 59, tzinfo=UTC)
+
+    def test_a_run_time_past_the_range_is_the_last_accepted_instant(self) -> None:
+        spec = parse_schedule({"cron>": "0 23 * * *", "delay": "366d", "jitter": "1d"}, "UTC")
+        session_time = datetime(9999, 12, 30, 23, tzinfo=UTC)
+        assert spec.run_time(session_time, "seed") == LATEST
+        assert spec.delayed(session_time) == LATEST
+        early = datetime(2026, 1, 1, 23, tzinfo=UTC)
+        assert spec.delayed(early) == early + timedelta(days=366)
+
+    def test_an_interval_counts_no_tick_past_the_range(self) -> None:
+        spec = parse_schedule({"cron>": "@every 1h"}, "UTC")
+        first = datetime(9999, 12, 30, 20, tzinfo=UTC)
+        assert spec.count_between(first, datetime.max.replace(tzinfo=UTC), 100) == 4

@@ -66,15 +66,32 @@ class TestWorkflowFileNames:
             ("a\x7fb", "control character"),
             ("a\udcffb", "invalid UTF-8"),
             ("x" * 256, "1-255 characters"),
+            ("a\u202eb", "format character (\\u202e)"),  # bidi override: reorders what follows
+            ("a\u200b", "format character (\\u200b)"),  # zero width space
+            ("a\ufeff", "format character (\\ufeff)"),  # byte order mark
+            ("a\u2028b", "control character (\\u2028)"),
+            (" ", "whitespace"),
+            ("\u3000", "whitespace"),  # ideographic space alone
+            ("a ", "whitespace"),
+            (" a", "whitespace"),
+            ("a\u00a0", "whitespace"),
         ],
     )
     def test_a_name_that_cannot_be_shown_or_joined_is_refused(self, name: str, reason: str) -> None:
         problem = workflow_name_problem(name)
         assert problem is not None and reason in problem
 
-    @pytest.mark.parametrize("name", ["daily", "load-v2.1", "nightly_report", "毎日", "a b"])
+    @pytest.mark.parametrize("name", ["daily", "load-v2.1", "nightly_report", "毎日", "a b", "x"])
     def test_ordinary_names_are_accepted(self, name: str) -> None:
         assert workflow_name_problem(name) is None
+
+    def test_a_refused_name_is_shown_with_one_escape_in_the_problem(self, tmp_path: Path) -> None:
+        (tmp_path / "a\u2028.dig").write_text("+t:\n  echo>: hi\n", encoding="utf-8")
+        with pytest.raises(InvalidWorkflow) as caught:
+            load_project(tmp_path)
+        [problem] = caught.value.problems
+        assert problem.message.endswith(": 'a\\u2028'")
+        assert "\\\\" not in problem.message
 
     def test_a_bad_name_is_shown_safely(self) -> None:
         assert shown("a\udcff\x01b") == "a\ufffd\\x01b"

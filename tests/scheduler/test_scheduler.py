@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import Engine, func, select, update
 
 from services.scheduler.loop import Scheduler
+from shared.domain.instants import LATEST
 from shared.domain.states import AttemptState
 from shared.dsl.parser import parse_workflow_text
 from shared.store import emission as emission_store
@@ -201,6 +202,23 @@ class TestEmission:
             query = select(sessions.c.workflow_name, sessions.c.session_time)
             assert sorted(conn.execute(query).all()) == sorted((n, minute(1)) for n in names)
         assert scheduler.tick(minute(1)).emitted == 0
+
+
+class TestTheEndOfTheAcceptedRange:
+    def test_a_schedule_emits_up_to_the_last_accepted_instant_and_is_then_finished(
+        self, store: Store
+    ) -> None:
+        # Given a minutely schedule pushed five minutes before the last accepted instant
+        store.push("cron>: '* * * * *'", now=LATEST - timedelta(minutes=5))
+        # When the scheduler runs at that instant
+        emitted = run_until_idle(Scheduler(store.engine), LATEST)
+        # Then the last minutes of 9999-12-30 are emitted and nothing after them is planned
+        last = datetime(9999, 12, 30, 23, 59, tzinfo=UTC)
+        assert emitted == 5
+        assert store.session_times()[-1] == last
+        row = store.schedule()
+        assert (row.next_schedule_time, row.next_run_time) == (None, None)
+        assert row.last_session_time == last
 
 
 class TestCatchUp:

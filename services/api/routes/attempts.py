@@ -10,11 +10,11 @@ from zoneinfo import ZoneInfo
 
 from apiflask import APIBlueprint
 from flask import Response
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 
 from services.api.database import read_connection, write_transaction
 from services.api.errors import InvalidBody
-from services.api.models import RequestBody
+from services.api.models import RequestBody, UserParams
 from services.api.paging import PageQuery, cursor_after, next_cursor, page_limit
 from services.api.responses import typed_json
 from shared.clock import utc_now
@@ -94,7 +94,7 @@ class StartBody(RequestBody):
         description="ISO 8601; without an offset it is read in the workflow's time zone. "
         "Default: now (for a scheduled workflow, its last scheduled time).",
     )
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: UserParams = Field(default_factory=dict)
     idempotency_key: str | None = Field(None, min_length=1, max_length=255)
 
     @field_validator("session_time")
@@ -108,8 +108,6 @@ class StartBody(RequestBody):
 class RetryBody(RequestBody):
     """What a retry runs again."""
 
-    model_config = ConfigDict(populate_by_name=True)
-
     mode: Literal["all", "failed", "from"] = Field(
         description="all: every task; failed: what did not succeed; from: a task and what "
         "follows it."
@@ -117,7 +115,7 @@ class RetryBody(RequestBody):
     from_task: str | None = Field(
         None, alias="from", min_length=1, max_length=2000, description="`+task` for mode from."
     )
-    params: dict[str, Any] | None = Field(None, description="Merged over the attempt's params.")
+    params: UserParams | None = Field(None, description="Merged over the attempt's params.")
 
 
 class TaskOut(BaseModel):

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from apiflask import APIBlueprint
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from pydantic.config import JsonDict
 from sqlalchemy import Connection
 
@@ -49,8 +49,6 @@ class SkipIn(RequestBody):
 
 class BackfillIn(RequestBody):
     """Sessions for past session times from ``from`` to ``to`` (or ``count`` of them)."""
-
-    model_config = ConfigDict(populate_by_name=True)
 
     first: str = Field(alias="from", max_length=64, json_schema_extra=TIME_FIELD)
     to: str | None = Field(None, max_length=64, json_schema_extra=TIME_FIELD)
