@@ -20,12 +20,12 @@ the server.
 from __future__ import annotations
 
 import tarfile
-import unicodedata
 from pathlib import PurePosixPath
 from typing import Any
 
 from shared.dsl.archive_links import LinkResolver
 from shared.dsl.archive_pax import pax_problem
+from shared.dsl.names import first_unshowable
 from shared.dsl.names import shown as shown_text
 from shared.errors import InvalidInput, Problem
 
@@ -55,14 +55,6 @@ _EXTENDED_TYPES = frozenset(
         tarfile.GNUTYPE_LONGLINK,
     }
 )
-_UNSHOWN_CATEGORIES = {
-    "Cc": "a control character",
-    "Cf": "a format character",
-    "Zl": "a line separator",
-    "Zp": "a paragraph separator",
-}
-"""Unicode categories no name may hold, as a problem calls them (lone surrogates, ``Cs``,
-are refused as text that is not UTF-8)."""
 
 FOLDER, FILE, LINK = "folder", "file", "link"
 
@@ -262,14 +254,13 @@ def _checked_path(member: tarfile.TarInfo, text: str, *, of_link: bool = False) 
     """``text`` (the member's name or link target) as a relative path without ``.`` parts,
     refusing text a file system would choke on or that leaves the project."""
     what = "the link target" if of_link else "the name"
-    for character in text:
-        unshown = _UNSHOWN_CATEGORIES.get(unicodedata.category(character))
-        if unshown is not None:
-            raise refused(member, f"{what} holds {unshown} (U+{ord(character):04X})")
     try:
         encoded = text.encode("utf-8")
     except UnicodeEncodeError:
         raise refused(member, f"{what} is not UTF-8 text") from None
+    if found := first_unshowable(text):
+        character, unshown = found
+        raise refused(member, f"{what} holds {unshown} (U+{ord(character):04X})")
     path = PurePosixPath(text)
     if text.startswith("/") or path.is_absolute():
         if of_link:

@@ -6,17 +6,26 @@ from __future__ import annotations
 import unicodedata
 
 MAX_WORKFLOW_NAME_CHARS = 255
-# '+' and '^' join the parts of a task's full name; these categories cannot be shown
-# truly: control characters, lone surrogates (bytes that were not UTF-8), line separators,
-# and format characters (zero-width ones, bidi overrides that reorder what follows, BOM).
+# '+' and '^' join the parts of a task's full name.
 _JOINERS = "+^/"
-_UNSHOWABLE = {
+UNSHOWABLE_CATEGORIES = {
     "Cc": "a control character",
+    "Cf": "a format character",
+    "Zl": "a line separator",
+    "Zp": "a paragraph separator",
     "Cs": "invalid UTF-8",
-    "Zl": "a control character",
-    "Zp": "a control character",
-    "Cf": "an invisible format character",
 }
+"""Unicode categories that no name may hold, as a problem calls them: they cannot be shown
+truly (control characters, line separators, bytes that were not UTF-8) or change how what
+follows is shown (zero-width characters, bidi overrides, the BOM)."""
+
+
+def first_unshowable(text: str) -> tuple[str, str] | None:
+    """The first character of ``text`` in :data:`UNSHOWABLE_CATEGORIES`, and what it is."""
+    for character in text:
+        if what := UNSHOWABLE_CATEGORIES.get(unicodedata.category(character)):
+            return character, what
+    return None
 
 
 def workflow_name_problem(name: str) -> str | None:
@@ -26,8 +35,9 @@ def workflow_name_problem(name: str) -> str | None:
     for character in name:
         if character in _JOINERS:
             return f"a workflow name cannot contain {character!r}"
-        if what := _UNSHOWABLE.get(unicodedata.category(character)):
-            return f"a workflow name cannot contain {what} ({shown(character)})"
+    if found := first_unshowable(name):
+        character, what = found
+        return f"a workflow name cannot contain {what} ({shown(character)})"
     if name[0].isspace() or name[-1].isspace():
         return "a workflow name cannot start or end with whitespace"
     return None

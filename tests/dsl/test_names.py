@@ -69,7 +69,7 @@ class TestWorkflowFileNames:
             ("a\u202eb", "format character (\\u202e)"),  # bidi override: reorders what follows
             ("a\u200b", "format character (\\u200b)"),  # zero width space
             ("a\ufeff", "format character (\\ufeff)"),  # byte order mark
-            ("a\u2028b", "control character (\\u2028)"),
+            ("a\u2028b", "line separator (\\u2028)"),
             (" ", "whitespace"),
             ("\u3000", "whitespace"),  # ideographic space alone
             ("a ", "whitespace"),
