@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from flask import Request, current_app, request
 
 from services.api.errors import ApiProblem, InvalidBody, InvalidParameter, json_pointer
+from services.api.framing import limit_body
 from shared.dsl.names import text_problem
 
 MAX_JSON_DEPTH = 32
@@ -88,6 +89,7 @@ def load_json_body(req: Request, max_bytes: int) -> None:
     """Parse and check a JSON body once, leaving it where ``request.get_json`` finds it."""
     if req.content_length is not None and req.content_length > max_bytes:
         raise ApiProblem(413, f"a JSON body may be at most {max_bytes // 1024} KiB")
+    limit_body(req.environ, max_bytes)
     raw = req.get_data(cache=True)
     if len(raw) > max_bytes:
         raise ApiProblem(413, f"a JSON body may be at most {max_bytes // 1024} KiB")
