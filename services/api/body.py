@@ -54,7 +54,9 @@ def check_request() -> None:
             raise InvalidParameter(name, reason)
     view = current_app.view_functions.get(request.endpoint or "")
     check_query_names(view)
-    if request.method in BODY_METHODS and not getattr(view, BINARY_BODY_ATTRIBUTE, False):
+    if request.method in BODY_METHODS and getattr(view, BINARY_BODY_ATTRIBUTE, False):
+        limit_body(request.environ, current_app.config["MAX_CONTENT_LENGTH"])
+    elif request.method in BODY_METHODS:
         load_json_body(request, current_app.config["TICKWORK_MAX_JSON_BYTES"])
         if _declared_input(view, "json") is None and request.get_json() not in (None, {}):
             raise InvalidBody("", "this operation takes no body (or an empty object)")

@@ -300,6 +300,14 @@ FRAMING_CASES = {
         413,
         "this operation takes at most 1048576",
     ),
+    "a-chunk-larger-than-an-archive-may-be": (
+        (
+            f"PUT /api/projects/p HTTP/1.1\r\nHost: x\r\n{AUTH}Content-Type: application/gzip\r\n"
+            "Transfer-Encoding: chunked\r\n\r\nffffffffffffffffffffffff\r\n\x1f\x8b"
+        ).encode(),
+        413,
+        "this operation takes at most 67108864",
+    ),
 }
 
 
