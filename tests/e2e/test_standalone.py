@@ -263,11 +263,21 @@ def test_requests_waitress_cannot_read_are_answered_with_problem_documents(
             document = json.loads(body)
             assert document["status"] == status, name
             assert document["detail"], name
-        # And a body shorter than its Content-Length, then a half-close, is never parsed:
-        # waitress closes the connection without an answer (docs/rest-api.md says so)
+        # And a body shorter than its Content-Length, then a half-close, is refused, not parsed
         body = '{"project": "p", "workflow": "wf", "session_time": "2026-01-02T00:00:00Z"}'
         with socket.create_connection((host, int(port)), 10.0) as client:
             client.sendall(_post_json(f"Content-Length: 100\r\n\r\n{body}"))
             client.shutdown(socket.SHUT_WR)
-            assert client.recv(65536) == b""
+            received = b""
+            while not _whole_answer(received) and (data := client.recv(65536)):
+                received += data
+        head, _, answer = received.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400 "), received
+        assert b"Content-Type: application/problem+json" in head
+        assert "74 of the 100 bytes" in json.loads(answer)["detail"]
+        # And one that closes outright after a short body costs nothing but its connection
+        with socket.create_connection((host, int(port)), 10.0) as client:
+            client.sendall(_post_json(f"Content-Length: 100\r\n\r\n{body}"))
+        assert httpx.get(standalone.endpoint + "/healthz", timeout=5.0).status_code == 200
+        assert "Traceback" not in standalone.output()
         assert httpx.get(standalone.endpoint + "/api/sessions", timeout=5.0).json()["items"] == []
