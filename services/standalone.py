@@ -156,6 +156,8 @@ class Standalone:
     def __init__(self, settings: StandaloneSettings, engine: Engine, app: Any) -> None:
         from waitress import create_server
 
+        from services.standalone_errors import ProblemChannel
+
         self.settings = settings
         self.engine = engine
         runner = make_in_process_runner(settings.state_dir, engine, settings.limits)
@@ -180,6 +182,7 @@ class Standalone:
             cleanup_interval=CHANNEL_TIMEOUT_SECONDS // 2,
             ident="tickwork",
         )
+        self.server.channel_class = ProblemChannel  # problem+json for what waitress refuses
         self.threads = [
             _thread("api", self.server.run),
             _thread("scheduler", self.scheduler.run_forever),

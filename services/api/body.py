@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from flask import Request, current_app, request
 
 from services.api.errors import ApiProblem, InvalidBody, InvalidParameter, json_pointer
+from services.api.framing import limit_body
 from shared.dsl.names import text_problem
 
 MAX_JSON_DEPTH = 32
@@ -54,7 +55,9 @@ def check_request() -> None:
             raise InvalidParameter(name, reason)
     view = current_app.view_functions.get(request.endpoint or "")
     check_query_names(view)
-    if request.method in BODY_METHODS and not getattr(view, BINARY_BODY_ATTRIBUTE, False):
+    if request.method in BODY_METHODS and getattr(view, BINARY_BODY_ATTRIBUTE, False):
+        limit_body(request.environ, current_app.config["MAX_CONTENT_LENGTH"])
+    elif request.method in BODY_METHODS:
         load_json_body(request, current_app.config["TICKWORK_MAX_JSON_BYTES"])
         if _declared_input(view, "json") is None and request.get_json() not in (None, {}):
             raise InvalidBody("", "this operation takes no body (or an empty object)")
@@ -89,6 +92,7 @@ def load_json_body(req: Request, max_bytes: int) -> None:
     """Parse and check a JSON body once, leaving it where ``request.get_json`` finds it."""
     if req.content_length is not None and req.content_length > max_bytes:
         raise ApiProblem(413, f"a JSON body may be at most {max_bytes // 1024} KiB")
+    limit_body(req.environ, max_bytes)
     raw = req.get_data(cache=True)
     if len(raw) > max_bytes:
         raise ApiProblem(413, f"a JSON body may be at most {max_bytes // 1024} KiB")

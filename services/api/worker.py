@@ -29,6 +29,7 @@ from gunicorn.http.errors import (
     ConfigurationProblem,
     ExpectationFailed,
     ForbiddenProxyRequest,
+    InvalidHeader,
     LimitRequestHeaders,
     LimitRequestLine,
     ParseException,
@@ -37,6 +38,7 @@ from gunicorn.http.errors import (
 from gunicorn.workers.ggevent import GeventWorker
 
 from services.api.errors import PROBLEM_MEDIA_TYPE, problem_document
+from services.api.framing import unsupported_transfer_coding
 
 # A parse error's status when it is not 400 (gunicorn's own choice for each).
 PARSE_ERROR_STATUS: tuple[tuple[type[Exception], int], ...] = (
@@ -57,6 +59,9 @@ def parse_error_answer(exc: BaseException) -> tuple[int, str]:
     """The status and detail of the answer to a request that failed before the app ran."""
     if not isinstance(exc, ParseException):
         return 500, INTERNAL_ERROR
+    request = getattr(exc, "req", None) if isinstance(exc, InvalidHeader) else None
+    if request is not None and (coding := unsupported_transfer_coding(request.headers)):
+        exc = UnsupportedTransferCoding(coding)  # gunicorn says "bad header" for `gzip` alone
     status = next((s for kind, s in PARSE_ERROR_STATUS if isinstance(exc, kind)), 400)
     return status, (str(exc) if status != 500 else INTERNAL_ERROR)
 
@@ -123,6 +128,8 @@ class ApiWorker(GeventWorker):  # type: ignore[misc]
         use_cooperative_psycopg()
 
     def handle_request(self, listener_name: Any, req: Any, sock: socket.socket, addr: Any) -> Any:
+        if coding := unsupported_transfer_coding(req.headers):
+            raise UnsupportedTransferCoding(coding)  # answered 501 by handle_error
         # While a request is served, every wait for its body or for the client to take
         # the answer is bounded; the header block is bounded by gunicorn's own timer.
         sock.settimeout(self.body_timeout_seconds)

@@ -5,19 +5,24 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import dataclass, field
 
 import pytest
+from gunicorn.http.body import Body, ChunkedReader
 from gunicorn.http.errors import (
     InvalidChunkSize,
+    InvalidHeader,
     InvalidHeaderName,
     LimitRequestHeaders,
     LimitRequestLine,
     NoMoreData,
     UnsupportedTransferCoding,
 )
+from gunicorn.http.unreader import IterUnreader
 from werkzeug.exceptions import BadRequest, RequestTimeout
 
-from services.api.framing import CheckedBody
+from services.api.errors import ApiProblem
+from services.api.framing import CheckedBody, unsupported_transfer_coding
 from services.api.worker import parse_error_answer, problem_bytes
 
 
@@ -76,6 +81,66 @@ class TestCheckedBody:
     def test_a_body_that_stalls_is_a_request_timeout(self) -> None:
         with pytest.raises(RequestTimeout):
             CheckedBody(Failing(TimeoutError()), 10).read()
+
+
+@dataclass
+class ChunkedRequest:
+    """What gunicorn's chunked reader asks of its request: the bytes after the headers."""
+
+    unreader: IterUnreader
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+
+def chunked_body(*parts: bytes) -> CheckedBody:
+    """A chunked body as gunicorn hands it to the app, its bytes ``parts``, checked."""
+    request = ChunkedRequest(IterUnreader(parts))
+    return CheckedBody(Body(ChunkedReader(request, request.unreader)), None)
+
+
+class TestChunkedBodyLimit:
+    def test_a_chunk_past_the_limit_is_refused_before_its_bytes_are_awaited(self) -> None:
+        # The bytes the chunk announces never come: reading them would wait
+        body = chunked_body(b"ffffffffffffffffffffffff\r\n{}")
+        body.limit(1024)
+        with pytest.raises(ApiProblem) as refused:
+            body.read()
+        assert refused.value.status == 413
+        assert "at most 1024" in refused.value.detail
+
+    def test_chunks_adding_up_past_the_limit_are_refused(self) -> None:
+        body = chunked_body(b"3\r\nabc\r\n3\r\ndef\r\n0\r\n\r\n")
+        body.limit(5)
+        with pytest.raises(ApiProblem, match="chunks announce 6 bytes"):
+            body.read()
+
+    def test_chunks_within_the_limit_read_as_sent(self) -> None:
+        body = chunked_body(b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+        body.limit(5)
+        assert body.read() == b"abcde"
+
+    def test_without_a_limit_a_chunked_body_reads_as_sent(self) -> None:
+        assert chunked_body(b"3\r\nabc\r\n0\r\n\r\n").read() == b"abc"
+
+
+class TestTransferCodings:
+    @pytest.mark.parametrize(
+        ("value", "unsupported"),
+        [("chunked", None), ("Chunked", None), ("gzip, chunked", "gzip"), ("gzip", "gzip")],
+    )
+    def test_only_chunked_is_a_supported_coding(self, value: str, unsupported: str | None) -> None:
+        assert unsupported_transfer_coding([("TRANSFER-ENCODING", value)]) == unsupported
+
+    def test_a_request_without_a_coding_has_none_unsupported(self) -> None:
+        assert unsupported_transfer_coding([("CONTENT-LENGTH", "2")]) is None
+
+    def test_a_coding_gunicorn_calls_a_bad_header_is_answered_501(self) -> None:
+        request = ChunkedRequest(IterUnreader([]), [("TRANSFER-ENCODING", "gzip")])
+        error = InvalidHeader("TRANSFER-ENCODING", req=request)
+        assert parse_error_answer(error) == (501, "Unsupported transfer coding: 'gzip'")
+
+    def test_a_bad_transfer_encoding_of_chunked_codings_stays_400(self) -> None:
+        request = ChunkedRequest(IterUnreader([]), [("TRANSFER-ENCODING", "chunked, chunked")])
+        assert parse_error_answer(InvalidHeader("TRANSFER-ENCODING", req=request))[0] == 400
 
 
 class TestParseErrorAnswers:

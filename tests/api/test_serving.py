@@ -255,6 +255,9 @@ def test_a_follow_stream_whose_client_has_gone_ends_and_frees_its_place(
             time.sleep(0.5)
 
 
+JSON = "Content-Type: application/json\r\n"
+
+
 def _post(body_and_headers: str) -> bytes:
     return f"POST /api/attempts HTTP/1.1\r\nHost: x\r\n{AUTH}{body_and_headers}".encode()
 
@@ -281,6 +284,30 @@ FRAMING_CASES = {
         "Invalid HTTP header name",
     ),
     "a-malformed-request-line": (b"GARBAGE\r\n\r\n", 400, "Invalid"),
+    "a-compressed-chunked-body": (
+        _post(f"{JSON}Transfer-Encoding: gzip, chunked\r\n\r\n2\r\n{{}}\r\n0\r\n\r\n"),
+        501,
+        "Unsupported transfer coding: 'gzip'",
+    ),
+    "a-compressed-body": (
+        _post(f"{JSON}Transfer-Encoding: gzip\r\nContent-Length: 2\r\n\r\n{{}}"),
+        501,
+        "Unsupported transfer coding: 'gzip'",
+    ),
+    # Answered at once: not after the body timeout, waiting for bytes it would refuse
+    "a-chunk-larger-than-a-json-body-may-be": (
+        _post(f"{JSON}Transfer-Encoding: chunked\r\n\r\nffffffffffffffffffffffff\r\n{{}}"),
+        413,
+        "this operation takes at most 1048576",
+    ),
+    "a-chunk-larger-than-an-archive-may-be": (
+        (
+            f"PUT /api/projects/p HTTP/1.1\r\nHost: x\r\n{AUTH}Content-Type: application/gzip\r\n"
+            "Transfer-Encoding: chunked\r\n\r\nffffffffffffffffffffffff\r\n\x1f\x8b"
+        ).encode(),
+        413,
+        "this operation takes at most 67108864",
+    ),
 }
 
 
@@ -291,7 +318,9 @@ class TestFraming:
     def test_a_badly_framed_request_is_answered_with_a_problem_document(
         self, api_url: str, raw: bytes, status: int, detail: str
     ) -> None:
+        began = time.monotonic()
         status_line, media_type, body = exchange(api_url, raw)
+        assert time.monotonic() - began < BODY_TIMEOUT_SECONDS
         assert status_line.startswith(f"HTTP/1.1 {status} "), status_line
         assert media_type == "application/problem+json"
         document = json.loads(body)

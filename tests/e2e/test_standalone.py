@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -202,3 +203,81 @@ def test_slow_clients_and_log_followers_cannot_take_every_api_thread(tmp_path: P
             began = time.monotonic()
             assert silent.recv(1024) == b""
             assert time.monotonic() - began < CHANNEL_TIMEOUT_SECONDS * 3
+
+
+def _post_json(headers: str) -> bytes:
+    return (
+        f"POST /api/attempts HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{headers}"
+    ).encode()
+
+
+UNREADABLE_REQUESTS = {
+    "a-chunk-size-that-is-not-hex": (
+        _post_json("Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n"),
+        400,
+    ),
+    "a-malformed-request-line": (b"GARBAGE\r\n\r\n", 400),
+    "a-content-length-that-is-not-a-number": (_post_json("Content-Length: 1x\r\n\r\n{}"), 400),
+    "a-300-kb-header": (
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 300_000 + b"\r\n\r\n",
+        431,
+    ),
+    "a-compressed-body": (_post_json("Transfer-Encoding: gzip\r\n\r\n{}"), 501),
+    "a-huge-content-length": (_post_json("Content-Length: 99999999999999\r\n\r\n{}"), 413),
+}
+
+
+def _answer(host: str, port: int, raw: bytes) -> tuple[str, dict[str, str], bytes]:
+    """Send ``raw``; the status line, headers and body of the answer."""
+    with socket.create_connection((host, port), 10.0) as client:
+        client.sendall(raw)
+        received = b""
+        while not _whole_answer(received) and (data := client.recv(65536)):
+            received += data
+    head, _, body = received.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
+    return lines[0], headers, body
+
+
+def _whole_answer(received: bytes) -> bool:
+    """Whether ``received`` holds a header block and as much body as it announces."""
+    head, found, body = received.partition(b"\r\n\r\n")
+    for line in head.decode("latin-1").split("\r\n"):
+        if found and line.lower().startswith("content-length:"):
+            return len(body) >= int(line.split(":", 1)[1])
+    return False
+
+
+def test_requests_waitress_cannot_read_are_answered_with_problem_documents(
+    tmp_path: Path,
+) -> None:
+    with running_standalone(tmp_path / "state") as standalone:
+        host, port = standalone.endpoint.removeprefix("http://").split(":")
+        for name, (raw, status) in UNREADABLE_REQUESTS.items():
+            # When a request waitress cannot read is sent
+            status_line, headers, body = _answer(host, int(port), raw)
+            # Then the answer is a problem document of the matching status
+            assert status_line.split(" ")[1] == str(status), (name, status_line)
+            assert headers.get("Content-Type") == "application/problem+json", (name, headers)
+            document = json.loads(body)
+            assert document["status"] == status, name
+            assert document["detail"], name
+        # And a body shorter than its Content-Length, then a half-close, is refused, not parsed
+        body = '{"project": "p", "workflow": "wf", "session_time": "2026-01-02T00:00:00Z"}'
+        with socket.create_connection((host, int(port)), 10.0) as client:
+            client.sendall(_post_json(f"Content-Length: 100\r\n\r\n{body}"))
+            client.shutdown(socket.SHUT_WR)
+            received = b""
+            while not _whole_answer(received) and (data := client.recv(65536)):
+                received += data
+        head, _, answer = received.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400 "), received
+        assert b"Content-Type: application/problem+json" in head
+        assert "74 of the 100 bytes" in json.loads(answer)["detail"]
+        # And one that closes outright after a short body costs nothing but its connection
+        with socket.create_connection((host, int(port)), 10.0) as client:
+            client.sendall(_post_json(f"Content-Length: 100\r\n\r\n{body}"))
+        assert httpx.get(standalone.endpoint + "/healthz", timeout=5.0).status_code == 200
+        assert "Traceback" not in standalone.output()
+        assert httpx.get(standalone.endpoint + "/api/sessions", timeout=5.0).json()["items"] == []

@@ -42,6 +42,8 @@ FOLLOW_POLL_SECONDS = 0.5
 # would take a server's CPU from every other request.
 FOLLOW_IDLE_POLL_SECONDS = 2.0
 TEXT_TYPE = "text/plain; charset=utf-8"
+# Most bytes of a log one follow event carries: a follower holds no more of it in memory.
+FOLLOW_EVENT_BYTES = 256 * 1024
 # What the agent names a run's log file: <task name>.<task id>.<lease token>.log
 _RUN_FILE = re.compile(r"\.(\d+)\.(\d+)\.log$")
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
@@ -256,12 +258,6 @@ def _parse_range(header: str, size: int) -> tuple[int, int]:
     return start, end
 
 
-def _read(path: Path, start: int, length: int) -> bytes:
-    with path.open("rb") as file:
-        file.seek(start)
-        return file.read(length)
-
-
 @dataclass(frozen=True)
 class _StreamFile:
     relative: str
@@ -348,12 +344,10 @@ def _follow(
             except OSError:
                 continue
             if position + size > sent:
-                data = _read(file.path, max(0, sent - position), position + size - sent)
-                text, used = _whole_characters(data, final=state.is_done)
-                if used:
-                    start = sent
-                    sent += used
-                    event = {"file": file.relative, "task": file.task, "offset": start}
+                unsent = _unsent_text(file.path, sent - position, size, final=state.is_done)
+                for text, start, used in unsent:
+                    sent = position + start + used
+                    event = {"file": file.relative, "task": file.task, "offset": sent - used}
                     yield _event("log", {**event, "text": text}, sent)
                 if sent < position + size:
                     break  # an unfinished character: the rest waits for the next pass
@@ -374,6 +368,31 @@ def _follow(
             min(1.5 * poll_seconds, FOLLOW_IDLE_POLL_SECONDS) if quiet else FOLLOW_POLL_SECONDS
         )
         time.sleep(min(poll_seconds, deadline - now))
+
+
+def _unsent_text(
+    path: Path, start: int, size: int, *, final: bool
+) -> Iterator[tuple[str, int, int]]:
+    """The text of ``path`` from byte ``start`` up to ``size``, at most
+    :data:`FOLLOW_EVENT_BYTES` at a time: ``(text, first byte, bytes used)``.
+
+    A UTF-8 character cut by the end of a part starts the next one; one cut by ``size``
+    is left for the next pass (unless ``final``). A follower so holds one part of a log
+    in memory, whatever the log's size.
+    """
+    try:
+        file = path.open("rb")
+    except OSError:
+        return
+    with file:
+        while start < size:
+            file.seek(start)
+            data = file.read(min(FOLLOW_EVENT_BYTES, size - start))
+            text, used = _whole_characters(data, final=final and start + len(data) >= size)
+            if not used:
+                return
+            yield text, start, used
+            start += used
 
 
 def _whole_characters(data: bytes, *, final: bool) -> tuple[str, int]:
