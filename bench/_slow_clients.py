@@ -30,7 +30,6 @@ SILENT_KINDS = ("idle", "partial", "no_body")
 class Held:
     """What the clients of one kind saw."""
 
-    connected: int = 0  # connections made, reconnections included
     open_now: int = 0  # connections (or, for follow, streams answered 200) open now
     failed: int = 0  # connections refused or answered with something else than expected
     held_seconds: list[float] = field(default_factory=list)  # until the server closed them
@@ -101,7 +100,6 @@ class SlowClients:
                 held.failed += 1
                 await asyncio.sleep(1.0)
                 continue
-            held.connected += 1
             try:
                 await self._hold(kind, held, reader, writer, payload)
             except (OSError, asyncio.IncompleteReadError):
