@@ -136,12 +136,11 @@ class LogStreamer:
             emit(batch)
             self.offset = _after(batch)
 
-    def stop(self) -> list[AgentEvent]:
+    def stop(self) -> None:
         """Stop streaming and send nothing more (the run's result is not reported)."""
         self._halt()
         with self._lock:
             self._started = None
-        return []
 
     def finish(self, emit: Emit) -> list[AgentEvent]:
         """Stop streaming and send the rest of the log through ``emit``, a batch at a

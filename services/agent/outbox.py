@@ -25,11 +25,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
 
-from shared.dispatch.events import EventStream
+from shared.dispatch.events import EventStream, retry_redis
 from shared.dispatch.leases import Lease, LeaseStore, ResultMark
 from shared.dispatch.messages import AgentEvent, TaskFinished
 
@@ -37,8 +37,6 @@ log = logging.getLogger(__name__)
 
 CHECK_SECONDS = 0.5
 """How often the outbox looks at the lease keys of the results it holds."""
-RETRY_SECONDS = 0.5
-"""How long :meth:`ResultOutbox.deliver` waits between tries while Redis is down."""
 RESEND_SECONDS = 30.0
 """How long a result whose ``done`` mark is in place may wait for the executor before it
 is sent again."""
@@ -49,6 +47,8 @@ class _Held:
     lease: Lease
     result: TaskFinished
     sent_at: float  # time.monotonic() of the last attempt to send it
+    # Events to go out before the result (the log's last chunks) until it was first sent.
+    before: list[AgentEvent] = field(default_factory=list)
 
 
 class ResultOutbox:
@@ -101,29 +101,31 @@ class ResultOutbox:
         Waiting matters to Celery: the caller acknowledges the task's message when this
         returns, and an acknowledgement tried while Redis is down can leave the worker's
         consumer deaf to the queue after Redis comes back."""
-        deadline = time.monotonic() + wait_seconds
-        sent = False
-        while not sent:
-            try:
-                pipe = self.stream.client.pipeline(transaction=False)
-                self.stream.emit([*before, result], pipe=pipe)
-                self.leases.finish(lease, self.done_mark_ms, pipe=pipe)
-                pipe.execute()
-                sent = True
-            except RedisError as exc:
-                if time.monotonic() >= deadline:
-                    log.warning(
-                        "cannot report a result yet; it waits in the outbox "
-                        "task_id=%d lease_token=%d: %s",
-                        lease.task_id,
-                        lease.token,
-                        exc,
-                    )
-                    break
-                time.sleep(RETRY_SECONDS)
+        held = _Held(lease, result, time.monotonic(), list(before))
         with self._lock:
-            self._held[(lease.task_id, lease.token)] = _Held(lease, result, time.monotonic())
-        return sent
+            self._held[(lease.task_id, lease.token)] = held
+        try:
+            retry_redis(lambda: self._send([held], mark=True), time.monotonic() + wait_seconds)
+        except RedisError as exc:
+            log.warning(
+                "cannot report a result yet; it waits in the outbox task_id=%d lease_token=%d: %s",
+                lease.task_id,
+                lease.token,
+                exc,
+            )
+            return False
+        return True
+
+    def _send(self, held: Sequence[_Held], *, mark: bool = False) -> None:
+        """Send each result after the events still held before it (and, with ``mark``,
+        turn its lease into the ``done`` mark), in one round trip."""
+        pipe = self.stream.client.pipeline(transaction=False)
+        self.stream.emit([event for h in held for event in (*h.before, h.result)], pipe=pipe)
+        for h in held if mark else ():
+            self.leases.finish(h.lease, self.done_mark_ms, pipe=pipe)
+        pipe.execute()
+        for h in held:
+            h.before, h.sent_at = [], time.monotonic()
 
     def held(self) -> list[tuple[int, int]]:
         """The ``(task id, lease token)`` of every result not settled yet."""
@@ -154,9 +156,7 @@ class ResultOutbox:
             for key in settled:
                 self._held.pop(key, None)
         if again:
-            self.stream.emit([h.result for h in again])
-            for h in again:
-                h.sent_at = now
+            self._send(again)
             if self.on_resent is not None:
                 self.on_resent(len(again))
             log.warning(

@@ -51,7 +51,7 @@ from services.agent.outbox import ResultOutbox
 from services.agent.runner import TaskRunner
 from shared.dispatch.archives import RedisArchives
 from shared.dispatch.celery_app import TASK_NAME, RedisSettings, make_celery
-from shared.dispatch.events import EventStream
+from shared.dispatch.events import EventStream, retry_redis
 from shared.dispatch.leases import Heartbeat, Lease, LeaseStore
 from shared.dispatch.messages import (
     AgentEvent,
@@ -73,8 +73,6 @@ LOOP_STALE_SECONDS = 900.0
 """How long the event loop may stand still before ``/healthz`` fails and the agent is
 restarted. The loop also stands still while Celery reconnects to Redis, and a Redis
 outage is waited out, not a reason to restart every agent: readiness goes at once."""
-
-EMIT_RETRY_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -228,35 +226,40 @@ class AgentRuntime:
             assert isinstance(event, TaskFinished)
             self.heartbeat.drop(run.lease)
             reason = run.control.reason
-            pending = streamer.finish(self._emit) if reason in (None, SHUTDOWN) else streamer.stop()
+            # One deadline for everything this report sends: the lease's lifetime.
+            deadline = time.monotonic() + self.settings.lease_ttl_seconds
+            pending = self._finish_log(streamer, deadline) if reason in (None, SHUTDOWN) else []
             if reason == SHUTDOWN:
                 released = TaskReleased(event.task_id, event.lease_token, reason)
-                self._emit([*pending, released])
+                self._emit([*pending, released], deadline)
                 self.leases.release(run.lease)
                 self.metrics.tasks.labels(outcome="released").inc()
             elif reason is not None:
                 # Someone else owns the task now (or it was killed): report nothing.
+                streamer.stop()
                 self.metrics.tasks.labels(outcome="stopped").inc()
             else:
-                wait = self.settings.lease_ttl_seconds
                 finished = streamer.describe(event)
+                wait = max(0.0, deadline - time.monotonic())
                 self.outbox.deliver(run.lease, finished, pending, wait_seconds=wait)
                 self.metrics.tasks.labels(outcome=event.outcome.value).inc()
 
         return report
 
-    def _emit(self, events: list[AgentEvent]) -> None:
-        """Send events in one round trip, retrying a Redis error while the lease would
-        still be valid."""
-        deadline = time.monotonic() + self.settings.lease_ttl_seconds
-        while True:
-            try:
-                self.stream.emit(events)
-                return
-            except RedisError:
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(EMIT_RETRY_SECONDS)
+    def _finish_log(self, streamer: LogStreamer, deadline: float) -> list[AgentEvent]:
+        """The rest of the run's log sent, but for its last events (to go out with the
+        result). Redis down until ``deadline`` costs the rest of the log, never the
+        result: that one waits in the outbox."""
+        try:
+            return streamer.finish(lambda events: self._emit(events, deadline))
+        except RedisError as exc:
+            log.warning("the rest of a log is lost: Redis cannot be reached: %s", exc)
+            return []
+
+    def _emit(self, events: list[AgentEvent], deadline: float) -> None:
+        """Send events in one round trip, trying again while Redis is down until
+        ``deadline``."""
+        retry_redis(lambda: self.stream.emit(events), deadline)
 
 
 _runtime: AgentRuntime | None = None

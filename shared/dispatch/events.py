@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from redis import Redis
 from redis.client import Pipeline
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 
 from shared.dispatch.messages import AgentEvent, WorkCommitted, event_from_json, event_to_json
 
@@ -30,6 +32,24 @@ GROUP = "executors"
 ACK_CHUNK = 1000
 STREAM_CAP = 1_000_000
 """Entries kept at most (approximately); acknowledged entries are deleted long before."""
+
+
+T = TypeVar("T")
+
+REDIS_RETRY_SECONDS = 0.5
+"""How long :func:`retry_redis` waits between tries."""
+
+
+def retry_redis(action: Callable[[], T], deadline: float) -> T:
+    """``action()``, tried again every :data:`REDIS_RETRY_SECONDS` while it raises a
+    RedisError, until ``deadline`` (``time.monotonic()``); then its last error is raised."""
+    while True:
+        try:
+            return action()
+        except RedisError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(REDIS_RETRY_SECONDS)
 
 
 class EventStream:

@@ -10,7 +10,7 @@ from services.agent import outbox as outbox_module
 from services.agent.outbox import ResultOutbox
 from shared.dispatch.events import EventReader, EventStream, decode
 from shared.dispatch.leases import Lease, LeaseStore
-from shared.dispatch.messages import Outcome, TaskFinished
+from shared.dispatch.messages import Outcome, TaskFinished, TaskLogChunk
 from tests.support.servers import find_free_port
 
 TTL_MS = 3000
@@ -140,3 +140,24 @@ class TestResultOutbox:
         assert not unreachable.deliver(Lease(7, 1, "agent-a/1"), result(), wait_seconds=0.2)
         assert unreachable.held() == [(7, 1)]
         down.close()
+
+    def test_the_last_log_chunks_of_a_result_redis_could_not_take_go_out_with_it_later(
+        self,
+        leases: LeaseStore,
+        stream: EventStream,
+        reader: EventReader,
+        redis_prefix: str,
+    ) -> None:
+        # Given a result and its log's last chunk that Redis could not take
+        down = Redis(port=find_free_port(), socket_connect_timeout=1)
+        outbox = ResultOutbox(LeaseStore(down, redis_prefix), EventStream(down, redis_prefix), 1)
+        chunk = TaskLogChunk(7, 1, "3/+wf+a.7.1.log", 0, "last words\n")
+        assert not outbox.deliver(Lease(7, 1, "agent-a/1"), result(), [chunk], wait_seconds=0.2)
+        down.close()
+        # When Redis answers again and the outbox looks
+        outbox.leases, outbox.stream = leases, stream
+        assert outbox.check() == 1
+        # Then the chunk goes out before the result, and only once
+        assert [decode(body) for _, body in reader.read(0)] == [chunk, result()]
+        assert outbox.check() == 0
+        assert reader.read(0) == []
