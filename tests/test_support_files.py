@@ -39,3 +39,11 @@ class TestMachineFiles:
     def test_unchanged_files_pass(self, tmp_path: Path) -> None:
         (tmp_path / "group").write_bytes(b"root:x:0:\n")
         assert MachineFiles.snapshot((tmp_path / "group", tmp_path / "absent")).changed() == []
+
+    def test_a_guarded_file_a_test_created_is_named_and_removed(self, tmp_path: Path) -> None:
+        absent = tmp_path / "shadow"
+        files = MachineFiles.snapshot((absent,))
+        absent.write_bytes(b"root:!:1::::::\n")
+        assert files.changed() == [absent]
+        assert not absent.exists()
+        assert files.changed() == []

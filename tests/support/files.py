@@ -64,6 +64,8 @@ class MachineFiles:
             differing.append(path)
             if before is not None:
                 path.write_bytes(before)
+            elif now is not None:
+                path.unlink()  # a test created it
         return differing
 
 
