@@ -293,7 +293,11 @@ def resume_command(
 @click.argument("project")
 @click.argument("workflow")
 @click.option("--to", "raw_to", help="Skip every session time before this one.")
-@click.option("--count", type=click.IntRange(1, 10_000), help="Skip the next N session times.")
+@click.option(
+    "--count",
+    type=click.IntRange(1, schedule_store.MAX_SKIP),
+    help="Skip the next N session times.",
+)
 @ADMIN_DATABASE_OPTION
 @client_options
 def skip_command(

@@ -87,8 +87,6 @@ end
 return 0
 """
 
-# Keep a mark longer, but only if it is still there: a mark that Redis lost meanwhile
-# (it restarted empty) must stay lost, or the reaper would trust a message that is gone.
 # An agent holding the result of ARGV[1]: 0 when the key says it is settled (applied,
 # canceled, or a newer token there), 1 while its done mark is in place, 2 when the mark
 # was gone (Redis lost it) and is put back: the caller sends the result again. A run of the
@@ -111,6 +109,8 @@ redis.call('SET', KEYS[1], ARGV[1] .. ':done', 'PX', ARGV[2])
 return 2
 """
 
+# Keep a mark longer, but only if it is still there: a mark that Redis lost meanwhile
+# (it restarted empty) must stay lost, or the reaper would trust a message that is gone.
 _CONFIRM = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])

@@ -306,7 +306,11 @@ def follow(attempt_id: int, query: FollowQuery) -> Response:
 def _take_follow_slot() -> Callable[[], None]:
     """Count one more open stream of this worker (503 past the limit); the release."""
     limit = current_app.extensions[CONFIG_KEY].max_follow_streams
-    slots = current_app.extensions.setdefault(FOLLOW_SLOTS_KEY, threading.BoundedSemaphore(limit))
+    slots = current_app.extensions.get(FOLLOW_SLOTS_KEY)
+    if slots is None:  # the first stream of this worker
+        slots = current_app.extensions.setdefault(
+            FOLLOW_SLOTS_KEY, threading.BoundedSemaphore(limit)
+        )
     if not slots.acquire(blocking=False):
         raise ApiProblem(
             503,
