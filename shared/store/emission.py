@@ -442,26 +442,19 @@ MAX_BACKFILL = 10_000
 schedule's arithmetic, and all of them are listed in the answer."""
 
 
-def backfill_times(
-    spec: ScheduleSpec, first: datetime, *, last: datetime | None = None, count: int | None = None
-) -> list[datetime]:
-    """The session times from ``first`` on: up to ``last`` (inclusive), or the next ``count``.
+def backfill_times(spec: ScheduleSpec, first: datetime, last: datetime) -> list[datetime]:
+    """The session times from ``first`` up to ``last`` (inclusive), each computed once.
 
-    Each is computed once. Raises Conflict past MAX_BACKFILL times.
+    Raises Conflict past MAX_BACKFILL times.
     """
     times: list[datetime] = []
     current = first - EPSILON
-    wanted = MAX_BACKFILL if count is None else min(count, MAX_BACKFILL)
-    while True:
-        following = spec.next_session_time(current)
-        if following is None or (last is not None and following > last):
-            return times
-        if len(times) == wanted:
-            if count is None or count > MAX_BACKFILL:
-                raise Conflict(f"the backfill range holds more than {MAX_BACKFILL} session times")
-            return times
+    while (following := spec.next_session_time(current)) is not None and following <= last:
+        if len(times) == MAX_BACKFILL:
+            raise Conflict(f"the backfill range holds more than {MAX_BACKFILL} session times")
         times.append(following)
         current = following
+    return times
 
 
 def backfill(
@@ -484,7 +477,7 @@ def backfill(
     if last < first:
         raise Conflict("the backfill range ends before it starts")
     if times is None:
-        times = backfill_times(row.schedule, first, last=last)
+        times = backfill_times(row.schedule, first, last)
     existing = _existing_session_times(conn, row, first, last)
     wanted = [t for t in times if t not in existing]
     if dry_run or not wanted:

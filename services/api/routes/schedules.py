@@ -284,10 +284,11 @@ def _backfill_range(
         if last > now:
             raise InvalidBody("/to", "must not be in the future: a backfill runs past times")
         try:
-            return first, last, emission_store.backfill_times(row.schedule, first, last=last)
+            return first, last, emission_store.backfill_times(row.schedule, first, last)
         except Conflict as exc:  # a range of more session times than one backfill makes
             raise InvalidBody("/to", str(exc)) from None
-    times = emission_store.backfill_times(row.schedule, first, count=body.count)
+    assert body.count is not None  # the model takes exactly one of `to` and `count`
+    times = row.schedule.session_times(first - schedule_store.EPSILON, body.count)
     if not times:
         raise InvalidBody("/from", "the schedule has no session time from then on")
     if times[-1] > now:
