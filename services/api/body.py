@@ -14,10 +14,9 @@ from flask import Request, current_app, request
 
 from services.api.errors import ApiProblem, InvalidBody, InvalidParameter, json_pointer
 from services.api.framing import limit_body
-from shared.dsl.names import text_problem
+from shared.domain.storable import MAX_INTEGER, text_problem
 
 MAX_JSON_DEPTH = 32
-MAX_INTEGER = 2**63 - 1
 BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 BINARY_BODY_ATTRIBUTE = "tickwork_binary_body"
 ARCHIVE_SCHEMA = {"type": "string", "format": "binary"}

@@ -13,10 +13,11 @@ from sqlalchemy import ColumnElement, Connection, Row, Select
 
 from services.api.errors import InvalidParameter
 from services.api.models import RequestQuery
+from shared.domain.storable import MAX_INTEGER
 from shared.store.paging import fetch_keyset_page
 
 DEFAULT_LIMIT = 100
-MAX_ID = 2**63 - 1
+MAX_ID = MAX_INTEGER  # ids are 64-bit integers
 CURSOR_PREFIX = "k1:"
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from shared.dsl.names import text_problem
+from shared.domain.storable import MAX_INTEGER, text_problem
 from shared.errors import InvalidWorkflow, Problem
 
 _MAP_TAG = "tag:yaml.org,2002:map"
@@ -344,7 +344,6 @@ def _construct_text(loader: _WorkflowLoader, node: yaml.ScalarNode) -> str:
 
 _WorkflowLoader.add_constructor(_STR_TAG, _construct_text)
 
-MAX_INTEGER = 2**63 - 1
 MAX_INTEGER_CHARS = 200  # past any 64-bit literal, even 0b digits with "_" separators
 
 

@@ -61,14 +61,3 @@ def _shown_character(character: str) -> str:
         return character
     code = ord(character)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def text_problem(value: str) -> str | None:
-    """Why ``value`` cannot be stored as text (NUL, lone surrogate), or None if it can."""
-    if "\x00" in value:
-        return "must not contain NUL characters"
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return "must not contain lone surrogates (invalid Unicode)"
-    return None
