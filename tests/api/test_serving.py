@@ -18,6 +18,7 @@ from sqlalchemy import create_engine, text
 from shared.store.tables import task_logs, tasks
 from tests.api._seed import NOW, THREE_STEPS, add_project
 from tests.api._server import TOKEN, migrated, serving, wait_until_healthy
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -212,7 +213,13 @@ def test_a_request_waiting_on_the_database_does_not_hold_up_its_worker(
                 # When a session list waits for the lock
                 with ThreadPoolExecutor(1) as pool:
                     listing = pool.submit(client.get, "/api/sessions", headers=headers)
-                    time.sleep(0.5)
+
+                    def the_list_waits_for_the_lock() -> bool:
+                        with engine.connect() as watcher:
+                            waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted"
+                            return bool(watcher.execute(text(waiting)).scalar_one())
+
+                    wait_until("the list waits for the lock", the_list_waits_for_the_lock, 10)
                     assert not listing.done()
                     # Then the same worker still answers other requests
                     started = time.monotonic()
@@ -244,15 +251,14 @@ def test_a_follow_stream_whose_client_has_gone_ends_and_frees_its_place(
             assert first.recv(64).startswith(b"HTTP/1.1 200 ")
             headers = {"Authorization": f"Bearer {TOKEN}"}
             assert httpx.get(f"{base_url}{follow}", headers=headers).status_code == 503
+
         # When its client goes away without a word
         # Then the server notices within a few quiet passes, and a new stream may open
-        deadline = time.monotonic() + 15
-        while True:
+        def a_new_stream_opens() -> bool:
             with connect(base_url, request) as again:
-                if again.recv(64).startswith(b"HTTP/1.1 200 "):
-                    break
-            assert time.monotonic() < deadline, "the gone stream still holds its place"
-            time.sleep(0.5)
+                return again.recv(64).startswith(b"HTTP/1.1 200 ")
+
+        wait_until("the gone stream frees its place", a_new_stream_opens, 15, poll=0.5)
 
 
 JSON = "Content-Type: application/json\r\n"
