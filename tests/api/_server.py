@@ -4,31 +4,23 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-import pytest
 
 from shared.store.engine import create_store_engine
 from shared.store.migrate import upgrade_database
+from tests.support.servers import find_free_port
+from tests.support.waiting import wait_until
 
 TOKEN = "server-admin-token"
 START_SECONDS = 30
 STOP_SECONDS = 30
 TICKWORK = [sys.executable, "-c", "from services.cli import main; main()"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def environment(database_url: str, **extra: str) -> dict[str, str]:
@@ -50,7 +42,7 @@ def serving(
     database_url: str, tmp_path: Path, *options: str, **env: str
 ) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     """``tickwork api --workers 2 OPTIONS`` with an admin token; killed afterwards."""
-    port = free_port()
+    port = find_free_port()
     env = environment(
         database_url,
         TICKWORK_API_TOKENS=f"admin:{TOKEN}",
@@ -70,13 +62,11 @@ def serving(
 
 
 def wait_until_healthy(base_url: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + START_SECONDS
-    while time.monotonic() < deadline:
+    def healthy() -> bool:
         assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
         try:
-            if httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200:
-                return
+            return httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200
         except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    pytest.fail(f"the API did not answer /healthz within {START_SECONDS}s")
+            return False
+
+    wait_until("the API answers /healthz", healthy, START_SECONDS, poll=0.2)
