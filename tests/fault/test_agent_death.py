@@ -25,7 +25,8 @@ import pytest
 from tests.fault._cluster import (
     STOP_TIMEOUT_SECONDS,
     Cluster,
-    process_state,
+    command_line,
+    is_running,
     session_of,
     workflow_text,
 )
@@ -77,18 +78,13 @@ def processes_of_run(mark: str, token: int) -> list[int]:
                 f"MARK={mark}" in environment or mark.encode() in (entry / "cmdline").read_bytes()
             )
             started = f"TICKWORK_LEASE_TOKEN={token}" in environment
-            if marked and started and process_state(pid) not in (None, "Z", "X"):
+            if marked and started and is_running(pid):
                 found.append(pid)
     return found
 
 
 def describe(pids: list[int]) -> str:
-    lines = []
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-            lines.append(f"  {pid}: {command.decode(errors='replace')[:120]}")
-    return "\n".join(lines)
+    return "\n".join(f"  {pid}: {' '.join(command_line(pid))[:120]}" for pid in pids)
 
 
 def kill_all(pids: list[int]) -> None:
@@ -99,13 +95,7 @@ def kill_all(pids: list[int]) -> None:
 
 def sleepers(mark: str, token: int) -> list[int]:
     """The run's ``sleep`` processes: one per way of forking, once all three started."""
-    return [pid for pid in processes_of_run(mark, token) if _is_sleep(pid)]
-
-
-def _is_sleep(pid: int) -> bool:
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] == b"sleep"
-    return False
+    return [pid for pid in processes_of_run(mark, token) if command_line(pid)[:1] == ["sleep"]]
 
 
 @pytest.mark.timeout(60)
