@@ -169,6 +169,7 @@ class TestDyingWithTheAgent:
         command = f"{ESCAPE}; sleep 30 | cat & sh -c 'sleep 30; echo' & {BACKGROUND}; wait"
         agent = start_agent(tmp_path, command)
         leftovers.extend(pids_in(tmp_path, "escaped", "background"))
+        leftovers.append(agent.pid)  # killed however the test ends
         wait_until("the chain and the pipeline run", lambda: len(sleeps_below(agent)) >= 3, 5)
         leftovers.extend(task_processes(agent))
 
@@ -190,8 +191,9 @@ class TestDyingWithTheAgent:
         # signal when the thread that forked exits, not only when the process does)
         agent = start_agent(tmp_path, f"{BACKGROUND}; wait", from_thread=True)
         leftovers.extend(pids_in(tmp_path, "background"))
+        leftovers.append(agent.pid)  # killed however the test ends
         wait_until("the thread ended", (tmp_path / "thread-ended").exists, 5)
-        time.sleep(0.2)  # the supervisor handles the signal
+        time.sleep(0.2)  # a grace for a wrong death to show: there is nothing to wait for
 
         # Then the task keeps running while the agent lives
         assert is_running(leftovers[0])
