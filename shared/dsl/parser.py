@@ -202,16 +202,16 @@ class _ProjectParser:
         if path in self.parsed:
             return self.parsed[path]
         name = self.relative_name(path)
+        text, problem = "", None
         try:
             if too_large := file_size_problem(path):
-                raise InvalidWorkflow([Problem(name, None, f"the file {too_large}")])
-            text = path.read_text(encoding="utf-8")
-        except InvalidWorkflow as exc:
-            self.problems.extend(exc.problems)
-            self.parsed[path] = None
-            return None
+                problem = Problem(name, None, f"the file {too_large}")
+            else:
+                text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            self.problems.append(Problem(name, None, f"cannot read the file: {exc}"))
+            problem = Problem(name, None, f"cannot read the file: {exc}")
+        if problem is not None:
+            self.problems.append(problem)
             self.parsed[path] = None
             return None
         return self.parse_text(text, name, path)
