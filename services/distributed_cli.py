@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import click
 from redis.exceptions import RedisError
 
-from services.agent.log_stream import DEFAULT_LOG_HEAD_BYTES, DEFAULT_LOG_TAIL_BYTES
+from services.agent.log_limits import DEFAULT_LOG_HEAD_BYTES, DEFAULT_LOG_TAIL_BYTES, LogLimits
 from services.cli_support import fail, printable_url
 from services.client_admin import ADMIN_EPILOG, kill_via_api
 from services.client_support import client_options
@@ -279,7 +279,6 @@ def agent_command(
     log_level: str,
 ) -> None:
     """Run an agent: a Celery worker that runs tasks under leases. It needs Redis only."""
-    from services.agent.log_stream import LogLimits
     from services.agent.metrics import AgentMetrics
     from services.agent.operators.base import ResourceLimits
     from services.agent.worker import AgentSettings, agent_health, run_agent

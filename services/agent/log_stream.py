@@ -24,6 +24,7 @@ from pathlib import Path
 
 from redis.exceptions import RedisError
 
+from services.agent.log_limits import LogLimits
 from shared.dispatch.events import EventStream
 from shared.dispatch.messages import (
     AgentEvent,
@@ -39,20 +40,10 @@ LOG_CHUNK_BYTES = 256 * 1024
 """Bytes of a log in one event."""
 LOG_BATCH_CHUNKS = 4
 """Log events per Redis round trip: the most of a log held in memory at once."""
-DEFAULT_LOG_HEAD_BYTES = 32 * 1024 * 1024
-DEFAULT_LOG_TAIL_BYTES = 32 * 1024 * 1024
 LOG_POLL_SECONDS = 0.5
 STARTED_HOLD_SECONDS = 0.05
 
 Emit = Callable[[list[AgentEvent]], None]
-
-
-@dataclass(frozen=True)
-class LogLimits:
-    """How much of a run's log is kept: its first ``head_bytes`` and last ``tail_bytes``."""
-
-    head_bytes: int = DEFAULT_LOG_HEAD_BYTES
-    tail_bytes: int = DEFAULT_LOG_TAIL_BYTES
 
 
 def cut_marker(cut_bytes: int, *, at_line_start: bool) -> bytes:

@@ -44,7 +44,8 @@ from celery import signals as celery_signals
 from redis.exceptions import RedisError
 
 from services.agent.archives import ArchiveCache
-from services.agent.log_stream import LogLimits, LogStreamer, remove_dead_spools, remove_spool
+from services.agent.log_limits import LogLimits
+from services.agent.log_stream import LogStreamer, remove_dead_spools, remove_spool
 from services.agent.metrics import AgentMetrics
 from services.agent.operators.base import ResourceLimits, RunControl
 from services.agent.outbox import ResultOutbox

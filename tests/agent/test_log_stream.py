@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from services.agent.log_stream import LogLimits, cut_marker
+from services.agent.log_limits import LogLimits
+from services.agent.log_stream import cut_marker
 from services.agent.metrics import AgentMetrics
 from services.agent.worker import AgentRuntime, AgentSettings
 from shared.dispatch.celery_app import RedisSettings
