@@ -371,7 +371,7 @@ def skip_schedule(
             .where(schedules.c.id == schedule_id)
             .values(
                 last_session_time=skipped[-1],
-                next_schedule_time=spec.next_session_time(skipped[-1]),
+                next_schedule_time=following,  # the loop stopped after skipped[-1]
                 next_run_time=now,
                 updated_at=now,
             )
