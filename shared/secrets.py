@@ -21,6 +21,7 @@ from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken
 
+from shared.domain.operators import secret_params
 from shared.errors import InvalidInput, Problem, TickworkError
 
 SECRET_KEY_VARIABLE = "TICKWORK_SECRET_KEY"
@@ -33,10 +34,7 @@ MIN_PASSPHRASE_CHARS = 16
 _KDF_SALT = b"tickwork-secrets-v1"  # fixed: the key must be derivable again from the phrase
 _KDF_ITERATIONS = 200_000
 WHERE_ALLOWED = "secrets may be used only in sh> commands, _env and http> headers"
-SECRET_PARAMS: dict[str, tuple[str, ...]] = {
-    "http": ("headers",),
-    "mail": ("host", "port", "username", "password", "tls", "ssl"),
-}
+SECRET_PARAMS: dict[str, tuple[str, ...]] = secret_params()
 """The params of an operator where ``${secret:name}`` may stand, besides ``sh>`` commands
 and ``_env`` values."""
 

@@ -29,13 +29,13 @@ from shared.dispatch.messages import (
 )
 from shared.dispatch.seam import Dispatcher
 from shared.domain.control import (
-    CONTROL_OPERATORS,
     BadControl,
     expand,
     parallel_flag,
     wait_seconds,
 )
 from shared.domain.expressions import escape, render
+from shared.domain.operators import executor_operators
 from shared.domain.schedule import ScheduleSpec
 from shared.domain.states import TIMED_TASK_STATES, AttemptState, TaskState
 from shared.domain.workflow import TaskSpec, WorkflowDefinition
@@ -67,7 +67,7 @@ REAP_BATCH = 5000
 MAX_TASKS_PER_ATTEMPT = 10_000
 """Tasks one attempt may have, generated ones included (configurable)."""
 
-EXECUTOR_OPERATORS = frozenset({"call", "nop", "wait", "require", *CONTROL_OPERATORS})
+EXECUTOR_OPERATORS = executor_operators()
 """Operators the executor runs itself, without an agent."""
 
 

@@ -23,9 +23,11 @@ from typing import Any
 from urllib.parse import quote
 
 from shared.domain.durations import BadDuration, parse_duration
+from shared.domain.operators import control_operators
 from shared.domain.workflow import TaskSpec
 
-CONTROL_OPERATORS = ("loop", "for_each", "for_range", "if")
+CONTROL_OPERATORS = control_operators()
+"""The operators this module expands (declared in :mod:`shared.domain.operators`)."""
 MAX_ITERATIONS = 10_000
 """Iterations one control task may generate; more is an error, not a silent cut."""
 MAX_WAIT_SECONDS = 31 * 24 * 3600

@@ -8,27 +8,13 @@ from enum import StrEnum
 from typing import Any
 
 from shared.domain.delays import StartRule
+from shared.domain.operators import operator_names
 
-OPERATORS = (
-    "echo",
-    "sh",
-    "py",
-    "call",
-    "fail",
-    "nop",
-    "wait",
-    "http",
-    "require",
-    "mail",
-    "loop",
-    "for_each",
-    "for_range",
-    "if",
-)
+OPERATORS = operator_names()
+"""Operator types this version runs (declared in :mod:`shared.domain.operators`)."""
 
 QUEUE_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 """What a ``_queue`` (and an agent's ``--queues``) may be called."""
-"""Operator types this version runs; `call` is expanded by the executor, the rest by agents."""
 
 
 MAX_INTERVAL_SECONDS = 7 * 24 * 3600

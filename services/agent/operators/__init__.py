@@ -1,4 +1,9 @@
-"""The operators agents run, by type name (``call>`` is expanded by the executor)."""
+"""The implementations of the operators agents run, by registry name.
+
+Which operators exist, and which of them run on an agent, is declared once in
+:mod:`shared.domain.operators`; this table maps each agent-run name to its function
+(``tests/agent/test_operator_table.py`` checks that the two agree both ways).
+"""
 
 from __future__ import annotations
 

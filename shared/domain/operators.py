@@ -1,0 +1,179 @@
+"""The operator registry: every operator a workflow may name, declared once.
+
+Each :class:`OperatorSpec` says where the operator runs (the executor itself, or an agent),
+what its command must be (the parser checks it, see :mod:`shared.dsl.operator_options`),
+which of its params may hold ``${secret:name}`` references, and, for the control
+operators, which branches (``_do``, ``_else_do``) and ``_parallel`` it takes. The parser,
+the executor and the agent read this table; adding an operator is one entry here plus its
+implementation (a branch of the executor, or a function in the agent's operator table).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+
+
+class RunsOn(StrEnum):
+    """Where an operator task is run."""
+
+    EXECUTOR = "executor"  # the executor runs it itself, without an agent
+    AGENT = "agent"  # an agent takes it from a queue and runs it in a child process
+
+
+class CommandKind(StrEnum):
+    """What the value after ``name>`` (or ``_command``) must be."""
+
+    IGNORED = "ignored"  # anything; dropped (``nop>:``, as in Digdag)
+    TEXT = "text"  # a string (a number becomes one); its ``${...}`` must parse
+    PY_TARGET = "py_target"  # ``module.function``
+    DURATION = "duration"  # ``10s``, ``1h30m`` or seconds; ``${...}`` checked when rendered
+    WORKFLOW_FILE = "workflow_file"  # a workflow file of the project, read when parsing
+    CONTROL_VALUE = "control_value"  # a count, mapping or boolean, or ``${...}`` giving one
+
+
+@dataclass(frozen=True)
+class ControlShape:
+    """The subtasks a control operator takes: ``_do`` always, ``_else_do`` on ``if>`` only;
+    ``_parallel`` applies to its iterations unless ``takes_parallel`` is false."""
+
+    takes_else_do: bool = False
+    takes_parallel: bool = True
+
+
+@dataclass(frozen=True)
+class OperatorSpec:
+    """One operator: ``name`` (written ``name>``), where it runs, its command's kind, and the
+    params where ``${secret:name}`` may stand.
+
+    ``secrets_in_command`` allows references in the command itself (``sh>``);
+    ``implicit_secret_prefix`` names the project secrets the operator reads without a
+    reference (``mail.host``…, as Digdag's operators do); ``control`` is set on the
+    operators that generate subtasks from ``_do``/``_else_do``.
+    """
+
+    name: str
+    runs_on: RunsOn
+    command: CommandKind
+    doc: str
+    secret_params: tuple[str, ...] = ()
+    secrets_in_command: bool = False
+    implicit_secret_prefix: str | None = None
+    control: ControlShape | None = None
+
+    @property
+    def key(self) -> str:
+        """How a workflow names it: ``name>``."""
+        return f"{self.name}>"
+
+
+_LOOP = ControlShape()
+
+_SPECS = (
+    OperatorSpec("echo", RunsOn.AGENT, CommandKind.TEXT, "writes its message to the task's log"),
+    OperatorSpec(
+        "sh",
+        RunsOn.AGENT,
+        CommandKind.TEXT,
+        "runs a shell command",
+        secrets_in_command=True,
+    ),
+    OperatorSpec("py", RunsOn.AGENT, CommandKind.PY_TARGET, "calls a Python function"),
+    OperatorSpec(
+        "call", RunsOn.EXECUTOR, CommandKind.WORKFLOW_FILE, "embeds another workflow file"
+    ),
+    OperatorSpec("fail", RunsOn.AGENT, CommandKind.TEXT, "fails with its message"),
+    OperatorSpec("nop", RunsOn.EXECUTOR, CommandKind.IGNORED, "does nothing and succeeds"),
+    OperatorSpec("wait", RunsOn.EXECUTOR, CommandKind.DURATION, "waits, holding no agent"),
+    OperatorSpec(
+        "http",
+        RunsOn.AGENT,
+        CommandKind.TEXT,
+        "sends an HTTP request",
+        secret_params=("headers",),
+        implicit_secret_prefix="http.",
+    ),
+    OperatorSpec("require", RunsOn.EXECUTOR, CommandKind.TEXT, "runs another workflow's session"),
+    OperatorSpec(
+        "mail",
+        RunsOn.AGENT,
+        CommandKind.TEXT,
+        "sends an email",
+        secret_params=("host", "port", "username", "password", "tls", "ssl"),
+        implicit_secret_prefix="mail.",
+    ),
+    OperatorSpec(
+        "loop", RunsOn.EXECUTOR, CommandKind.CONTROL_VALUE, "runs _do N times", control=_LOOP
+    ),
+    OperatorSpec(
+        "for_each",
+        RunsOn.EXECUTOR,
+        CommandKind.CONTROL_VALUE,
+        "runs _do for each combination of values",
+        control=_LOOP,
+    ),
+    OperatorSpec(
+        "for_range",
+        RunsOn.EXECUTOR,
+        CommandKind.CONTROL_VALUE,
+        "runs _do for each slice of a range",
+        control=_LOOP,
+    ),
+    OperatorSpec(
+        "if",
+        RunsOn.EXECUTOR,
+        CommandKind.CONTROL_VALUE,
+        "runs _do when true, _else_do when false",
+        control=ControlShape(takes_else_do=True, takes_parallel=False),
+    ),
+)
+
+REGISTRY: Mapping[str, OperatorSpec] = MappingProxyType({spec.name: spec for spec in _SPECS})
+"""Every operator by name, in the order the documentation lists them."""
+
+
+def find_operator(name: object) -> OperatorSpec | None:
+    """The operator called ``name``, or None when there is none."""
+    return REGISTRY.get(name) if isinstance(name, str) else None
+
+
+def operator_names() -> tuple[str, ...]:
+    """Every operator's name."""
+    return tuple(REGISTRY)
+
+
+def runs_on(name: str) -> RunsOn | None:
+    """Where the operator ``name`` runs; None for a name the registry does not know."""
+    spec = REGISTRY.get(name)
+    return None if spec is None else spec.runs_on
+
+
+def executor_operators() -> frozenset[str]:
+    """The operators the executor runs itself, without an agent."""
+    return frozenset(n for n, spec in REGISTRY.items() if spec.runs_on is RunsOn.EXECUTOR)
+
+
+def agent_operators() -> frozenset[str]:
+    """The operators agents run (each has an implementation in the agent's table)."""
+    return frozenset(n for n, spec in REGISTRY.items() if spec.runs_on is RunsOn.AGENT)
+
+
+def control_operators() -> tuple[str, ...]:
+    """The operators that generate subtasks from ``_do`` (and ``_else_do``)."""
+    return tuple(n for n, spec in REGISTRY.items() if spec.control is not None)
+
+
+def secret_params() -> dict[str, tuple[str, ...]]:
+    """For each operator that has some, the params where ``${secret:name}`` may stand."""
+    return {n: spec.secret_params for n, spec in REGISTRY.items() if spec.secret_params}
+
+
+def implicit_secret_prefixes() -> dict[str, str]:
+    """For each operator that reads secrets without a reference, the prefix of their names."""
+    return {
+        n: spec.implicit_secret_prefix
+        for n, spec in REGISTRY.items()
+        if spec.implicit_secret_prefix is not None
+    }

@@ -1,0 +1,116 @@
+"""Checking an operator task's options against its entry in the operator registry.
+
+The registry (:mod:`shared.domain.operators`) says what each operator's command must be,
+where secrets may stand and which control directives it takes; this module checks a
+task body written in a workflow file against that, reporting with file and line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from shared.domain.control import MAX_WAIT_SECONDS
+from shared.domain.durations import BadDuration, parse_duration
+from shared.domain.operators import REGISTRY, CommandKind, ControlShape, OperatorSpec
+from shared.domain.workflow import TaskSpec
+from shared.dsl.loader import LineMap
+from shared.dsl.reporting import Reporter, Where, describe, plain
+from shared.dsl.task_directives import read_parallel
+
+CONTROL_DIRECTIVES = ("_do", "_else_do", "_parallel")
+"""The directives a control operator (``loop>``, ``if>``…) takes besides the usual ones."""
+PY_TARGET = re.compile(r"\A[A-Za-z_][\w.]*\.[A-Za-z_]\w*\Z")
+OPERATOR_KEYS = tuple(spec.key for spec in REGISTRY.values())
+"""Every operator as a workflow writes it (``sh>``), for "did you mean" hints."""
+_ELSE_DO_OPERATORS = " or ".join(
+    f"'{spec.key}'" for spec in REGISTRY.values() if spec.control and spec.control.takes_else_do
+)
+
+ReadBody = Callable[[str, str, LineMap, Where], TaskSpec | None]
+"""Reads the task or group under a directive: (task name, directive, body, where)."""
+
+
+def extra_directives(spec: OperatorSpec | None) -> tuple[str, ...]:
+    """The directives an operator task takes besides every task's (none if unknown)."""
+    return CONTROL_DIRECTIVES if spec is not None and spec.control is not None else ()
+
+
+def param_takes_secrets(spec: OperatorSpec | None, key: str) -> bool:
+    """Whether ``${secret:name}`` may stand in the param ``key`` of the operator."""
+    return spec is not None and key in spec.secret_params
+
+
+def check_command(
+    reporter: Reporter, spec: OperatorSpec, command: Any, line: int, where: Where
+) -> Any:
+    """The command to store for ``spec``, reporting what its kind does not accept.
+
+    ``call>`` (a workflow file to read) is the parser's; this handles every other kind.
+    """
+    kind = spec.command
+    if kind is CommandKind.IGNORED:
+        return None  # `nop>:` takes no command; whatever follows is ignored, as in Digdag
+    if kind is CommandKind.DURATION and not (isinstance(command, str) and "${" in command):
+        try:
+            parse_duration(command, maximum=MAX_WAIT_SECONDS)
+        except BadDuration as exc:
+            reporter.report(where, line, f"'{spec.key}' {exc}")
+        return command
+    if kind is CommandKind.CONTROL_VALUE:
+        # A count, a mapping or a boolean, or ${...} giving one: checked once rendered.
+        if isinstance(command, LineMap):
+            reporter.check_values(command, line, where)
+            return plain(command)
+        if isinstance(command, str):
+            reporter.check_values(command, line, where)
+        return command
+    if kind is CommandKind.PY_TARGET:
+        if not isinstance(command, str) or not PY_TARGET.fullmatch(command):
+            reporter.report(where, line, f"'{spec.key}' needs module.function, got {command!r}")
+        return command
+    # TEXT, and a DURATION given as ${...} (checked once rendered)
+    if isinstance(command, int | float) and not isinstance(command, bool):
+        command = str(command)
+    if not isinstance(command, str):
+        reporter.report(where, line, f"'{spec.key}' needs a string, got {describe(command)}")
+        return command
+    reporter.check_values(command, line, where, secrets_allowed=spec.secrets_in_command)
+    return command
+
+
+def read_control(
+    reporter: Reporter,
+    spec: OperatorSpec,
+    shape: ControlShape,
+    task_name: str,
+    body: LineMap,
+    where: Where,
+    read_body: ReadBody,
+) -> dict[str, Any]:
+    """``_do``, ``_else_do`` and ``_parallel`` of a control operator, as TaskSpec fields."""
+    fields: dict[str, Any] = {}
+    outside = replace(where, in_parallel=False)
+    if "_do" in body:
+        fields["do"] = read_body("+do", "_do", body, outside)
+    if "_else_do" in body and not shape.takes_else_do:
+        message = f"'_else_do' is only valid on {_ELSE_DO_OPERATORS}"
+        reporter.report(where, body.line_of("_else_do"), message)
+    elif "_else_do" in body:
+        fields["else_do"] = read_body("+else_do", "_else_do", body, outside)
+    if "_do" not in body and "_else_do" not in body:
+        needs = "'_do' or '_else_do'" if shape.takes_else_do else "'_do'"
+        message = f"'{spec.key}' in '{task_name}' needs {needs}"
+        reporter.report(where, body.line_of(spec.key), message)
+    if "_parallel" in body:
+        if not shape.takes_parallel:
+            message = f"'_parallel' is not valid on '{spec.key}'"
+            reporter.report(where, body.line_of("_parallel"), message)
+        elif isinstance(body["_parallel"], str) and "${" in body["_parallel"]:
+            reporter.check_values(body["_parallel"], body.line_of("_parallel"), where)
+            fields["parallel_expr"] = body["_parallel"]
+        else:
+            fields["parallel"], fields["parallel_limit"] = read_parallel(reporter, body, where)
+    return fields
