@@ -67,6 +67,11 @@ class InvalidExpression(TickworkError):
     """Raised when a ``${...}`` expression cannot be parsed or refers to an unknown name."""
 
 
+class UnknownValue(TickworkError, ValueError):
+    """Raised when a value of a closed set (a state, a policy, a reason) read from stored
+    data or a message is none of its values; the message names where it was read."""
+
+
 class InvalidConfig(TickworkError):
     """Raised when an environment variable holds a value of the wrong form."""
 

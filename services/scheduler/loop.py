@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import assert_never
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -27,6 +28,7 @@ from services.scheduler.metrics import SchedulerMetrics
 from shared.clock import Clock, SystemClock
 from shared.domain.catchup import MissedRange, Pass, Span, plan_pass
 from shared.domain.schedule import DEFAULT_MAX_ACTIVE, ScheduleSpec
+from shared.domain.schedule_policies import MissedReason, Overlap
 from shared.domain.states import AttemptState
 from shared.health import LoopHealth
 from shared.store import emission as emission_store
@@ -343,26 +345,29 @@ def _apply_overlap(emission: _Emission, counts: tuple[int, int]) -> None:
     active, waiting = counts
     skipped: list[datetime] = []
     for session_time in emission.plan.emit:
-        if spec.overlap == "allow":
-            start = active < spec.max_active and waiting == 0
-        elif spec.overlap == "skip":
-            start = active + waiting == 0
-            if not start:
-                skipped.append(session_time)
-                continue
-        else:  # buffer_one
-            start = active == 0 and waiting == 0
-            if not start and waiting > 0:
-                skipped.append(session_time)
-                continue
+        match spec.overlap:
+            case Overlap.ALLOW:
+                start = active < spec.max_active and waiting == 0
+            case Overlap.SKIP:
+                start = active + waiting == 0
+                if not start:
+                    skipped.append(session_time)
+                    continue
+            case Overlap.BUFFER_ONE:
+                start = active == 0 and waiting == 0
+                if not start and waiting > 0:
+                    skipped.append(session_time)
+                    continue
+            case unknown:
+                assert_never(unknown)
         state = AttemptState.CREATED if start else AttemptState.WAITING
         active, waiting = (active + 1, waiting) if start else (active, waiting + 1)
         emission.new.append(NewSession.of(row, session_time, state))
     if skipped:
-        emission.missed.extend(_ranges(skipped, "overlap"))
+        emission.missed.extend(_ranges(skipped, MissedReason.OVERLAP))
 
 
-def _ranges(times: Sequence[datetime], reason: str) -> list[MissedRange]:
+def _ranges(times: Sequence[datetime], reason: MissedReason) -> list[MissedRange]:
     """Missed times as one range each (overlap skips are rarely consecutive)."""
     return [MissedRange(t, t, 1, reason) for t in times]
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from shared.domain.schedule import ScheduleSpec
+from shared.domain.schedule_policies import Catchup, MissedReason
 
 # A time at most this far past its run time is live, not a catch-up.
 LIVE_GRACE = timedelta(seconds=60)
@@ -23,12 +24,12 @@ COUNT_CAP = 100_000
 
 @dataclass(frozen=True)
 class MissedRange:
-    """Consecutive session times not emitted, and why (``catchup``, ``overlap``, ...)."""
+    """Consecutive session times not emitted, and why."""
 
     first: datetime
     last: datetime
     count: int | None
-    reason: str
+    reason: MissedReason
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ def _drop_late(
     # Times due while the schedule was inactive never happen: they are not missed.
     for low, high in _active_ranges(spec, first, last, spans):
         count = spec.count_between(low, high, COUNT_CAP)
-        result.missed.append(MissedRange(low, high, count, "catchup"))
+        result.missed.append(MissedRange(low, high, count, MissedReason.CATCHUP))
     result.checkpoint = last
     return last
 
@@ -160,9 +161,9 @@ def _oldest_wanted_run(
     bounds: list[datetime] = []
     if spec.catchup_window_seconds is not None:
         bounds.append(now - timedelta(seconds=spec.catchup_window_seconds))
-    if spec.catchup == "none":
+    if spec.catchup is Catchup.NONE:
         bounds.append(now - LIVE_GRACE)
-    keep = 1 if spec.catchup == "latest" else spec.max_catchup
+    keep = 1 if spec.catchup is Catchup.LATEST else spec.max_catchup
     if keep is not None:
         current = _newest_not_kept(spec, checkpoint, now, seed, spans, keep)
         if current is not None and current > checkpoint:

@@ -18,13 +18,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, date, datetime, time, timedelta
 from functools import cached_property, lru_cache
-from typing import Any
+from typing import Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
 from shared.domain.durations import BadDuration, parse_duration
 from shared.domain.instants import EARLIEST, LATEST
+from shared.domain.schedule_policies import Catchup, Overlap
 from shared.domain.session_times import CronTimes, IntervalTimes, TimeSource
 from shared.errors import InvalidSchedule
 
@@ -39,8 +40,8 @@ CRON_ALIASES = {
 }
 WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 FULL_WEEKDAYS = ("sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday")
-CATCHUP_POLICIES = ("all", "latest", "none")
-OVERLAP_POLICIES = ("allow", "skip", "buffer_one")
+CATCHUP_POLICIES = tuple(policy.value for policy in Catchup)
+OVERLAP_POLICIES = tuple(policy.value for policy in Overlap)
 OPTIONS = (
     "delay",
     "start",
@@ -63,6 +64,7 @@ _YEAR_SECONDS = 366 * 86400
 _CRON_TOKEN = re.compile(r"\A(\*|\d+|\d*L|L\d|\d+W|LW|[A-Za-z]{3})\Z")
 _UTC_OFFSET = re.compile(r"\A([+-])(\d{2}):00\Z")
 _FIELD_NAMES = "minute hour day-of-month month day-of-week"
+P = TypeVar("P", Catchup, Overlap)
 
 
 @dataclass(frozen=True)
@@ -86,11 +88,17 @@ class ScheduleSpec:
     interval_seconds: int | None = None
     offset_seconds: int = 0
     jitter_seconds: int = 0
-    catchup: str = "all"
+    catchup: Catchup = Catchup.ALL
     catchup_window_seconds: int | None = DEFAULT_CATCHUP_WINDOW
     max_catchup: int | None = None
-    overlap: str = "allow"
+    overlap: Overlap = Overlap.ALLOW
     max_active: int = DEFAULT_MAX_ACTIVE
+
+    def __post_init__(self) -> None:
+        # A stored config gives the policies as text: an unknown one is refused here, by
+        # name, rather than read as some other policy.
+        object.__setattr__(self, "catchup", _policy(Catchup, self.catchup, "catchup"))
+        object.__setattr__(self, "overlap", _policy(Overlap, self.overlap, "overlap"))
 
     @property
     def zone(self) -> ZoneInfo:
@@ -319,7 +327,7 @@ def _policies(raw: Mapping[str, Any]) -> dict[str, Any]:
     """The catch-up and overlap options, with Digdag's spellings accepted."""
     policies: dict[str, Any] = {}
     if "catchup" in raw:
-        policies["catchup"] = _choice(raw, "catchup", CATCHUP_POLICIES)
+        policies["catchup"] = _policy(Catchup, raw["catchup"], "catchup")
     for key in ("catchup_window", "skip_delayed_by"):
         if key in raw:
             window = raw[key]
@@ -330,9 +338,9 @@ def _policies(raw: Mapping[str, Any]) -> dict[str, Any]:
     if "max_catchup" in raw:
         policies["max_catchup"] = _count(raw, "max_catchup", 0, MAX_CATCHUP_LIMIT)
     if "overlap" in raw:
-        policies["overlap"] = _choice(raw, "overlap", OVERLAP_POLICIES)
+        policies["overlap"] = _policy(Overlap, raw["overlap"], "overlap")
     if raw.get("skip_on_overtime") is True:
-        policies["overlap"] = "skip"
+        policies["overlap"] = Overlap.SKIP
     elif "skip_on_overtime" in raw and raw["skip_on_overtime"] is not False:
         raise InvalidSchedule("'skip_on_overtime' must be true or false", "skip_on_overtime")
     if "max_active" in raw:
@@ -340,12 +348,14 @@ def _policies(raw: Mapping[str, Any]) -> dict[str, Any]:
     return policies
 
 
-def _choice(raw: Mapping[str, Any], key: str, choices: tuple[str, ...]) -> str:
-    value = raw[key]
-    if value not in choices:
-        names = " | ".join(choices)
-        raise InvalidSchedule(f"'{key}' must be one of {names}, got {value!r}", key)
-    return str(value)
+def _policy(kind: type[P], value: object, key: str) -> P:
+    """``value`` as a policy of ``kind``; InvalidSchedule naming ``key`` when it is none."""
+    if isinstance(value, kind):
+        return value
+    choices = tuple(policy.value for policy in kind)
+    if not isinstance(value, str) or value not in choices:
+        raise InvalidSchedule(f"'{key}' must be one of {' | '.join(choices)}, got {value!r}", key)
+    return kind(value)
 
 
 def _count(raw: Mapping[str, Any], key: str, low: int, high: int) -> int:

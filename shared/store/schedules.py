@@ -14,10 +14,12 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, RowMapping, select
 
 from shared.domain.catchup import COUNT_CAP, MissedRange
+from shared.domain.choices import parse_choice
 from shared.domain.schedule import ScheduleSpec
+from shared.domain.schedule_policies import InactiveReason, MissedReason
 from shared.domain.workflow import WorkflowDefinition
 from shared.errors import Conflict, NotFound
 from shared.store.tables import (
@@ -171,7 +173,7 @@ class MissedRow:
     first_session_time: datetime
     last_session_time: datetime
     count: int | None
-    reason: str
+    reason: MissedReason
     recorded_at: datetime
 
 
@@ -189,7 +191,12 @@ def list_missed(conn: Connection, schedule_id: int, limit: int = 100) -> list[Mi
         .order_by(schedule_missed.c.first_session_time.desc())
         .limit(limit)
     )
-    return [MissedRow(**row._mapping) for row in conn.execute(query)]
+    return [_missed_row(row._mapping) for row in conn.execute(query)]
+
+
+def _missed_row(values: RowMapping) -> MissedRow:
+    reason = parse_choice(MissedReason, values["reason"], "schedule_missed.reason")
+    return MissedRow(**{**values, "reason": reason})
 
 
 def upsert_schedule(
@@ -238,7 +245,7 @@ def upsert_schedule(
         )
         return
     if existing.disabled_at is not None:
-        _close_span(conn, existing.id, existing.disabled_at, now, "removed")
+        _close_span(conn, existing.id, existing.disabled_at, now, InactiveReason.REMOVED)
         values.update(disabled_at=None, next_run_time=now)
     if existing.spec != definition.schedule:
         _record_edit(conn, existing, now)
@@ -261,7 +268,9 @@ def _record_edit(conn: Connection, existing: Any, now: datetime) -> None:
     last = old.last_session_time(now - timedelta(seconds=old.delay_seconds))
     if first is not None and last is not None and first <= last:
         count = old.count_between(first, last, COUNT_CAP)
-        record_missed(conn, existing.id, [MissedRange(first, last, count, "edited")], now)
+        record_missed(
+            conn, existing.id, [MissedRange(first, last, count, MissedReason.EDITED)], now
+        )
 
 
 def remove_schedules(
@@ -292,7 +301,11 @@ def remove_schedules_except(
 
 
 def _close_span(
-    conn: Connection, schedule_id: int, started_at: datetime, ended_at: datetime, reason: str
+    conn: Connection,
+    schedule_id: int,
+    started_at: datetime,
+    ended_at: datetime,
+    reason: InactiveReason,
 ) -> None:
     if ended_at > started_at:
         conn.execute(
@@ -324,7 +337,7 @@ def resume_schedule(
     if row.paused_at is None:
         return False
     if not replay:
-        _close_span(conn, schedule_id, row.paused_at, now, "paused")
+        _close_span(conn, schedule_id, row.paused_at, now, InactiveReason.PAUSED)
     conn.execute(
         schedules.update()
         .where(schedules.c.id == schedule_id)
@@ -364,7 +377,7 @@ def skip_schedule(
         skipped.append(following)
         current = following
     if skipped:
-        missed = MissedRange(skipped[0], skipped[-1], len(skipped), "skipped")
+        missed = MissedRange(skipped[0], skipped[-1], len(skipped), MissedReason.SKIPPED)
         record_missed(conn, schedule_id, [missed], now)
         conn.execute(
             schedules.update()
