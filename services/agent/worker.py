@@ -47,7 +47,7 @@ from services.agent.archives import ArchiveCache
 from services.agent.log_limits import LogLimits
 from services.agent.log_stream import LogStreamer, remove_dead_spools, remove_spool
 from services.agent.metrics import AgentMetrics
-from services.agent.operators.base import ResourceLimits, RunControl
+from services.agent.operators.base import ResourceLimits, RunControl, StopReason
 from services.agent.outbox import ResultOutbox
 from services.agent.runner import TaskRunner
 from shared.dispatch.archives import RedisArchives
@@ -66,8 +66,8 @@ from shared.health import LoopHealth
 
 log = logging.getLogger(__name__)
 
-LEASE_LOST = "lost its lease"
-SHUTDOWN = "the agent is shutting down"
+LEASE_LOST = StopReason.LEASE_LOST
+SHUTDOWN = StopReason.SHUTDOWN
 BEAT_SECONDS = 10.0
 """How often a consuming agent tells its ``/healthz`` that its event loop turns."""
 LOOP_STALE_SECONDS = 900.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -34,6 +35,14 @@ class ResourceLimits:
         return limits
 
 
+class StopReason(StrEnum):
+    """Why an operator run was stopped from outside; the value is the message shown."""
+
+    LEASE_LOST = "lost its lease"  # another agent may own the task now: report nothing
+    SHUTDOWN = "the agent is shutting down"  # give the task back to be requeued at once
+    KILLED = "killed"  # its attempt was killed: report nothing
+
+
 class RunControl:
     """Stopping one operator run from outside: its lease was lost, it was killed, or the
     agent is shutting down. The operator's child process registers itself here."""
@@ -44,7 +53,7 @@ class RunControl:
         self._child_ended: Callable[[], bool] | None = None  # has the child exited?
         self._child_done = False  # the last child started has ended and was seen to
         self._finished = False
-        self.reason: str | None = None  # why the run was stopped; None unless it was
+        self.reason: StopReason | None = None  # why the run was stopped; None unless it was
 
     def attach(self, stop_child: Callable[[], None], child_ended: Callable[[], bool]) -> bool:
         """Register how to stop the child just started and how to tell whether it exited;
@@ -67,9 +76,12 @@ class RunControl:
         with self._lock:
             self._finished = True
 
-    def stop(self, reason: str) -> bool:
+    def stop(self, reason: StopReason | str) -> bool:
         """Stop the run unless the operator already returned; a running child is stopped
-        in the background (SIGTERM to its group, SIGKILL after a grace). True if stopped."""
+        in the background (SIGTERM to its group, SIGKILL after a grace). True if stopped.
+
+        ``reason`` given as text must be one of :class:`StopReason`'s values (ValueError)."""
+        reason = StopReason(reason)
         with self._lock:
             # A child that already exited has finished the operator's work, even if the
             # thread running the operator has not returned yet (the agent was stopped).
