@@ -9,6 +9,7 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy import ColumnElement, Connection, Select, func, select
 from sqlalchemy.orm import aliased
 
+from shared.domain.choices import parse_choice
 from shared.domain.states import AttemptState
 from shared.errors import NotFound
 from shared.store.paging import fetch_keyset_page
@@ -130,7 +131,9 @@ _SESSION_COLUMNS = (
 
 def _attempt_view(row: Any) -> AttemptView:
     values = dict(row._mapping)
-    values["state"] = AttemptState(values["state"])
+    values["state"] = parse_choice(
+        AttemptState, values["state"], f"state of attempt {values['id']}"
+    )
     return AttemptView(**values)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select
 
+from shared.domain.choices import parse_choice
 from shared.domain.states import KILLABLE_ATTEMPT_STATES, AttemptState
 from shared.errors import NotFound
 from shared.store.sql import insert_ignoring_conflict
@@ -58,7 +59,9 @@ _ATTEMPT_COLUMNS = (
 
 def _attempt_from_row(row: Any) -> AttemptRow:
     values = dict(row._mapping)
-    values["state"] = AttemptState(values["state"])
+    values["state"] = parse_choice(
+        AttemptState, values["state"], f"state of attempt {values['id']}"
+    )
     return AttemptRow(**values)
 
 
@@ -162,7 +165,7 @@ def get_attempt_state(conn: Connection, attempt_id: int) -> AttemptState:
     state = conn.execute(query).scalar_one_or_none()
     if state is None:
         raise NotFound(f"no attempt {attempt_id}")
-    return AttemptState(state)
+    return parse_choice(AttemptState, state, f"state of attempt {attempt_id}")
 
 
 def set_attempt_state(

@@ -14,6 +14,7 @@ from sqlalchemy.orm import aliased
 from sqlalchemy.sql import Update
 from sqlalchemy.sql.elements import BindParameter
 
+from shared.domain.choices import parse_choice
 from shared.domain.states import TERMINAL_TASK_STATES, TaskState
 from shared.errors import NotFound
 from shared.store.tables import task_dependencies, task_logs, tasks
@@ -71,7 +72,7 @@ _MARK_RUNNING = (
 
 def _task_from_row(row: Any) -> TaskRow:
     values = dict(row._mapping)
-    values["state"] = TaskState(values["state"])
+    values["state"] = parse_choice(TaskState, values["state"], f"state of task {values['id']}")
     return TaskRow(**values)
 
 

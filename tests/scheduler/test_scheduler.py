@@ -14,10 +14,11 @@ from services.scheduler.loop import Scheduler
 from shared.domain.instants import LATEST
 from shared.domain.states import AttemptState
 from shared.dsl.parser import parse_workflow_text
+from shared.errors import UnknownValue
 from shared.store import emission as emission_store
 from shared.store import projects as project_store
 from shared.store import schedules as schedule_store
-from shared.store.tables import attempts, schedules, sessions
+from shared.store.tables import attempts, schedule_missed, schedules, sessions
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 
@@ -287,6 +288,20 @@ class TestOverlap:
             (minute(2), "overlap"),
             (minute(3), "overlap"),
         ]
+
+    def test_a_stored_missed_reason_outside_the_set_is_refused_when_read(
+        self, store: Store
+    ) -> None:
+        # Given a missed range whose stored reason is none of the known ones
+        store.push("cron>: '* * * * *'\noverlap: skip", now=T0)
+        scheduler = Scheduler(store.engine)
+        scheduler.tick(minute(1))
+        scheduler.tick(minute(2))
+        with store.engine.begin() as conn:
+            conn.execute(update(schedule_missed).values(reason="lost"))
+        # When it is read, Then the read fails naming the column
+        with pytest.raises(UnknownValue, match=r"schedule_missed\.reason must be one of"):
+            store.missed()
 
     def test_buffer_one_keeps_one_waiting_session(self, store: Store) -> None:
         store.push("cron>: '* * * * *'\noverlap: buffer_one", now=T0)
