@@ -1,0 +1,86 @@
+"""The parser checks operator tasks against the operator registry."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from shared.domain.operators import REGISTRY, CommandKind
+from shared.dsl.parser import parse_workflow_text
+from shared.errors import InvalidWorkflow
+
+A_GOOD_COMMAND = {
+    CommandKind.IGNORED: "",
+    CommandKind.TEXT: "hello",
+    CommandKind.PY_TARGET: "tasks.run",
+    CommandKind.DURATION: "10s",
+    CommandKind.WORKFLOW_FILE: "other.dig",
+    CommandKind.CONTROL_VALUE: "3",
+}
+
+
+def problems(project: Path, text: str) -> list[str]:
+    with pytest.raises(InvalidWorkflow) as caught:
+        parse_workflow_text(textwrap.dedent(text), "wf.dig", project)
+    return [str(problem) for problem in caught.value.problems]
+
+
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_every_registry_operator_parses_with_a_command_of_its_kind(
+    tmp_path: Path, name: str
+) -> None:
+    (tmp_path / "other.dig").write_text("+a:\n  echo>: hi\n", encoding="utf-8")
+    spec = REGISTRY[name]
+    body = f"+t:\n  {spec.key}: {A_GOOD_COMMAND[spec.command]}\n"
+    if spec.control is not None:
+        body += "  _do:\n    +a:\n      echo>: hi\n"
+    task = parse_workflow_text(body, "wf.dig", tmp_path).root.children[0]
+    assert task.operator == name
+
+
+def test_a_control_directive_on_an_agent_operator_is_unknown(tmp_path: Path) -> None:
+    assert problems(tmp_path, "+t:\n  sh>: ls\n  _do:\n    +a:\n      echo>: hi\n") == [
+        "wf.dig:3: unknown directive '_do'"
+    ]
+
+
+def test_secrets_stand_only_in_the_params_the_registry_names(tmp_path: Path) -> None:
+    text = """\
+        +t:
+          http>: https://example.com
+          headers:
+            Authorization: ${secret:token}
+          content: ${secret:token}
+        """
+    assert problems(tmp_path, text) == [
+        "wf.dig:5: '${secret:token}': secrets may be used only in sh> commands, _env and "
+        "http> headers"
+    ]
+
+
+def test_else_do_is_refused_on_a_loop(tmp_path: Path) -> None:
+    text = """\
+        +t:
+          loop>: 2
+          _do:
+            +a:
+              echo>: hi
+          _else_do:
+            +b:
+              echo>: no
+        """
+    assert problems(tmp_path, text) == ["wf.dig:6: '_else_do' is only valid on 'if>'"]
+
+
+def test_parallel_is_refused_on_if(tmp_path: Path) -> None:
+    text = """\
+        +t:
+          if>: true
+          _parallel: true
+          _do:
+            +a:
+              echo>: hi
+        """
+    assert problems(tmp_path, text) == ["wf.dig:3: '_parallel' is not valid on 'if>'"]
