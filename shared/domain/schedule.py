@@ -40,8 +40,6 @@ CRON_ALIASES = {
 }
 WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 FULL_WEEKDAYS = ("sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday")
-CATCHUP_POLICIES = tuple(policy.value for policy in Catchup)
-OVERLAP_POLICIES = tuple(policy.value for policy in Overlap)
 OPTIONS = (
     "delay",
     "start",
