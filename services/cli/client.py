@@ -14,13 +14,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from services.cli.api_client import DEFAULT_ENDPOINT, ApiClient
 from services.cli.errors import ExitCode, exit_status, exit_with
 from shared.errors import TickworkError, Unauthorized
+
+if TYPE_CHECKING:
+    from services.cli.api_client import ApiClient
+
+DEFAULT_ENDPOINT = "http://127.0.0.1:8765"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -89,6 +93,9 @@ def limit_option(command: F) -> F:
 def api(endpoint: str | None) -> Iterator[ApiClient]:
     """A client of the API; every error it raises ends the command with one line and the
     exit status of its kind (:func:`services.cli.errors.exit_status`)."""
+    # httpx takes a fifth of a second to import: only a command that calls the API pays it.
+    from services.cli.api_client import ApiClient
+
     settings = read_settings(endpoint)
     client = ApiClient(settings.endpoint, settings.token)
     try:

@@ -8,8 +8,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 
 def print_json(value: Any) -> None:
@@ -27,6 +25,9 @@ def print_items(
         for item in items:
             print_json(item)
         return
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table(*(title for title, _ in columns))
     for item in items:
         table.add_row(*(text(cell(item)) for _, cell in columns))

@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from services.cli.admin_api import (
     ADMIN_EPILOG,
@@ -147,6 +145,9 @@ def list_command(database_url: str | None, endpoint: str | None, as_json: bool) 
         for row in rows:
             click.echo(json.dumps(_row_json(row)))
         return
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table("id", "project", "workflow", "schedule", "next session", "next run", "state")
     for row in rows:
         spec = row.schedule

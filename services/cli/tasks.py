@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import codecs
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from services.cli.api_client import ApiClient
 from services.cli.client import api, client_options
 from services.cli.errors import EXIT_CODES_HELP, ExitCode
 from services.cli.output import field, print_items, print_json
+
+if TYPE_CHECKING:
+    from services.cli.api_client import ApiClient
 from shared.errors import NotFound
 
 LOG_EXIT_CODES_HELP = (
