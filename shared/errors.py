@@ -90,6 +90,12 @@ class StoreUnavailable(TickworkError):
     """Raised when the database cannot be reached or its schema is not migrated."""
 
 
+class InvalidStoreUrl(StoreUnavailable):
+    """Raised when a database URL is malformed or names a database tickwork does not use: a
+    mistake in the configuration, not a server out of reach (a StoreUnavailable still, so
+    that every caller that cannot open the store handles it alike)."""
+
+
 class Unauthorized(TickworkError):
     """Raised by the API client when the API refuses its token (missing, wrong, or a
     ``read`` token used for a write)."""

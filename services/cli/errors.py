@@ -29,6 +29,7 @@ from shared.errors import (
     ApiUnavailable,
     Conflict,
     InvalidInput,
+    InvalidStoreUrl,
     NotFound,
     StoreUnavailable,
     TickworkError,
@@ -58,6 +59,7 @@ _CODES: tuple[tuple[type[BaseException], ExitCode], ...] = (
     (InvalidInput, ExitCode.INVALID),
     (NotFound, ExitCode.NOT_FOUND),
     (Conflict, ExitCode.CONFLICT),
+    (InvalidStoreUrl, ExitCode.INVALID),  # before StoreUnavailable, its parent
     (StoreUnavailable, ExitCode.UNAVAILABLE),
     (ApiUnavailable, ExitCode.UNAVAILABLE),
     (Unauthorized, ExitCode.UNAUTHORIZED),
