@@ -25,7 +25,8 @@ from sqlalchemy import Engine, event
 from services.agent.operators.base import ResourceLimits, RunControl
 from services.agent.operators.process import terminate_children
 from services.agent.runner import TaskRunner
-from services.cli_support import fail, printable_url
+from services.cli.errors import fail
+from services.cli.store_access import printable_url
 from services.embedded import make_in_process_runner, open_store
 from services.executor.loop import Recovery, WorkflowExecutor
 from services.scheduler.loop import Scheduler

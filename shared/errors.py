@@ -1,4 +1,12 @@
-"""The one error tree of tickwork: every error a user or an operator can meet."""
+"""The one error tree of tickwork: every error a user or an operator can meet.
+
+The API turns each into a problem+json answer in one place (services/api/errors.py), the
+CLI into an exit status and one line in one place (services/cli/errors.py). Exceptions
+that only steer control flow inside one module stay private there (``_Outside`` in
+shared/dsl/archive_links.py, ``Bad`` in shared/dsl/directives.py). A lost lease is not an
+error raised: the agent's heartbeat thread finds it and calls ``Heartbeat.on_lost``
+(shared/dispatch/leases.py), which stops the task without a report.
+"""
 
 from __future__ import annotations
 
@@ -76,13 +84,21 @@ class InvalidConfig(TickworkError):
     """Raised when an environment variable holds a value of the wrong form."""
 
 
-class LeaseLost(TickworkError):
-    """Raised by an agent whose lease on a task was taken over: it must stop and report
-    nothing (the executor itself refuses late results by their fencing token)."""
+class InvalidValue(TickworkError, ValueError):
+    """Raised by the domain's parsers when one value has the wrong form (a duration, a
+    ``_start_at`` time); the message says what was expected, and the caller, which knows
+    the place, turns it into a :class:`Problem` or an :class:`InvalidSchedule`. Also a
+    ``ValueError``, as a malformed value is."""
 
 
 class StoreUnavailable(TickworkError):
     """Raised when the database cannot be reached or its schema is not migrated."""
+
+
+class InvalidStoreUrl(StoreUnavailable):
+    """Raised when a database URL is malformed or names a database tickwork does not use: a
+    mistake in the configuration, not a server out of reach (a StoreUnavailable still, so
+    that every caller that cannot open the store handles it alike)."""
 
 
 class Unauthorized(TickworkError):
@@ -93,3 +109,8 @@ class Unauthorized(TickworkError):
 class ApiUnavailable(TickworkError):
     """Raised by the API client when the API cannot be reached or answers with a server
     error."""
+
+
+class TaskFailed(TickworkError):
+    """Raised on an agent when a task cannot succeed; its message becomes the task's
+    ``${error.message}`` (an operator's ``OperatorFailed``, an archive that cannot be had)."""

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from shared.dsl.archive import archive_digest, extract_archive, is_digest
-from shared.errors import InvalidInput
+from shared.errors import InvalidInput, TaskFailed
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ KEEP_RECENT_SECONDS = 3600.0
 """A folder used this recently is never removed (a running task may be in it)."""
 
 
-class ArchiveUnavailable(Exception):
+class ArchiveUnavailable(TaskFailed):
     """Raised when an archive cannot be had, or its bytes do not match its digest."""
 
 

@@ -6,7 +6,7 @@ import click
 from sqlalchemy.exc import SQLAlchemyError
 
 from services.api.config import API_SETTINGS, ApiConfig
-from services.cli_support import fail
+from services.cli.errors import fail
 from shared.errors import StoreUnavailable, TickworkError
 from shared.logging import configure_logging
 from shared.store.engine import create_store_engine, describe_store_error

@@ -19,6 +19,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from shared.domain.session_times import gap_end, wall_instants
+from shared.errors import InvalidValue
 
 _WALL_TIME = re.compile(r"\A(\d{1,2}):(\d{2})(?::(\d{2}))?\Z")
 _EXPECTED = (
@@ -27,8 +28,9 @@ _EXPECTED = (
 )
 
 
-class BadStartAt(ValueError):
-    """A ``_start_at`` value that is neither form; the message says what was expected."""
+class BadStartAt(InvalidValue):
+    """Raised for a ``_start_at`` value that is neither form; the message says what was
+    expected."""
 
 
 def parse_start_at(value: Any) -> str:

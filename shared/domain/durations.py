@@ -5,12 +5,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from shared.errors import InvalidValue
+
 UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _DURATION = re.compile(r"\A(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?\Z")
 
 
-class BadDuration(ValueError):
-    """A value that is not a duration; the message says what was expected."""
+class BadDuration(InvalidValue):
+    """Raised for a value that is not a duration, or one out of range; the message says what
+    was expected."""
 
 
 def parse_duration(value: Any, *, maximum: int | None = None, minimum: int = 0) -> int:

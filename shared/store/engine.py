@@ -12,7 +12,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from shared.errors import StoreUnavailable
+from shared.errors import InvalidStoreUrl
 
 READ_ONLY_OPTION = "tickwork_read_only"
 
@@ -32,14 +32,15 @@ def create_store_engine(url: str, *, pool_size: int = 5) -> Engine:
     """An engine for ``url``; SQLite gets WAL, foreign keys and a busy timeout.
 
     ``postgresql://`` URLs are read as ``postgresql+psycopg://`` so psycopg 3 is always used.
-    Raises StoreUnavailable for a URL that is malformed or names another kind of database.
+    Raises InvalidStoreUrl (a StoreUnavailable) for a URL that is malformed or names another
+    kind of database.
     """
     try:
         parsed = make_url(url)
     except ArgumentError:
-        raise StoreUnavailable(f"cannot read database URL {url!r}") from None
+        raise InvalidStoreUrl(f"cannot read database URL {url!r}") from None
     if parsed.get_backend_name() not in ("sqlite", "postgresql", "postgres"):
-        raise StoreUnavailable(
+        raise InvalidStoreUrl(
             f"unsupported database {parsed.get_backend_name()!r}: use sqlite:/// or postgresql://"
         )
     if parsed.drivername in ("postgresql", "postgres"):

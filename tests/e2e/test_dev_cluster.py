@@ -28,7 +28,7 @@ import pytest
 import redis
 
 from services.agent.worker import SHUTDOWN
-from services.dev_cluster import KILL_WAIT_SECONDS, STOP_GRACE_SECONDS
+from services.cli.dev import KILL_WAIT_SECONDS, STOP_GRACE_SECONDS
 from shared.dispatch.events import EventStream
 from shared.dispatch.messages import TaskReleased, event_from_json
 from tests.e2e._run import Project, tickwork_command
@@ -250,7 +250,7 @@ def test_dev_runs_each_service_as_a_process_runs_hello_and_stops_them_all_on_ctr
         assert "SIGINT received" in dev.output()
 
 
-def test_an_unreachable_database_is_one_line_and_exit_status_2_before_anything_starts(
+def test_an_unreachable_database_is_one_line_and_exit_status_5_before_anything_starts(
     redis_url: str, redis_prefix: str, tmp_path: Path
 ) -> None:
     # Given a database URL naming a port nobody listens on
@@ -268,9 +268,10 @@ def test_an_unreachable_database_is_one_line_and_exit_status_2_before_anything_s
         check=False,
     )
 
-    # Then it says why in one line and exits with status 2, quickly, having started nothing
+    # Then it says why in one line and exits with status 5 (a server out of reach), quickly,
+    # having started nothing
     explained = f"exit {completed.returncode}\n{completed.stdout}\n{completed.stderr}"
-    assert completed.returncode == 2, explained
+    assert completed.returncode == 5, explained
     lines = completed.stderr.splitlines()
     assert len(lines) == 1, explained
     assert lines[0].startswith("error: cannot use database postgresql://postgres@127.0.0.1:")

@@ -69,9 +69,10 @@ def session_times(database_url: str) -> list[str]:
     return [spec.local(session.session_time).isoformat() for session in found]
 
 
-def assert_one_line_error(command: Command, *words: str) -> None:
-    """Exit status 2, nothing on stdout, one line on stderr naming ``words``, no traceback."""
-    assert command.exit_code == 2, command.explain()
+def assert_one_line_error(command: Command, *words: str, status: int = 2) -> None:
+    """Exit ``status`` (2: invalid input), nothing on stdout, one line on stderr naming
+    ``words``, no traceback."""
+    assert command.exit_code == status, command.explain()
     assert command.stdout == "", command.explain()
     assert len(command.stderr.splitlines()) == 1, command.explain()
     assert "Traceback" not in command.stderr
@@ -328,12 +329,12 @@ class TestSchedules:
         ],
         ids=["pause", "resume", "skip", "missed", "backfill-project", "backfill-workflow"],
     )
-    def test_an_unknown_project_or_workflow_exits_2_naming_it(
+    def test_an_unknown_project_or_workflow_exits_3_naming_it(
         self, store: str, args: list[str]
     ) -> None:
         command = tickwork(*args, database_url=store)
 
-        assert_one_line_error(command, "error:", "'nope'")
+        assert_one_line_error(command, "error:", "'nope'", status=3)
         assert session_times(store) == []
 
     @pytest.mark.parametrize(

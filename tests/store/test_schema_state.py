@@ -69,10 +69,10 @@ class TestDbCheck:
         assert result.exit_code == 0
         assert f"at revision {head_revision()}, this version's newest" in result.output
 
-    def test_check_of_an_unreachable_database_is_one_line_and_exit_2(self) -> None:
+    def test_check_of_an_unreachable_database_is_one_line_and_exit_5(self) -> None:
         url = "postgresql://postgres@127.0.0.1:1/none"
         result = CliRunner().invoke(main, ["db", "check", "--database-url", url])
-        assert result.exit_code == 2
+        assert result.exit_code == 5  # a server out of reach, not invalid input
         assert result.output.count("\n") == 1 and "Traceback" not in result.output
 
 
@@ -104,10 +104,10 @@ class TestDbUpgrade:
         assert "waiting: cannot use database" in result.output
         assert "error: gave up after 1s" in result.output
 
-    def test_upgrade_without_wait_of_an_unreachable_server_is_one_line_and_exit_2(self) -> None:
+    def test_upgrade_without_wait_of_an_unreachable_server_is_one_line_and_exit_5(self) -> None:
         url = "postgresql://postgres@127.0.0.1:1/none"
         result = CliRunner().invoke(main, ["db", "upgrade", "--database-url", url])
-        assert result.exit_code == 2
+        assert result.exit_code == 5  # a server out of reach, not invalid input
         assert result.output.count("\n") == 1 and "Traceback" not in result.output
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from shared.dispatch.messages import TaskMessage
+from shared.errors import TaskFailed
 from shared.secrets import Masker
 
 
@@ -96,7 +97,7 @@ class RunControl:
         return True
 
 
-class OperatorFailed(Exception):
+class OperatorFailed(TaskFailed):
     """Raised by an operator when its task fails; the message becomes ``${error.message}``."""
 
 

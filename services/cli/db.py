@@ -4,7 +4,8 @@
 On Kubernetes the migration Job and the services start together: ``upgrade --wait`` waits
 for the database server to answer, ``wait`` for the Job to have migrated it. A bad URL is
 an error at once (exit 2); a server that does not answer is waited for, saying so every
-:data:`SAY_SECONDS`, until the timeout (exit 1), or is an error at once without one.
+:data:`SAY_SECONDS`, until the timeout (exit 1), or is an error at once without one (exit 5,
+a server out of reach).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import click
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from services.cli_support import fail
+from services.cli.errors import fail
 from shared.errors import StoreUnavailable
 from shared.store.engine import create_store_engine, describe_store_error
 from shared.store.migrate import (
@@ -64,7 +65,8 @@ def wait_for_schema(
     database_url: str, timeout: float, done: Callable[[SchemaState], bool]
 ) -> tuple[Engine, SchemaState, str]:
     """Poll until the database answers and ``done(state)``; the engine, state and its
-    sentence. Exits 2 on a bad URL at once, and 1 once ``timeout`` seconds have passed."""
+    sentence. Exits 2 on a bad URL at once, 5 on a server out of reach when ``timeout`` is 0,
+    and 1 once ``timeout`` seconds have passed."""
     try:
         engine = create_store_engine(database_url)
     except StoreUnavailable as exc:
@@ -80,7 +82,7 @@ def wait_for_schema(
             line = describe_store_error(database_url, exc)
         if timeout == 0:
             engine.dispose()
-            fail(f"error: {line}")
+            fail(f"error: {line}", StoreUnavailable(line))
         if line != said or time.monotonic() - said_at >= SAY_SECONDS:
             click.echo(f"waiting: {line}", err=True)
             said, said_at = line, time.monotonic()
@@ -110,7 +112,8 @@ def upgrade(database_url: str, wait_seconds: float) -> None:
         migrated = upgrade_database(engine)
         after = current_revision(engine)
     except SQLAlchemyError as exc:
-        fail(f"error: {describe_store_error(database_url, exc)}")
+        line = describe_store_error(database_url, exc)
+        fail(f"error: {line}", StoreUnavailable(line))
     finally:
         engine.dispose()
     if not migrated:

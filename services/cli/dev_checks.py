@@ -1,22 +1,54 @@
 """The checks ``tickwork dev`` makes before it starts anything: ports free, Redis
 answering, the database created if missing and migrated, the project valid. Each failure
-is one line and exit status 2."""
+is one line and exit status 2 (5 for a server out of reach).
+
+:class:`DevSettings`, what ``tickwork dev`` was asked for, lives here so that the checks
+and the command (services/cli/dev.py) share it without importing each other."""
 
 from __future__ import annotations
 
 import socket
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from services.cli_support import fail, printable_url
-
-if TYPE_CHECKING:
-    from services.dev_cluster import DevSettings
+from services.cli.errors import fail, fail_unavailable
+from services.cli.store_access import printable_url
 
 API_HOST = "127.0.0.1"
 METRICS_HOST = "0.0.0.0"  # where the services bind their health and metrics ports
 CHECK_TIMEOUT_SECONDS = 3.0
 """Bound of the Redis check made before starting."""
+
+
+@dataclass(frozen=True)
+class DevSettings:
+    """What ``tickwork dev`` was asked for, checked."""
+
+    database_url: str
+    redis_url: str
+    redis_prefix: str
+    agents: int
+    concurrency: int
+    api_port: int
+    metrics_base_port: int
+    state_dir: Path
+    log_level: str
+    project_dir: Path | None = None
+    project_name: str = ""
+
+    @property
+    def log_dir(self) -> Path:
+        """The task-log directory the executor writes and the API reads."""
+        return self.state_dir / "logs"
+
+    @property
+    def api_url(self) -> str:
+        return f"http://{API_HOST}:{self.api_port}"
+
+    def metrics_ports(self) -> dict[str, int]:
+        """Each service but the API (which serves ``/metrics`` itself) and its port."""
+        names = ["scheduler", "executor", *(f"agent.{n}" for n in range(1, self.agents + 1))]
+        return {name: self.metrics_base_port + i for i, name in enumerate(names)}
 
 
 def check_ports(settings: DevSettings) -> None:
@@ -58,7 +90,7 @@ def check_redis(url: str) -> None:
         with client:
             client.ping()
     except (RedisError, ValueError) as exc:
-        fail(f"error: cannot use Redis at {printable_url(url)}: {exc}")
+        fail_unavailable(f"error: cannot use Redis at {printable_url(url)}: {exc}")
 
 
 def prepare_database(url: str) -> tuple[bool, str]:
@@ -87,7 +119,7 @@ def prepare_database(url: str) -> tuple[bool, str]:
         upgrade_database(engine)
         revision = current_revision(engine) or "empty"
     except SQLAlchemyError as exc:
-        fail(f"error: {describe_store_error(url, exc)}")
+        fail_unavailable(f"error: {describe_store_error(url, exc)}")
     finally:
         engine.dispose()
     return created, revision

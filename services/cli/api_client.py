@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 import httpx
 
+from services.cli.client import DEFAULT_ENDPOINT
 from shared.errors import (
     ApiUnavailable,
     Conflict,
@@ -27,7 +28,6 @@ from shared.errors import (
     Unauthorized,
 )
 
-DEFAULT_ENDPOINT = "http://127.0.0.1:8765"
 DEFAULT_TIMEOUT_SECONDS = 30.0
 PAGE_LIMIT = 100
 

@@ -1,4 +1,4 @@
-"""``tickwork scheduler``, ``schedule(s)`` and ``backfill``: the scheduler and its controls.
+"""``tickwork schedule(s)`` and ``backfill``: the scheduler's controls.
 
 With ``--database-url`` (env ``TICKWORK_DATABASE_URL``) the controls work on the store
 directly, an operator's path; without it they ask the REST API (``--endpoint``).
@@ -7,21 +7,13 @@ directly, an operator's path; without it they ask the REST API (``--endpoint``).
 from __future__ import annotations
 
 import json
-import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.table import Table
-from sqlalchemy import Connection
-from sqlalchemy.exc import SQLAlchemyError
 
-from services.cli_support import fail, parse_session_time
-from services.client_admin import (
+from services.cli.admin_api import (
     ADMIN_EPILOG,
     backfill_via_api,
     list_schedules_via_api,
@@ -30,80 +22,23 @@ from services.client_admin import (
     resume_via_api,
     skip_via_api,
 )
-from services.client_support import client_options
-from services.embedded import open_store
-from services.scheduler.loop import Scheduler
-from services.scheduler.metrics import SchedulerMetrics
+from services.cli.client import client_options
+from services.cli.errors import fail
+from services.cli.params import ADMIN_DATABASE_OPTION, parse_session_time
 from shared.clock import utc_now
 from shared.domain.schedule import ScheduleSpec, parse_schedule
 from shared.dsl.parser import parse_workflow_file
-from shared.errors import InvalidInput, InvalidSchedule, StoreUnavailable, TickworkError
-from shared.logging import configure_logging
-from shared.store import emission as emission_store
-from shared.store import schedules as schedule_store
-from shared.store.engine import describe_store_error
+from shared.errors import InvalidInput, InvalidSchedule
 
-DATABASE_OPTION = click.option(
-    "--database-url",
-    envvar="TICKWORK_DATABASE_URL",
-    required=True,
-    help="The store (env TICKWORK_DATABASE_URL).",
-)
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
-ADMIN_DATABASE_OPTION = click.option(
-    "--database-url",
-    envvar="TICKWORK_DATABASE_URL",
-    help="Work on this store directly (env TICKWORK_DATABASE_URL); without it, ask the API.",
-)
+    from shared.store.schedules import ScheduleRow
 
-
-@contextmanager
-def store_transaction(database_url: str, *, write: bool = True) -> Iterator[Connection]:
-    """A transaction on the store; store and user errors end the command with one line."""
-    try:
-        engine = open_store(database_url)
-    except StoreUnavailable as exc:
-        fail(f"error: {exc}")
-    try:
-        with engine.begin() if write else engine.connect() as conn:
-            yield conn
-    except TickworkError as exc:
-        fail(f"error: {exc}")
-    except SQLAlchemyError as exc:
-        fail(f"error: {describe_store_error(database_url, exc)}")
-    finally:
-        engine.dispose()
-
-
-@click.command("scheduler")
-@DATABASE_OPTION
-@click.option(
-    "--metrics-port",
-    envvar="TICKWORK_METRICS_PORT",
-    type=click.IntRange(0, 65535),
-    default=0,
-    help="Serve Prometheus metrics on this port (env TICKWORK_METRICS_PORT; 0: off).",
-)
-@click.option("--log-level", envvar="TICKWORK_LOG_LEVEL", default="INFO", show_default=True)
-def scheduler_command(database_url: str, metrics_port: int, log_level: str) -> None:
-    """Run the scheduler: emit one session per scheduled time until SIGTERM."""
-    configure_logging(log_level.upper())
-    try:
-        engine = open_store(database_url)
-    except StoreUnavailable as exc:
-        fail(f"error: {exc}")
-    metrics = SchedulerMetrics()
-    scheduler = Scheduler(engine, metrics=metrics)
-    if metrics_port:
-        metrics.serve(metrics_port, scheduler.health)
-
-    def stop(_signum: int, _frame: object) -> None:
-        scheduler.stop()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    scheduler.run_forever()
-    engine.dispose()
+MAX_SKIP = 10_000
+"""Session times one skip may pass: shared.store.schedules.MAX_SKIP, which the store
+enforces (a test checks that the two agree); kept here so that this module imports no
+store code."""
 
 
 def _spec_from(cron: str | None, workflow_file: Path | None, timezone: str | None) -> ScheduleSpec:
@@ -201,12 +136,18 @@ def list_command(database_url: str | None, endpoint: str | None, as_json: bool) 
     if database_url is None:
         list_schedules_via_api(endpoint, as_json)
         return
+    from services.cli.store_access import store_transaction
+    from shared.store import schedules as schedule_store
+
     with store_transaction(database_url, write=False) as conn:
         rows = schedule_store.list_schedules(conn)
     if as_json:
         for row in rows:
             click.echo(json.dumps(_row_json(row)))
         return
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table("id", "project", "workflow", "schedule", "next session", "next run", "state")
     for row in rows:
         spec = row.schedule
@@ -227,7 +168,7 @@ def _local(spec: ScheduleSpec, instant: datetime | None) -> str:
     return "-" if instant is None else spec.local(instant).isoformat()
 
 
-def _row_json(row: schedule_store.ScheduleRow) -> dict[str, Any]:
+def _row_json(row: ScheduleRow) -> dict[str, Any]:
     spec = row.schedule
     return {
         "id": str(row.id),
@@ -244,7 +185,9 @@ def _row_json(row: schedule_store.ScheduleRow) -> dict[str, Any]:
     }
 
 
-def _find(conn: Connection, project: str, workflow: str) -> schedule_store.ScheduleRow:
+def _find(conn: Connection, project: str, workflow: str) -> ScheduleRow:
+    from shared.store import schedules as schedule_store
+
     return schedule_store.find_schedule(conn, project, workflow)
 
 
@@ -260,6 +203,9 @@ def pause_command(
     if database_url is None:
         pause_via_api(endpoint, project, workflow, as_json)
         return
+    from services.cli.store_access import store_transaction
+    from shared.store import schedules as schedule_store
+
     with store_transaction(database_url) as conn:
         changed = schedule_store.pause_schedule(conn, _find(conn, project, workflow).id, utc_now())
     click.echo(f"{project}/{workflow}: {'paused' if changed else 'was already paused'}")
@@ -283,6 +229,9 @@ def resume_command(
     if database_url is None:
         resume_via_api(endpoint, project, workflow, replay, as_json)
         return
+    from services.cli.store_access import store_transaction
+    from shared.store import schedules as schedule_store
+
     with store_transaction(database_url) as conn:
         row = _find(conn, project, workflow)
         changed = schedule_store.resume_schedule(conn, row.id, utc_now(), replay=replay)
@@ -295,7 +244,7 @@ def resume_command(
 @click.option("--to", "raw_to", help="Skip every session time before this one.")
 @click.option(
     "--count",
-    type=click.IntRange(1, schedule_store.MAX_SKIP),
+    type=click.IntRange(1, MAX_SKIP),
     help="Skip the next N session times.",
 )
 @ADMIN_DATABASE_OPTION
@@ -315,6 +264,9 @@ def skip_command(
     if database_url is None:
         skip_via_api(endpoint, project, workflow, raw_to, count, as_json)
         return
+    from services.cli.store_access import store_transaction
+    from shared.store import schedules as schedule_store
+
     with store_transaction(database_url) as conn:
         row = _find(conn, project, workflow)
         to = None if raw_to is None else parse_session_time(raw_to, row.timezone, "'--to'")
@@ -339,6 +291,9 @@ def missed_command(
     if database_url is None:
         missed_via_api(endpoint, project, workflow, as_json)
         return
+    from services.cli.store_access import store_transaction
+    from shared.store import schedules as schedule_store
+
     with store_transaction(database_url, write=False) as conn:
         row = _find(conn, project, workflow)
         missed = schedule_store.list_missed(conn, row.id)
@@ -376,6 +331,9 @@ def backfill_command(
         window = (raw_from, raw_to)
         backfill_via_api(endpoint, project, workflow, window, parallel, dry_run, as_json)
         return
+    from services.cli.store_access import store_transaction
+    from shared.store import emission as emission_store
+
     with store_transaction(database_url) as conn:
         row = _find(conn, project, workflow)
         first = parse_session_time(raw_from, row.timezone, "'--from'")

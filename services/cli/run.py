@@ -1,6 +1,7 @@
-"""The ``tickwork`` command: embedded runs, validation and database migrations.
+"""``tickwork run`` and ``tickwork check``: run one workflow in this process, validate files.
 
-User errors end with one line on stderr and exit status 2; a failed workflow exits 1.
+User errors end with one line on stderr and exit status 2; a failed workflow exits 1
+(services/cli/errors.py has the whole table).
 """
 
 from __future__ import annotations
@@ -9,35 +10,14 @@ import signal
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from sqlalchemy import Engine
 
-from services.agent.operators.base import ResourceLimits
-from services.api.command import api_command
-from services.cli_support import build_params, parse_session_time
-from services.cli_support import fail as _fail
-from services.client_cli import CLIENT_COMMANDS
-from services.db_cli import db_group
-from services.dev_cluster import dev_command
-from services.distributed_cli import agent_command, executor_command, kill_command
-from services.embedded import (
-    RunOutcome,
-    RunRequest,
-    default_session_time,
-    follow_on_executor,
-    open_store,
-    run_workflow,
-)
-from services.progress import make_display
-from services.schedule_cli import (
-    backfill_command,
-    preview_lines,
-    scheduler_command,
-    schedules_group,
-)
-from services.secrets_cli import secrets_group
-from services.standalone import standalone_command
+from services.cli.errors import ExitCode
+from services.cli.errors import fail as _fail
+from services.cli.params import build_params, parse_session_time
+from services.cli.schedules import preview_lines
 from shared.clock import utc_now
 from shared.config import EMBEDDED_SETTINGS, EmbeddedConfig
 from shared.domain.schedule import ScheduleSpec
@@ -46,14 +26,14 @@ from shared.domain.workflow import WorkflowDefinition
 from shared.dsl.parser import parse_workflow_file
 from shared.errors import InvalidInput, TickworkError
 from shared.logging import configure_logging
-from shared.store.engine import read_only
-from shared.store.tasks import list_attempt_tasks
 
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="tickwork")
-def main() -> None:
-    """tickwork: workflows of tasks, run once per scheduled time."""
+    from services.embedded import RunOutcome, RunRequest
+
+# The embedded runtime (the store, the executor, the agent's runner) is imported by `run`
+# itself: `check` and `run --help` need none of it.
 
 
 def _settings_epilog() -> str:
@@ -64,7 +44,7 @@ def _settings_epilog() -> str:
     return "\b\nEnvironment:\n" + "\n".join(f"  {line}" for line in lines)
 
 
-@main.command(epilog=_settings_epilog())
+@click.command(epilog=_settings_epilog())
 @click.argument("workflow_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
     "--project",
@@ -105,6 +85,9 @@ def run(
     on_executor: bool,
 ) -> None:
     """Run WORKFLOW_FILE in this process; running the same session again resumes it."""
+    from services.agent.operators.base import ResourceLimits
+    from services.embedded import RunRequest, default_session_time
+
     config = _config()
     configure_logging(config.log_level)
     project_dir = (project or workflow_file.parent).resolve()
@@ -169,6 +152,9 @@ def _exit_on_sigterm(_signum: int, _frame: object) -> None:
 
 
 def _run(request: RunRequest, quiet: bool, on_executor: bool = False) -> int:
+    from services.cli.progress import make_display
+    from services.embedded import follow_on_executor, open_store, run_workflow
+
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     display = make_display(quiet=quiet)
     try:
@@ -185,20 +171,23 @@ def _run(request: RunRequest, quiet: bool, on_executor: bool = False) -> int:
     except KeyboardInterrupt:
         if on_executor:
             click.echo("interrupted: the run goes on in the executor (`tickwork kill` ends it)")
-            return 130
+            return ExitCode.INTERRUPTED
         click.echo(
             f"interrupted: to resume, run it again with {_session_option(request)}", err=True
         )
-        return 130
+        return ExitCode.INTERRUPTED
     except TickworkError as exc:
-        _fail(f"error: {exc}")
+        _fail(f"error: {exc}", exc)
     _print_summary(engine, request, outcome, on_executor)
-    return 0 if outcome.state is AttemptState.SUCCESS else 1
+    return ExitCode.OK if outcome.state is AttemptState.SUCCESS else ExitCode.FAILED
 
 
 def _print_summary(
     engine: Engine, request: RunRequest, outcome: RunOutcome, on_executor: bool = False
 ) -> None:
+    from shared.store.engine import read_only
+    from shared.store.tasks import list_attempt_tasks
+
     with read_only(engine) as conn:
         rows = list_attempt_tasks(conn, outcome.attempt_id)
     resumed = {r.id for r in rows if (r.result or {}).get("resumed")}
@@ -230,7 +219,7 @@ def _session_option(request: RunRequest) -> str:
     return f"-t {request.session_time.isoformat()}"
 
 
-@main.command()
+@click.command()
 @click.argument(
     "workflow_files",
     nargs=-1,
@@ -252,23 +241,3 @@ def check(workflow_files: tuple[Path, ...], project: Path | None) -> None:
             click.echo("  next session times:" if lines else "  no session time after now")
             for line in lines:
                 click.echo(f"    {line}")
-
-
-main.add_command(db_group)
-main.add_command(scheduler_command)
-main.add_command(schedules_group)
-main.add_command(schedules_group, name="schedule")
-main.add_command(backfill_command)
-main.add_command(executor_command)
-main.add_command(agent_command)
-main.add_command(kill_command)
-main.add_command(api_command)
-for _command in CLIENT_COMMANDS:
-    main.add_command(_command)
-main.add_command(standalone_command)
-main.add_command(dev_command)
-main.add_command(secrets_group)
-
-
-if __name__ == "__main__":
-    main()

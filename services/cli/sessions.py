@@ -1,35 +1,23 @@
-"""``tickwork push|workflows|start|sessions|attempts|attempt|tasks|retry|log``: the API client.
+"""``tickwork start|sessions|attempts|attempt|retry|kill``: sessions and their attempts.
 
 Each command is one or two REST calls (docs/rest-api.md) through :class:`ApiClient`; an
-error ends it with one line and the exit status its kind has (see ``--help``).
+error ends it with one line and the exit status its kind has (see ``--help``). ``kill``
+with ``--database-url`` works on the store directly instead (an operator's path).
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import click
 
-from services.cli_support import build_params
-from services.client_log import log_command
-from services.client_support import (
-    EXIT_CODES_HELP,
-    EXIT_FAILED,
-    EXIT_INVALID,
-    F,
-    api,
-    client_options,
-    exit_with,
-    field,
-    limit_option,
-    print_fields,
-    print_items,
-    print_json,
-    text,
-)
+from services.cli.admin_api import ADMIN_EPILOG, kill_via_api
+from services.cli.client import F, api, client_options, limit_option
+from services.cli.errors import EXIT_CODES_HELP, ExitCode
+from services.cli.output import field, print_fields, print_items, print_json
+from services.cli.params import ADMIN_DATABASE_OPTION, build_params
 
 DONE_STATES = frozenset({"success", "error", "canceled", "killed"})
 WAIT_POLL_SECONDS = 0.5
@@ -58,80 +46,6 @@ ATTEMPT_FIELDS = [
     "finished_at",
     "alerts",
 ]
-
-
-@click.command("push", epilog=EXIT_CODES_HELP)
-@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--project", "project", required=True, help="Project name.")
-@click.option("--revision", help="Revision name (default: a new UUID).")
-@click.option("--schedule-from", metavar="TIME", help="New schedules start from this time.")
-@client_options
-def push_command(
-    directory: Path,
-    project: str,
-    revision: str | None,
-    schedule_from: str | None,
-    endpoint: str | None,
-    as_json: bool,
-) -> None:
-    """Upload DIRECTORY's workflows as a new revision of a project (created if needed).
-
-    Every workflow is validated first; one invalid file rejects the upload, and every
-    problem is printed as file:line: message (exit status 2).
-    """
-    from shared.dsl.archive import pack_project
-
-    try:
-        archive = pack_project(directory)
-    except OSError as exc:
-        exit_with(EXIT_INVALID, f"error: cannot pack {directory}: {exc.strerror or exc}")
-    with api(endpoint) as client:
-        pushed = client.push_project(
-            project, archive, revision=revision, schedule_from=schedule_from
-        )
-    if as_json:
-        print_json(pushed)
-        return
-    _print_push(project, pushed)
-
-
-def _print_push(project: str, pushed: dict[str, Any]) -> None:
-    new = pushed.get("created", True)
-    state = "a new revision" if new else "unchanged: it already held these files"
-    click.echo(f"project {project}: revision {text(pushed.get('revision'))} ({state})")
-    click.echo(f"  workflows: {', '.join(pushed.get('workflows') or []) or '-'}")
-    changes = pushed.get("schedules") or {}
-    for change in ("added", "updated", "removed"):
-        if changes.get(change):
-            click.echo(f"  schedules {change}: {', '.join(changes[change])}")
-
-
-@click.command("workflows", epilog=EXIT_CODES_HELP)
-@click.argument("project", required=False)
-@limit_option
-@client_options
-def workflows_command(project: str | None, limit: int, endpoint: str | None, as_json: bool) -> None:
-    """List the workflows of every project's latest revision (or of PROJECT's)."""
-    with api(endpoint) as client:
-        items = list(client.list_workflows(project, limit=limit))
-    print_items(
-        items,
-        as_json,
-        [
-            ("project", field("project")),
-            ("workflow", field("name")),
-            ("revision", field("revision")),
-            ("last session", field("last_session.session_time")),
-            ("last state", field("last_session.state")),
-            ("next run", _next_run),
-        ],
-    )
-
-
-def _next_run(workflow: dict[str, Any]) -> object:
-    if workflow.get("paused"):
-        return "paused"
-    return workflow.get("next_run_time")
 
 
 @click.command("start", epilog=EXIT_CODES_HELP)
@@ -172,7 +86,7 @@ def start_command(
     if as_json:
         print_json(attempt)
     if wait and attempt.get("state") != "success":
-        sys.exit(EXIT_FAILED)
+        sys.exit(ExitCode.FAILED)
 
 
 def _wait_for(client: Any, attempt_id: str, *, quiet: bool) -> dict[str, Any]:
@@ -266,27 +180,6 @@ def attempt_command(attempt_id: str, endpoint: str | None, as_json: bool) -> Non
     print_fields(attempt, as_json, ATTEMPT_FIELDS)
 
 
-@click.command("tasks", epilog=EXIT_CODES_HELP)
-@click.argument("attempt_id", metavar="ID")
-@client_options
-def tasks_command(attempt_id: str, endpoint: str | None, as_json: bool) -> None:
-    """Show the task tree of an attempt."""
-    with api(endpoint) as client:
-        tasks = client.list_tasks(attempt_id)
-    print_items(
-        tasks,
-        as_json,
-        [
-            ("id", field("id")),
-            ("task", field("full_name", "name")),
-            ("state", field("state")),
-            ("started", field("started_at")),
-            ("finished", field("finished_at")),
-            ("error", field("error.message", "error")),
-        ],
-    )
-
-
 @click.command("retry", epilog=EXIT_CODES_HELP)
 @click.argument("attempt_id", metavar="ID")
 @click.option("--all", "mode", flag_value="all", help="Run every task again.")
@@ -325,17 +218,30 @@ def retry_command(
     if as_json:
         print_json(attempt)
     if wait and attempt.get("state") != "success":
-        sys.exit(EXIT_FAILED)
+        sys.exit(ExitCode.FAILED)
 
 
-CLIENT_COMMANDS = (
-    push_command,
-    workflows_command,
-    start_command,
-    sessions_command,
-    attempts_command,
-    attempt_command,
-    tasks_command,
-    retry_command,
-    log_command,
-)
+@click.command("kill", epilog=ADMIN_EPILOG)
+@click.argument("attempt_id", type=click.IntRange(min=1), metavar="ATTEMPT")
+@ADMIN_DATABASE_OPTION
+@client_options
+def kill_command(
+    attempt_id: int, database_url: str | None, endpoint: str | None, as_json: bool
+) -> None:
+    """Kill an attempt: queued tasks are revoked, running ones stopped, and it ends killed."""
+    if database_url is None:
+        kill_via_api(endpoint, attempt_id, as_json)
+        return
+    from services.cli.store_access import store_transaction
+    from shared.clock import utc_now
+    from shared.domain.states import AttemptState
+    from shared.store import sessions as session_store
+    from shared.store.engine import notify_work
+
+    with store_transaction(database_url) as conn:
+        state = session_store.request_kill(conn, attempt_id, utc_now())
+        notify_work(conn)
+    if state is AttemptState.CANCELING:
+        click.echo(f"attempt {attempt_id}: killing")
+    else:
+        click.echo(f"attempt {attempt_id} had already ended: {state.value}")

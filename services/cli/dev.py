@@ -27,14 +27,16 @@ from typing import Any
 
 import click
 
-from services.cli_support import fail, printable_url
-from services.dev_checks import (
+from services.cli.dev_checks import (
     API_HOST,
+    DevSettings,
     check_ports,
     check_redis,
     prepare_database,
     read_project,
 )
+from services.cli.errors import fail
+from services.cli.store_access import printable_url
 
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/tickwork_dev"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -47,37 +49,6 @@ service that stopped): well after the grace, as Kubernetes' 330 s are after an a
 takes 2 to 3 s to stop its pool)."""
 API_READY_TIMEOUT_SECONDS = 60.0
 """How long the project push waits for the API to answer ``/readyz``."""
-
-
-@dataclass(frozen=True)
-class DevSettings:
-    """What ``tickwork dev`` was asked for, checked."""
-
-    database_url: str
-    redis_url: str
-    redis_prefix: str
-    agents: int
-    concurrency: int
-    api_port: int
-    metrics_base_port: int
-    state_dir: Path
-    log_level: str
-    project_dir: Path | None = None
-    project_name: str = ""
-
-    @property
-    def log_dir(self) -> Path:
-        """The task-log directory the executor writes and the API reads."""
-        return self.state_dir / "logs"
-
-    @property
-    def api_url(self) -> str:
-        return f"http://{API_HOST}:{self.api_port}"
-
-    def metrics_ports(self) -> dict[str, int]:
-        """Each service but the API (which serves ``/metrics`` itself) and its port."""
-        names = ["scheduler", "executor", *(f"agent.{n}" for n in range(1, self.agents + 1))]
-        return {name: self.metrics_base_port + i for i, name in enumerate(names)}
 
 
 @dataclass(frozen=True)
@@ -229,7 +200,7 @@ def push_when_ready(
     say: Callable[[str], None],
 ) -> None:
     """Wait (bounded) for the API to be ready, then push the project over REST."""
-    from services.api_client import ApiClient
+    from services.cli.api_client import ApiClient
     from shared.errors import TickworkError
 
     with ApiClient(settings.api_url, token=token) as client:

@@ -1,4 +1,5 @@
-"""``tickwork log``: an attempt's task logs through the API, every byte of every file.
+"""``tickwork tasks|log``: an attempt's tasks, and their logs through the API, every byte
+of every file.
 
 Each file is read page after page (the API sends at most 16 MiB a request) until its end.
 A file that cannot be read is named on stderr and the others are still printed; a log the
@@ -9,18 +10,16 @@ from __future__ import annotations
 
 import codecs
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from services.api_client import ApiClient
-from services.client_support import (
-    EXIT_CODES_HELP,
-    EXIT_NOT_FOUND,
-    api,
-    client_options,
-    print_json,
-)
+from services.cli.client import api, client_options
+from services.cli.errors import EXIT_CODES_HELP, ExitCode
+from services.cli.output import field, print_items, print_json
+
+if TYPE_CHECKING:
+    from services.cli.api_client import ApiClient
 from shared.errors import NotFound
 
 LOG_EXIT_CODES_HELP = (
@@ -28,6 +27,27 @@ LOG_EXIT_CODES_HELP = (
     "A listed log file that is missing is named on stderr and the others are printed;\n"
     "the status is then 3."
 )
+
+
+@click.command("tasks", epilog=EXIT_CODES_HELP)
+@click.argument("attempt_id", metavar="ID")
+@client_options
+def tasks_command(attempt_id: str, endpoint: str | None, as_json: bool) -> None:
+    """Show the task tree of an attempt."""
+    with api(endpoint) as client:
+        tasks = client.list_tasks(attempt_id)
+    print_items(
+        tasks,
+        as_json,
+        [
+            ("id", field("id")),
+            ("task", field("full_name", "name")),
+            ("state", field("state")),
+            ("started", field("started_at")),
+            ("finished", field("finished_at")),
+            ("error", field("error.message", "error")),
+        ],
+    )
 
 
 @click.command("log", epilog=LOG_EXIT_CODES_HELP)
@@ -53,7 +73,7 @@ def log_command(
             if not _print_file(client, attempt_id, log_file, as_json, titled=len(files) > 1):
                 missing += 1
     if missing:
-        sys.exit(EXIT_NOT_FOUND)
+        sys.exit(ExitCode.NOT_FOUND)
 
 
 def _print_file(

@@ -1,24 +1,15 @@
-"""Helpers every ``tickwork`` subcommand shares: failing with one line, parsing times
-and ``--param`` options."""
+"""What several ``tickwork`` commands parse: session times, ``--param`` and
+``--database-url`` options."""
 
 from __future__ import annotations
 
-import sys
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import click
 
 from shared.domain.instants import out_of_range
-
-EXIT_INVALID = 2
-
-
-def fail(message: str) -> NoReturn:
-    """Print ``message`` on stderr and exit with the status of invalid input."""
-    click.echo(message, err=True)
-    sys.exit(EXIT_INVALID)
 
 
 def parse_session_time(raw: str, timezone: str, param_hint: str = "'--session-time'") -> datetime:
@@ -64,11 +55,15 @@ def build_params(raw_params: tuple[str, ...]) -> dict[str, Any]:
     return params
 
 
-def printable_url(url: str) -> str:
-    """A database or Redis URL as it may be printed: its password, if any, masked."""
-    from sqlalchemy.engine import make_url
+DATABASE_OPTION = click.option(
+    "--database-url",
+    envvar="TICKWORK_DATABASE_URL",
+    required=True,
+    help="The store (env TICKWORK_DATABASE_URL).",
+)
 
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ValueError:  # not a URL SQLAlchemy can parse: say nothing of it
-        return "<unparsable URL>"
+ADMIN_DATABASE_OPTION = click.option(
+    "--database-url",
+    envvar="TICKWORK_DATABASE_URL",
+    help="Work on this store directly (env TICKWORK_DATABASE_URL); without it, ask the API.",
+)

@@ -1,7 +1,9 @@
-"""``tickwork executor``, ``tickwork agent`` and ``tickwork kill``: the distributed mode.
+"""``tickwork scheduler``, ``tickwork executor`` and ``tickwork agent``: the services of the
+distributed mode, each in its own process (``tickwork api`` is services/api/command.py,
+``tickwork standalone`` services/standalone.py).
 
-The executor talks to PostgreSQL and Redis; agents to Redis only. Every option can also
-be set by the environment variable its help names (12-factor).
+The scheduler talks to PostgreSQL; the executor to PostgreSQL and Redis; agents to Redis
+only. Every option can also be set by the environment variable its help names (12-factor).
 """
 
 from __future__ import annotations
@@ -19,21 +21,16 @@ import click
 from redis.exceptions import RedisError
 
 from services.agent.log_limits import DEFAULT_LOG_HEAD_BYTES, DEFAULT_LOG_TAIL_BYTES, LogLimits
-from services.cli_support import fail, printable_url
-from services.client_admin import ADMIN_EPILOG, kill_via_api
-from services.client_support import client_options
-from services.schedule_cli import ADMIN_DATABASE_OPTION, DATABASE_OPTION, store_transaction
-from shared.clock import utc_now
+from services.cli.errors import fail, fail_unavailable
+from services.cli.params import DATABASE_OPTION
+from services.cli.store_access import printable_url
 from shared.dispatch.messages import DEFAULT_QUEUE
-from shared.domain.states import AttemptState
 from shared.domain.workflow import QUEUE_NAME
 from shared.errors import StoreUnavailable
 from shared.logging import configure_logging
-from shared.store import sessions as session_store
-from shared.store.engine import notify_work
 
-# Celery and the services are imported by the commands that run them, so that a short
-# command (`tickwork kill`) starts fast.
+# Celery and the services are imported by the commands that run them, so that the help
+# of each starts fast.
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -105,6 +102,41 @@ def _limit(name: str, envvar: str, doc: str) -> Callable[[F], F]:
         default=0,
         help=f"The {doc} of each task's process; 0: none (env {envvar}).",
     )
+
+
+@click.command("scheduler")
+@DATABASE_OPTION
+@click.option(
+    "--metrics-port",
+    envvar="TICKWORK_METRICS_PORT",
+    type=click.IntRange(0, 65535),
+    default=0,
+    help="Serve Prometheus metrics on this port (env TICKWORK_METRICS_PORT; 0: off).",
+)
+@click.option("--log-level", envvar="TICKWORK_LOG_LEVEL", default="INFO", show_default=True)
+def scheduler_command(database_url: str, metrics_port: int, log_level: str) -> None:
+    """Run the scheduler: emit one session per scheduled time until SIGTERM."""
+    from services.embedded import open_store
+    from services.scheduler.loop import Scheduler
+    from services.scheduler.metrics import SchedulerMetrics
+
+    configure_logging(log_level.upper())
+    try:
+        engine = open_store(database_url)
+    except StoreUnavailable as exc:
+        fail(f"error: {exc}", exc)
+    metrics = SchedulerMetrics()
+    scheduler = Scheduler(engine, metrics=metrics)
+    if metrics_port:
+        metrics.serve(metrics_port, scheduler.health)
+
+    def stop(_signum: int, _frame: object) -> None:
+        scheduler.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    scheduler.run_forever()
+    engine.dispose()
 
 
 @click.command("executor")
@@ -182,9 +214,9 @@ def executor_command(
     try:
         service = ExecutorService(settings, metrics)
     except StoreUnavailable as exc:
-        fail(f"error: {exc}")
+        fail(f"error: {exc}", exc)
     except RedisError as exc:
-        fail(f"error: cannot use Redis at {printable_url(redis_url)}: {exc}")
+        fail_unavailable(f"error: cannot use Redis at {printable_url(redis_url)}: {exc}")
     if metrics_port:
         metrics.serve(metrics_port, service.health)
 
@@ -317,23 +349,3 @@ def _temporary_directory(prefix: str) -> Path:
     path = tempfile.mkdtemp(prefix=prefix)
     atexit.register(shutil.rmtree, path, ignore_errors=True)
     return Path(path)
-
-
-@click.command("kill", epilog=ADMIN_EPILOG)
-@click.argument("attempt_id", type=click.IntRange(min=1), metavar="ATTEMPT")
-@ADMIN_DATABASE_OPTION
-@client_options
-def kill_command(
-    attempt_id: int, database_url: str | None, endpoint: str | None, as_json: bool
-) -> None:
-    """Kill an attempt: queued tasks are revoked, running ones stopped, and it ends killed."""
-    if database_url is None:
-        kill_via_api(endpoint, attempt_id, as_json)
-        return
-    with store_transaction(database_url) as conn:
-        state = session_store.request_kill(conn, attempt_id, utc_now())
-        notify_work(conn)
-    if state is AttemptState.CANCELING:
-        click.echo(f"attempt {attempt_id}: killing")
-    else:
-        click.echo(f"attempt {attempt_id} had already ended: {state.value}")

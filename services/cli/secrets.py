@@ -14,13 +14,13 @@ from pathlib import Path
 
 import click
 
-from services.client_admin import ADMIN_EPILOG
-from services.client_support import api, client_options, field, print_items, print_json
-from services.schedule_cli import ADMIN_DATABASE_OPTION, store_transaction
+from services.cli.admin_api import ADMIN_EPILOG
+from services.cli.client import api, client_options
+from services.cli.output import field, print_items, print_json
+from services.cli.params import ADMIN_DATABASE_OPTION
 from shared.clock import utc_now
 from shared.errors import TickworkError
 from shared.secrets import MAX_SECRET_BYTES, SecretBox, check_secret_name
-from shared.store import secrets as secret_store
 
 
 @click.group("secrets", epilog=ADMIN_EPILOG)
@@ -56,6 +56,9 @@ def set_command(
             encrypted = SecretBox.from_environment().encrypt(secret)
         except TickworkError as exc:
             raise click.ClickException(str(exc)) from None
+        from services.cli.store_access import store_transaction
+        from shared.store import secrets as secret_store
+
         with store_transaction(database_url) as conn:
             created = secret_store.set_secret(
                 conn, project, name, encrypted, utc_now(), create_project=True
@@ -97,6 +100,9 @@ def list_command(
 ) -> None:
     """List the secrets of PROJECT: names and when they were set, never values."""
     if database_url:
+        from services.cli.store_access import store_transaction
+        from shared.store import secrets as secret_store
+
         with store_transaction(database_url, write=False) as conn:
             found = secret_store.list_secrets(conn, project)
         items = [
@@ -124,6 +130,9 @@ def delete_command(
 ) -> None:
     """Delete the secret NAME of PROJECT."""
     if database_url:
+        from services.cli.store_access import store_transaction
+        from shared.store import secrets as secret_store
+
         with store_transaction(database_url) as conn:
             secret_store.delete_secret(conn, project, name)
     else:

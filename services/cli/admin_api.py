@@ -7,13 +7,9 @@ from typing import Any
 
 import click
 
-from services.client_support import (
-    EXIT_CODES_HELP,
-    api,
-    field,
-    print_items,
-    print_json,
-)
+from services.cli.client import api
+from services.cli.errors import EXIT_CODES_HELP
+from services.cli.output import field, print_items, print_json
 
 ADMIN_EPILOG = (
     "\b\nWithout --database-url (or TICKWORK_DATABASE_URL) the command asks the tickwork API\n"

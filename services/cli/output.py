@@ -1,0 +1,71 @@
+"""How client commands print what the API answered: JSON lines, tables, fields."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import click
+
+
+def print_json(value: Any) -> None:
+    """One JSON document on one line."""
+    click.echo(json.dumps(value, default=str))
+
+
+def print_items(
+    items: Iterable[dict[str, Any]],
+    as_json: bool,
+    columns: list[tuple[str, Callable[[dict[str, Any]], object]]],
+) -> None:
+    """A listing: JSON lines, or a table with one column per ``(title, cell)``."""
+    if as_json:
+        for item in items:
+            print_json(item)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(*(title for title, _ in columns))
+    for item in items:
+        table.add_row(*(text(cell(item)) for _, cell in columns))
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
+
+
+def print_fields(item: dict[str, Any], as_json: bool, fields: list[str]) -> None:
+    """One object: JSON, or ``name: value`` lines for the fields it has."""
+    if as_json:
+        print_json(item)
+        return
+    width = max(len(name) for name in fields)
+    for name in fields:
+        if name in item:
+            click.echo(f"{name + ':':<{width + 1}} {text(item[name])}")
+
+
+def text(value: object) -> str:
+    """A value as a table cell: ``-`` for nothing, JSON for structures."""
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, dict | list):
+        return json.dumps(value, default=str)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def field(name: str, *alternatives: str) -> Callable[[dict[str, Any]], object]:
+    """A cell taken from ``item[name]``, else the first alternative present; ``a.b`` nests."""
+
+    def cell(item: dict[str, Any]) -> object:
+        for key in (name, *alternatives):
+            value: Any = item
+            for part in key.split("."):
+                value = value.get(part) if isinstance(value, dict) else None
+            if value is not None:
+                return value
+        return None
+
+    return cell

@@ -1,0 +1,84 @@
+"""The ``tickwork`` command starts fast: its client commands import no database, migration
+or Celery code, and ``tickwork --help`` lists every command without importing any."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+import sys
+import textwrap
+
+import click
+
+from services.cli import COMMANDS, main
+from services.cli.schedules import MAX_SKIP
+from shared.store import schedules as schedule_store
+
+CLIENT_MODULES = [
+    "services.cli",
+    "services.cli.projects",
+    "services.cli.sessions",
+    "services.cli.tasks",
+    "services.cli.schedules",
+    "services.cli.secrets",
+]
+HEAVY = ["sqlalchemy", "alembic", "celery", "kombu", "psycopg", "shared.store", "shared.dispatch"]
+
+
+def loaded_after(code: str) -> set[str]:
+    """The heavy modules loaded in a fresh interpreter after running ``code``."""
+    script = textwrap.dedent(code) + textwrap.dedent(
+        f"""
+        import sys
+        import json
+        print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r}
+                     or any(m == h or m.startswith(h + ".") for h in {HEAVY!r}))))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_the_client_command_modules_import_no_store_or_celery_code() -> None:
+    assert loaded_after("".join(f"import {name}\n" for name in CLIENT_MODULES)) == set()
+
+
+def test_the_help_of_a_client_command_imports_no_store_or_celery_code() -> None:
+    code = """
+        from services.cli import main
+        try:
+            main(["sessions", "--help"])
+        except SystemExit:
+            pass
+    """
+    assert loaded_after(code) == set()
+
+
+def test_the_root_help_lists_every_command_without_importing_one() -> None:
+    code = """
+        from services.cli import main
+        try:
+            main(["--help"])
+        except SystemExit:
+            pass
+        import sys
+        assert not [m for m in sys.modules if m.startswith("services.cli.")
+                    and m not in ("services.cli.errors", "services.cli.lazy")], sys.modules
+    """
+    assert loaded_after(code) == set()
+
+
+def test_each_short_help_in_the_table_is_the_commands_own() -> None:
+    ctx = click.Context(main)
+    for name, lazy in COMMANDS.items():
+        command = main.get_command(ctx, name)
+        assert command is not None, name
+        first_paragraph = inspect.cleandoc(command.help or "").split("\n\n")[0]
+        assert lazy.short_help == " ".join(first_paragraph.split()), name
+
+
+def test_the_skip_limit_of_the_cli_is_the_stores() -> None:
+    assert MAX_SKIP == schedule_store.MAX_SKIP
