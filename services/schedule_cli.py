@@ -7,7 +7,6 @@ directly, an operator's path; without it they ask the REST API (``--endpoint``).
 from __future__ import annotations
 
 import json
-import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -32,12 +31,16 @@ from services.client_admin import (
 )
 from services.client_support import client_options
 from services.embedded import open_store
-from services.scheduler.loop import Scheduler
-from services.scheduler.metrics import SchedulerMetrics
 from shared.clock import utc_now
 from shared.domain.schedule import ScheduleSpec, parse_schedule
 from shared.dsl.parser import parse_workflow_file
-from shared.errors import InvalidInput, InvalidSchedule, StoreUnavailable, TickworkError
+from shared.errors import (
+    InvalidConfig,
+    InvalidInput,
+    InvalidSchedule,
+    StoreUnavailable,
+    TickworkError,
+)
 from shared.logging import configure_logging
 from shared.store import emission as emission_store
 from shared.store import schedules as schedule_store
@@ -87,23 +90,18 @@ def store_transaction(database_url: str, *, write: bool = True) -> Iterator[Conn
 @click.option("--log-level", envvar="TICKWORK_LOG_LEVEL", default="INFO", show_default=True)
 def scheduler_command(database_url: str, metrics_port: int, log_level: str) -> None:
     """Run the scheduler: emit one session per scheduled time until SIGTERM."""
+    from services.scheduler.config import SchedulerSettings
+    from services.scheduler.main import serve
+
     configure_logging(log_level.upper())
     try:
-        engine = open_store(database_url)
-    except StoreUnavailable as exc:
+        serve(
+            SchedulerSettings.from_environment(
+                database_url=database_url, metrics_port=metrics_port, log_level=log_level.upper()
+            )
+        )
+    except (InvalidConfig, StoreUnavailable) as exc:
         fail(f"error: {exc}")
-    metrics = SchedulerMetrics()
-    scheduler = Scheduler(engine, metrics=metrics)
-    if metrics_port:
-        metrics.serve(metrics_port, scheduler.health)
-
-    def stop(_signum: int, _frame: object) -> None:
-        scheduler.stop()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    scheduler.run_forever()
-    engine.dispose()
 
 
 def _spec_from(cron: str | None, workflow_file: Path | None, timezone: str | None) -> ScheduleSpec:
