@@ -19,8 +19,9 @@ import time
 from pathlib import Path
 
 from bench._services import redis_prefix
+from services.agent.config import AgentSettings
 from services.agent.metrics import AgentMetrics
-from services.agent.worker import AgentRuntime, AgentSettings
+from services.agent.worker import AgentRuntime
 from shared.dispatch.celery_app import RedisSettings
 from shared.dispatch.messages import TaskMessage
 

@@ -120,7 +120,7 @@ def run_catchup(url: str) -> CatchupResult:
     scheduler = Scheduler(engine)
     emitted, ticks = 0, 0
     started = time.perf_counter()
-    while True:  # as run_forever() does, without signal handling
+    while True:  # as the runner does (services.scheduler.main.run), without signals
         report = scheduler.tick()
         emitted, ticks = emitted + report.emitted, ticks + 1
         if emitted >= CATCHUP_MINUTES:

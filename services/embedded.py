@@ -6,6 +6,7 @@ executor with the in-process dispatcher until the attempt ends.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from services.agent.archives import ArchiveCache
 from services.agent.operators.base import ResourceLimits
 from services.agent.operators.process import terminate_children
 from services.agent.runner import TaskRunner
-from services.executor.loop import MAX_TASKS_PER_ATTEMPT, WorkflowExecutor
+from services.executor.loop import MAX_TASKS_PER_ATTEMPT, TickReport, WorkflowExecutor
 from shared.clock import SystemClock, utc_now
 from shared.dispatch.messages import TaskEvent, TaskMessage
 from shared.dispatch.seam import EventSink, InProcessDispatcher
@@ -28,6 +29,7 @@ from shared.domain.schedule import ScheduleSpec
 from shared.domain.states import AttemptState
 from shared.domain.workflow import WorkflowDefinition
 from shared.errors import Conflict, StoreUnavailable
+from shared.runner import IdleBackoff, run_until_stopped
 from shared.store import projects as project_store
 from shared.store import schedules as schedule_store
 from shared.store import sessions as session_store
@@ -36,7 +38,9 @@ from shared.store.engine import create_store_engine, describe_store_error, notif
 from shared.store.migrate import upgrade_database
 
 IDLE_WAIT_SECONDS = 0.2
+"""The longest wait between passes of ``tickwork run`` (an agent's event ends it sooner)."""
 ATTEMPT_CHECK_SECONDS = 1.0
+"""How often ``tickwork run`` looks whether its attempt was ended from outside."""
 
 
 @dataclass(frozen=True)
@@ -249,23 +253,61 @@ def _drive(
     engine: Engine,
     on_progress: Callable[[Engine, int, bool], None] | None,
 ) -> AttemptState:
-    checked_at = time.monotonic()
-    while True:
-        report = executor.tick()
+    """Run the executor with the shared runner until the attempt ends; how it ended."""
+    run = _AttemptRun(executor, attempt_id, engine, on_progress)
+    run_until_stopped(
+        run.tick,
+        stop=run.ended,
+        wait=run.wait,
+        idle=IdleBackoff(min_seconds=IDLE_WAIT_SECONDS, cap_seconds=IDLE_WAIT_SECONDS),
+    )
+    assert run.state is not None
+    return run.state
+
+
+class _AttemptRun:
+    """The passes of ``tickwork run``: each reports progress, and the run ends with its
+    attempt, whether this executor ended it or another run of the session canceled it."""
+
+    def __init__(
+        self,
+        executor: WorkflowExecutor,
+        attempt_id: int,
+        engine: Engine,
+        on_progress: Callable[[Engine, int, bool], None] | None,
+    ) -> None:
+        self.executor = executor
+        self.attempt_id = attempt_id
+        self.engine = engine
+        self.on_progress = on_progress
+        self.state: AttemptState | None = None
+        self.ended = threading.Event()
+        self.checked_at = time.monotonic()
+
+    def tick(self) -> TickReport | None:
+        """One pass; None once the attempt ended in it."""
+        report = self.executor.tick()
         for finished_id, state in report.finished_attempts:
-            if finished_id == attempt_id:
-                if on_progress:
-                    on_progress(engine, attempt_id, True)
-                return state
-        if on_progress:
-            on_progress(engine, attempt_id, False)
-        if report.more_ready:
-            continue
-        if time.monotonic() - checked_at >= ATTEMPT_CHECK_SECONDS:
-            # Another run of the same session cancels this attempt when it starts.
-            checked_at = time.monotonic()
-            with read_only(engine) as conn:
-                state = session_store.get_attempt_state(conn, attempt_id)
+            if finished_id == self.attempt_id:
+                self._progress(done=True)
+                self.state = state
+                return None
+        self._progress(done=False)
+        return report
+
+    def wait(self, idle_seconds: float) -> None:
+        """Wait for the executor's work; every second, first look whether the attempt
+        ended elsewhere (another run of the same session cancels it when it starts)."""
+        if time.monotonic() - self.checked_at >= ATTEMPT_CHECK_SECONDS:
+            self.checked_at = time.monotonic()
+            with read_only(self.engine) as conn:
+                state = session_store.get_attempt_state(conn, self.attempt_id)
             if state.is_done:
-                return state
-        executor.wait_for_work(executor.seconds_until_due(executor.clock.now(), IDLE_WAIT_SECONDS))
+                self.state = state
+                self.ended.set()
+                return
+        self.executor.wait(idle_seconds)
+
+    def _progress(self, *, done: bool) -> None:
+        if self.on_progress:
+            self.on_progress(self.engine, self.attempt_id, done)

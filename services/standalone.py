@@ -29,11 +29,14 @@ from services.cli.errors import fail
 from services.cli.store_access import printable_url
 from services.embedded import make_in_process_runner, open_store
 from services.executor.loop import Recovery, WorkflowExecutor
+from services.executor.main import run_in_process
 from services.scheduler.loop import Scheduler
+from services.scheduler.main import run as run_scheduler
 from shared.dispatch.leases import Lease, LeaseState
 from shared.dispatch.messages import TaskMessage, WorkCommitted
 from shared.dispatch.seam import EventSink, InProcessDispatcher
 from shared.errors import TickworkError
+from shared.runner import stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +173,7 @@ class Standalone:
             recovery=Recovery(every_seconds=5.0, grace_seconds=2.0),
         )
         self.scheduler = Scheduler(engine)
+        self.stopping = threading.Event()  # ends the executor's loop
         # waitress reads a request whole in its event loop before a thread serves it, so a
         # slow or silent client holds no thread; one silent for CHANNEL_TIMEOUT_SECONDS is
         # dropped. Log follow streams do hold a thread each: at most FOLLOW_STREAMS of them.
@@ -186,8 +190,8 @@ class Standalone:
         self.server.channel_class = ProblemChannel  # problem+json for what waitress refuses
         self.threads = [
             _thread("api", self.server.run),
-            _thread("scheduler", self.scheduler.run_forever),
-            _thread("executor", lambda: self.executor.run_forever(idle_cap_seconds=1.0)),
+            _thread("scheduler", lambda: run_scheduler(self.scheduler)),
+            _thread("executor", lambda: run_in_process(self.executor, self.stopping)),
         ]
         self._watch_commits()
 
@@ -221,7 +225,7 @@ class Standalone:
         deadline = time.monotonic() + STOP_GRACE_SECONDS
         self.server.close()
         self.scheduler.stop()
-        self.executor.stop()
+        self.stopping.set()
         self.dispatcher.wake()
         api, scheduler, executor = self.threads
         self._join(executor, deadline)
@@ -258,12 +262,7 @@ def _thread(name: str, loop: Callable[[], object]) -> threading.Thread:
 def run_standalone(standalone: Standalone) -> None:
     """Run until SIGINT or SIGTERM, then stop everything."""
     stopping = threading.Event()
-
-    def stop(_signum: int, _frame: object) -> None:
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stop_on_signals(stopping.set)
     standalone.start()
     while not stopping.wait(1.0):
         pass

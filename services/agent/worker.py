@@ -35,8 +35,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from celery import Celery
@@ -44,14 +43,14 @@ from celery import signals as celery_signals
 from redis.exceptions import RedisError
 
 from services.agent.archives import ArchiveCache
-from services.agent.log_limits import LogLimits
+from services.agent.config import AgentSettings
 from services.agent.log_stream import LogStreamer, remove_dead_spools, remove_spool
 from services.agent.metrics import AgentMetrics
-from services.agent.operators.base import ResourceLimits, RunControl, StopReason
+from services.agent.operators.base import RunControl, StopReason
 from services.agent.outbox import ResultOutbox
 from services.agent.runner import TaskRunner
 from shared.dispatch.archives import RedisArchives
-from shared.dispatch.celery_app import TASK_NAME, RedisSettings, make_celery
+from shared.dispatch.celery_app import TASK_NAME, make_celery
 from shared.dispatch.events import EventStream, retry_redis
 from shared.dispatch.leases import Heartbeat, Lease, LeaseStore
 from shared.dispatch.messages import (
@@ -74,27 +73,6 @@ LOOP_STALE_SECONDS = 900.0
 """How long the event loop may stand still before ``/healthz`` fails and the agent is
 restarted. The loop also stands still while Celery reconnects to Redis, and a Redis
 outage is waited out, not a reason to restart every agent: readiness goes at once."""
-
-
-@dataclass(frozen=True)
-class AgentSettings:
-    """What one ``tickwork agent`` runs with."""
-
-    redis: RedisSettings
-    queues: tuple[str, ...]
-    concurrency: int
-    grace_seconds: float
-    lease_ttl_seconds: float
-    heartbeat_seconds: float
-    work_dir: Path
-    limits: ResourceLimits = field(default_factory=ResourceLimits)
-    log_limits: LogLimits = field(default_factory=LogLimits)
-    log_level: str = "WARNING"
-
-    @property
-    def done_mark_ms(self) -> int:
-        """How long a finished run's ``done`` mark refuses duplicates of its message."""
-        return int(max(10 * self.lease_ttl_seconds, 300) * 1000)
 
 
 @dataclass

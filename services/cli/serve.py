@@ -11,7 +11,6 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import signal
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -20,13 +19,13 @@ from typing import Any, TypeVar
 import click
 from redis.exceptions import RedisError
 
-from services.agent.log_limits import DEFAULT_LOG_HEAD_BYTES, DEFAULT_LOG_TAIL_BYTES, LogLimits
+from services.agent.log_limits import DEFAULT_LOG_HEAD_BYTES, DEFAULT_LOG_TAIL_BYTES
 from services.cli.errors import fail, fail_unavailable
 from services.cli.params import DATABASE_OPTION
 from services.cli.store_access import printable_url
 from shared.dispatch.messages import DEFAULT_QUEUE
 from shared.domain.workflow import QUEUE_NAME
-from shared.errors import StoreUnavailable
+from shared.errors import InvalidConfig, StoreUnavailable
 from shared.logging import configure_logging
 
 # Celery and the services are imported by the commands that run them, so that the help
@@ -116,27 +115,18 @@ def _limit(name: str, envvar: str, doc: str) -> Callable[[F], F]:
 @click.option("--log-level", envvar="TICKWORK_LOG_LEVEL", default="INFO", show_default=True)
 def scheduler_command(database_url: str, metrics_port: int, log_level: str) -> None:
     """Run the scheduler: emit one session per scheduled time until SIGTERM."""
-    from services.embedded import open_store
-    from services.scheduler.loop import Scheduler
-    from services.scheduler.metrics import SchedulerMetrics
+    from services.scheduler.config import SchedulerSettings
+    from services.scheduler.main import serve
 
     configure_logging(log_level.upper())
     try:
-        engine = open_store(database_url)
-    except StoreUnavailable as exc:
+        serve(
+            SchedulerSettings.from_environment(
+                database_url=database_url, metrics_port=metrics_port, log_level=log_level.upper()
+            )
+        )
+    except (InvalidConfig, StoreUnavailable) as exc:
         fail(f"error: {exc}", exc)
-    metrics = SchedulerMetrics()
-    scheduler = Scheduler(engine, metrics=metrics)
-    if metrics_port:
-        metrics.serve(metrics_port, scheduler.health)
-
-    def stop(_signum: int, _frame: object) -> None:
-        scheduler.stop()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    scheduler.run_forever()
-    engine.dispose()
 
 
 @click.command("executor")
@@ -190,43 +180,29 @@ def executor_command(
     log_level: str,
 ) -> None:
     """Run the executor: start attempts, dispatch their tasks to agents, apply results."""
-    from services.executor.loop import Recovery
-    from services.executor.metrics import ExecutorMetrics
-    from services.executor.service import ExecutorService, ExecutorSettings
-    from shared.dispatch.celery_app import RedisSettings
+    from services.executor.config import ExecutorSettings
+    from services.executor.main import serve
 
     configure_logging(log_level.upper())
-    from shared.dispatch.celery_dispatch import CRASH_POINTS
-
-    crash_point = os.environ.get("TICKWORK_CRASH_POINT", "")
-    if crash_point not in ("", *CRASH_POINTS):
-        fail(f"error: TICKWORK_CRASH_POINT: the crash points are {', '.join(CRASH_POINTS)}")
-    settings = ExecutorSettings(
-        database_url=database_url,
-        redis=RedisSettings(redis_url, redis_prefix),
-        log_dir=log_dir,
-        recovery=Recovery(every_seconds=reaper_interval, max_lost=max_lost_leases),
-        task_timeout_seconds=task_timeout,
-        crash_point=crash_point,
-        max_tasks_per_attempt=max_tasks_per_attempt,
-    )
-    metrics = ExecutorMetrics()
     try:
-        service = ExecutorService(settings, metrics)
-    except StoreUnavailable as exc:
+        settings = ExecutorSettings.from_environment(
+            os.environ,
+            database_url=database_url,
+            redis_url=redis_url,
+            redis_prefix=redis_prefix,
+            log_dir=log_dir,
+            reaper_seconds=reaper_interval,
+            max_lost_leases=max_lost_leases,
+            max_tasks_per_attempt=max_tasks_per_attempt,
+            task_timeout_seconds=task_timeout,
+            metrics_port=metrics_port,
+            log_level=log_level.upper(),
+        )
+        serve(settings)
+    except (InvalidConfig, StoreUnavailable) as exc:
         fail(f"error: {exc}", exc)
     except RedisError as exc:
         fail_unavailable(f"error: cannot use Redis at {printable_url(redis_url)}: {exc}")
-    if metrics_port:
-        metrics.serve(metrics_port, service.health)
-
-    def stop(_signum: int, _frame: object) -> None:
-        service.health.drain()
-        service.stop()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    service.run()
 
 
 def _queues(_ctx: click.Context, _param: click.Parameter, raw: str) -> tuple[str, ...]:
@@ -311,10 +287,8 @@ def agent_command(
     log_level: str,
 ) -> None:
     """Run an agent: a Celery worker that runs tasks under leases. It needs Redis only."""
-    from services.agent.metrics import AgentMetrics
-    from services.agent.operators.base import ResourceLimits
-    from services.agent.worker import AgentSettings, agent_health, run_agent
-    from shared.dispatch.celery_app import RedisSettings
+    from services.agent.config import AgentSettings
+    from services.agent.main import serve
 
     configure_logging(log_level.upper())
     if heartbeat >= lease_ttl:
@@ -324,24 +298,28 @@ def agent_command(
         )
     if os.environ.pop("TICKWORK_DATABASE_URL", None) is not None:
         click.echo("warning: agents do not use TICKWORK_DATABASE_URL; ignoring it", err=True)
-    limits = ResourceLimits(max_memory_mb, max_open_files, max_cpu_seconds)
-    settings = AgentSettings(
-        redis=RedisSettings(redis_url, redis_prefix),
-        queues=queues,
-        concurrency=concurrency,
-        grace_seconds=grace,
-        lease_ttl_seconds=lease_ttl,
-        heartbeat_seconds=heartbeat,
-        work_dir=work_dir or _temporary_directory("tickwork-agent-"),
-        limits=limits,
-        log_limits=LogLimits(log_head_bytes, log_tail_bytes),
-        log_level=log_level.upper(),
-    )
-    metrics = AgentMetrics(shared_between_processes=bool(metrics_port))
-    health = agent_health()
-    if metrics_port:
-        metrics.serve(metrics_port, health)
-    run_agent(settings, metrics, health)
+    try:
+        settings = AgentSettings.from_environment(
+            os.environ,
+            redis_url=redis_url,
+            redis_prefix=redis_prefix,
+            agent_queues=queues,
+            agent_concurrency=concurrency,
+            agent_grace_seconds=grace,
+            lease_ttl_seconds=lease_ttl,
+            heartbeat_seconds=heartbeat,
+            agent_work_dir=work_dir or _temporary_directory("tickwork-agent-"),
+            agent_log_head_bytes=log_head_bytes,
+            agent_log_tail_bytes=log_tail_bytes,
+            task_max_memory_mb=max_memory_mb,
+            task_max_open_files=max_open_files,
+            task_max_cpu_seconds=max_cpu_seconds,
+            metrics_port=metrics_port,
+            log_level=log_level.upper(),
+        )
+    except InvalidConfig as exc:
+        fail(f"error: {exc}")
+    serve(settings)
 
 
 def _temporary_directory(prefix: str) -> Path:

@@ -139,6 +139,18 @@ class TaskGraph:
 
     # -- starting ----------------------------------------------------------------------
 
+    def take_ready_groups(self) -> list[int]:
+        """The groups that became READY since last asked, no longer listed here."""
+        groups = self.ready_groups
+        self.ready_groups = []
+        return groups
+
+    def take_ready_operators(self, limit: int) -> list[TaskRow]:
+        """Up to ``limit`` operator tasks that became READY; the rest stay listed."""
+        taken = self.ready_operators[:limit]
+        del self.ready_operators[:limit]
+        return taken
+
     def stored_params(self, rows: Sequence[TaskRow]) -> dict[int, dict[str, Any] | None]:
         """Params stored by earlier tasks that each task sees: its parent's, then upstreams'."""
         parent_ids = {r.parent_id for r in rows if r.parent_id is not None}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from services.executor.loop import TickReport
+from services.executor.report import TickReport
 from shared.health import LoopHealth, serve_health
 
 

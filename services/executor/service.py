@@ -19,21 +19,21 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import psycopg
 from redis.exceptions import RedisError
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from services.executor.loop import MAX_TASKS_PER_ATTEMPT, Recovery, WorkflowExecutor
+from services.executor.config import ExecutorSettings
+from services.executor.loop import WorkflowExecutor
 from services.executor.metrics import ExecutorMetrics
-from shared.dispatch.celery_app import RedisSettings
+from services.executor.report import TickReport
 from shared.dispatch.celery_dispatch import CeleryDispatcher
 from shared.dispatch.messages import DEFAULT_QUEUE
 from shared.errors import StoreUnavailable
 from shared.health import LoopHealth
+from shared.runner import IdleBackoff, Retry, run_until_stopped
 from shared.store import tasks as task_store
 from shared.store.engine import (
     WORK_CHANNEL,
@@ -56,19 +56,10 @@ GAUGE_SECONDS = 2.0
 LOCK_CHECK_SECONDS = 5.0
 ERROR_BACKOFF_CAP_SECONDS = 10.0
 SCHEMA_WAIT_LOG_SECONDS = 10.0
+STREAM_RETRY_SECONDS = 1.0
+"""How long to wait before reading agents' events again after Redis failed."""
 
-
-@dataclass(frozen=True)
-class ExecutorSettings:
-    """What one ``tickwork executor`` runs with."""
-
-    database_url: str
-    redis: RedisSettings
-    log_dir: Path
-    recovery: Recovery
-    task_timeout_seconds: float | None = None
-    crash_point: str = ""  # a fault test's, one of CRASH_POINTS
-    max_tasks_per_attempt: int = MAX_TASKS_PER_ATTEMPT
+__all__ = ["ExecutorService", "ExecutorSettings", "NotifyListener"]
 
 
 class NotifyListener:
@@ -137,7 +128,6 @@ class ExecutorService:
     def stop(self) -> None:
         """Ask :meth:`run` to return after the current pass."""
         self._stop.set()
-        self.executor.stop()
 
     def run(self) -> None:
         """Wait to become the active executor, then run until stopped."""
@@ -205,41 +195,28 @@ class ExecutorService:
             listener.stop(wait=False)
 
     def _loop(self, lock_conn: Connection) -> None:
-        backoff = 0.05
-        failures = 0
-        checked_at = gauges_at = 0.0
-        while not self._stop.is_set():
-            if self.is_postgres and time.monotonic() - checked_at >= LOCK_CHECK_SECONDS:
-                checked_at = time.monotonic()
-                if not _still_connected(lock_conn):
-                    log.warning("lost the executor lock's connection; standing by")
-                    return
-            try:
-                report = self.executor.tick()
-                if time.monotonic() - gauges_at >= GAUGE_SECONDS:
-                    gauges_at = time.monotonic()
-                    self._update_gauges()
-            except (SQLAlchemyError, RedisError, OSError) as exc:
-                failures += 1
-                delay = min(ERROR_BACKOFF_CAP_SECONDS, 0.5 * 2 ** min(failures, 5))
-                log.error("executor pass failed (retrying in %.1fs): %s", delay, _one_line(exc))
-                self.health.beat(ready=False, reason=f"a pass failed: {_one_line(exc)}")
-                self._stop.wait(delay)
-                continue
-            failures = 0
-            self.health.beat(reason="active")
-            self.metrics.record(report)
-            if report.more_ready:
-                continue
-            backoff = 0.05 if report.did_work else min(backoff * 2, IDLE_CAP_SECONDS)
-            try:
-                wait = self.executor.seconds_until_due(self.executor.clock.now(), backoff)
-                self.executor.wait_for_work(wait)
-            except RedisError as exc:
-                log.error("cannot read agents' events: %s", _one_line(exc))
-                self._stop.wait(1.0)
+        """Run passes with the shared runner until stopped or the lock's connection is lost."""
+        run_until_stopped(
+            _ActivePasses(self, lock_conn).tick,
+            stop=self._stop,
+            wait=self._wait,
+            idle=IdleBackoff(cap_seconds=IDLE_CAP_SECONDS),
+            retry=PASS_RETRY,
+            health=self.health,
+            ready_reason="active",
+            on_pass=self.metrics.record,
+        )
 
-    def _update_gauges(self) -> None:
+    def _wait(self, idle_seconds: float) -> None:
+        """Wait for agents' events; a Redis that fails is read again a second later."""
+        try:
+            self.executor.wait(idle_seconds)
+        except RedisError as exc:
+            log.error("cannot read agents' events: %s", _one_line(exc))
+            self._stop.wait(STREAM_RETRY_SECONDS)
+
+    def update_gauges(self) -> None:
+        """Set the in-flight and queue-depth gauges from the store and Redis."""
         with read_only(self.engine) as conn:
             counts = task_store.count_in_flight(conn)
         self.metrics.queued_tasks.set(counts.get("queued", 0))
@@ -247,6 +224,31 @@ class ExecutorService:
         queues = sorted(self.dispatcher.queues_seen | {DEFAULT_QUEUE})
         for queue, depth in self.dispatcher.queue_depths(queues).items():
             self.metrics.queue_depth.labels(queue=queue).set(depth)
+
+
+class _ActivePasses:
+    """The passes of one active period: a pass, after checking every
+    :data:`LOCK_CHECK_SECONDS` that the lock's connection is alive (None once it is not:
+    this executor stands by), and the gauges updated every :data:`GAUGE_SECONDS`."""
+
+    def __init__(self, service: ExecutorService, lock_conn: Connection) -> None:
+        self.service = service
+        self.lock_conn = lock_conn
+        self.checked_at = 0.0
+        self.gauges_at = 0.0
+
+    def tick(self) -> TickReport | None:
+        service = self.service
+        if service.is_postgres and time.monotonic() - self.checked_at >= LOCK_CHECK_SECONDS:
+            self.checked_at = time.monotonic()
+            if not _still_connected(self.lock_conn):
+                log.warning("lost the executor lock's connection; standing by")
+                return None
+        report = service.executor.tick()
+        if time.monotonic() - self.gauges_at >= GAUGE_SECONDS:
+            self.gauges_at = time.monotonic()
+            service.update_gauges()
+        return report
 
 
 def _open_migrated(database_url: str) -> Engine:
@@ -278,3 +280,20 @@ def _still_connected(conn: Connection) -> bool:
 
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(getattr(exc, "orig", None) or exc).split())[:300]
+
+
+def _pass_failed(description: str) -> str:
+    return f"a pass failed: {description}"
+
+
+PASS_RETRY = Retry(
+    errors=(SQLAlchemyError, RedisError, OSError),
+    first_seconds=1.0,
+    cap_seconds=ERROR_BACKOFF_CAP_SECONDS,
+    message="executor pass failed (retrying in %.1fs): %s",
+    logger=log,
+    describe=_one_line,
+    reason=_pass_failed,
+)
+"""A pass that fails on the store, Redis or the network is retried after 1, 2, 4, 8,
+then every 10 seconds, the executor not ready meanwhile."""

@@ -1,4 +1,4 @@
-"""The scheduler's loop: each ``tick()`` emits the sessions that schedules have due.
+"""The scheduler's pass: each ``tick()`` emits the sessions that schedules have due.
 
 A tick claims due schedules in batches (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so
 replicas, and a tick's own workers, share the work and never handle one schedule at
@@ -7,11 +7,13 @@ applies the overlap policy, and in one transaction per batch inserts the session
 (``ON CONFLICT DO NOTHING`` on the session's idempotency key) and advances the
 checkpoints. A crash before the commit changes nothing; a crash after it left nothing
 undone. Either way, every session time is emitted once.
+
+Looping, waiting and back-off are the shared runner's (:mod:`shared.runner`, driven by
+:mod:`services.scheduler.main`).
 """
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 import time
@@ -56,6 +58,7 @@ IDLE_SECONDS = 1.0
 """The longest sleep between ticks: how soon a new or changed schedule is noticed."""
 
 MAX_BACKOFF_SECONDS = 300.0
+"""The longest a failing schedule waits before it is tried again."""
 
 
 @dataclass
@@ -70,6 +73,12 @@ class TickReport:
     failures: int = 0
     started_waiting: int = 0
     lags: list[float] = field(default_factory=list)
+    more_ready: bool = False  # a tick drains everything due: never more right away
+
+    @property
+    def did_work(self) -> bool:
+        """Whether the tick emitted, missed or started anything."""
+        return bool(self.emitted or self.missed or self.started_waiting)
 
     def add(self, other: TickReport) -> None:
         """Count in what another worker of the same tick did."""
@@ -113,7 +122,7 @@ class Scheduler:
         self.times_per_pass = times_per_pass
         # SQLite has one writer at a time: a second worker would only wait for the first.
         self.workers = workers if engine.dialect.name == "postgresql" else 1
-        self._stop = threading.Event()
+        self.stopping = threading.Event()  # set by stop(): the runner's stop event
 
     def now(self, conn: Connection) -> datetime:
         """What time it is: the given clock, else the database's, else this machine's."""
@@ -144,7 +153,7 @@ class Scheduler:
 
     def _drain(self, now: datetime | None, report: TickReport) -> None:
         """Handle batch after batch until one comes back short: nothing more is due."""
-        while not self._stop.is_set():
+        while not self.stopping.is_set():
             if self._batch(now, report) < self.batch_size:
                 return
 
@@ -293,8 +302,8 @@ class Scheduler:
         return started
 
     def stop(self) -> None:
-        """Make :meth:`run_forever` return after the current tick."""
-        self._stop.set()
+        """Make the runner return after the current tick (and a tick after its batch)."""
+        self.stopping.set()
 
     def seconds_until_due(self) -> float:
         """How long to sleep: until the soonest due schedule, at most :data:`IDLE_SECONDS`."""
@@ -305,30 +314,10 @@ class Scheduler:
             return IDLE_SECONDS
         return min(max((due - now).total_seconds(), 0.0), IDLE_SECONDS)
 
-    def run_forever(self) -> None:
-        """Tick until stopped; a store that is down is retried with backoff."""
-        # What is loaded by now (modules, the engine) lives as long as the process: the
-        # collector need not scan it again every time a busy minute allocates a lot.
-        gc.freeze()
-        backoff = 0.5
-        while not self._stop.is_set():
-            try:
-                report = self.tick()
-                if report.emitted or report.missed:
-                    log.info(
-                        "emitted %d sessions (%d missed by policy, %d already there)",
-                        report.emitted,
-                        report.missed,
-                        report.duplicates,
-                    )
-                backoff = 0.5
-                self.health.beat()
-                self._stop.wait(self.seconds_until_due())
-            except SQLAlchemyError as exc:
-                log.error("store unavailable, retrying in %.1fs: %s", backoff, exc)
-                self.health.beat(ready=False, reason="the store is unavailable")
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
+    def wait(self, _idle_seconds: float) -> None:
+        """Sleep until the soonest due schedule (the runner's wait; at most
+        :data:`IDLE_SECONDS`, whatever the runner's idle time), or until stopped."""
+        self.stopping.wait(self.seconds_until_due())
 
 
 def _claim_one(conn: Connection, schedule_id: int, now: datetime) -> list[ScheduleRow]:

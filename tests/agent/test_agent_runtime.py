@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
+from services.agent.config import AgentSettings
 from services.agent.metrics import AgentMetrics
-from services.agent.worker import SHUTDOWN, AgentRuntime, AgentSettings
+from services.agent.worker import SHUTDOWN, AgentRuntime
 from shared.dispatch.celery_app import RedisSettings
 from shared.dispatch.celery_dispatch import CeleryDispatcher, LogDirectory
 from shared.dispatch.events import EventReader, EventStream, decode

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from services.agent.config import AgentSettings
 from services.agent.log_limits import LogLimits
 from services.agent.log_stream import cut_marker
 from services.agent.metrics import AgentMetrics
-from services.agent.worker import AgentRuntime, AgentSettings
+from services.agent.worker import AgentRuntime
 from shared.dispatch.celery_app import RedisSettings
 from shared.dispatch.celery_dispatch import LogDirectory
 from shared.dispatch.events import EventReader, EventStream, decode

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from services.agent.worker import BEAT_SECONDS
 from services.scheduler.loop import Scheduler
+from services.scheduler.main import run as run_scheduler
 from shared.health import LoopHealth, serve_health
 from shared.store.engine import create_store_engine
 from tests.fault._cluster import Cluster, workflow_text
@@ -99,7 +100,7 @@ class TestSchedulerHealth:
     def test_a_scheduler_whose_store_is_down_stays_alive_but_not_ready(self) -> None:
         engine = create_store_engine("postgresql://postgres@127.0.0.1:1/unreachable")
         scheduler = Scheduler(engine)
-        thread = threading.Thread(target=scheduler.run_forever, daemon=True)
+        thread = threading.Thread(target=run_scheduler, args=(scheduler,), daemon=True)
         thread.start()
         try:
             wait_until(

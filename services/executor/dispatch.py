@@ -1,0 +1,262 @@
+"""Starting work: created attempts, READY groups, and READY operator tasks, which the
+executor runs itself (``call>``, ``nop>``, the control operators...) or queues for agents."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Connection
+
+from services.executor.graph import TaskGraph
+from services.executor.materialize import Placement, materialize_children
+from services.executor.messages import AttemptContext, build_task_message
+from services.executor.report import Pass
+from services.executor.require import run_require
+from services.executor.scope import Scope, over_task_limit
+from services.executor.sla import set_deadline
+from shared.dispatch.messages import TaskMessage
+from shared.domain.control import (
+    BadControl,
+    expand,
+    parallel_flag,
+    wait_seconds,
+)
+from shared.domain.expressions import escape, render
+from shared.domain.operators import control_operators, executor_operators
+from shared.domain.states import AttemptState, TaskState
+from shared.domain.workflow import TaskSpec
+from shared.errors import InvalidExpression
+from shared.store import sessions as session_store
+from shared.store import tasks as task_store
+from shared.store.projects import load_workflow_definition
+from shared.store.tasks import TaskRow
+
+log = logging.getLogger(__name__)
+
+ATTEMPTS_PER_PASS = 100
+"""Created attempts one pass starts, at most (the next pass goes on at once)."""
+
+SCAN_LIMIT = 1000
+"""Tasks one store scan returns, at most."""
+
+MAX_ROUNDS = 1000
+"""Rounds one pass goes into new subtrees, at most (each round one level deeper)."""
+
+EXECUTOR_OPERATORS = executor_operators()
+"""Operators the executor runs itself, without an agent."""
+
+
+def start_created_attempts(work: Pass, scope: Scope) -> int:
+    """Materialise the root task of created attempts and mark them RUNNING; how many."""
+    conn, graph = work.conn, work.graph
+    ids = session_store.list_attempt_ids_in_state(
+        conn, AttemptState.CREATED, limit=ATTEMPTS_PER_PASS, among=scope.attempt_ids
+    )
+    for attempt_id in ids:
+        attempt = session_store.get_attempt(conn, attempt_id)
+        definition = load_workflow_definition(conn, attempt.workflow_definition_id)
+        scope.contexts.remember(conn, attempt, definition)
+        placement = Placement(
+            attempt_id=attempt.id,
+            parent_id=None,
+            parent_full_name="",
+            inherited_export=None,
+            generated=False,
+            resume_from_attempt_id=attempt.resume_from_attempt_id,
+        )
+        (root_id,) = materialize_children(conn, placement, [definition.root], [], graph.now)
+        set_deadline(conn, attempt, definition, graph.now)
+        session_store.set_attempt_state(
+            conn,
+            attempt.id,
+            AttemptState.RUNNING,
+            graph.now,
+            from_states=(AttemptState.CREATED,),
+        )
+        root = task_store.get_task(conn, root_id)
+        if root.state is TaskState.SUCCESS:  # everything was resumed
+            graph.after_terminal(root, TaskState.SUCCESS)
+        else:
+            graph.promote([root_id])
+        log.info("attempt started attempt_id=%d workflow=%s", attempt.id, definition.name)
+    return len(ids)
+
+
+def start_and_dispatch(work: Pass, scope: Scope) -> bool:
+    """Start ready groups and dispatch ready operators until nothing new became ready;
+    the messages go to ``work.messages``. True when the dispatch batch filled up (more
+    READY tasks may wait in the store)."""
+    graph, report = work.graph, work.report
+    dispatched: list[TaskMessage] = []
+    scan = work.plan.scan_ready
+    full = False
+    for _ in range(MAX_ROUNDS):  # each round goes one level deeper into new subtrees
+        if not (scan or graph.ready_groups or graph.ready_operators):
+            break
+        report.groups_started += _start_ready_groups(work, scope, scan)
+        graph.settle()
+        if scan or graph.ready_operators:
+            room = scope.dispatch_batch_size - len(dispatched)
+            batch = _dispatch_ready_operators(work, scope, room, scan)
+            dispatched += batch
+            graph.settle()
+            if len(batch) >= room:
+                full = True
+                break
+        scan = False
+    work.messages += dispatched
+    return full
+
+
+def _start_ready_groups(work: Pass, scope: Scope, scan: bool) -> int:
+    started = 0
+    for _ in range(MAX_ROUNDS):  # nested groups start one level per round
+        ids = work.graph.take_ready_groups()
+        if scan:
+            found = task_store.select_tasks_due(
+                work.conn,
+                TaskState.READY,
+                work.now,
+                limit=SCAN_LIMIT,
+                is_group=True,
+                attempt_ids=scope.attempt_ids,
+            )
+            ids = sorted({*ids, *(g.id for g in found)})
+            scan = False
+        if not ids:
+            break
+        for group in task_store.get_tasks(work.conn, ids):
+            if group.state is TaskState.READY:
+                work.graph.start_group(group)
+                started += 1
+    return started
+
+
+def _dispatch_ready_operators(
+    work: Pass, scope: Scope, limit: int, scan: bool
+) -> list[TaskMessage]:
+    """Queue READY operator tasks: those this pass made READY, or with ``scan`` every
+    one in the store (work other passes or processes left)."""
+    conn, graph = work.conn, work.graph
+    if scan:
+        graph.ready_operators = []
+        ready = task_store.select_tasks_due(
+            conn,
+            TaskState.READY,
+            work.now,
+            limit=limit,
+            is_group=False,
+            attempt_ids=scope.attempt_ids,
+        )
+    else:
+        ready = graph.take_ready_operators(limit)
+    if not ready:
+        return []
+    stored = graph.stored_params(ready)
+    drafts: dict[int, TaskMessage] = {}
+    for task in ready:
+        try:
+            context = scope.contexts.get(conn, task.attempt_id)
+            if task.config.get("operator") in EXECUTOR_OPERATORS:
+                run_here(conn, graph, task, context, stored[task.id], scope)
+                continue
+            drafts[task.id] = build_task_message(
+                task, context, stored[task.id], 0, scope.task_timeout_seconds
+            )
+        except (InvalidExpression, BadControl) as exc:
+            graph.fail(task, {"message": str(exc)})
+    tokens = task_store.mark_tasks_queued(
+        conn, {task_id: stored[task_id] for task_id in drafts}, work.now
+    )
+    return [
+        dataclasses.replace(drafts[task_id], lease_token=token) for task_id, token in tokens.items()
+    ]
+
+
+@dataclass(frozen=True)
+class _Here:
+    """One executor-run operator task and what running it needs."""
+
+    conn: Connection
+    graph: TaskGraph
+    task: TaskRow
+    spec: TaskSpec
+    context: AttemptContext
+    stored: dict[str, Any] | None
+    scope: Scope
+
+    def message(self) -> TaskMessage:
+        return build_task_message(self.task, self.context, self.stored, 0, None)
+
+
+def _run_call(here: _Here) -> None:
+    check_room(here.conn, here.task, here.spec.called, here.scope)
+    here.graph.succeed_operator(here.task, {}, called=here.spec.called, params=here.stored)
+
+
+def _run_nop(here: _Here) -> None:
+    here.graph.succeed_operator(here.task, {}, params=here.stored)
+
+
+def _run_require(here: _Here) -> None:
+    required = run_require(here.conn, here.graph, here.task, here.message(), here.stored)
+    if here.scope.attempt_ids is not None:  # an embedded run runs what it requires, too
+        here.scope.attempt_ids = here.scope.attempt_ids | {required}
+
+
+def _run_wait(here: _Here) -> None:
+    if (here.task.result or {}).get("waited"):
+        here.graph.succeed_operator(here.task, {}, params=here.stored)
+    else:
+        until = here.graph.now + timedelta(seconds=wait_seconds(here.message().command))
+        here.graph.hold_until(here.task, until)
+
+
+def _run_control(here: _Here) -> None:
+    message = here.message()
+    spec = here.spec
+    if spec.parallel_expr is not None:
+        rendered = render(spec.parallel_expr, escape(message.params))
+        spec = dataclasses.replace(spec, parallel=parallel_flag(rendered))
+    sub = expand(spec, message.command)
+    check_room(here.conn, here.task, sub, here.scope)
+    here.graph.succeed_operator(here.task, {}, called=sub, params=here.stored)
+
+
+RUN_HERE: dict[str, Callable[[_Here], None]] = {
+    "call": _run_call,
+    "nop": _run_nop,
+    "require": _run_require,
+    "wait": _run_wait,
+    **{name: _run_control for name in control_operators()},
+}
+"""How the executor runs each operator the registry says runs in the executor (a spec
+checks that the keys are exactly ``executor_operators()``)."""
+
+
+def run_here(
+    conn: Connection,
+    graph: TaskGraph,
+    task: TaskRow,
+    context: AttemptContext,
+    stored: dict[str, Any] | None,
+    scope: Scope,
+) -> None:
+    """Operators the executor runs itself: ``call>`` and the control operators generate
+    their subtasks, ``nop>`` just succeeds, ``wait>`` waits DELAYED (no agent holds it)
+    and succeeds when its time comes. Raises InvalidExpression or BadControl."""
+    spec = TaskSpec.from_config(task.config)
+    assert spec.operator is not None
+    RUN_HERE[spec.operator](_Here(conn, graph, task, spec, context, stored, scope))
+
+
+def check_room(conn: Connection, task: TaskRow, generated: TaskSpec | None, scope: Scope) -> None:
+    """BadControl if generating ``generated`` would take the attempt over its limit."""
+    problem = over_task_limit(conn, task, generated, scope.max_tasks_per_attempt)
+    if problem is not None:
+        raise BadControl(problem)

@@ -1,0 +1,50 @@
+"""The executor's entry points: :func:`serve` (``tickwork executor``, distributed) and
+:func:`run_in_process` (the executor thread of ``tickwork standalone``).
+
+Both run :meth:`WorkflowExecutor.tick <services.executor.loop.WorkflowExecutor.tick>`
+through the shared runner (:func:`shared.runner.run_until_stopped`); the distributed
+one only while it holds the executor lock (:class:`~services.executor.service.ExecutorService`).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from services.executor.config import ExecutorSettings
+from services.executor.loop import WorkflowExecutor
+from services.executor.metrics import ExecutorMetrics
+from services.executor.service import ExecutorService
+from shared.runner import IdleBackoff, run_until_stopped, stop_on_signals
+
+IN_PROCESS_IDLE_CAP_SECONDS = 1.0
+"""The longest wait of an in-process executor between passes that find nothing to do."""
+
+
+def serve(settings: ExecutorSettings) -> None:
+    """Run ``tickwork executor`` until SIGTERM or SIGINT: serve the metrics and probes
+    (if a port is set), wait to be the active executor, run passes.
+
+    Raises StoreUnavailable or RedisError if the store or Redis cannot be used at start.
+    """
+    metrics = ExecutorMetrics()
+    service = ExecutorService(settings, metrics)
+    if settings.metrics_port:
+        metrics.serve(settings.metrics_port, service.health)
+
+    def stop() -> None:
+        service.health.drain()
+        service.stop()
+
+    stop_on_signals(stop)
+    service.run()
+
+
+def run_in_process(executor: WorkflowExecutor, stop: threading.Event) -> None:
+    """Run passes until ``stop`` is set (the caller wakes the executor's wait with its
+    dispatcher's ``wake()``); an error ends the loop and is raised."""
+    run_until_stopped(
+        executor.tick,
+        stop=stop,
+        wait=executor.wait,
+        idle=IdleBackoff(cap_seconds=IN_PROCESS_IDLE_CAP_SECONDS),
+    )

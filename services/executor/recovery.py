@@ -1,0 +1,100 @@
+"""Recovery and kills: the reaper (lost messages, lost agents) and attempts a kill was
+asked for."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from services.executor.events import message_of, requeue
+from services.executor.report import Pass, Recovery
+from services.executor.scope import Scope
+from shared.dispatch.leases import LeaseState
+from shared.dispatch.seam import Dispatcher
+from shared.domain.states import AttemptState, TaskState
+from shared.store import sessions as session_store
+from shared.store import tasks as task_store
+from shared.store.tasks import TaskRow
+
+log = logging.getLogger(__name__)
+
+REAP_BATCH = 5000
+"""In-flight tasks one reaper pass looks at, at most."""
+
+KILLS_PER_PASS = 100
+"""Attempts being killed one pass ends, at most."""
+
+
+def reap(work: Pass, scope: Scope, recovery: Recovery, dispatcher: Dispatcher) -> None:
+    """Republish lost messages, requeue tasks whose agent was lost (see :class:`Recovery`);
+    the messages go to ``work.messages``."""
+    quiet_since = work.now - timedelta(seconds=recovery.grace_seconds)
+    candidates = task_store.select_in_flight(
+        work.conn, quiet_since, REAP_BATCH, attempt_ids=scope.attempt_ids
+    )
+    states = dispatcher.lease_states([t.id for t in candidates])
+    if not candidates or states is None:
+        return
+    republished: list[int] = []
+    for task in candidates:
+        state = states[task.id]
+        if _still_held(task, state):
+            continue  # queued, running, or its result is on the way
+        if task.state is TaskState.QUEUED and state.taken < task.lease_token:
+            # No agent ever took this token: its message was lost.
+            work.messages.append(message_of(work.conn, scope, task))
+            republished.append(task.id)
+            continue
+        _lost_agent(work, scope, recovery, task)
+    if republished:
+        log.warning("republishing %d queued tasks whose message was lost", len(republished))
+        task_store.touch_tasks(work.conn, republished, work.now)
+        work.report.republished += len(republished)
+
+
+def _still_held(task: TaskRow, state: LeaseState) -> bool:
+    """Whether a lease covers the task's current token, and its publisher confirmed it.
+
+    A mark its publisher never confirmed, this long after: it died between marking and
+    sending (a crash of the executor before this one took over)."""
+    lease = state.current
+    unsent = state.unconfirmed and lease is not None and lease.token == task.lease_token
+    return lease is not None and lease.token >= task.lease_token and not unsent
+
+
+def _lost_agent(work: Pass, scope: Scope, recovery: Recovery, task: TaskRow) -> None:
+    """An agent took the task (whether or not its start reached us) and vanished."""
+    work.report.leases_lost += 1
+    if task.lost_count + 1 >= recovery.max_lost:
+        message = f"lost its agent {recovery.max_lost} times"
+        log.warning("task failed: %s task_id=%d", message, task.id)
+        work.graph.fail(task, {"message": message})
+        return
+    requeued = requeue(work.conn, scope, task.id, task.lease_token, work.now, lost=True)
+    if requeued is not None:
+        log.warning(
+            "task lost its agent; requeued task_id=%d lease_token=%d",
+            task.id,
+            requeued.lease_token,
+        )
+        work.messages.append(requeued)
+        work.report.requeued += 1
+
+
+def kill_canceling_attempts(work: Pass, scope: Scope) -> None:
+    """End attempts a kill was asked for: their unfinished tasks CANCELED, the attempt
+    KILLED. The in-flight ``(task id, token)`` pairs go to ``work.revoked``, revoked
+    after the commit."""
+    conn, now = work.conn, work.now
+    ids = session_store.list_attempt_ids_in_state(
+        conn, AttemptState.CANCELING, limit=KILLS_PER_PASS, among=scope.attempt_ids
+    )
+    for attempt_id in ids:
+        work.revoked += task_store.in_flight_of_attempt(conn, attempt_id)
+        task_store.cancel_unfinished_tasks(conn, attempt_id, now)
+        if session_store.set_attempt_state(
+            conn, attempt_id, AttemptState.KILLED, now, from_states=(AttemptState.CANCELING,)
+        ):
+            log.info("attempt killed attempt_id=%d", attempt_id)
+            work.report.finished_attempts.append((attempt_id, AttemptState.KILLED))
+            work.report.attempts_killed += 1

@@ -1,0 +1,89 @@
+"""What the executor's steps share from pass to pass: the attempts it runs, their
+contexts (read once per attempt), and its limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy import Connection
+
+from services.executor.messages import AttemptContext
+from shared.domain.schedule import ScheduleSpec
+from shared.domain.workflow import TaskSpec, WorkflowDefinition
+from shared.store import secrets as secret_store
+from shared.store import sessions as session_store
+from shared.store import tasks as task_store
+from shared.store.projects import archive_digest_of_attempt, load_workflow_definition
+from shared.store.sessions import AttemptRow
+from shared.store.tasks import TaskRow
+
+MAX_TASKS_PER_ATTEMPT = 10_000
+"""Tasks one attempt may have, generated ones included (configurable)."""
+
+
+class AttemptContexts:
+    """What every task of an attempt shares, read once per attempt (this executor
+    started it, or it reads it on the attempt's first dispatch after a restart)."""
+
+    def __init__(self) -> None:
+        self._contexts: dict[int, AttemptContext] = {}
+
+    def get(self, conn: Connection, attempt_id: int) -> AttemptContext:
+        """The attempt's context, read from the store the first time."""
+        context = self._contexts.get(attempt_id)
+        if context is None:
+            attempt = session_store.get_attempt(conn, attempt_id)
+            definition = load_workflow_definition(conn, attempt.workflow_definition_id)
+            context = self.remember(conn, attempt, definition)
+        return context
+
+    def remember(
+        self, conn: Connection, attempt: AttemptRow, definition: WorkflowDefinition
+    ) -> AttemptContext:
+        """Read and keep the context of an attempt being started."""
+        schedule = None
+        if definition.schedule is not None:
+            schedule = ScheduleSpec.from_config(definition.schedule)
+        last_executed = session_store.last_executed_session_time(
+            conn, attempt.project_id, attempt.workflow_name, attempt.session_time
+        )
+        digest = archive_digest_of_attempt(conn, attempt.id)
+        secrets = secret_store.read_encrypted_secrets(conn, attempt.project_id)
+        context = AttemptContext.of(attempt, schedule, last_executed, digest, secrets)
+        self._contexts[attempt.id] = context
+        return context
+
+    def forget(self, attempt_id: int) -> None:
+        """The attempt ended: its context is not needed again."""
+        self._contexts.pop(attempt_id, None)
+
+
+@dataclass
+class Scope:
+    """Which attempts an executor runs and within which limits.
+
+    ``attempt_ids`` None means every attempt; an embedded run names its own, and adds
+    those its ``require>`` tasks start.
+    """
+
+    attempt_ids: frozenset[int] | None
+    task_timeout_seconds: float | None = None
+    max_tasks_per_attempt: int = MAX_TASKS_PER_ATTEMPT
+    dispatch_batch_size: int = 1000
+    contexts: AttemptContexts = field(default_factory=AttemptContexts)
+
+
+def over_task_limit(
+    conn: Connection, task: TaskRow, generated: TaskSpec | None, limit: int
+) -> str | None:
+    """Why generating ``generated`` under ``task`` would take its attempt over ``limit``
+    tasks; None when it fits (or nothing is generated)."""
+    if generated is None:
+        return None
+    total = task_store.count_attempt_tasks(conn, task.attempt_id) + generated.count_tasks()
+    if total <= limit:
+        return None
+    return (
+        f"the attempt would have {total} tasks, over the limit of {limit} "
+        "(TICKWORK_MAX_TASKS_PER_ATTEMPT)"
+    )

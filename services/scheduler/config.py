@@ -1,0 +1,44 @@
+"""The scheduler's settings: ``TICKWORK_*`` variables, read once, flags overriding them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from shared.config import (
+    COMMON_SETTINGS,
+    Setting,
+    SettingValues,
+    log_level,
+    port_setting,
+    required_text,
+)
+
+SCHEDULER_SETTINGS = (
+    Setting("TICKWORK_DATABASE_URL", "", "the store (PostgreSQL in production); required"),
+    *COMMON_SETTINGS,
+)
+"""Every variable ``tickwork scheduler`` reads, with its default and meaning."""
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    """What one ``tickwork scheduler`` runs with."""
+
+    database_url: str
+    metrics_port: int = 0
+    log_level: str = "INFO"
+
+    @classmethod
+    def from_environment(
+        cls, environ: Mapping[str, str] | None = None, **overrides: Any
+    ) -> SchedulerSettings:
+        """Read the settings (``overrides`` by key, e.g. ``metrics_port=9100``, win over
+        the environment); raises InvalidConfig naming the variable on a bad value."""
+        values = SettingValues(SCHEDULER_SETTINGS, environ, overrides)
+        return cls(
+            database_url=values.get("database_url", required_text),
+            metrics_port=values.get("metrics_port", port_setting),
+            log_level=values.get("log_level", log_level),
+        )

@@ -1,0 +1,83 @@
+"""The scheduler's entry points: :func:`serve` (``tickwork scheduler``) and :func:`run`
+(also the scheduler thread of ``tickwork standalone``).
+
+Both run :meth:`Scheduler.tick <services.scheduler.loop.Scheduler.tick>` through the
+shared runner (:func:`shared.runner.run_until_stopped`).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from services.scheduler.config import SchedulerSettings
+from services.scheduler.loop import Scheduler, TickReport
+from services.scheduler.metrics import SchedulerMetrics
+from shared.errors import StoreUnavailable
+from shared.runner import Retry, run_until_stopped, stop_on_signals
+from shared.store.engine import create_store_engine, describe_store_error
+from shared.store.migrate import upgrade_database
+
+log = logging.getLogger("services.scheduler.loop")  # where its loop's lines always were
+
+STORE_RETRY = Retry(
+    errors=(SQLAlchemyError,),
+    first_seconds=0.5,
+    cap_seconds=30.0,
+    message="store unavailable, retrying in %.1fs: %s",
+    logger=log,
+)
+"""A store that is down is retried after 0.5, 1, 2... up to 30 seconds, the scheduler
+alive but not ready meanwhile."""
+
+
+def serve(settings: SchedulerSettings) -> None:
+    """Run ``tickwork scheduler`` until SIGTERM or SIGINT, serving the metrics and probes
+    if a port is set. Raises StoreUnavailable if the store cannot be used at start."""
+    engine = _open_store(settings.database_url)
+    metrics = SchedulerMetrics()
+    scheduler = Scheduler(engine, metrics=metrics)
+    if settings.metrics_port:
+        metrics.serve(settings.metrics_port, scheduler.health)
+    stop_on_signals(scheduler.stop)
+    run(scheduler)
+    engine.dispose()
+
+
+def run(scheduler: Scheduler) -> None:
+    """Tick until ``scheduler.stop()``; a store that is down is retried with back-off."""
+    # What is loaded by now (modules, the engine) lives as long as the process: the
+    # collector need not scan it again every time a busy minute allocates a lot.
+    gc.freeze()
+    run_until_stopped(
+        scheduler.tick,
+        stop=scheduler.stopping,
+        wait=scheduler.wait,
+        retry=STORE_RETRY,
+        health=scheduler.health,
+        on_pass=_log_emitted,
+    )
+
+
+def _log_emitted(report: TickReport) -> None:
+    if report.emitted or report.missed:
+        log.info(
+            "emitted %d sessions (%d missed by policy, %d already there)",
+            report.emitted,
+            report.missed,
+            report.duplicates,
+        )
+
+
+def _open_store(database_url: str) -> Engine:
+    """An engine on a migrated database; StoreUnavailable if it cannot be reached or used."""
+    engine = create_store_engine(database_url)
+    try:
+        upgrade_database(engine)
+    except SQLAlchemyError as exc:
+        engine.dispose()
+        raise StoreUnavailable(describe_store_error(database_url, exc)) from exc
+    return engine
