@@ -22,7 +22,7 @@ from typing import Any
 import click
 from sqlalchemy import Engine, event
 
-from services.agent.operators.base import ResourceLimits, RunControl
+from services.agent.operators.base import ResourceLimits, RunControl, StopReason
 from services.agent.operators.process import terminate_children
 from services.agent.runner import TaskRunner
 from services.cli.errors import fail
@@ -126,7 +126,7 @@ class ControlledDispatcher(InProcessDispatcher):
                 if control is None:
                     self._revoked.add(key)
             if control is not None:
-                control.stop("killed")
+                control.stop(StopReason.KILLED)
 
     def lease_states(self, task_ids: Sequence[int]) -> dict[int, LeaseState] | None:
         """A lease for each task published here; none (never taken) for the others."""

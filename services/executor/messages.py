@@ -10,6 +10,7 @@ from typing import Any
 
 from shared.dispatch.messages import DEFAULT_QUEUE, TaskMessage
 from shared.domain.expressions import escape, render
+from shared.domain.operators import find_operator, implicit_secret_prefixes
 from shared.domain.params import (
     schedule_variables,
     session_variables,
@@ -118,8 +119,9 @@ def build_task_message(
     )
 
 
-IMPLICIT_SECRETS: dict[str, str] = {"mail": "mail.", "http": "http."}
-"""Operators that read secrets by prefix without a reference (``mail.host``...), as Digdag's."""
+IMPLICIT_SECRETS: dict[str, str] = implicit_secret_prefixes()
+"""Operators that read secrets by prefix without a reference (``mail.host``...), as Digdag's
+(declared in the operator registry)."""
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,8 @@ class _SecretUse:
         marker = f"~secret-{random_tokens.token_hex(8)}~"
         names = secret_references(env)
         env = replace_secret_references(env, marker)
-        if operator == "sh":
+        spec = find_operator(operator)
+        if spec is not None and spec.secrets_in_command:
             names |= secret_references(command)
             command = replace_secret_references(command, marker)
         if local and operator in SECRET_PARAMS:

@@ -291,7 +291,7 @@ class Scheduler:
             room = _room(conn, held_schedules, held_backfills)
             chosen: list[int] = []
             for item in waiting:
-                key = ("b", item.backfill_id) if item.backfill_id else ("s", item.schedule_id)
+                key = _Owner.of(item.schedule_id, item.backfill_id)
                 if room.get(key, 0) > 0:
                     room[key] -= 1
                     chosen.append(item.attempt_id)
@@ -366,19 +366,29 @@ def _progress(emission: _Emission) -> Progress:
     return Progress(emission.row.id, plan.checkpoint, plan.next_session_time, plan.next_run_time)
 
 
-def _room(
-    conn: Connection, schedule_ids: set[int], backfill_ids: set[int]
-) -> dict[tuple[str, int | None], int]:
+@dataclass(frozen=True)
+class _Owner:
+    """What a waiting attempt counts against: its backfill if it has one, else its schedule."""
+
+    schedule_id: int | None = None
+    backfill_id: int | None = None
+
+    @classmethod
+    def of(cls, schedule_id: int | None, backfill_id: int | None) -> _Owner:
+        return cls(backfill_id=backfill_id) if backfill_id else cls(schedule_id=schedule_id)
+
+
+def _room(conn: Connection, schedule_ids: set[int], backfill_ids: set[int]) -> dict[_Owner, int]:
     """How many more attempts each schedule and backfill may start now."""
-    room: dict[tuple[str, int | None], int] = {}
+    room: dict[_Owner, int] = {}
     counts = emission_store.active_counts(conn, schedule_ids)
     for schedule_id, row in schedule_store.schedules_by_id(conn, schedule_ids).items():
         spec = row.schedule
-        limit = spec.max_active if spec.overlap == "allow" else 1
-        room[("s", schedule_id)] = limit - counts.get(schedule_id, (0, 0))[0]
+        limit = spec.max_active if spec.overlap is Overlap.ALLOW else 1
+        room[_Owner(schedule_id=schedule_id)] = limit - counts.get(schedule_id, (0, 0))[0]
     active = emission_store.backfill_active_counts(conn, backfill_ids)
     parallel = emission_store.backfill_parallel(conn, backfill_ids)
     for backfill_id in backfill_ids:
         limit = DEFAULT_MAX_ACTIVE if parallel.get(backfill_id) else 1
-        room[("b", backfill_id)] = limit - active.get(backfill_id, 0)
+        room[_Owner(backfill_id=backfill_id)] = limit - active.get(backfill_id, 0)
     return room
