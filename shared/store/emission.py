@@ -247,13 +247,15 @@ def _insert_sessions_at_once(
     rows = [{**item.session_values(), **item.attempt_values()} for item in unique]
     wanted = rows_select(rows, column_types(sessions, attempts)).cte("new_sessions")
     created_at = literal(now, sessions.c.created_at.type)
+    # Each INSERT ... SELECT names its columns with the values they take.
+    session_values = {
+        **{name: wanted.c[name] for name in _SESSION_COLUMNS},
+        "created_at": created_at,
+    }
     inserted = (
         dialect_of(conn)
         .insert_ignoring_conflicts(sessions)
-        .from_select(
-            [*_SESSION_COLUMNS, "created_at"],
-            select(*(wanted.c[name] for name in _SESSION_COLUMNS), created_at),
-        )
+        .from_select(list(session_values), select(*session_values.values()))
         .returning(
             *(sessions.c[name] for name in ("id", "project_id", "workflow_name", "session_time"))
         )
@@ -264,16 +266,15 @@ def _insert_sessions_at_once(
         inserted.c.workflow_name == wanted.c.workflow_name,
         inserted.c.session_time == wanted.c.session_time,
     )
-    attempt_rows = select(
-        inserted.c.id,
-        *(wanted.c[name] for name in _ATTEMPT_COLUMNS),
-        literal({}, attempts.c.params.type),
-        created_at,
-    ).select_from(inserted.join(wanted, matching))
+    attempt_values = {
+        "session_id": inserted.c.id,
+        **{name: wanted.c[name] for name in _ATTEMPT_COLUMNS},
+        "params": literal({}, attempts.c.params.type),
+        "created_at": created_at,
+    }
+    attempt_rows = select(*attempt_values.values()).select_from(inserted.join(wanted, matching))
     statement = (
-        attempts.insert()
-        .from_select(["session_id", *_ATTEMPT_COLUMNS, "params", "created_at"], attempt_rows)
-        .returning(attempts.c.id)
+        attempts.insert().from_select(list(attempt_values), attempt_rows).returning(attempts.c.id)
     )
     return [int(attempt_id) for attempt_id in conn.execute(statement).scalars()]
 
