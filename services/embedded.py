@@ -34,6 +34,7 @@ from shared.store import projects as project_store
 from shared.store import schedules as schedule_store
 from shared.store import sessions as session_store
 from shared.store import tasks as task_store
+from shared.store.dialects import dialect_of
 from shared.store.engine import create_store_engine, describe_store_error, notify_work, read_only
 from shared.store.migrate import upgrade_database
 
@@ -229,7 +230,7 @@ def follow_on_executor(
     """Store the run's attempt for ``tickwork executor`` and its agents to run, and follow
     it in the store until it ends (this process runs nothing)."""
     engine = engine or open_store(request.database_url)
-    if engine.dialect.name != "postgresql":
+    if not dialect_of(engine).serves_many_processes:
         raise StoreUnavailable(
             "--on-executor needs TICKWORK_DATABASE_URL to name the PostgreSQL database "
             "that `tickwork executor` uses"

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from flask import current_app
 from sqlalchemy import Connection, Engine
 
-from shared.store.engine import read_only
+from shared.store.dialects import dialect_of
 
 ENGINE_KEY = "tickwork.engine"
 
@@ -27,12 +27,8 @@ def read_connection() -> Iterator[Connection]:
     snapshot inside a transaction too, so BEGIN and ROLLBACK would only cost round trips.
     """
     engine = current_engine()
-    if engine.dialect.name != "postgresql":
-        with read_only(engine) as conn:
-            yield conn
-        return
-    with engine.connect() as conn:
-        yield conn.execution_options(isolation_level="AUTOCOMMIT")
+    with dialect_of(engine).connect_for_reads(engine) as conn:
+        yield conn
 
 
 @contextmanager

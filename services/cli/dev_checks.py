@@ -99,6 +99,7 @@ def prepare_database(url: str) -> tuple[bool, str]:
     from sqlalchemy.exc import SQLAlchemyError
 
     from shared.errors import StoreUnavailable
+    from shared.store.dialects import dialect_of
     from shared.store.engine import create_store_engine, describe_store_error
     from shared.store.migrate import current_revision, upgrade_database
 
@@ -106,7 +107,7 @@ def prepare_database(url: str) -> tuple[bool, str]:
         engine = create_store_engine(url)
     except StoreUnavailable as exc:
         fail(f"error: {exc}")
-    if engine.dialect.name != "postgresql":
+    if not dialect_of(engine).serves_many_processes:
         fail("error: --database-url: the services share one PostgreSQL database; name one")
     created = False
     try:

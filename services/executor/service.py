@@ -35,6 +35,7 @@ from shared.errors import StoreUnavailable
 from shared.health import LoopHealth
 from shared.runner import IdleBackoff, Retry, run_until_stopped
 from shared.store import tasks as task_store
+from shared.store.dialects import dialect_of
 from shared.store.engine import (
     WORK_CHANNEL,
     create_store_engine,
@@ -105,7 +106,7 @@ class ExecutorService:
         self.settings = settings
         self.metrics = metrics or ExecutorMetrics()
         self.engine = _open_migrated(settings.database_url)
-        self.is_postgres = self.engine.dialect.name == "postgresql"
+        self.is_postgres = dialect_of(self.engine).serves_many_processes
         consumer = f"{socket.gethostname()}-{os.getpid()}"
         self.dispatcher = CeleryDispatcher(
             settings.redis,

@@ -35,6 +35,7 @@ from shared.domain.states import AttemptState
 from shared.health import LoopHealth
 from shared.store import emission as emission_store
 from shared.store import schedules as schedule_store
+from shared.store.dialects import dialect_of
 from shared.store.emission import NewSession, Progress
 from shared.store.engine import notify_work
 from shared.store.schedules import ScheduleRow
@@ -121,7 +122,7 @@ class Scheduler:
         self.batch_size = batch_size
         self.times_per_pass = times_per_pass
         # SQLite has one writer at a time: a second worker would only wait for the first.
-        self.workers = workers if engine.dialect.name == "postgresql" else 1
+        self.workers = workers if dialect_of(engine).concurrent_writers else 1
         self.stopping = threading.Event()  # set by stop(): the runner's stop event
 
     def now(self, conn: Connection) -> datetime:

@@ -110,7 +110,12 @@ def find_revision(conn: Connection, project_id: int, name: str | None) -> Revisi
     if found is None:
         what = "has no revision" if name is None else f"has no revision {name!r}"
         raise NotFound(f"the project {what}")
-    return RevisionRow(int(found.id), found.name, found.created_at, found.archive_digest)
+    return RevisionRow(
+        id=int(found.id),
+        name=found.name,
+        created_at=found.created_at,
+        archive_digest=found.archive_digest,
+    )
 
 
 def _workflow_columns() -> tuple[Any, ...]:
@@ -235,9 +240,9 @@ def last_sessions(
     for row in session_rows:
         attempt = by_session.get(row.id)
         found[(int(row.project_id), str(row.workflow_name))] = LastSession(
-            int(row.id),
-            row.session_time,
-            None if attempt is None else int(attempt.id),
-            None if attempt is None else str(attempt.state),
+            session_id=int(row.id),
+            session_time=row.session_time,
+            attempt_id=None if attempt is None else int(attempt.id),
+            state=None if attempt is None else str(attempt.state),
         )
     return found

@@ -15,22 +15,19 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, Text, and_, bindparam, cast, func, literal, select
-from sqlalchemy.dialects import postgresql
+from sqlalchemy import Connection, Text, and_, cast, func, literal, select
 
 from shared.domain.catchup import Span
 from shared.domain.schedule import ScheduleSpec
 from shared.domain.states import AttemptState
 from shared.errors import Conflict
+from shared.store.dialects import dialect_of
 from shared.store.schedules import (
     EPSILON,
-    SPEC_INDEX,
     ScheduleRow,
     schedule_columns,
-    schedule_rows,
-    select_schedules,
 )
-from shared.store.sql import column_types, in_ids, insert_rows, rows_select
+from shared.store.sql import column_types, in_ids, insert_rows, rows_select, update_rows
 from shared.store.tables import (
     attempts,
     backfills,
@@ -46,33 +43,21 @@ SCHEDULED_ATTEMPT = "scheduled"
 
 def database_now(conn: Connection) -> datetime | None:
     """The database server's clock (PostgreSQL), so every replica agrees on what is due."""
-    if conn.dialect.name != "postgresql":
-        return None
-    found: datetime = conn.execute(select(func.statement_timestamp())).scalar_one()
-    return found
+    return dialect_of(conn).database_now(conn)
 
 
 def claim_due(conn: Connection, now: datetime, limit: int) -> list[ScheduleRow]:
     """Due schedules, oldest first, locked for this transaction (skipping others' locks)."""
-    if conn.dialect.name != "postgresql":
-        query = (
-            select_schedules()
-            .where(schedules.c.next_run_time <= now)
-            .order_by(schedules.c.next_run_time, schedules.c.id)
-            .limit(limit)
-        )
-        return schedule_rows(conn, query)
     # Lock first, join projects after: sorting the due schedules (all of them, when
     # thousands share one minute) then costs a third. The locked rows' own (latest)
     # versions are what the outer query reads.
-    claimed = (
+    due = (
         select(schedules)
         .where(schedules.c.next_run_time <= now)
         .order_by(schedules.c.next_run_time, schedules.c.id)
         .limit(limit)
-        .with_for_update(skip_locked=True)
-        .cte("claimed")
     )
+    claimed = dialect_of(conn).skip_locked(due).cte("claimed")
     query = (
         select(*schedule_columns(claimed, spec=cast(claimed.c.spec, Text)))
         .select_from(claimed.join(projects, projects.c.id == claimed.c.project_id))
@@ -80,12 +65,10 @@ def claim_due(conn: Connection, now: datetime, limit: int) -> list[ScheduleRow]:
     )
     # The spec comes as text, decoded once per distinct text: at a busy minute thousands
     # of claimed schedules share a handful of specs.
-    claimed_rows = []
-    for row in conn.execute(query).all():
-        values = list(row)
-        values[SPEC_INDEX] = dict(_decoded_spec(values[SPEC_INDEX]))
-        claimed_rows.append(ScheduleRow(*values))
-    return claimed_rows
+    return [
+        ScheduleRow(**{**row._mapping, "spec": dict(_decoded_spec(row.spec))})
+        for row in conn.execute(query)
+    ]
 
 
 @lru_cache(maxsize=4096)
@@ -117,7 +100,7 @@ def inactive_spans(conn: Connection, schedule_ids: Collection[int]) -> dict[int,
         schedule_inactive_spans.c.ended_at,
     ).where(in_ids(conn, schedule_inactive_spans.c.schedule_id, schedule_ids))
     for row in conn.execute(query):
-        spans.setdefault(row.schedule_id, []).append(Span(row.started_at, row.ended_at))
+        spans.setdefault(row.schedule_id, []).append(Span(start=row.started_at, end=row.ended_at))
     return spans
 
 
@@ -127,7 +110,7 @@ def active_counts(conn: Connection, schedule_ids: Collection[int]) -> dict[int, 
     if not schedule_ids:
         return counts
     query = (
-        select(sessions.c.schedule_id, attempts.c.state, func.count())
+        select(sessions.c.schedule_id, attempts.c.state, func.count().label("attempt_count"))
         .select_from(attempts.join(sessions))
         .where(
             attempts.c.state.in_([*ACTIVE, AttemptState.WAITING.value]),
@@ -135,12 +118,12 @@ def active_counts(conn: Connection, schedule_ids: Collection[int]) -> dict[int, 
         )
         .group_by(sessions.c.schedule_id, attempts.c.state)
     )
-    for schedule_id, state, count in conn.execute(query):
-        active, waiting = counts.get(schedule_id, (0, 0))
-        if state == AttemptState.WAITING.value:
-            counts[schedule_id] = (active, waiting + count)
+    for row in conn.execute(query):
+        active, waiting = counts.get(row.schedule_id, (0, 0))
+        if row.state == AttemptState.WAITING.value:
+            counts[row.schedule_id] = (active, waiting + row.attempt_count)
         else:
-            counts[schedule_id] = (active + count, waiting)
+            counts[row.schedule_id] = (active + row.attempt_count, waiting)
     return counts
 
 
@@ -168,15 +151,15 @@ class NewSession:
     ) -> NewSession:
         """A session of the schedule ``row`` at ``session_time``."""
         return cls(
-            row.id,
-            row.project_id,
-            row.workflow_name,
-            session_time,
-            row.workflow_definition_id,
-            row.timezone,
-            row.project_dir,
-            state,
-            backfill_id,
+            schedule_id=row.id,
+            project_id=row.project_id,
+            workflow_name=row.workflow_name,
+            session_time=session_time,
+            workflow_definition_id=row.workflow_definition_id,
+            timezone=row.timezone,
+            project_dir=row.project_dir,
+            state=state,
+            backfill_id=backfill_id,
         )
 
     @property
@@ -216,7 +199,7 @@ def insert_sessions(conn: Connection, new: Sequence[NewSession], now: datetime) 
         return []
     # One per session, as the unique key allows (the last one wins).
     unique = list({item.key: item for item in new}.values())
-    if conn.dialect.name == "postgresql":
+    if dialect_of(conn).chains_inserts:
         return _insert_sessions_at_once(conn, unique, now)
     by_key = {item.key: item for item in unique}
     returned = (
@@ -231,12 +214,12 @@ def insert_sessions(conn: Connection, new: Sequence[NewSession], now: datetime) 
         return []
     attempt_rows = [
         {
-            "session_id": session_id,
-            **by_key[(project_id, workflow_name, session_time)].attempt_values(),
+            "session_id": row.id,
+            **by_key[(row.project_id, row.workflow_name, row.session_time)].attempt_values(),
             "params": {},
             "created_at": now,
         }
-        for session_id, project_id, workflow_name, session_time in created
+        for row in created
     ]
     return [int(row.id) for row in insert_rows(conn, attempts, attempt_rows, (attempts.c.id,))]
 
@@ -264,13 +247,15 @@ def _insert_sessions_at_once(
     rows = [{**item.session_values(), **item.attempt_values()} for item in unique]
     wanted = rows_select(rows, column_types(sessions, attempts)).cte("new_sessions")
     created_at = literal(now, sessions.c.created_at.type)
+    # Each INSERT ... SELECT names its columns with the values they take.
+    session_values = {
+        **{name: wanted.c[name] for name in _SESSION_COLUMNS},
+        "created_at": created_at,
+    }
     inserted = (
-        postgresql.insert(sessions)
-        .from_select(
-            [*_SESSION_COLUMNS, "created_at"],
-            select(*(wanted.c[name] for name in _SESSION_COLUMNS), created_at),
-        )
-        .on_conflict_do_nothing()
+        dialect_of(conn)
+        .insert_ignoring_conflicts(sessions)
+        .from_select(list(session_values), select(*session_values.values()))
         .returning(
             *(sessions.c[name] for name in ("id", "project_id", "workflow_name", "session_time"))
         )
@@ -281,16 +266,15 @@ def _insert_sessions_at_once(
         inserted.c.workflow_name == wanted.c.workflow_name,
         inserted.c.session_time == wanted.c.session_time,
     )
-    attempt_rows = select(
-        inserted.c.id,
-        *(wanted.c[name] for name in _ATTEMPT_COLUMNS),
-        literal({}, attempts.c.params.type),
-        created_at,
-    ).select_from(inserted.join(wanted, matching))
+    attempt_values = {
+        "session_id": inserted.c.id,
+        **{name: wanted.c[name] for name in _ATTEMPT_COLUMNS},
+        "params": literal({}, attempts.c.params.type),
+        "created_at": created_at,
+    }
+    attempt_rows = select(*attempt_values.values()).select_from(inserted.join(wanted, matching))
     statement = (
-        attempts.insert()
-        .from_select(["session_id", *_ATTEMPT_COLUMNS, "params", "created_at"], attempt_rows)
-        .returning(attempts.c.id)
+        attempts.insert().from_select(list(attempt_values), attempt_rows).returning(attempts.c.id)
     )
     return [int(attempt_id) for attempt_id in conn.execute(statement).scalars()]
 
@@ -318,33 +302,7 @@ def save_progress(conn: Connection, progress: Sequence[Progress], now: datetime)
         }
         for item in progress
     ]
-    if conn.dialect.name == "postgresql":
-        # One UPDATE ... FROM unnest(...) instead of one UPDATE per schedule.
-        source = rows_select(rows, column_types(schedules)).subquery()
-        conn.execute(
-            schedules.update()
-            .where(schedules.c.id == source.c.id)
-            .values(
-                last_session_time=source.c.last_session_time,
-                next_schedule_time=source.c.next_schedule_time,
-                next_run_time=source.c.next_run_time,
-                failures=0,
-                last_error=None,
-            )
-        )
-        return
-    statement = (
-        schedules.update()
-        .where(schedules.c.id == bindparam("b_id"))
-        .values(
-            last_session_time=bindparam("b_last_session_time"),
-            next_schedule_time=bindparam("b_next_schedule_time"),
-            next_run_time=bindparam("b_next_run_time"),
-            failures=0,
-            last_error=None,
-        )
-    )
-    conn.execute(statement, [{f"b_{key}": value for key, value in row.items()} for row in rows])
+    update_rows(conn, schedules, rows, {"failures": 0, "last_error": None})
 
 
 def record_failure(
@@ -383,16 +341,17 @@ def waiting_attempts(conn: Connection, limit: int) -> list[Waiting]:
         .order_by(sessions.c.session_time, attempts.c.id)
         .limit(limit)
     )
-    return [Waiting(int(a), s, b) for a, s, b in conn.execute(query)]
+    return [
+        Waiting(attempt_id=int(row.id), schedule_id=row.schedule_id, backfill_id=row.backfill_id)
+        for row in conn.execute(query)
+    ]
 
 
 def lock_rows(conn: Connection, table: Any, ids: Collection[int]) -> set[int]:
     """Lock rows of ``table`` for this transaction; the ids another transaction holds are left."""
     if not ids:
         return set()
-    query = select(table.c.id).where(table.c.id.in_(list(ids)))
-    if conn.dialect.name == "postgresql":
-        query = query.with_for_update(skip_locked=True)
+    query = dialect_of(conn).skip_locked(select(table.c.id).where(table.c.id.in_(list(ids))))
     return {int(found) for found in conn.execute(query).scalars()}
 
 
@@ -401,11 +360,11 @@ def backfill_active_counts(conn: Connection, backfill_ids: Collection[int]) -> d
     if not backfill_ids:
         return {}
     query = (
-        select(attempts.c.backfill_id, func.count())
+        select(attempts.c.backfill_id, func.count().label("attempt_count"))
         .where(attempts.c.backfill_id.in_(list(backfill_ids)), attempts.c.state.in_(ACTIVE))
         .group_by(attempts.c.backfill_id)
     )
-    return {int(b): int(n) for b, n in conn.execute(query)}
+    return {int(row.backfill_id): int(row.attempt_count) for row in conn.execute(query)}
 
 
 def backfill_parallel(conn: Connection, backfill_ids: Collection[int]) -> dict[int, bool]:
@@ -413,7 +372,7 @@ def backfill_parallel(conn: Connection, backfill_ids: Collection[int]) -> dict[i
     query = select(backfills.c.id, backfills.c.parallel).where(
         backfills.c.id.in_(list(backfill_ids))
     )
-    return {int(b): bool(p) for b, p in conn.execute(query)}
+    return {int(row.id): bool(row.parallel) for row in conn.execute(query)}
 
 
 def start_waiting(conn: Connection, attempt_ids: Collection[int]) -> int:

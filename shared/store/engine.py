@@ -7,14 +7,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
-from sqlalchemy.pool import ConnectionPoolEntry
 
 from shared.errors import InvalidStoreUrl
+from shared.store.dialects import READ_ONLY_OPTION, dialect_named, dialect_of
 
-READ_ONLY_OPTION = "tickwork_read_only"
+__all__ = [
+    "READ_ONLY_OPTION",
+    "WORK_CHANNEL",
+    "create_store_engine",
+    "describe_store_error",
+    "libpq_url",
+    "notify_work",
+    "read_only",
+]
 
 
 def describe_store_error(url: str, error: SQLAlchemyError) -> str:
@@ -45,45 +53,8 @@ def create_store_engine(url: str, *, pool_size: int = 5) -> Engine:
         )
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
-    if parsed.get_backend_name() == "sqlite":
-        engine = create_engine(
-            parsed,
-            json_serializer=_json_dumps,
-            connect_args={"check_same_thread": False, "timeout": 30},
-        )
-        event.listen(engine, "connect", _configure_sqlite)
-        event.listen(engine, "begin", _begin_immediate)
-        return engine
-    return create_engine(
-        parsed,
-        json_serializer=_json_dumps,
-        pool_size=pool_size,
-        pool_pre_ping=True,
-        connect_args={"connect_timeout": 10},  # an unreachable server fails, not hangs
-    )
-
-
-def _configure_sqlite(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
-    # Let SQLAlchemy, not the sqlite3 module, decide when transactions begin.
-    dbapi_connection.isolation_level = None
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA busy_timeout=30000")
-    cursor.execute("PRAGMA cache_size=-65536")  # 64 MiB: the task table stays in memory
-    cursor.execute("PRAGMA temp_store=MEMORY")
-    cursor.close()
-
-
-def _begin_immediate(connection: Connection) -> None:
-    # Writers take the write lock at BEGIN, so two of them queue on busy_timeout instead of
-    # failing with "database is locked" when a read transaction tries to upgrade. Readers
-    # (see read_only) need no lock at all in WAL mode.
-    if connection.get_execution_options().get(READ_ONLY_OPTION):
-        connection.exec_driver_sql("BEGIN")
-    else:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+    dialect = dialect_named(parsed.get_backend_name())
+    return dialect.create_engine(parsed, pool_size=pool_size, json_serializer=_json_dumps)
 
 
 @contextmanager
@@ -100,8 +71,7 @@ WORK_CHANNEL = "tickwork_work"
 def notify_work(conn: Connection) -> None:
     """Wake the executors when this transaction commits (PostgreSQL; nothing on SQLite,
     whose embedded executor polls)."""
-    if conn.dialect.name == "postgresql":
-        conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": WORK_CHANNEL})
+    dialect_of(conn).notify(conn, WORK_CHANNEL)
 
 
 def libpq_url(url: str) -> str:

@@ -284,9 +284,9 @@ def list_task_tree(conn: Connection, attempt_id: int) -> list[TaskNode]:
         .order_by(task_dependencies.c.upstream_id)
     )
     upstreams: dict[int, list[int]] = {}
-    for down, up in edges:
-        upstreams.setdefault(int(down), []).append(int(up))
-    return [TaskNode(task, upstreams.get(task.id, [])) for task in rows]
+    for edge in edges:
+        upstreams.setdefault(int(edge.downstream_id), []).append(int(edge.upstream_id))
+    return [TaskNode(task=task, upstream_ids=upstreams.get(task.id, [])) for task in rows]
 
 
 _LOG_QUERY = select(

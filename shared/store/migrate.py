@@ -15,7 +15,9 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
+
+from shared.store.dialects import dialect_of
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 MIGRATION_LOCK_KEY = 0x7469636B6D6967  # "tickmig": one migrator at a time on PostgreSQL
@@ -46,9 +48,8 @@ def upgrade_database(engine: Engine, revision: str = "head") -> bool:
     one a newer release migrated (whose revision this code does not know). False then."""
     config = _alembic_config()
     with engine.begin() as connection:
-        if connection.dialect.name == "postgresql":
-            # Two migration jobs at once: the second waits, then finds nothing to do.
-            connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
+        # Two migration jobs at once: the second waits, then finds nothing to do.
+        dialect_of(connection).advisory_transaction_lock(connection, MIGRATION_LOCK_KEY)
         current = MigrationContext.configure(connection).get_current_revision()
         if current is not None and current not in _known_revisions():
             return False

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, select
-from sqlalchemy.dialects import postgresql, sqlite
 
 from shared.domain.workflow import WorkflowDefinition
 from shared.dsl.archive import ProjectArchive
 from shared.errors import Conflict, InvalidInput, NotFound, Problem
+from shared.store.dialects import dialect_of
 from shared.store.engine import read_only
 from shared.store.schedules import remove_schedules, remove_schedules_except, upsert_schedule
 from shared.store.sql import insert_ignoring_conflict
@@ -248,16 +248,15 @@ def _ensure_pushed_project(conn: Connection, name: str, now: datetime) -> int:
 
 def _store_archive(conn: Connection, archive: ProjectArchive, now: datetime) -> None:
     """Store the archive's bytes under its digest unless they are already there."""
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     conn.execute(
-        dialect.insert(project_archives)
+        dialect_of(conn)
+        .insert_ignoring_conflicts(project_archives, index_elements=["digest"])
         .values(
             digest=archive.digest,
             content=archive.content,
             size_bytes=len(archive.content),
             created_at=now,
         )
-        .on_conflict_do_nothing(index_elements=["digest"])
     )
 
 

@@ -44,7 +44,7 @@ def find_project(conn: Connection, *, project_id: int | None, name: str | None) 
         shown = f"no project {name!r}"
     if row is None:
         raise NotFound(shown)
-    return ProjectRef(int(row.id), str(row.name), row.source_dir)
+    return ProjectRef(id=int(row.id), name=str(row.name), source_dir=row.source_dir)
 
 
 def latest_definition_id(conn: Connection, project_id: int, workflow: str) -> int | None:

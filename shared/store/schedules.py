@@ -93,13 +93,12 @@ def schedule_columns(source: Any, spec: Any = None) -> tuple[Any, ...]:
 
 
 SCHEDULE_COLUMNS = schedule_columns(schedules)
-# Rows are built by position: the columns name ScheduleRow's fields, in order.
+# Rows are built by name: the columns are named after ScheduleRow's fields.
 assert [c.name for c in SCHEDULE_COLUMNS] == [f.name for f in fields(ScheduleRow)]
-SPEC_INDEX = [f.name for f in fields(ScheduleRow)].index("spec")
 
 
 def schedule_rows(conn: Connection, query: Any) -> list[ScheduleRow]:
-    return [ScheduleRow(*row) for row in conn.execute(query).all()]
+    return [ScheduleRow(**row._mapping) for row in conn.execute(query).all()]
 
 
 def select_schedules() -> Any:

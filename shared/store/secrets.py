@@ -80,7 +80,10 @@ def list_secrets(conn: Connection, project: str) -> list[SecretInfo]:
         .where(secrets.c.project_id == project_id)
         .order_by(secrets.c.name)
     )
-    return [SecretInfo(row.name, row.created_at, row.updated_at) for row in conn.execute(query)]
+    return [
+        SecretInfo(name=row.name, created_at=row.created_at, updated_at=row.updated_at)
+        for row in conn.execute(query)
+    ]
 
 
 def delete_secret(conn: Connection, project: str, name: str) -> None:

@@ -49,7 +49,7 @@ def select_missed_slas(
     if among is not None:
         query = query.where(attempts.c.id.in_(list(among)))
     query = query.order_by(attempts.c.sla_deadline, attempts.c.id).limit(limit)
-    return [(int(i), deadline) for i, deadline in conn.execute(query)]
+    return [(int(row.id), row.sla_deadline) for row in conn.execute(query)]
 
 
 def claim_missed_sla(conn: Connection, attempt_id: int, now: datetime) -> bool:
@@ -102,7 +102,16 @@ def list_alerts(conn: Connection, attempt_id: int) -> list[AlertRow]:
         .where(alerts.c.attempt_id == attempt_id)
         .order_by(alerts.c.id)
     )
-    return [AlertRow(int(r[0]), int(r[1]), str(r[2]), str(r[3]), r[4]) for r in conn.execute(query)]
+    return [
+        AlertRow(
+            id=int(row.id),
+            attempt_id=int(row.attempt_id),
+            kind=str(row.kind),
+            message=str(row.message),
+            created_at=row.created_at,
+        )
+        for row in conn.execute(query)
+    ]
 
 
 def root_task_id(conn: Connection, attempt_id: int) -> int | None:
@@ -125,7 +134,7 @@ def cancel_unfinished_except(
     query = select(tasks.c.id, tasks.c.lease_token).where(
         tasks.c.attempt_id == attempt_id, tasks.c.id != keep_id, tasks.c.state.in_(in_flight)
     )
-    revoked = [(int(i), int(t)) for i, t in conn.execute(query)]
+    revoked = [(int(row.id), int(row.lease_token)) for row in conn.execute(query)]
     conn.execute(
         tasks.update()
         .where(

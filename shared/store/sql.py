@@ -1,87 +1,37 @@
-"""Small SQL helpers that differ between SQLite and PostgreSQL."""
+"""Small bulk SQL helpers of the query modules, on whichever database a connection uses.
+
+The SQL itself differs between SQLite and PostgreSQL: it lives in
+:mod:`shared.store.dialects`, and these helpers hand each statement to the connection's
+dialect component.
+"""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import (
-    ColumnElement,
-    Connection,
-    Row,
-    Select,
-    Table,
-    Text,
-    any_,
-    bindparam,
-    cast,
-    column,
-    func,
-    literal,
-    literal_column,
-    select,
-)
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import ColumnElement, Connection, Row, Table
+
+from shared.store.dialects import dialect_of
+from shared.store.unnest import column_types, rows_select
+
+__all__ = [
+    "column_types",
+    "in_ids",
+    "insert_ignoring_conflict",
+    "insert_rows",
+    "rows_select",
+    "update_rows",
+]
 
 
 def insert_ignoring_conflict(conn: Connection, table: Table, values: dict[str, Any]) -> int | None:
     """``INSERT ... ON CONFLICT DO NOTHING RETURNING id``: the new id, or None on a conflict."""
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     statement = (
-        dialect.insert(table).values(**values).on_conflict_do_nothing().returning(table.c.id)
+        dialect_of(conn).insert_ignoring_conflicts(table).values(**values).returning(table.c.id)
     )
     inserted = conn.execute(statement).scalar_one_or_none()
     return None if inserted is None else int(inserted)
-
-
-def rows_select(rows: Sequence[Mapping[str, Any]], types: Mapping[str, Any]) -> Select[Any]:
-    """PostgreSQL: ``rows`` as ``SELECT ... FROM unnest(array, ...)``, column ``c`` of ``types[c]``.
-
-    A bulk statement reading from it binds one array per column whatever the number of
-    rows, where a multi-row VALUES list binds (and makes the driver parse) one parameter
-    per value. A column with the same value in every row is bound once, not as an array:
-    the driver spends more time writing an array's elements than checking them.
-    """
-    first = rows[0]
-    names = list(first)
-    varying = [names[0]] + [n for n in names[1:] if any(row[n] != first[n] for row in rows)]
-    arrays = [_array([row[name] for row in rows], types[name]) for name in varying]
-    columns = [column(name, types[name]) for name in varying]
-    source = func.unnest(*arrays).table_valued(*columns).render_derived()
-    selected = [
-        source.c[name] if name in varying else literal(first[name], types[name]).label(name)
-        for name in names
-    ]
-    return select(*selected).select_from(source)
-
-
-# What makes an element need quotes in PostgreSQL's array syntax (commas are counted).
-_NEEDS_QUOTES = re.compile(r'[{}"\\\s]|(?:^|,)null(?:,|$)', re.IGNORECASE)
-
-
-def _array(values: list[Any], item_type: Any) -> ColumnElement[Any]:
-    """``values`` as one array parameter of ``item_type``.
-
-    Whole numbers and plain words (ids, names, zones, UUIDs) are written into the array's
-    text here, in one join, for the server to parse; psycopg would check and escape each
-    element in Python. Anything else is handed to psycopg as a list.
-    """
-    array_type = postgresql.ARRAY(item_type)
-    if all(type(value) is int for value in values):
-        text = ",".join(map(str, values))
-    elif all(type(value) is str and value for value in values):
-        text = ",".join(values)
-        if text.count(",") != len(values) - 1 or _NEEDS_QUOTES.search(text):
-            return bindparam(None, values, type_=array_type)
-    else:
-        return bindparam(None, values, type_=array_type)
-    return cast(bindparam(None, "{" + text + "}", type_=Text()), array_type)
-
-
-def column_types(*tables: Table) -> dict[str, Any]:
-    """Each column's type by name, for :func:`rows_select` (later tables win a shared name)."""
-    return {col.name: col.type for table in tables for col in table.columns}
 
 
 def insert_rows(
@@ -99,29 +49,27 @@ def insert_rows(
     """
     if not rows:
         return []
-    if conn.dialect.name != "postgresql":
-        statement = sqlite.insert(table)
-        if ignore_conflicts:
-            statement = statement.on_conflict_do_nothing()
-        return conn.execute(statement.returning(*returning), list(rows)).all()
-    source = rows_select(rows, column_types(table)).subquery()
-    insert = postgresql.insert(table).from_select(list(rows[0]), select(*source.c))
-    if ignore_conflicts:
-        insert = insert.on_conflict_do_nothing()
-    return conn.execute(insert.returning(*returning)).all()
+    return dialect_of(conn).insert_rows(
+        conn, table, rows, returning, ignore_conflicts=ignore_conflicts
+    )
+
+
+def update_rows(
+    conn: Connection,
+    table: Table,
+    rows: Sequence[Mapping[str, Any]],
+    constant_values: Mapping[str, Any],
+) -> None:
+    """Update many rows of ``table`` in one statement: each of ``rows`` names its ``id`` and
+    the values it sets (all with the same keys); ``constant_values`` go to every row."""
+    if rows:
+        dialect_of(conn).update_rows(conn, table, rows, constant_values)
 
 
 def in_ids(
     conn: Connection, column: ColumnElement[Any], ids: Collection[int]
 ) -> ColumnElement[bool]:
-    """``column IN (ids)``; on PostgreSQL with the ids written into the statement, not bound.
-
-    Each run is then planned for its own ids. psycopg prepares a statement it has run
-    five times, and PostgreSQL may then switch it to a generic plan: for a join filtered
-    on hundreds of unknown ids that plan can be twenty times slower.
-    """
+    """``column IN (ids)``; on PostgreSQL with the ids written into the statement, not bound
+    (each run is then planned for its own ids)."""
     numbers = [int(i) for i in ids]  # int(): nothing but digits reaches the SQL text
-    if conn.dialect.name != "postgresql":
-        return column.in_(numbers)
-    array = "{" + ",".join(map(str, numbers)) + "}"
-    return column == any_(literal_column(f"'{array}'::bigint[]"))
+    return dialect_of(conn).in_ids(column, numbers)

@@ -124,7 +124,9 @@ def start_attempt(
 def _attempt_by_key(conn: Connection, key: str) -> StartResult | None:
     query = select(attempts.c.id, attempts.c.session_id).where(attempts.c.idempotency_key == key)
     row = conn.execute(query).one_or_none()
-    return None if row is None else StartResult(int(row.id), int(row.session_id), created=False)
+    if row is None:
+        return None
+    return StartResult(attempt_id=int(row.id), session_id=int(row.session_id), created=False)
 
 
 def _latest_attempt_id(conn: Connection, session_id: int) -> int | None:
@@ -285,8 +287,8 @@ def resumed_before(conn: Connection, attempt_id: int, from_task: str) -> list[st
         if parent_id is not None:
             children.setdefault(int(parent_id), []).append(task_id)
     upstreams: dict[int, list[int]] = {}
-    for up, down in edges:
-        upstreams.setdefault(int(down), []).append(int(up))
+    for edge in edges:
+        upstreams.setdefault(int(edge.downstream_id), []).append(int(edge.upstream_id))
     chain = _ancestors_and_self(parent, target)
     kept = _closure(_closure(chain, upstreams) - chain, children)
     succeeded = {int(r.id) for r in rows if r.state == TaskState.SUCCESS.value}

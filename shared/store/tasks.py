@@ -240,7 +240,7 @@ def update_tasks_state(
         "to_state": state.value,
         "now": now,
     }
-    return [(int(i), bool(g)) for i, g in conn.execute(_STATE_UPDATE, values)]
+    return [(int(row.id), bool(row.is_group)) for row in conn.execute(_STATE_UPDATE, values)]
 
 
 def make_ready(
@@ -315,7 +315,8 @@ def mark_tasks_queued(
     for params, ids in groups.values():
         for start in range(0, len(ids), 500):
             values = {"ids": ids[start : start + 500], "params": params, "now": now}
-            tokens.update({int(i): int(t) for i, t in conn.execute(_MARK_QUEUED, values)})
+            found = conn.execute(_MARK_QUEUED, values)
+            tokens.update({int(row.id): int(row.lease_token) for row in found})
     return tokens
 
 
@@ -379,18 +380,18 @@ def in_flight_of_attempt(conn: Connection, attempt_id: int) -> list[tuple[int, i
     query = select(tasks.c.id, tasks.c.lease_token).where(
         tasks.c.attempt_id == attempt_id, tasks.c.state.in_(_states(IN_FLIGHT_STATES))
     )
-    return [(int(i), int(t)) for i, t in conn.execute(query)]
+    return [(int(row.id), int(row.lease_token)) for row in conn.execute(query)]
 
 
 def count_in_flight(conn: Connection) -> dict[str, int]:
     """How many tasks are QUEUED and how many RUNNING."""
     query = (
-        select(tasks.c.state, func.count())
+        select(tasks.c.state, func.count().label("task_count"))
         .where(tasks.c.state.in_(_states(IN_FLIGHT_STATES)))
         .group_by(tasks.c.state)
     )
     counts = {state.value: 0 for state in IN_FLIGHT_STATES}
-    counts.update({str(state): int(n) for state, n in conn.execute(query)})
+    counts.update({str(row.state): int(row.task_count) for row in conn.execute(query)})
     return counts
 
 
@@ -490,9 +491,9 @@ def upstream_outputs(conn: Connection, task_ids: Sequence[int]) -> dict[int, lis
     if not task_ids:
         return {}
     found: dict[int, list[dict[str, Any]]] = {}
-    for downstream_id, output in conn.execute(_UPSTREAM_OUTPUTS, {"ids": list(task_ids)}):
-        if output:
-            found.setdefault(int(downstream_id), []).append(output)
+    for row in conn.execute(_UPSTREAM_OUTPUTS, {"ids": list(task_ids)}):
+        if row.output_params:
+            found.setdefault(int(row.downstream_id), []).append(row.output_params)
     return found
 
 
@@ -588,4 +589,4 @@ def list_task_logs(conn: Connection, attempt_id: int) -> list[tuple[str, str, in
         .where(task_logs.c.attempt_id == attempt_id)
         .order_by(task_logs.c.id)
     )
-    return [(str(n), str(p), int(s)) for n, p, s in conn.execute(query)]
+    return [(str(row.full_name), str(row.path), int(row.size_bytes)) for row in conn.execute(query)]

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import BigInteger, Engine, String, select
 
 from shared.store.engine import create_store_engine
-from shared.store.sql import in_ids, insert_rows, rows_select
+from shared.store.sql import in_ids, insert_rows, rows_select, update_rows
 from shared.store.tables import projects
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
@@ -99,6 +99,27 @@ class TestInsertRows:
     def test_no_rows_is_no_statement(self, engine: Engine) -> None:
         with engine.begin() as conn:
             assert insert_rows(conn, projects, [], (projects.c.id,)) == []
+
+
+class TestUpdateRows:
+    def test_each_row_gets_its_own_values_and_every_row_the_constant_ones(
+        self, engine: Engine
+    ) -> None:
+        # Given three projects
+        rows = [{"name": f"p-{i}", "source_dir": "/old", "created_at": NOW} for i in range(3)]
+        with engine.begin() as conn:
+            ids = sorted(int(i) for (i,) in insert_rows(conn, projects, rows, (projects.c.id,)))
+            # When two of them are updated, each with its own name, and one constant value
+            updates = [{"id": ids[0], "name": "first"}, {"id": ids[2], "name": "third"}]
+            update_rows(conn, projects, updates, {"source_dir": None})
+            # Then those two have their new name and the constant; the third is unchanged
+            query = select(projects.c.name, projects.c.source_dir).order_by(projects.c.id)
+            found = [(row.name, row.source_dir) for row in conn.execute(query)]
+            assert found == [("first", None), ("p-1", "/old"), ("third", None)]
+
+    def test_no_rows_is_no_statement(self, engine: Engine) -> None:
+        with engine.begin() as conn:
+            update_rows(conn, projects, [], {"source_dir": None})
 
 
 class TestInIds:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from shared.store.dialects import dialect_of
+
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
@@ -18,7 +20,7 @@ depends_on = None
 
 def _foreign_keys() -> bool:
     # SQLite cannot add a constraint to an existing table without rebuilding it.
-    return op.get_bind().dialect.name != "sqlite"
+    return dialect_of(op.get_bind()).alters_tables_in_place
 
 
 def upgrade() -> None:

@@ -1,0 +1,331 @@
+"""Every SQL difference between PostgreSQL and SQLite, behind one small interface.
+
+The store's query modules ask ``dialect_of(conn)`` for the component of the database
+they talk to and call its methods (insert-or-ignore, skip-locked claims, NOTIFY, ...);
+none of them compares dialect names. PostgreSQL serves the distributed services;
+SQLite serves the embedded, one-process mode, where one writer at a time holds the file.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from datetime import datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    Insert,
+    Row,
+    Select,
+    Table,
+    any_,
+    bindparam,
+    create_engine,
+    event,
+    func,
+    literal_column,
+    select,
+    text,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import URL, Dialect
+from sqlalchemy.pool import ConnectionPoolEntry
+
+from shared.store.unnest import column_types, rows_select
+
+READ_ONLY_OPTION = "tickwork_read_only"
+"""The execution option of a connection that only reads (see :meth:`connect_for_reads`)."""
+
+JsonSerializer = Callable[[Any], str]
+
+
+class StoreDialect(ABC):
+    """What the store does differently on one kind of database."""
+
+    name: ClassVar[str]
+    """SQLAlchemy's name for the dialect."""
+    serves_many_processes: ClassVar[bool]
+    """Whether separate services share this database as a server: it has session advisory
+    locks (one active executor) and LISTEN/NOTIFY (wake-ups across processes)."""
+    concurrent_writers: ClassVar[bool]
+    """Whether two transactions can write at once (SQLite holds one writer at a time)."""
+    chains_inserts: ClassVar[bool]
+    """Whether one statement can insert rows read from bound arrays and insert more rows
+    from those the first insert returned (data-modifying ``WITH`` and ``unnest``)."""
+    alters_tables_in_place: ClassVar[bool]
+    """Whether ``ALTER TABLE`` can add constraints and change columns; SQLite rebuilds
+    the table instead (Alembic's batch mode)."""
+
+    @abstractmethod
+    def create_engine(self, url: URL, *, pool_size: int, json_serializer: JsonSerializer) -> Engine:
+        """An engine for ``url``, set up the way the store expects this database."""
+
+    @abstractmethod
+    def connect_for_reads(self, engine: Engine) -> AbstractContextManager[Connection]:
+        """A connection that only reads, as cheap as this database allows."""
+
+    @abstractmethod
+    def timestamp_param(self, value: datetime) -> datetime:
+        """An aware UTC datetime as this database stores it."""
+
+    @abstractmethod
+    def insert_ignoring_conflicts(
+        self, table: Table, *, index_elements: Sequence[str] | None = None
+    ) -> Insert:
+        """``INSERT INTO table ... ON CONFLICT DO NOTHING`` (on ``index_elements``, if given)."""
+
+    @abstractmethod
+    def insert_rows(
+        self,
+        conn: Connection,
+        table: Table,
+        rows: Sequence[Mapping[str, Any]],
+        returning: Sequence[ColumnElement[Any]],
+        *,
+        ignore_conflicts: bool,
+    ) -> Sequence[Row[*tuple[Any, ...]]]:
+        """Insert non-empty ``rows`` (all with the same keys) at once; the ``returning``
+        columns of the rows inserted."""
+
+    @abstractmethod
+    def update_rows(
+        self,
+        conn: Connection,
+        table: Table,
+        rows: Sequence[Mapping[str, Any]],
+        constant_values: Mapping[str, Any],
+    ) -> None:
+        """Update non-empty ``rows`` of ``table`` at once: each row names its ``id`` and the
+        values of the other columns it sets; ``constant_values`` are set on every row."""
+
+    @abstractmethod
+    def in_ids(self, column: ColumnElement[Any], ids: Sequence[int]) -> ColumnElement[bool]:
+        """``column IN (ids)`` for whole numbers ``ids``."""
+
+    @abstractmethod
+    def skip_locked(self, query: Select[Any]) -> Select[Any]:
+        """``query`` locking the rows it reads for this transaction, skipping rows another
+        transaction holds."""
+
+    @abstractmethod
+    def database_now(self, conn: Connection) -> datetime | None:
+        """The database server's clock, or None when the database has none of its own."""
+
+    @abstractmethod
+    def notify(self, conn: Connection, channel: str) -> None:
+        """Signal listeners of ``channel`` when this transaction commits."""
+
+    @abstractmethod
+    def advisory_transaction_lock(self, conn: Connection, key: int) -> None:
+        """Wait for the lock named ``key``, held until this transaction ends."""
+
+
+class PostgresDialect(StoreDialect):
+    """PostgreSQL through psycopg 3: the distributed services' database."""
+
+    name = "postgresql"
+    serves_many_processes = True
+    concurrent_writers = True
+    chains_inserts = True
+    alters_tables_in_place = True
+
+    def create_engine(self, url: URL, *, pool_size: int, json_serializer: JsonSerializer) -> Engine:
+        return create_engine(
+            url,
+            json_serializer=json_serializer,
+            pool_size=pool_size,
+            pool_pre_ping=True,
+            connect_args={"connect_timeout": 10},  # an unreachable server fails, not hangs
+        )
+
+    @contextmanager
+    def connect_for_reads(self, engine: Engine) -> Iterator[Connection]:
+        # Autocommit: at READ COMMITTED each statement takes its own snapshot inside a
+        # transaction too, so BEGIN and ROLLBACK would only cost round trips.
+        with engine.connect() as conn:
+            yield conn.execution_options(isolation_level="AUTOCOMMIT")
+
+    def timestamp_param(self, value: datetime) -> datetime:
+        return value
+
+    def insert_ignoring_conflicts(
+        self, table: Table, *, index_elements: Sequence[str] | None = None
+    ) -> Insert:
+        return postgresql.insert(table).on_conflict_do_nothing(index_elements=index_elements)
+
+    def insert_rows(
+        self,
+        conn: Connection,
+        table: Table,
+        rows: Sequence[Mapping[str, Any]],
+        returning: Sequence[ColumnElement[Any]],
+        *,
+        ignore_conflicts: bool,
+    ) -> Sequence[Row[*tuple[Any, ...]]]:
+        # INSERT ... SELECT FROM unnest(...): one array per column, whatever the row count.
+        source = rows_select(rows, column_types(table)).subquery()
+        insert = postgresql.insert(table).from_select(list(rows[0]), select(*source.c))
+        if ignore_conflicts:
+            insert = insert.on_conflict_do_nothing()
+        return conn.execute(insert.returning(*returning)).all()
+
+    def update_rows(
+        self,
+        conn: Connection,
+        table: Table,
+        rows: Sequence[Mapping[str, Any]],
+        constant_values: Mapping[str, Any],
+    ) -> None:
+        # One UPDATE ... FROM unnest(...) instead of one UPDATE per row.
+        source = rows_select(rows, column_types(table)).subquery()
+        values = {name: source.c[name] for name in rows[0] if name != "id"}
+        conn.execute(
+            table.update().where(table.c.id == source.c.id).values(**values, **constant_values)
+        )
+
+    def in_ids(self, column: ColumnElement[Any], ids: Sequence[int]) -> ColumnElement[bool]:
+        # The ids are written into the statement, not bound, so each run is planned for
+        # its own ids. psycopg prepares a statement it has run five times, and PostgreSQL
+        # may then switch it to a generic plan: for a join filtered on hundreds of unknown
+        # ids that plan can be twenty times slower.
+        array = "{" + ",".join(str(int(i)) for i in ids) + "}"
+        return column == any_(literal_column(f"'{array}'::bigint[]"))
+
+    def skip_locked(self, query: Select[Any]) -> Select[Any]:
+        return query.with_for_update(skip_locked=True)
+
+    def database_now(self, conn: Connection) -> datetime | None:
+        found: datetime = conn.execute(select(func.statement_timestamp())).scalar_one()
+        return found
+
+    def notify(self, conn: Connection, channel: str) -> None:
+        conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": channel})
+
+    def advisory_transaction_lock(self, conn: Connection, key: int) -> None:
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+
+
+class SqliteDialect(StoreDialect):
+    """SQLite: the embedded mode's one file, written by one transaction at a time."""
+
+    name = "sqlite"
+    serves_many_processes = False
+    concurrent_writers = False
+    chains_inserts = False
+    alters_tables_in_place = False
+
+    def create_engine(self, url: URL, *, pool_size: int, json_serializer: JsonSerializer) -> Engine:
+        # No pool size: SQLAlchemy picks SQLite's own pool.
+        engine = create_engine(
+            url,
+            json_serializer=json_serializer,
+            connect_args={"check_same_thread": False, "timeout": 30},
+        )
+        event.listen(engine, "connect", _configure_sqlite)
+        event.listen(engine, "begin", _begin_immediate)
+        return engine
+
+    @contextmanager
+    def connect_for_reads(self, engine: Engine) -> Iterator[Connection]:
+        # In WAL mode a reader needs no lock at all: it never waits for (or blocks) a writer.
+        with engine.connect() as conn:
+            yield conn.execution_options(**{READ_ONLY_OPTION: True})
+
+    def timestamp_param(self, value: datetime) -> datetime:
+        return value.replace(tzinfo=None)  # stored naive; read back as UTC
+
+    def insert_ignoring_conflicts(
+        self, table: Table, *, index_elements: Sequence[str] | None = None
+    ) -> Insert:
+        return sqlite.insert(table).on_conflict_do_nothing(index_elements=index_elements)
+
+    def insert_rows(
+        self,
+        conn: Connection,
+        table: Table,
+        rows: Sequence[Mapping[str, Any]],
+        returning: Sequence[ColumnElement[Any]],
+        *,
+        ignore_conflicts: bool,
+    ) -> Sequence[Row[*tuple[Any, ...]]]:
+        statement = sqlite.insert(table)
+        if ignore_conflicts:
+            statement = statement.on_conflict_do_nothing()
+        return conn.execute(statement.returning(*returning), list(rows)).all()
+
+    def update_rows(
+        self,
+        conn: Connection,
+        table: Table,
+        rows: Sequence[Mapping[str, Any]],
+        constant_values: Mapping[str, Any],
+    ) -> None:
+        # One statement run for many parameter sets; the b_ prefix keeps the bound names
+        # apart from the columns' own.
+        values: dict[str, Any] = {name: bindparam(f"b_{name}") for name in rows[0] if name != "id"}
+        statement = (
+            table.update()
+            .where(table.c.id == bindparam("b_id"))
+            .values(**values, **constant_values)
+        )
+        conn.execute(statement, [{f"b_{key}": value for key, value in row.items()} for row in rows])
+
+    def in_ids(self, column: ColumnElement[Any], ids: Sequence[int]) -> ColumnElement[bool]:
+        return column.in_(list(ids))
+
+    def skip_locked(self, query: Select[Any]) -> Select[Any]:
+        return query  # a writer holds the whole file (BEGIN IMMEDIATE): nothing to skip
+
+    def database_now(self, conn: Connection) -> datetime | None:
+        return None  # the file has no clock: the one process's is the only one
+
+    def notify(self, conn: Connection, channel: str) -> None:
+        pass  # the embedded executor polls
+
+    def advisory_transaction_lock(self, conn: Connection, key: int) -> None:
+        pass  # a writing transaction already holds the whole file
+
+
+def _configure_sqlite(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+    # Let SQLAlchemy, not the sqlite3 module, decide when transactions begin.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA cache_size=-65536")  # 64 MiB: the task table stays in memory
+    cursor.execute("PRAGMA temp_store=MEMORY")
+    cursor.close()
+
+
+def _begin_immediate(connection: Connection) -> None:
+    # Writers take the write lock at BEGIN, so two of them queue on busy_timeout instead of
+    # failing with "database is locked" when a read transaction tries to upgrade. Readers
+    # (see connect_for_reads) need no lock at all in WAL mode.
+    if connection.get_execution_options().get(READ_ONLY_OPTION):
+        connection.exec_driver_sql("BEGIN")
+    else:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+# One component per dialect name, made once.
+_DIALECTS: dict[str, StoreDialect] = {d.name: d for d in (PostgresDialect(), SqliteDialect())}
+
+
+def dialect_named(name: str) -> StoreDialect:
+    """The component of SQLAlchemy's dialect ``name``; ValueError for another database."""
+    try:
+        return _DIALECTS[name]
+    except KeyError:
+        raise ValueError(f"the store does not run on {name!r}") from None
+
+
+def dialect_of(bind: Connection | Engine | Dialect) -> StoreDialect:
+    """The component of the database ``bind`` (a connection, an engine or their dialect)."""
+    sqlalchemy_dialect = bind if isinstance(bind, Dialect) else bind.dialect
+    return dialect_named(sqlalchemy_dialect.name)
