@@ -1,13 +1,17 @@
 """Per-test PostgreSQL databases, made one test ahead and dropped behind the tests' backs.
 
 CREATE DATABASE and DROP DATABASE wait on the server's disk (WAL, fsync): from a tenth of a
-second on an idle machine to a second or two on a busy one, twice per test. A background
-thread does both while the tests run, so that wait overlaps the tests' own work instead of
-adding to it. Each test still gets a database of its own, made for it and dropped after it.
+second on an idle machine to a second or two on a busy one, twice per test. Background
+threads do that while the tests run, so the wait overlaps the tests' own work instead of
+adding to it. Each test still gets a database of its own.
+
+DROP DATABASE is the slower: it forces a checkpoint of the whole server (PostgreSQL 15),
+seconds when the disk is busy. Drops run several at once, so that they share checkpoints.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 from collections import deque
 from collections.abc import Iterator
@@ -18,17 +22,20 @@ from sqlalchemy.engine import make_url
 from tests.support.servers import create_postgres_database, drop_postgres_database, with_database
 
 DATABASE_SECONDS = 120.0  # the longest a CREATE or DROP DATABASE may take
+DROP_THREADS = 4
+MAX_PENDING_DROPS = 16  # past this, giving a database back waits for the oldest drop
 
 
 class DatabaseSupply:
     """Hands out new databases (empty, or copies of ``template``), keeping ``ahead`` more
-    made in a background thread, and drops the ones given back in that thread too."""
+    made in a background thread, and drops the ones given back in other threads."""
 
     def __init__(self, server_url: str, template: str | None = None, *, ahead: int = 1) -> None:
         self.server_url = server_url
         self.template = template
         self.ahead = ahead
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tickwork-databases")
+        self._creating = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tickwork-create-db")
+        self._dropping = ThreadPoolExecutor(DROP_THREADS, thread_name_prefix="tickwork-drop-db")
         self._made: deque[Future[str]] = deque()
         self._dropped: list[Future[None]] = []
 
@@ -36,7 +43,7 @@ class DatabaseSupply:
         """The SQLAlchemy URL of a new database that nobody else is given."""
         while len(self._made) <= self.ahead:
             self._made.append(
-                self._thread.submit(create_postgres_database, self.server_url, self.template)
+                self._creating.submit(create_postgres_database, self.server_url, self.template)
             )
         name = self._made.popleft().result(timeout=DATABASE_SECONDS)
         return with_database(self.server_url, name)
@@ -47,7 +54,9 @@ class DatabaseSupply:
         assert name is not None and name.startswith("tickwork_test_"), url
         # Only drops still running or failed are kept, for close() to wait on or report.
         self._dropped = [d for d in self._dropped if not d.done() or d.exception() is not None]
-        self._dropped.append(self._thread.submit(drop_postgres_database, self.server_url, name))
+        if len(self._dropped) >= MAX_PENDING_DROPS:
+            concurrent.futures.wait(self._dropped[:1], timeout=DATABASE_SECONDS)
+        self._dropped.append(self._dropping.submit(drop_postgres_database, self.server_url, name))
 
     @contextlib.contextmanager
     def database(self) -> Iterator[str]:
@@ -72,6 +81,7 @@ class DatabaseSupply:
                 dropped.result(timeout=DATABASE_SECONDS)
             except Exception as exc:
                 errors.append(exc)
-        self._thread.shutdown(wait=True)
+        self._creating.shutdown(wait=True)
+        self._dropping.shutdown(wait=True)
         if errors:
             raise errors[0]
