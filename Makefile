@@ -11,6 +11,10 @@ DEV_STAMP := $(VENV)/.installed-dev
 # (I/O), so more workers than cores pays. `make test PYTEST_WORKERS=0` runs them in one process.
 PYTEST_WORKERS ?= 4
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
+# tests/fault kill, freeze and restart real processes against 1-3 s leases and watch for the
+# effects within seconds: beside 3 other workers on a busy machine they miss their windows
+# (3 of 12 failed with -n 4), so they run after the rest, in one process.
+SERIAL_TESTS := tests/fault
 # The fast loop: specs in this process or on the test servers, no real service processes
 # (tests/e2e, tests/fault and tests/deploy start them; so do the tests marked slow).
 FAST_TESTS := tests --ignore=tests/e2e --ignore=tests/fault --ignore=tests/deploy -m 'not slow and not e2e'
@@ -50,7 +54,8 @@ lint: install
 	$(BIN)/lint-imports
 
 test: install lint
-	$(BIN)/pytest $(PYTEST_PARALLEL)
+	$(BIN)/pytest $(PYTEST_PARALLEL) $(SERIAL_TESTS:%=--ignore=%)
+	$(BIN)/pytest $(SERIAL_TESTS)
 
 # Unit and store specs only, in parallel: the edit-test loop (a couple of minutes).
 test-fast: install
