@@ -216,7 +216,10 @@ def test_a_request_waiting_on_the_database_does_not_hold_up_its_worker(
 
                     def the_list_waits_for_the_lock() -> bool:
                         with engine.connect() as watcher:
-                            waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted"
+                            waiting = (  # in this database: pg_locks shows the whole server
+                                "SELECT count(*) FROM pg_locks WHERE NOT granted AND database ="
+                                " (SELECT oid FROM pg_database WHERE datname = current_database())"
+                            )
                             return bool(watcher.execute(text(waiting)).scalar_one())
 
                     wait_until("the list waits for the lock", the_list_waits_for_the_lock, 10)
