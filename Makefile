@@ -11,6 +11,8 @@ DEV_STAMP := $(VENV)/.installed-dev
 # (I/O), so more workers than cores pays. `make test PYTEST_WORKERS=0` runs them in one process.
 PYTEST_WORKERS ?= 4
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
+# The fast specs mostly compute: one worker per core (measured: -n 2 beat -n 4 on 2 cores).
+FAST_WORKERS ?= auto
 # tests/fault kill, freeze and restart real processes against 1-3 s leases and watch for the
 # effects within seconds: beside 3 other workers on a busy machine they miss their windows
 # (3 of 12 failed with -n 4), so they run after the rest, in one process.
@@ -59,7 +61,7 @@ test: install lint
 
 # Unit and store specs only, in parallel: the edit-test loop (a couple of minutes).
 test-fast: install
-	$(BIN)/pytest $(PYTEST_PARALLEL) $(FAST_TESTS)
+	$(BIN)/pytest -n $(FAST_WORKERS) --dist loadgroup $(FAST_TESTS)
 
 # Every bench/*.py (helpers named _*.py excepted) prints its figure as JSON on its last line.
 # bench/scheduler.py needs PostgreSQL: TICKWORK_BENCH_DATABASE_URL, default the local server.
