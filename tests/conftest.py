@@ -4,6 +4,12 @@ Servers come from TICKWORK_TEST_DATABASE_URL / TICKWORK_TEST_REDIS_URL; when tho
 reachable, a throwaway server is started from local binaries for the session. PostgreSQL is
 checked once, before the first test runs, and only if a selected test needs it; Redis is
 checked when a test first asks for `redis_url`.
+
+Migrating a database runs every Alembic migration, so it is done once per session (per
+pytest-xdist worker): into a PostgreSQL template database that each test's migrated
+database is created from (`CREATE DATABASE ... TEMPLATE`), and into a SQLite file that each
+test gets a copy of. `postgres_url`, `sqlite_url` and `database_url` stay empty, for the
+tests of migrating itself; `migrated_*` and `engine` give the newest schema.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from shared.dispatch.leases import LeaseStore
 from shared.store.engine import create_store_engine
 from shared.store.migrate import upgrade_database
 from tests.fault._cluster import Cluster
+from tests.support.databases import DatabaseSupply
 from tests.support.files import MachineFiles
 from tests.support.servers import (
     RedisAddress,
@@ -31,15 +38,18 @@ from tests.support.servers import (
     ThrowawayRedis,
     find_postgres_binaries,
     postgres_is_reachable,
+    postgres_template_database,
     redis_answers_ping,
-    throwaway_postgres_database,
 )
 
 DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 # Fixtures whose use means a test needs the PostgreSQL server.
-_POSTGRES_FIXTURES = frozenset({"postgres_server_url", "postgres_url"})
+_POSTGRES_FIXTURES = frozenset(
+    {"postgres_server_url", "postgres_url", "postgres_template", "migrated_postgres_url"}
+    | {"empty_postgres_databases", "migrated_postgres_databases"}
+)
 _postgres_server_key = pytest.StashKey[str]()
 
 
@@ -75,10 +85,14 @@ def _needs_postgres(item: pytest.Item) -> bool:
     if names & _POSTGRES_FIXTURES:
         return True
     callspec = getattr(item, "callspec", None)
-    return callspec is not None and callspec.params.get("database_url") == "postgresql"
+    if callspec is None:
+        return False
+    backends = (callspec.params.get(name) for name in ("database_url", "migrated_database_url"))
+    return "postgresql" in backends
 
 
 _machine_files_key = pytest.StashKey[MachineFiles]()
+_XDIST_WORKER = "PYTEST_XDIST_WORKER"  # set in each pytest-xdist worker process
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -91,7 +105,12 @@ def _machine_files_unchanged(pytestconfig: pytest.Config) -> Iterator[None]:
     the file back: tests run as root, and a path joined onto a root can be absolute."""
     yield
     changed = pytestconfig.stash[_machine_files_key].changed()
-    assert not changed, f"this test changed files outside its temporary directories: {changed}"
+    # Under pytest-xdist the change may come from a test running meanwhile in another
+    # worker: the run fails either way, and the message says where else to look.
+    elsewhere = " (or one running at the same time)" if _XDIST_WORKER in os.environ else ""
+    assert not changed, (
+        f"this test{elsewhere} changed files outside its temporary directories: {changed}"
+    )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -119,10 +138,18 @@ def postgres_server_url(pytestconfig: pytest.Config) -> str:
     return _discover_postgres(pytestconfig)
 
 
+@pytest.fixture(scope="session")
+def empty_postgres_databases(postgres_server_url: str) -> Iterator[DatabaseSupply]:
+    """Where `postgres_url` comes from (made ahead, dropped in the background)."""
+    supply = DatabaseSupply(postgres_server_url)
+    yield supply
+    supply.close()
+
+
 @pytest.fixture
-def postgres_url(postgres_server_url: str) -> Iterator[str]:
+def postgres_url(empty_postgres_databases: DatabaseSupply) -> Iterator[str]:
     """SQLAlchemy URL of a new, empty database `tickwork_test_<hex>`, dropped afterwards."""
-    with throwaway_postgres_database(postgres_server_url) as url:
+    with empty_postgres_databases.database() as url:
         yield url
 
 
@@ -140,11 +167,72 @@ def database_url(request: pytest.FixtureRequest) -> str:
     return url
 
 
+def _migrate(url: str) -> None:
+    engine = create_store_engine(url)
+    try:
+        upgrade_database(engine)
+    finally:
+        engine.dispose()  # a template database must have no connection left
+
+
+@pytest.fixture(scope="session")
+def postgres_template(postgres_server_url: str) -> Iterator[str]:
+    """Name of a database `tickwork_tpl_<hex>` migrated to the newest schema, once per
+    session (per xdist worker), dropped at the end; never connect to it (it is copied)."""
+    with postgres_template_database(postgres_server_url, _migrate) as name:
+        yield name
+
+
+@pytest.fixture(scope="session")
+def migrated_postgres_databases(
+    postgres_server_url: str, postgres_template: str
+) -> Iterator[DatabaseSupply]:
+    """Where `migrated_postgres_url` comes from (made ahead, dropped in the background)."""
+    supply = DatabaseSupply(postgres_server_url, postgres_template)
+    yield supply
+    supply.close()
+
+
 @pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
-    """An engine on a fresh, migrated database (each backend in turn)."""
-    engine = create_store_engine(database_url)
-    upgrade_database(engine)
+def migrated_postgres_url(migrated_postgres_databases: DatabaseSupply) -> Iterator[str]:
+    """SQLAlchemy URL of a new database `tickwork_test_<hex>` at the newest schema (a copy
+    of `postgres_template`), dropped afterwards."""
+    with migrated_postgres_databases.database() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file migrated to the newest schema, once per session (per xdist worker)."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "tickwork.db"
+    _migrate(f"sqlite:///{path}")
+    # The last connection closed checkpointed the write-ahead log into the file itself.
+    assert not path.with_name(f"{path.name}-wal").exists(), "the template has an open WAL"
+    return path
+
+
+@pytest.fixture
+def migrated_sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
+    """`sqlite_url`'s file, created as a copy of `sqlite_template` (the newest schema)."""
+    path = tmp_path / "tickwork.db"
+    shutil.copyfile(sqlite_template, path)
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def migrated_database_url(request: pytest.FixtureRequest) -> str:
+    """A database at the newest schema on each backend in turn: ids end in [sqlite] /
+    [postgresql]."""
+    fixture = "migrated_sqlite_url" if request.param == "sqlite" else "migrated_postgres_url"
+    url: str = request.getfixturevalue(fixture)
+    return url
+
+
+@pytest.fixture
+def engine(migrated_database_url: str) -> Iterator[Engine]:
+    """An engine on a fresh, migrated database (each backend in turn): the database of
+    `migrated_database_url`."""
+    engine = create_store_engine(migrated_database_url)
     yield engine
     engine.dispose()
 
@@ -206,9 +294,9 @@ def leases(redis_client: Redis, redis_prefix: str) -> LeaseStore:
 
 @pytest.fixture
 def cluster(
-    postgres_url: str, redis_url: str, redis_prefix: str, tmp_path: Path
+    migrated_postgres_url: str, redis_url: str, redis_prefix: str, tmp_path: Path
 ) -> Iterator[Cluster]:
     """A distributed cluster of real processes (tests/fault/_cluster.py) on the test's
     servers; no process started yet, and every one it starts is killed however the test ends."""
-    with Cluster(postgres_url, redis_url, redis_prefix, tmp_path) as started:
+    with Cluster(migrated_postgres_url, redis_url, redis_prefix, tmp_path) as started:
         yield started

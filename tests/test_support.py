@@ -10,6 +10,8 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
+from shared.store.migrate import current_revision, head_revision
+from tests.support.databases import DatabaseSupply
 from tests.support.servers import (
     RedisAddress,
     RespClient,
@@ -83,6 +85,70 @@ class TestDatabaseUrl:
         self, sqlite_url: str, tmp_path: Path
     ) -> None:
         assert sqlite_url == f"sqlite:///{tmp_path}/tickwork.db"
+
+
+class TestMigratedDatabases:
+    def test_migrated_database_url_runs_once_per_backend_at_the_newest_schema(
+        self, migrated_database_url: str, request: pytest.FixtureRequest
+    ) -> None:
+        backend = request.node.callspec.id
+        assert sa.make_url(migrated_database_url).get_backend_name() == backend
+        engine = sa.create_engine(migrated_database_url)
+        try:
+            assert current_revision(engine) == head_revision()
+        finally:
+            engine.dispose()
+
+    def test_a_migrated_postgres_database_is_a_copy_of_its_own(
+        self, migrated_postgres_url: str, postgres_template: str, postgres_server_url: str
+    ) -> None:
+        # Given a row written into this test's database
+        engine = sa.create_engine(migrated_postgres_url)
+        try:
+            with engine.begin() as conn:
+                conn.execute(sa.text("UPDATE alembic_version SET version_num = 'changed'"))
+        finally:
+            engine.dispose()
+        # Then another migrated database (made from the same template) does not see it
+        supply = DatabaseSupply(postgres_server_url, postgres_template, ahead=0)
+        try:
+            with supply.database() as other_url:
+                other = sa.create_engine(other_url)
+                try:
+                    assert other_url != migrated_postgres_url
+                    assert current_revision(other) == head_revision()
+                finally:
+                    other.dispose()
+        finally:
+            supply.close()
+
+    def test_a_migrated_sqlite_file_is_a_copy_in_the_tests_tmp_path(
+        self, migrated_sqlite_url: str, sqlite_template: Path, tmp_path: Path
+    ) -> None:
+        assert migrated_sqlite_url == f"sqlite:///{tmp_path}/tickwork.db"
+        assert (tmp_path / "tickwork.db").read_bytes() == sqlite_template.read_bytes()
+
+
+class TestDatabaseSupply:
+    def test_every_database_it_made_is_dropped_once_it_is_closed(
+        self, postgres_server_url: str
+    ) -> None:
+        # Given a supply that made one database ahead of each one it handed out
+        supply = DatabaseSupply(postgres_server_url, ahead=1)
+        try:
+            with supply.database() as first, supply.database() as second:
+                names = [sa.make_url(url).database for url in (first, second)]
+                assert names[0] != names[1]
+                assert all(postgres_database_exists(postgres_server_url, n or "") for n in names)
+        finally:
+            # When it is closed
+            supply.close()
+        # Then none of them is left on the server
+        with psycopg.connect(libpq_conninfo(postgres_server_url)) as conn:
+            left = conn.execute(
+                "SELECT datname FROM pg_database WHERE datname = ANY(%s)", (names,)
+            ).fetchall()
+        assert left == []
 
 
 class TestReachabilityChecks:

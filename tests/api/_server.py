@@ -12,8 +12,6 @@ from pathlib import Path
 
 import httpx
 
-from shared.store.engine import create_store_engine
-from shared.store.migrate import upgrade_database
 from tests.support.servers import find_free_port
 from tests.support.waiting import wait_until
 
@@ -27,14 +25,6 @@ def environment(database_url: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
     env.update(TICKWORK_DATABASE_URL=database_url, **extra)
     return env
-
-
-def migrated(database_url: str) -> str:
-    """``database_url``, its schema upgraded to the newest."""
-    engine = create_store_engine(database_url)
-    upgrade_database(engine)
-    engine.dispose()
-    return database_url
 
 
 @contextmanager

@@ -82,10 +82,10 @@ def make_archive() -> ArchiveMaker:
 
 
 @pytest.fixture
-def api_config(database_url: str, tmp_path: Path) -> ApiConfig:
+def api_config(migrated_database_url: str, tmp_path: Path) -> ApiConfig:
     """Settings with an admin and a read token, no rate limit, logs under tmp_path."""
     return ApiConfig(
-        database_url=database_url,
+        database_url=migrated_database_url,
         tokens=(ApiToken("admin", ADMIN_TOKEN), ApiToken("read", READ_TOKEN)),
         rate_limit_per_second=0,
         log_dir=tmp_path / "logs",

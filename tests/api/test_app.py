@@ -117,8 +117,8 @@ class TestAuthentication:
         body = assert_problem(read_api.delete("/api/projects/demo"), 403)
         assert "admin" in str(body["detail"])
 
-    def test_auth_off_needs_no_token(self, engine: Engine, database_url: str) -> None:
-        app = create_app(ApiConfig(database_url=database_url, auth_enabled=False), engine)
+    def test_auth_off_needs_no_token(self, engine: Engine, migrated_database_url: str) -> None:
+        app = create_app(ApiConfig(database_url=migrated_database_url, auth_enabled=False), engine)
         assert app.test_client().get("/api/projects").status_code == 200
 
     def test_the_probes_and_metrics_need_no_token(self, anonymous_api: FlaskClient) -> None:
@@ -141,8 +141,12 @@ class TestRequestChecks:
         assert_problem(api.get("/api/schedules/99999999999999999999999"), 404)
         assert_problem(api.get("/api/schedules/999999999999999999"), 404)
 
-    def test_a_json_body_over_the_limit_is_a_413(self, engine: Engine, database_url: str) -> None:
-        config = ApiConfig(database_url=database_url, auth_enabled=False, max_json_bytes=1024)
+    def test_a_json_body_over_the_limit_is_a_413(
+        self, engine: Engine, migrated_database_url: str
+    ) -> None:
+        config = ApiConfig(
+            database_url=migrated_database_url, auth_enabled=False, max_json_bytes=1024
+        )
         client = create_app(config, engine).test_client()
         response = client.post("/api/schedules/1/resume", json={"replay": "x" * 2000})
         assert_problem(response, 413)
@@ -204,10 +208,10 @@ class TestRequestChecks:
 
 class TestRateLimit:
     def test_a_client_over_its_rate_gets_429_with_retry_after(
-        self, engine: Engine, database_url: str
+        self, engine: Engine, migrated_database_url: str
     ) -> None:
         config = ApiConfig(
-            database_url=database_url,
+            database_url=migrated_database_url,
             tokens=(ApiToken("read", READ_TOKEN),),
             rate_limit_per_second=1,
         )
@@ -220,9 +224,11 @@ class TestRateLimit:
         # The probes are never limited
         assert client.get("/healthz").status_code == 200
 
-    def test_guessing_tokens_is_rate_limited_too(self, engine: Engine, database_url: str) -> None:
+    def test_guessing_tokens_is_rate_limited_too(
+        self, engine: Engine, migrated_database_url: str
+    ) -> None:
         config = ApiConfig(
-            database_url=database_url,
+            database_url=migrated_database_url,
             tokens=(ApiToken("read", READ_TOKEN),),
             rate_limit_per_second=1,
         )

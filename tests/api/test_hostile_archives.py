@@ -34,9 +34,9 @@ from tests.support.archives import (
 
 
 @pytest.fixture
-def database_url(sqlite_url: str) -> str:
+def migrated_database_url(migrated_sqlite_url: str) -> str:
     """SQLite only: an archive is refused before the store is touched, on any backend."""
-    return sqlite_url
+    return migrated_sqlite_url
 
 
 # (id, body, status, what the detail says)

@@ -41,9 +41,8 @@ from services.api.app import create_app
 from services.api.config import ApiConfig, ApiToken
 from shared.dsl.archive import pack_project
 from shared.store.engine import create_store_engine
-from shared.store.migrate import upgrade_database
 from shared.store.tables import task_logs, tasks
-from tests.support.servers import throwaway_postgres_database
+from tests.support.databases import DatabaseSupply
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -191,18 +190,17 @@ def load_schema(engine: Engine, database_url: str, work_dir: Path) -> BaseSchema
 
 @pytest.fixture(scope="module")
 def api_schema(
-    postgres_server_url: str, tmp_path_factory: pytest.TempPathFactory
+    migrated_postgres_databases: DatabaseSupply, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[BaseSchema]:
-    """The document of an app on a throwaway database, shared by this module's tests; the
-    app can store secrets (TICKWORK_SECRET_KEY is set while the module runs)."""
+    """The document of an app on a throwaway migrated database, shared by this module's
+    tests; the app can store secrets (TICKWORK_SECRET_KEY is set while the module runs)."""
     with (
         pytest.MonkeyPatch.context() as environment,
-        throwaway_postgres_database(postgres_server_url) as url,
+        migrated_postgres_databases.database() as url,
     ):
         environment.setenv("TICKWORK_SECRET_KEY", "a passphrase for the fuzzed api")
         engine = create_store_engine(url)
         try:
-            upgrade_database(engine)
             yield load_schema(engine, url, tmp_path_factory.mktemp("fuzz"))
         finally:
             engine.dispose()

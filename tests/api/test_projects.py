@@ -125,8 +125,12 @@ class TestPush:
         response = api.put("/api/projects/demo", data=archive, content_type="application/json")
         assert_problem(response, 415)
 
-    def test_an_archive_over_the_limit_is_a_413(self, engine: Engine, database_url: str) -> None:
-        config = ApiConfig(database_url=database_url, auth_enabled=False, max_archive_bytes=512)
+    def test_an_archive_over_the_limit_is_a_413(
+        self, engine: Engine, migrated_database_url: str
+    ) -> None:
+        config = ApiConfig(
+            database_url=migrated_database_url, auth_enabled=False, max_archive_bytes=512
+        )
         client = create_app(config, engine).test_client()
         response = client.put(
             "/api/projects/demo", data=b"\x1f\x8b" + b"0" * 2048, content_type="application/gzip"

@@ -16,7 +16,6 @@ from tests.api._server import (
     TICKWORK,
     TOKEN,
     environment,
-    migrated,
     serving,
     wait_until_healthy,
 )
@@ -25,8 +24,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def migrated_url(postgres_url: str) -> str:
-    return migrated(postgres_url)
+def migrated_url(migrated_postgres_url: str) -> str:
+    return migrated_postgres_url
 
 
 @pytest.fixture

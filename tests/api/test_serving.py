@@ -17,7 +17,7 @@ from sqlalchemy import create_engine, text
 
 from shared.store.tables import task_logs, tasks
 from tests.api._seed import NOW, THREE_STEPS, add_project
-from tests.api._server import TOKEN, migrated, serving, wait_until_healthy
+from tests.api._server import TOKEN, serving, wait_until_healthy
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -31,9 +31,9 @@ ANSWER_WITHIN_SECONDS = 2.0
 
 
 @pytest.fixture
-def api_url(postgres_url: str, tmp_path: Path) -> Iterator[str]:
+def api_url(migrated_postgres_url: str, tmp_path: Path) -> Iterator[str]:
     """A started server (auth on, no rate limit) with a project ``p`` of workflow ``wf``."""
-    url = migrated(postgres_url)
+    url = migrated_postgres_url
     engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
     with engine.begin() as conn:
         add_project(conn, "p", {"wf": THREE_STEPS})
@@ -164,11 +164,11 @@ class TestSlowClients:
         assert HEADER_TIMEOUT_SECONDS - 1 < elapsed < HEADER_TIMEOUT_SECONDS + 3
 
     def test_a_slow_reader_gets_a_large_answer_whole_past_the_body_timeout(
-        self, api_url: str, postgres_url: str, tmp_path: Path
+        self, api_url: str, migrated_postgres_url: str, tmp_path: Path
     ) -> None:
         # Given a 16 MiB log file
         size = 16 * 1024 * 1024
-        path = add_large_log(api_url, postgres_url, tmp_path / "logs", size)
+        path = add_large_log(api_url, migrated_postgres_url, tmp_path / "logs", size)
         # When a client reads it at about 2 MiB a second
         request = f"GET {path} HTTP/1.1\r\nHost: x\r\n{AUTH}\r\n".encode()
         received, started = 0, time.monotonic()
@@ -199,10 +199,10 @@ class TestSlowClients:
 
 
 def test_a_request_waiting_on_the_database_does_not_hold_up_its_worker(
-    postgres_url: str, tmp_path: Path
+    migrated_postgres_url: str, tmp_path: Path
 ) -> None:
     # Given one worker, and the sessions table locked by another transaction
-    url = migrated(postgres_url)
+    url = migrated_postgres_url
     with serving(url, tmp_path, "--workers", "1") as (process, base_url):
         wait_until_healthy(base_url, process)
         engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
@@ -216,7 +216,10 @@ def test_a_request_waiting_on_the_database_does_not_hold_up_its_worker(
 
                     def the_list_waits_for_the_lock() -> bool:
                         with engine.connect() as watcher:
-                            waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted"
+                            waiting = (  # in this database: pg_locks shows the whole server
+                                "SELECT count(*) FROM pg_locks WHERE NOT granted AND database ="
+                                " (SELECT oid FROM pg_database WHERE datname = current_database())"
+                            )
                             return bool(watcher.execute(text(waiting)).scalar_one())
 
                     wait_until("the list waits for the lock", the_list_waits_for_the_lock, 10)
@@ -233,10 +236,10 @@ def test_a_request_waiting_on_the_database_does_not_hold_up_its_worker(
 
 
 def test_a_follow_stream_whose_client_has_gone_ends_and_frees_its_place(
-    postgres_url: str, tmp_path: Path
+    migrated_postgres_url: str, tmp_path: Path
 ) -> None:
     # Given one worker that serves one follow stream at most, and that stream open
-    url = migrated(postgres_url)
+    url = migrated_postgres_url
     engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
     with engine.begin() as conn:
         add_project(conn, "p", {"wf": THREE_STEPS})

@@ -32,18 +32,10 @@ def _can_unshare() -> bool:
 
 
 def test_every_service_is_ready_on_a_read_only_root_with_one_scratch_directory(
-    postgres_url: str, redis_url: str, redis_prefix: str, tmp_path: Path
+    migrated_postgres_url: str, redis_url: str, redis_prefix: str, tmp_path: Path
 ) -> None:
     if not _can_unshare():
         pytest.skip("needs `unshare -m` (root or user namespaces) to make / read-only")
-    from shared.store.engine import create_store_engine
-    from shared.store.migrate import upgrade_database
-
-    engine = create_store_engine(postgres_url)
-    try:
-        upgrade_database(engine)
-    finally:
-        engine.dispose()
     tickwork = str(Path(sys.executable).with_name("tickwork"))
     api, scheduler, executor, agent = (find_free_port() for _ in range(4))
     # The one writable place: a tmpfs of its own (not over /tmp, where this checkout and
@@ -58,7 +50,7 @@ def test_every_service_is_ready_on_a_read_only_root_with_one_scratch_directory(
         if touch /.tickwork-probe 2>/dev/null; then echo "/ is writable"; exit 92; fi
         export TMPDIR={scratch} HOME=/nonexistent TICKWORK_LOG_FORMAT=text
         export TICKWORK_REDIS_URL='{redis_url}' TICKWORK_REDIS_PREFIX='{redis_prefix}'
-        export TICKWORK_DATABASE_URL='{postgres_url}'
+        export TICKWORK_DATABASE_URL='{migrated_postgres_url}'
         cd /
         TICKWORK_API_AUTH=off {tickwork} api --bind 127.0.0.1:{api} --workers 2 \
             > {scratch}/api.log 2>&1 &

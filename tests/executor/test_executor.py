@@ -23,7 +23,6 @@ from shared.dsl.parser import parse_workflow_text
 from shared.store import sessions as session_store
 from shared.store import tasks as task_store
 from shared.store.engine import create_store_engine
-from shared.store.migrate import upgrade_database
 from tests.executor.scenario import Scenario, finished
 
 
@@ -702,10 +701,9 @@ class TestScaling:
 
     @pytest.mark.parametrize("shape", SHAPES)
     def test_the_database_work_for_one_task_does_not_grow_with_the_workflow(
-        self, sqlite_url: str, tmp_path: Path, shape: str
+        self, migrated_sqlite_url: str, tmp_path: Path, shape: str
     ) -> None:
-        engine = create_store_engine(sqlite_url)
-        upgrade_database(engine)
+        engine = create_store_engine(migrated_sqlite_url)
         run = Scenario(engine, tmp_path)
         small, large = SqliteStepCounter(), SqliteStepCounter()
         try:

@@ -13,7 +13,6 @@ from sqlalchemy import Engine, create_engine, text
 from shared.domain.states import AttemptState
 from shared.errors import NotFound
 from shared.store import history
-from shared.store.migrate import upgrade_database
 from shared.store.sessions import insert_attempt
 from shared.store.tables import task_logs, tasks
 from tests.api._seed import NOW, THREE_STEPS, add_project, add_sessions, set_state
@@ -167,10 +166,11 @@ class TestTasksAndLogs:
 
 
 @pytest.mark.slow
-def test_a_deep_filtered_page_of_100000_sessions_is_fast(postgres_url: str, tmp_path: Path) -> None:
+def test_a_deep_filtered_page_of_100000_sessions_is_fast(
+    migrated_postgres_url: str, tmp_path: Path
+) -> None:
     # Given 100,000 sessions of one workflow, each with an attempt (every 10th failed)
-    engine = create_engine(postgres_url.replace("postgresql://", "postgresql+psycopg://"))
-    upgrade_database(engine)
+    engine = create_engine(migrated_postgres_url.replace("postgresql://", "postgresql+psycopg://"))
     with engine.begin() as conn:
         project_id = add_project(conn, "big", {"steps": THREE_STEPS})
         conn.execute(

@@ -64,8 +64,10 @@ class TestDbCheck:
             "run `tickwork db upgrade`\n"
         )
 
-    def test_check_exits_0_on_a_current_schema(self, engine: Engine, database_url: str) -> None:
-        result = CliRunner().invoke(main, ["db", "check", "--database-url", database_url])
+    def test_check_exits_0_on_a_current_schema(
+        self, engine: Engine, migrated_database_url: str
+    ) -> None:
+        result = CliRunner().invoke(main, ["db", "check", "--database-url", migrated_database_url])
         assert result.exit_code == 0
         assert f"at revision {head_revision()}, this version's newest" in result.output
 
@@ -78,11 +80,13 @@ class TestDbCheck:
 
 class TestDbUpgrade:
     def test_upgrade_of_a_schema_a_newer_release_migrated_changes_nothing(
-        self, engine: Engine, database_url: str
+        self, engine: Engine, migrated_database_url: str
     ) -> None:
         with engine.begin() as conn:
             conn.execute(text("UPDATE alembic_version SET version_num = '9999_next_release'"))
-        result = CliRunner().invoke(main, ["db", "upgrade", "--database-url", database_url])
+        result = CliRunner().invoke(
+            main, ["db", "upgrade", "--database-url", migrated_database_url]
+        )
         assert result.exit_code == 0, result.output
         assert result.output == (
             "database at revision 9999_next_release, newer than this version's: nothing to do\n"
