@@ -150,7 +150,9 @@ class TestResultOutbox:
     ) -> None:
         # Given a result and its log's last chunk that Redis could not take
         down = Redis(port=find_free_port(), socket_connect_timeout=1)
-        outbox = ResultOutbox(LeaseStore(down, redis_prefix), EventStream(down, redis_prefix), 1)
+        outbox = ResultOutbox(
+            LeaseStore(down, redis_prefix), EventStream(down, redis_prefix), DONE_MARK_MS
+        )
         chunk = TaskLogChunk(7, 1, "3/+wf+a.7.1.log", 0, "last words\n")
         assert not outbox.deliver(Lease(7, 1, "agent-a/1"), result(), [chunk], wait_seconds=0.2)
         down.close()
