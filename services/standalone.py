@@ -433,7 +433,7 @@ def standalone_command(
     try:
         standalone, auth, pushed = _assemble(settings)
     except TickworkError as exc:
-        fail(describe_error(exc))
+        fail(describe_error(exc), exc)
     except OSError as exc:
         fail(f"error: cannot serve the API on {bind}: {exc.strerror or exc}")
     for line in _banner(settings, standalone.port, auth, pushed):

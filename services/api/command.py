@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import click
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from services.api.config import API_SETTINGS, ApiConfig
-from services.cli.errors import fail
+from services.cli.errors import fail, fail_unavailable
 from shared.errors import StoreUnavailable, TickworkError
 from shared.logging import configure_logging
 from shared.store.engine import create_store_engine, describe_store_error
@@ -88,7 +88,7 @@ def api_command(
     try:
         config = ApiConfig.from_environment()
     except TickworkError as exc:
-        fail(f"error: {exc}")
+        fail(f"error: {exc}", exc)
     if not config.database_url:
         fail("error: TICKWORK_DATABASE_URL is not set: name the database to serve")
     if config.auth_enabled and not config.tokens:
@@ -118,9 +118,11 @@ def _check_schema(database_url: str) -> None:
     try:
         engine = create_store_engine(database_url)
     except StoreUnavailable as exc:
-        fail(f"error: {exc}")
+        fail(f"error: {exc}", exc)
     try:
         current = is_up_to_date(engine)
+    except OperationalError as exc:  # the server cannot be reached
+        fail_unavailable(f"error: {describe_store_error(database_url, exc)}")
     except SQLAlchemyError as exc:
         fail(f"error: {describe_store_error(database_url, exc)}")
     finally:

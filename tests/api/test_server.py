@@ -19,6 +19,7 @@ from tests.api._server import (
     serving,
     wait_until_healthy,
 )
+from tests.support.servers import find_free_port
 
 pytestmark = pytest.mark.slow
 
@@ -73,3 +74,14 @@ def test_tickwork_api_refuses_a_database_that_is_not_migrated(postgres_url: str)
     result = subprocess.run([*TICKWORK, "api"], env=env, capture_output=True, timeout=60)
     assert result.returncode == 2
     assert "tickwork db upgrade" in result.stderr.decode()
+
+
+def test_tickwork_api_says_the_database_is_out_of_reach_with_its_own_exit_status() -> None:
+    # A database no server answers for is an outage (5), not bad input (2).
+    url = f"postgresql+psycopg://postgres@127.0.0.1:{find_free_port()}/postgres"
+    env = environment(url, TICKWORK_API_AUTH="off")
+    result = subprocess.run([*TICKWORK, "api"], env=env, capture_output=True, timeout=60)
+    assert result.returncode == 5, result.stderr.decode()
+    lines = result.stderr.decode().strip().splitlines()
+    assert len(lines) == 1
+    assert "Traceback" not in result.stderr.decode()
