@@ -9,8 +9,10 @@ DEV_STAMP := $(VENV)/.installed-dev
 
 # Tests run in pytest-xdist worker processes: the servers they start are mostly waited on
 # (I/O), so more workers than cores pays. `make test PYTEST_WORKERS=0` runs them in one process.
+# --dist loadfile: a file's tests run on one worker, in order, as in one process, so a
+# module's shared fixture (a standalone server) starts once and sees what it always saw.
 PYTEST_WORKERS ?= 4
-PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile
 # The fast specs mostly compute: one worker per core (measured: -n 2 beat -n 4 on 2 cores).
 FAST_WORKERS ?= auto
 # tests/fault kill, freeze and restart real processes against 1-3 s leases and watch for the

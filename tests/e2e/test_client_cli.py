@@ -271,6 +271,7 @@ class TestFailures:
         assert "Traceback" not in started.stderr
 
     def test_json_output_parses(self, api: StandaloneProcess) -> None:
+        _start(api, "hello", "--session", "2026-02-02")  # something to list, whatever ran before
         for args in (("sessions", "--json"), ("attempts", "--json"), ("workflows", "--json")):
             listed = api.tickwork(*args)
             assert listed.exit_code == 0, listed.explain()
