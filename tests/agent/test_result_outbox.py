@@ -130,6 +130,7 @@ class TestResultOutbox:
         assert outbox.check() == 1
         assert results_read(reader) == [sent]
 
+    @pytest.mark.slow  # seconds of work: left out of make test-fast
     def test_a_result_redis_cannot_take_waits_in_the_outbox(
         self, leases: LeaseStore, redis_prefix: str
     ) -> None:
@@ -141,6 +142,7 @@ class TestResultOutbox:
         assert unreachable.held() == [(7, 1)]
         down.close()
 
+    @pytest.mark.slow  # seconds of work: left out of make test-fast
     def test_the_last_log_chunks_of_a_result_redis_could_not_take_go_out_with_it_later(
         self,
         leases: LeaseStore,

@@ -81,6 +81,7 @@ def test_a_dry_run_by_count_computes_each_session_time_once(
     assert steps[0] <= count + 2
 
 
+@pytest.mark.slow  # seconds of work: left out of make test-fast
 def test_a_dry_run_of_the_maximum_is_answered(api: FlaskClient, schedule_id: str) -> None:
     body = {"from": minutes_ago(2 * MAX_BACKFILL), "count": MAX_BACKFILL, "dry_run": True}
     response = api.post(f"/api/schedules/{schedule_id}/backfill", json=body)

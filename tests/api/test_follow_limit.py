@@ -97,6 +97,7 @@ def received_digest(response: TestResponse, offset: int) -> tuple[str, list[int]
     return digest.hexdigest(), ids
 
 
+@pytest.mark.slow  # seconds of work: left out of make test-fast
 def test_following_a_large_log_holds_a_bounded_part_of_it_and_sends_every_byte_in_order(
     api: FlaskClient, engine: Engine, api_config: ApiConfig, running_attempt: int
 ) -> None:

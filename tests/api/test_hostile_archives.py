@@ -116,6 +116,7 @@ class TestHostileArchives:
         assert time.process_time() - started < 0.5
         assert assert_problem(response, 413)["detail"].startswith("././@PaxHeader: refused: an")
 
+    @pytest.mark.slow  # seconds of work: left out of make test-fast
     def test_a_400_mib_pax_header_in_a_small_body_is_a_413_read_in_little_memory(
         self, api: FlaskClient
     ) -> None:

@@ -45,6 +45,7 @@ class TestSkip:
         assert problem["errors"][0]["pointer"] == pointer
         assert missed(api, schedule_id) == []
 
+    @pytest.mark.slow  # seconds of work: left out of make test-fast
     def test_a_skip_past_its_maximum_is_refused_rather_than_cut_short(
         self, api: FlaskClient, schedule_id: str
     ) -> None:

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from shared.store.engine import libpq_url
 
 SCRIPT = textwrap.dedent(
@@ -37,6 +39,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # seconds of work: left out of make test-fast
 def test_queries_and_connecting_yield_to_other_greenlets_past_descriptor_1023(
     postgres_url: str,
 ) -> None:

@@ -288,6 +288,7 @@ def expand(spec: ScheduleSpec, missed: MissedRange) -> list[datetime]:
 
 
 class TestAccounting:
+    @pytest.mark.slow  # seconds of work: left out of make test-fast
     @settings(max_examples=100, deadline=None)
     @given(downtimes())
     def test_every_due_time_is_emitted_or_missed_once_unless_due_while_inactive(

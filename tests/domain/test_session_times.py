@@ -265,6 +265,7 @@ def expected_between(spec: ScheduleSpec, earlier: datetime, later: datetime) -> 
     return sorted({t for t in found if earlier < t < later})
 
 
+@pytest.mark.slow  # seconds of work: left out of make test-fast
 class TestGeneratedPatterns:
     @settings(max_examples=100, deadline=None)
     @given(schedules())

@@ -554,6 +554,7 @@ class TestBoundedWork:
         content = hostile(raw_pax_header(records), member("b"), member("docs", kind=b"5"))
         assert read_project_archive(content).files == 2
 
+    @pytest.mark.slow  # seconds of work: left out of make test-fast
     def test_links_to_the_head_of_a_900_link_chain_cost_nothing_more_than_the_chain(
         self,
     ) -> None:

@@ -56,6 +56,7 @@ class TestFileLimits:
         assert "wf.dig:2: '!include' file lib/big.dig is " in message
         assert f"over the limit of {MAX_FILE_BYTES} for a workflow file" in message
 
+    @pytest.mark.slow  # seconds of work: left out of make test-fast
     def test_a_file_of_more_than_100000_values_is_refused_at_the_line_it_passes_them(
         self, tmp_path: Path
     ) -> None:
@@ -70,6 +71,7 @@ class TestFileLimits:
             f" the file holds more than {MAX_FILE_NODES} values"
         )
 
+    @pytest.mark.slow  # seconds of work: left out of make test-fast
     def test_a_file_just_under_both_limits_is_parsed(self, tmp_path: Path) -> None:
         path = write_under(tmp_path, "wf.dig", long_list(MAX_FILE_NODES - 10))
         assert parse_workflow_file(path, tmp_path).name == "wf"

@@ -232,6 +232,7 @@ class TestCatchUp:
         assert [(m[2], m[3]) for m in missed] == [(47, "catchup")]
         assert missed[0][0] == T0 - timedelta(days=3) + timedelta(hours=1)
 
+    @pytest.mark.slow  # seconds of work: left out of make test-fast
     def test_a_long_catch_up_is_emitted_in_batches_in_order(self, store: Store) -> None:
         store.push("cron>: '* * * * *'\ncatchup_window: none", now=T0 - timedelta(days=3))
         scheduler = Scheduler(store.engine, times_per_pass=500)

@@ -116,6 +116,7 @@ class TestDbUpgrade:
 
 
 class TestDbWait:
+    @pytest.mark.slow  # seconds of work: left out of make test-fast
     def test_wait_returns_once_the_migration_has_run(self, postgres_url: str) -> None:
         waiter = subprocess.Popen(
             [sys.executable, "-m", "services.cli", "db", "wait", "--database-url", postgres_url],
