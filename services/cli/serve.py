@@ -105,14 +105,7 @@ def _limit(name: str, envvar: str, doc: str) -> Callable[[F], F]:
 
 @click.command("scheduler")
 @DATABASE_OPTION
-@click.option(
-    "--metrics-port",
-    envvar="TICKWORK_METRICS_PORT",
-    type=click.IntRange(0, 65535),
-    default=0,
-    help="Serve Prometheus metrics on this port (env TICKWORK_METRICS_PORT; 0: off).",
-)
-@click.option("--log-level", envvar="TICKWORK_LOG_LEVEL", default="INFO", show_default=True)
+@_common_options
 def scheduler_command(database_url: str, metrics_port: int, log_level: str) -> None:
     """Run the scheduler: emit one session per scheduled time until SIGTERM."""
     from services.scheduler.config import SchedulerSettings
