@@ -21,10 +21,11 @@ from _services import (
 from _stores import run_request
 from sqlalchemy import func, select
 
-from services.embedded import create_run_attempt, open_store
+from services.embedded import create_run_attempt
 from shared.clock import SystemClock
 from shared.dispatch.messages import DEFAULT_QUEUE
 from shared.domain.states import AttemptState, TaskState
+from shared.store.migrate import open_migrated_store
 from shared.store.sessions import get_attempt_state
 from shared.store.tables import task_logs, tasks
 from shared.store.tasks import TaskRow, list_attempt_tasks
@@ -45,7 +46,7 @@ class Cluster:
         self.redis_url, self.redis_prefix = redis_at
         self.work_dir = work_dir
         work_dir.mkdir(exist_ok=True)
-        self.engine = open_store(url)
+        self.engine = open_migrated_store(url)
         self.project_dir = work_dir / "project"
         self.project_dir.mkdir(exist_ok=True)
         self.task_log_dir = work_dir / "task-logs"

@@ -86,9 +86,10 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import Engine
 
-from services.embedded import create_run_attempt, open_store
+from services.embedded import create_run_attempt
 from shared.clock import SystemClock
 from shared.domain.states import AttemptState, TaskState
+from shared.store.migrate import open_migrated_store
 from shared.store.sessions import get_attempt_state
 from shared.store.tasks import TaskRow, list_attempt_tasks
 
@@ -252,7 +253,7 @@ class Tickwork:
     ) -> Tickwork:
         """Migrate the database, then start ``tickwork executor`` and the agents, appending
         each to ``services`` as it starts."""
-        engine = open_store(url)
+        engine = open_migrated_store(url)
         common = {"TICKWORK_REDIS_URL": redis_url, "TICKWORK_REDIS_PREFIX": prefix}
         tickwork = str(BIN_DIR / "tickwork")
         log_dir = work_dir / "task-logs"

@@ -23,10 +23,11 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import Engine, event
 
-from services.embedded import RunRequest, default_session_time, open_store, run_workflow
+from services.embedded import RunRequest, default_session_time, run_workflow
 from shared.clock import SystemClock
 from shared.domain.states import AttemptState, TaskState
 from shared.dsl.parser import parse_workflow_text
+from shared.store.migrate import open_migrated_store
 from shared.store.sessions import get_attempt
 from shared.store.tasks import list_attempt_tasks, list_task_logs
 
@@ -109,7 +110,7 @@ def run_case(case: Case) -> CaseResult:
             params={},
             session_time=default_session_time(definition, SystemClock().now()),
         )
-        engine = open_store(request.database_url)
+        engine = open_migrated_store(request.database_url)
         run_started = time.perf_counter()
         with counting_statements(engine) as statements:
             outcome = run_workflow(request, engine=engine)

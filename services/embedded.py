@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import SQLAlchemyError
 
 from services.agent.archives import ArchiveCache
 from services.agent.operators.base import ResourceLimits
@@ -35,8 +34,8 @@ from shared.store import schedules as schedule_store
 from shared.store import sessions as session_store
 from shared.store import tasks as task_store
 from shared.store.dialects import dialect_of
-from shared.store.engine import create_store_engine, describe_store_error, notify_work, read_only
-from shared.store.migrate import upgrade_database
+from shared.store.engine import notify_work, read_only
+from shared.store.migrate import open_migrated_store
 
 IDLE_WAIT_SECONDS = 0.2
 """The longest wait between passes of ``tickwork run`` (an agent's event ends it sooner)."""
@@ -83,17 +82,6 @@ def default_session_time(definition: WorkflowDefinition, now: datetime) -> datet
 def revision_name(definition: WorkflowDefinition) -> str:
     """Local runs name their revision after the workflow's content."""
     return f"local-{project_store.config_digest(definition.to_config())[:16]}"
-
-
-def open_store(database_url: str) -> Engine:
-    """An engine on a migrated database; StoreUnavailable if it cannot be reached or used."""
-    engine = create_store_engine(database_url)
-    try:
-        upgrade_database(engine)
-    except SQLAlchemyError as exc:
-        engine.dispose()
-        raise StoreUnavailable(describe_store_error(database_url, exc)) from exc
-    return engine
 
 
 def create_run_attempt(conn: Connection, request: RunRequest, now: datetime) -> RunOutcome:
@@ -188,7 +176,7 @@ def run_workflow(
 ) -> RunOutcome:
     """Run one workflow to its end in this process; returns how the attempt ended."""
     clock = SystemClock()
-    engine = engine or open_store(request.database_url)
+    engine = engine or open_migrated_store(request.database_url)
     with engine.begin() as conn:
         outcome = create_run_attempt(conn, request, clock.now())
     runner = make_in_process_runner(request.state_dir, engine, request.limits)
@@ -229,7 +217,7 @@ def follow_on_executor(
 ) -> RunOutcome:
     """Store the run's attempt for ``tickwork executor`` and its agents to run, and follow
     it in the store until it ends (this process runs nothing)."""
-    engine = engine or open_store(request.database_url)
+    engine = engine or open_migrated_store(request.database_url)
     if not dialect_of(engine).serves_many_processes:
         raise StoreUnavailable(
             "--on-executor needs TICKWORK_DATABASE_URL to name the PostgreSQL database "

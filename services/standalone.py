@@ -27,7 +27,7 @@ from services.agent.operators.process import terminate_children
 from services.agent.runner import TaskRunner
 from services.cli.errors import fail
 from services.cli.store_access import printable_url
-from services.embedded import make_in_process_runner, open_store
+from services.embedded import make_in_process_runner
 from services.executor.loop import Recovery, WorkflowExecutor
 from services.executor.main import run_in_process
 from services.scheduler.loop import Scheduler
@@ -37,6 +37,7 @@ from shared.dispatch.messages import TaskMessage, WorkCommitted
 from shared.dispatch.seam import EventSink, InProcessDispatcher
 from shared.errors import TickworkError
 from shared.runner import stop_on_signals
+from shared.store.migrate import open_migrated_store
 
 log = logging.getLogger(__name__)
 
@@ -457,7 +458,7 @@ def _assemble(settings: StandaloneSettings) -> tuple[Standalone, bool, list[str]
         log_dir=settings.log_dir,
         max_follow_streams=min(config.max_follow_streams, FOLLOW_STREAMS),
     )
-    engine = open_store(settings.database_url)
+    engine = open_migrated_store(settings.database_url)
     pushed: list[str] = []
     if settings.project_dir is not None:
         name = settings.project_name or settings.project_dir.name

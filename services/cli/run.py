@@ -153,13 +153,14 @@ def _exit_on_sigterm(_signum: int, _frame: object) -> None:
 
 def _run(request: RunRequest, quiet: bool, on_executor: bool = False) -> int:
     from services.cli.progress import make_display
-    from services.embedded import follow_on_executor, open_store, run_workflow
+    from services.embedded import follow_on_executor, run_workflow
+    from shared.store.migrate import open_migrated_store
 
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     display = make_display(quiet=quiet)
     try:
         try:
-            engine = open_store(request.database_url)
+            engine = open_migrated_store(request.database_url)
             if on_executor:
                 outcome = follow_on_executor(request, on_progress=display.refresh, engine=engine)
             else:

@@ -21,12 +21,12 @@ def store_transaction(database_url: str, *, write: bool = True) -> Iterator[Conn
     """A transaction on the store; store and user errors end the command with one line."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from services.embedded import open_store
     from shared.errors import StoreUnavailable, TickworkError
     from shared.store.engine import describe_store_error
+    from shared.store.migrate import open_migrated_store
 
     try:
-        engine = open_store(database_url)
+        engine = open_migrated_store(database_url)
     except StoreUnavailable as exc:
         fail(f"error: {exc}", exc)
     try:

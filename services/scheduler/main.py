@@ -10,16 +10,13 @@ from __future__ import annotations
 import gc
 import logging
 
-from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from services.scheduler.config import SchedulerSettings
 from services.scheduler.loop import Scheduler, TickReport
 from services.scheduler.metrics import SchedulerMetrics
-from shared.errors import StoreUnavailable
 from shared.runner import Retry, run_until_stopped, stop_on_signals
-from shared.store.engine import create_store_engine, describe_store_error
-from shared.store.migrate import upgrade_database
+from shared.store.migrate import open_migrated_store
 
 log = logging.getLogger("services.scheduler.loop")  # where its loop's lines always were
 
@@ -37,7 +34,7 @@ alive but not ready meanwhile."""
 def serve(settings: SchedulerSettings) -> None:
     """Run ``tickwork scheduler`` until SIGTERM or SIGINT, serving the metrics and probes
     if a port is set. Raises StoreUnavailable if the store cannot be used at start."""
-    engine = _open_store(settings.database_url)
+    engine = open_migrated_store(settings.database_url)
     metrics = SchedulerMetrics()
     scheduler = Scheduler(engine, metrics=metrics)
     if settings.metrics_port:
@@ -70,14 +67,3 @@ def _log_emitted(report: TickReport) -> None:
             report.missed,
             report.duplicates,
         )
-
-
-def _open_store(database_url: str) -> Engine:
-    """An engine on a migrated database; StoreUnavailable if it cannot be reached or used."""
-    engine = create_store_engine(database_url)
-    try:
-        upgrade_database(engine)
-    except SQLAlchemyError as exc:
-        engine.dispose()
-        raise StoreUnavailable(describe_store_error(database_url, exc)) from exc
-    return engine

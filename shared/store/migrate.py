@@ -16,8 +16,11 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
+from shared.errors import StoreUnavailable
 from shared.store.dialects import dialect_of
+from shared.store.engine import create_store_engine, describe_store_error
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 MIGRATION_LOCK_KEY = 0x7469636B6D6967  # "tickmig": one migrator at a time on PostgreSQL
@@ -88,3 +91,15 @@ def is_up_to_date(engine: Engine) -> bool:
     """True when services of this code may use the database: its schema is at the newest
     revision this code knows, or at a newer one (a newer release migrated it)."""
     return schema_state(engine).usable
+
+
+def open_migrated_store(database_url: str) -> Engine:
+    """An engine on the database, migrated to the newest schema; StoreUnavailable if it
+    cannot be reached or used (InvalidStoreUrl for a URL that is not one)."""
+    engine = create_store_engine(database_url)
+    try:
+        upgrade_database(engine)
+    except SQLAlchemyError as exc:
+        engine.dispose()
+        raise StoreUnavailable(describe_store_error(database_url, exc)) from exc
+    return engine

@@ -46,9 +46,10 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine
 
-from services.embedded import RunRequest, create_run_attempt, open_store
+from services.embedded import RunRequest, create_run_attempt
 from shared.clock import utc_now
 from shared.dsl.parser import parse_workflow_text
+from shared.store.migrate import open_migrated_store
 from shared.store.tables import attempts, task_logs
 from shared.store.tasks import TaskRow, list_attempt_tasks
 from tests.e2e._run import tickwork_command
@@ -321,7 +322,7 @@ class Cluster:
         for directory in ("project", "logs", "state", "work"):
             (self.root / directory).mkdir(parents=True, exist_ok=True)
         # Migrate before any service starts, so that none of them races another to it.
-        self._engine = open_store(self.database_url)
+        self._engine = open_migrated_store(self.database_url)
         return self
 
     def __exit__(
