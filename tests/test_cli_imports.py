@@ -20,6 +20,7 @@ CLIENT_MODULES = [
     "services.cli.projects",
     "services.cli.sessions",
     "services.cli.tasks",
+    "services.cli.logs",
     "services.cli.schedules",
     "services.cli.secrets",
 ]

@@ -84,7 +84,7 @@ COMMANDS = lazy_commands(
         ("tasks", "services.cli.tasks:tasks_command", "Show the task tree of an attempt."),
         (
             "log",
-            "services.cli.tasks:log_command",
+            "services.cli.logs:log_command",
             "Print the log of an attempt (of the tasks under +TASK only, if given).",
         ),
         *(

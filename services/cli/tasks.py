@@ -1,32 +1,12 @@
-"""``tickwork tasks|log``: an attempt's tasks, and their logs through the API, every byte
-of every file.
-
-Each file is read page after page (the API sends at most 16 MiB a request) until its end.
-A file that cannot be read is named on stderr and the others are still printed; a log the
-agent cut (its head and tail kept) gets a note on stderr besides the marker line it holds.
-"""
+"""``tickwork tasks``: the task tree of an attempt, through the API."""
 
 from __future__ import annotations
-
-import codecs
-import sys
-from typing import TYPE_CHECKING, Any
 
 import click
 
 from services.cli.client import api, client_options
-from services.cli.errors import EXIT_CODES_HELP, ExitCode
-from services.cli.output import field, print_items, print_json
-
-if TYPE_CHECKING:
-    from services.cli.api_client import ApiClient
-from shared.errors import NotFound
-
-LOG_EXIT_CODES_HELP = (
-    EXIT_CODES_HELP + "\n\b\n"
-    "A listed log file that is missing is named on stderr and the others are printed;\n"
-    "the status is then 3."
-)
+from services.cli.errors import EXIT_CODES_HELP
+from services.cli.output import field, print_items
 
 
 @click.command("tasks", epilog=EXIT_CODES_HELP)
@@ -48,66 +28,3 @@ def tasks_command(attempt_id: str, endpoint: str | None, as_json: bool) -> None:
             ("error", field("error.message", "error")),
         ],
     )
-
-
-@click.command("log", epilog=LOG_EXIT_CODES_HELP)
-@click.argument("attempt_id", metavar="ID")
-@click.argument("task", required=False, metavar="[+TASK]")
-@click.option("-f", "--follow", is_flag=True, help="Keep printing until the attempt ends.")
-@client_options
-def log_command(
-    attempt_id: str, task: str | None, follow: bool, endpoint: str | None, as_json: bool
-) -> None:
-    """Print the log of an attempt (of the tasks under +TASK only, if given)."""
-    missing = 0
-    with api(endpoint) as client:
-        if follow:
-            for chunk in client.follow_log(attempt_id):
-                if as_json:
-                    print_json({"text": chunk.text, "next_offset": chunk.next_offset})
-                else:
-                    click.echo(chunk.text, nl=False)
-            return
-        files = client.list_log_files(attempt_id, task)
-        for log_file in files:
-            if not _print_file(client, attempt_id, log_file, as_json, titled=len(files) > 1):
-                missing += 1
-    if missing:
-        sys.exit(ExitCode.NOT_FOUND)
-
-
-def _print_file(
-    client: ApiClient, attempt_id: str, log_file: dict[str, Any], as_json: bool, *, titled: bool
-) -> bool:
-    """Print one log file (JSON: one object with its ``content``); False if it is missing."""
-    name = str(log_file.get("task") or log_file.get("path"))
-    if titled and not as_json:
-        click.echo(f"--- {name}")
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    parts: list[str] = []
-    last = ""
-    try:
-        for data in client.read_log(attempt_id, str(log_file["id"])):
-            text = decoder.decode(data)
-            if as_json:
-                parts.append(text)
-            elif text:
-                click.echo(text, nl=False)
-                last = text[-1]
-    except NotFound as exc:
-        where = f"log file {log_file['id']} of {name} ({log_file.get('path')})"
-        click.echo(f"warning: {where} is missing: {exc}", err=True)
-        return False
-    rest = decoder.decode(b"", final=True)
-    if as_json:
-        print_json({**log_file, "content": "".join([*parts, rest])})
-    elif rest or (last and last != "\n"):
-        click.echo(rest)
-    cut = int(log_file.get("truncated_bytes") or 0)
-    if cut and not as_json:
-        click.echo(
-            f"note: {name}: {cut:,} bytes were cut from the middle of this log "
-            "(the agent keeps its head and its tail)",
-            err=True,
-        )
-    return True
