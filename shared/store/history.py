@@ -75,10 +75,21 @@ class Page(Generic[T]):
 
 @dataclass(frozen=True)
 class TaskNode:
-    """One task of an attempt and the ids of the tasks it waits for."""
+    """One task of an attempt, its own name and the ids of the tasks it waits for."""
 
     task: TaskRow
+    name: str
+    """The task's name within its parent: its full name after the parent's (``+load``,
+    ``^error``); a root task's full name."""
     upstream_ids: list[int]
+
+    @property
+    def duration_seconds(self) -> float | None:
+        """From the task's first start to its end, retries included; None until it ends."""
+        started, finished = self.task.started_at, self.task.finished_at
+        if started is None or finished is None:
+            return None
+        return max(0.0, (finished - started).total_seconds())
 
 
 @dataclass(frozen=True)
@@ -286,7 +297,18 @@ def list_task_tree(conn: Connection, attempt_id: int) -> list[TaskNode]:
     upstreams: dict[int, list[int]] = {}
     for edge in edges:
         upstreams.setdefault(int(edge.downstream_id), []).append(int(edge.upstream_id))
-    return [TaskNode(task=task, upstream_ids=upstreams.get(task.id, [])) for task in rows]
+    full_names = {task.id: task.full_name for task in rows}
+    return [
+        TaskNode(task, _own_name(task, full_names), upstreams.get(task.id, [])) for task in rows
+    ]
+
+
+def _own_name(task: TaskRow, full_names: dict[int, str]) -> str:
+    """A task's full name without its parent's; a root task's full name."""
+    parent = None if task.parent_id is None else full_names.get(task.parent_id)
+    if parent and task.full_name.startswith(parent) and task.full_name != parent:
+        return task.full_name[len(parent) :]
+    return task.full_name
 
 
 _LOG_QUERY = select(

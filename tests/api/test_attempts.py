@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -260,6 +261,28 @@ class TestTasks:
         assert first["parent_id"] == root["id"]
         assert second["upstream_ids"] == [first["id"]]
         assert by_name["+steps+third"]["state"] == "error"
+
+    def test_each_task_has_its_own_name_retries_and_duration(
+        self, api: FlaskClient, engine: Engine, project: int
+    ) -> None:
+        # Given a task that ran 90 seconds, retries included
+        attempt = start(api).json
+        add_task_rows(engine, int(attempt["id"]))
+        with engine.begin() as conn:
+            conn.execute(
+                tasks.update()
+                .where(tasks.c.full_name == "+steps+third")
+                .values(retry_count=2, started_at=NOW, finished_at=NOW + timedelta(seconds=90))
+            )
+        # When the tree is read
+        items = api.get(f"/api/attempts/{attempt['id']}/tasks").json["items"]
+        by_name = {t["full_name"]: t for t in items}
+        # Then each task carries its name within its parent, its retries and its duration
+        assert by_name["+steps"]["name"] == "+steps"
+        assert by_name["+steps+third"]["name"] == "+third"
+        assert by_name["+steps+third"]["retry_count"] == 2
+        assert by_name["+steps+third"]["duration_seconds"] == 90.0
+        assert by_name["+steps+first"]["duration_seconds"] is None
 
     def test_the_tasks_of_an_unknown_attempt_are_404(self, api: FlaskClient) -> None:
         assert api.get("/api/attempts/77/tasks").status_code == 404

@@ -123,19 +123,30 @@ class TaskOut(BaseModel):
 
     id: str
     full_name: str
+    name: str = Field(
+        description="The name within its parent: the full name after the parent's "
+        "(`+load`, `^error`); a root task's full name."
+    )
     parent_id: str | None
     upstream_ids: list[str]
-    position: int
+    position: int = Field(description="Its place among its parent's children, from 0.")
     is_group: bool
     is_generated: bool
     state: str
-    retry_count: int
+    retry_count: int = Field(description="How many times it failed and was retried.")
     config: dict[str, Any]
     params: dict[str, Any] | None
     output_params: dict[str, Any] | None
-    error: dict[str, Any] | None
-    started_at: datetime | None
+    error: dict[str, Any] | None = Field(
+        description="Its last failure, `message` first. A task that succeeded on a retry "
+        "keeps the failure it had: the error is current only in states `error` and "
+        "`retry_waiting`."
+    )
+    started_at: datetime | None = Field(description="Its first start (retries keep it).")
     finished_at: datetime | None
+    duration_seconds: float | None = Field(
+        description="From `started_at` to `finished_at`, retries included; null until it ends."
+    )
     updated_at: datetime
 
 
@@ -315,6 +326,7 @@ def tasks(attempt_id: int) -> dict[str, Any]:
         {
             "id": str(node.task.id),
             "full_name": node.task.full_name,
+            "name": node.name,
             "parent_id": _id_or_none(node.task.parent_id),
             "upstream_ids": [str(i) for i in node.upstream_ids],
             "position": node.task.position,
@@ -328,6 +340,7 @@ def tasks(attempt_id: int) -> dict[str, Any]:
             "error": node.task.error,
             "started_at": node.task.started_at,
             "finished_at": node.task.finished_at,
+            "duration_seconds": node.duration_seconds,
             "updated_at": node.task.updated_at,
         }
         for node in nodes
