@@ -9,15 +9,24 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from services.cli.admin_api import ADMIN_EPILOG, kill_via_api
 from services.cli.client import F, api, client_options, limit_option
 from services.cli.errors import EXIT_CODES_HELP, ExitCode
+from services.cli.failures import (
+    echo_failure_report,
+    read_failure_report,
+    running_lines,
+    with_failures,
+)
 from services.cli.output import field, print_fields, print_items, print_json
 from services.cli.params import ADMIN_DATABASE_OPTION, build_params
+
+if TYPE_CHECKING:
+    from services.cli.api_client import ApiClient
 
 DONE_STATES = frozenset({"success", "error", "canceled", "killed"})
 WAIT_POLL_SECONDS = 0.5
@@ -82,20 +91,31 @@ def start_command(
                 f"{attempt.get('session_time')}: {attempt.get('state')}"
             )
         if wait:
-            attempt = _wait_for(client, str(attempt["id"]), quiet=as_json)
+            _wait_and_report(client, str(attempt["id"]), as_json)
+            return
     if as_json:
         print_json(attempt)
-    if wait and attempt.get("state") != "success":
+
+
+def _wait_and_report(client: ApiClient, attempt_id: str, as_json: bool) -> None:
+    """Wait for an attempt to end and print how it ended, with what failed (as JSON: the
+    attempt with its ``failures``); exit 1 unless it succeeded."""
+    attempt = _wait_for(client, attempt_id)
+    report = read_failure_report(client, attempt)
+    if as_json:
+        print_json(with_failures(attempt, report))
+    else:
+        click.echo(f"attempt {attempt_id}: {attempt.get('state')}")
+        echo_failure_report(report, attempt_id)
+    if attempt.get("state") != "success":
         sys.exit(ExitCode.FAILED)
 
 
-def _wait_for(client: Any, attempt_id: str, *, quiet: bool) -> dict[str, Any]:
+def _wait_for(client: ApiClient, attempt_id: str) -> dict[str, Any]:
     """Poll an attempt until it ends."""
     while True:
         attempt: dict[str, Any] = client.get_attempt(attempt_id)
         if attempt.get("done") or attempt.get("state") in DONE_STATES:
-            if not quiet:
-                click.echo(f"attempt {attempt_id}: {attempt.get('state')}")
             return attempt
         time.sleep(WAIT_POLL_SECONDS)
 
@@ -174,10 +194,29 @@ def attempts_command(
 @click.argument("attempt_id", metavar="ID")
 @client_options
 def attempt_command(attempt_id: str, endpoint: str | None, as_json: bool) -> None:
-    """Show one attempt."""
+    """Show one attempt.
+
+    For an attempt that failed, the tasks that failed follow, each with its error and the
+    last lines of its log; for one that runs, the tasks running now.
+    """
     with api(endpoint) as client:
         attempt = client.get_attempt(attempt_id)
+        report = read_failure_report(client, attempt)
+        running = _running_tasks(client, attempt) if not as_json else []
+    if as_json:
+        print_json(with_failures(attempt, report))
+        return
     print_fields(attempt, as_json, ATTEMPT_FIELDS)
+    echo_failure_report(report, attempt_id)
+    for line in running:
+        click.echo(line)
+
+
+def _running_tasks(client: ApiClient, attempt: dict[str, Any]) -> list[str]:
+    """``running +wf+task (since T)`` lines of an attempt that has not ended."""
+    if attempt.get("done") or attempt.get("state") in DONE_STATES:
+        return []
+    return running_lines(client.list_tasks(str(attempt["id"])))
 
 
 @click.command("retry", epilog=EXIT_CODES_HELP)
@@ -214,11 +253,10 @@ def retry_command(
         if not as_json:
             click.echo(f"attempt {attempt.get('id')} retries attempt {attempt_id} ({mode})")
         if wait:
-            attempt = _wait_for(client, str(attempt["id"]), quiet=as_json)
+            _wait_and_report(client, str(attempt["id"]), as_json)
+            return
     if as_json:
         print_json(attempt)
-    if wait and attempt.get("state") != "success":
-        sys.exit(ExitCode.FAILED)
 
 
 @click.command("kill", epilog=ADMIN_EPILOG)
