@@ -1,30 +1,115 @@
-"""``tickwork tasks``: the task tree of an attempt, through the API."""
+"""``tickwork tasks``: the task tree of an attempt, through the API.
+
+Each task is shown under its parent, indented by its depth, with its own name, its state,
+when it first started, how long it took, how many times it was retried, and its error
+while it is in error (a task that succeeded on a retry shows none).
+"""
 
 from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any
 
 import click
 
 from services.cli.client import api, client_options
 from services.cli.errors import EXIT_CODES_HELP
-from services.cli.output import field, print_items
+from services.cli.failures import error_message
+from services.cli.output import print_json, text
+
+Json = dict[str, Any]
+
+INDENT = "  "
+"""What each level of the tree adds before a task's name."""
+CURRENT_ERROR_STATES = frozenset({"error", "retry_waiting"})
+"""States in which a task's stored error is its current one."""
 
 
 @click.command("tasks", epilog=EXIT_CODES_HELP)
 @click.argument("attempt_id", metavar="ID")
 @client_options
 def tasks_command(attempt_id: str, endpoint: str | None, as_json: bool) -> None:
-    """Show the task tree of an attempt."""
+    """Show the task tree of an attempt.
+
+    Each task is shown under its parent with its state, first start, duration, retries,
+    and its error while it is in error.
+    """
     with api(endpoint) as client:
         tasks = client.list_tasks(attempt_id)
-    print_items(
-        tasks,
-        as_json,
-        [
-            ("id", field("id")),
-            ("task", field("full_name", "name")),
-            ("state", field("state")),
-            ("started", field("started_at")),
-            ("finished", field("finished_at")),
-            ("error", field("error.message", "error")),
-        ],
-    )
+    if as_json:
+        for task in tasks:
+            print_json(task)
+        return
+    print_tree(tasks)
+
+
+def tree_order(tasks: list[Json]) -> Iterator[tuple[int, Json]]:
+    """``(depth, task)`` for every task, each right after its parent, siblings in their
+    order; a task whose parent is not listed is shown as a root."""
+    ids = {task.get("id") for task in tasks}
+    children: dict[object, list[Json]] = {}
+    for task in tasks:
+        parent = task.get("parent_id")
+        children.setdefault(parent if parent in ids else None, []).append(task)
+    for siblings in children.values():
+        siblings.sort(key=lambda t: (int(t.get("position") or 0), int(t.get("id") or 0)))
+    stack = [(0, task) for task in reversed(children.get(None, []))]
+    while stack:
+        depth, task = stack.pop()
+        yield depth, task
+        stack.extend((depth + 1, child) for child in reversed(children.get(task.get("id"), [])))
+
+
+def format_duration(seconds: float | None) -> str:
+    """``0.4s``, ``12s``, ``3m05s``, ``2h03m10s``; ``-`` for none."""
+    if seconds is None:
+        return "-"
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m{secs:02d}s"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def current_error(task: Json) -> str | None:
+    """The task's error message if it is in error now; None otherwise."""
+    if task.get("state") not in CURRENT_ERROR_STATES:
+        return None
+    return error_message(task).splitlines()[0] if task.get("error") else None
+
+
+def task_row(depth: int, task: Json) -> list[str]:
+    """The cells of one task's line of the tree."""
+    name = task.get("name") or task.get("full_name")
+    return [
+        text(task.get("id")),
+        INDENT * depth + text(name),
+        text(task.get("state")),
+        text(task.get("started_at")),
+        format_duration(task.get("duration_seconds")),
+        text(task.get("retry_count") or 0),
+        text(current_error(task)),
+    ]
+
+
+def print_tree(tasks: list[Json]) -> None:
+    """The tasks as a table whose task column is the indented tree."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table("id", "task", "state", "started", "duration", "retries", "error")
+    for column in table.columns[:-1]:
+        column.no_wrap = True
+    table.columns[-1].overflow = "fold"
+    for depth, task in tree_order(tasks):
+        # Text, not markup: a name or a message may hold brackets.
+        table.add_row(*(Text(cell) for cell in task_row(depth, task)))
+    # Off a terminal nothing is cut: the table is as wide as what it holds.
+    Console(width=None if sys.stdout.isatty() else 100_000).print(table)

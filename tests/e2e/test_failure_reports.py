@@ -142,3 +142,56 @@ class TestWhyAnAttemptFailed:
         api.tickwork("kill", attempt_id)
         assert shown.exit_code == 0, shown.explain()
         assert re.search(r"^running \+nap\+nap \(since \S+\)$", shown.stdout, re.M), shown.stdout
+
+
+class TestTaskTree:
+    def test_children_are_shown_indented_under_their_parent(
+        self, api: StandaloneProcess, failed_attempt: str
+    ) -> None:
+        shown = api.tickwork("tasks", failed_attempt)
+        assert shown.exit_code == 0, shown.explain()
+        names = [_cells(line)[1] for line in _rows(shown.stdout)]
+        assert names == ["+fails", "  +prepare", "  +load", "  +never"], shown.stdout
+
+    def test_a_task_that_succeeded_on_a_retry_shows_its_retry_and_no_error(
+        self, api: StandaloneProcess
+    ) -> None:
+        # Given a task that failed once and succeeded on its retry
+        started = api.tickwork("start", "oncall", "flaky", "--session", "2026-02-05", "--json")
+        attempt_id = str(started.json()["id"])
+        assert wait_for_attempt(api, attempt_id)["state"] == "success"
+        items = {t["full_name"]: t for t in api.get(f"/api/attempts/{attempt_id}/tasks")["items"]}
+        flaky = items["+flaky+outer+flaky"]
+        # When its tree is shown
+        shown = api.tickwork("tasks", attempt_id)
+        assert shown.exit_code == 0, shown.explain()
+        rows = {_cells(line)[1]: _cells(line) for line in _rows(shown.stdout)}
+        # Then the tree nests +outer's children two levels deep
+        assert list(rows) == ["+flaky", "  +outer", "    +flaky", "    +after"], shown.stdout
+        _id, _name, state, started_at, duration, retries, error = rows["    +flaky"]
+        # And the task shows one retry, its duration, its start to the second, and no error
+        assert (state, retries, error) == ("success", "1", "-")
+        assert re.fullmatch(r"[0-9.]+s", duration), duration
+        assert started_at.startswith(flaky["started_at"][:19]), started_at
+        assert "first try fails" not in shown.stdout
+
+    def test_json_is_one_object_per_task_with_name_and_duration(
+        self, api: StandaloneProcess, failed_attempt: str
+    ) -> None:
+        listed = api.tickwork("tasks", failed_attempt, "--json").json_lines()
+        by_name = {t["full_name"]: t for t in listed}
+        load = by_name["+fails+load"]
+        assert load["name"] == "+load"
+        assert load["parent_id"] == by_name["+fails"]["id"]
+        assert load["retry_count"] == 0
+        assert load["duration_seconds"] >= 0
+
+
+def _rows(stdout: str) -> list[str]:
+    """The body lines of a rich table."""
+    return [line for line in stdout.splitlines() if line.startswith("│")]
+
+
+def _cells(row: str) -> list[str]:
+    """The cells of a table line, trailing spaces removed (leading ones kept)."""
+    return [cell[1:].rstrip() for cell in row.strip("│").split("│")]
