@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -20,6 +20,7 @@ from services.agent.archives import ArchiveCache
 from services.agent.operators.base import ResourceLimits
 from services.agent.operators.process import terminate_children
 from services.agent.runner import TaskRunner
+from services.executor.graph import TaskMove
 from services.executor.loop import MAX_TASKS_PER_ATTEMPT, TickReport, WorkflowExecutor
 from shared.clock import SystemClock, utc_now
 from shared.dispatch.messages import TaskEvent, TaskMessage
@@ -41,6 +42,11 @@ IDLE_WAIT_SECONDS = 0.2
 """The longest wait between passes of ``tickwork run`` (an agent's event ends it sooner)."""
 ATTEMPT_CHECK_SECONDS = 1.0
 """How often ``tickwork run`` looks whether its attempt was ended from outside."""
+
+ProgressSink = Callable[[Engine, int, bool], None]
+"""Told after every pass: the store, the attempt, and whether the attempt ended."""
+MoveSink = Callable[[Sequence[TaskMove]], None]
+"""Told the task moves of every pass that made some, in the order it made them."""
 
 
 @dataclass(frozen=True)
@@ -170,8 +176,9 @@ def _watched(runner: TaskRunner, watch: EventSink) -> Callable[[TaskMessage, Eve
 def run_workflow(
     request: RunRequest,
     *,
-    on_progress: Callable[[Engine, int, bool], None] | None = None,
+    on_progress: ProgressSink | None = None,
     on_event: EventSink | None = None,
+    on_moves: MoveSink | None = None,
     engine: Engine | None = None,
 ) -> RunOutcome:
     """Run one workflow to its end in this process; returns how the attempt ended."""
@@ -193,7 +200,8 @@ def run_workflow(
         max_tasks_per_attempt=request.max_tasks_per_attempt,
     )
     try:
-        outcome.state = _drive(executor, outcome.attempt_id, engine, on_progress)
+        run = _AttemptRun(executor, outcome.attempt_id, engine, on_progress, on_moves)
+        outcome.state = _drive(run)
         if outcome.state in (AttemptState.CANCELED, AttemptState.KILLED):
             terminate_children()  # ended from outside: its commands must stop too
         elif outcome.state is AttemptState.ERROR:
@@ -212,7 +220,7 @@ FOLLOW_POLL_SECONDS = 0.2
 def follow_on_executor(
     request: RunRequest,
     *,
-    on_progress: Callable[[Engine, int, bool], None] | None = None,
+    on_progress: ProgressSink | None = None,
     engine: Engine | None = None,
 ) -> RunOutcome:
     """Store the run's attempt for ``tickwork executor`` and its agents to run, and follow
@@ -236,14 +244,8 @@ def follow_on_executor(
         time.sleep(FOLLOW_POLL_SECONDS)
 
 
-def _drive(
-    executor: WorkflowExecutor,
-    attempt_id: int,
-    engine: Engine,
-    on_progress: Callable[[Engine, int, bool], None] | None,
-) -> AttemptState:
+def _drive(run: _AttemptRun) -> AttemptState:
     """Run the executor with the shared runner until the attempt ends; how it ended."""
-    run = _AttemptRun(executor, attempt_id, engine, on_progress)
     run_until_stopped(
         run.tick,
         stop=run.ended,
@@ -263,12 +265,14 @@ class _AttemptRun:
         executor: WorkflowExecutor,
         attempt_id: int,
         engine: Engine,
-        on_progress: Callable[[Engine, int, bool], None] | None,
+        on_progress: ProgressSink | None = None,
+        on_moves: MoveSink | None = None,
     ) -> None:
         self.executor = executor
         self.attempt_id = attempt_id
         self.engine = engine
         self.on_progress = on_progress
+        self.on_moves = on_moves
         self.state: AttemptState | None = None
         self.ended = threading.Event()
         self.checked_at = time.monotonic()
@@ -276,6 +280,8 @@ class _AttemptRun:
     def tick(self) -> TickReport | None:
         """One pass; None once the attempt ended in it."""
         report = self.executor.tick()
+        if self.on_moves and report.moves:
+            self.on_moves(report.moves)
         for finished_id, state in report.finished_attempts:
             if finished_id == self.attempt_id:
                 self._progress(done=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,9 +32,15 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from services.embedded import RunOutcome, RunRequest
+    from shared.store.tasks import TaskRow
 
 # The embedded runtime (the store, the executor, the agent's runner) is imported by `run`
 # itself: `check` and `run --help` need none of it.
+
+TAIL_LINES = 10
+"""Lines of a failed task's log shown under its error, at most."""
+TAIL_BYTES = 16 * 1024
+"""How much of the end of a log is read for its tail."""
 
 
 def _settings_epilog() -> str:
@@ -165,7 +172,11 @@ def _run(request: RunRequest, quiet: bool, on_executor: bool = False) -> int:
                 outcome = follow_on_executor(request, on_progress=display.refresh, engine=engine)
             else:
                 outcome = run_workflow(
-                    request, on_progress=display.refresh, on_event=display.on_event, engine=engine
+                    request,
+                    on_progress=display.refresh,
+                    on_event=display.on_event,
+                    on_moves=display.on_moves,
+                    engine=engine,
                 )
         finally:
             display.close()  # before any message, and on SystemExit (SIGTERM) too
@@ -187,10 +198,12 @@ def _print_summary(
     engine: Engine, request: RunRequest, outcome: RunOutcome, on_executor: bool = False
 ) -> None:
     from shared.store.engine import read_only
-    from shared.store.tasks import list_attempt_tasks
+    from shared.store.tasks import list_attempt_tasks, list_task_logs
 
     with read_only(engine) as conn:
         rows = list_attempt_tasks(conn, outcome.attempt_id)
+        # The latest log of each task: they are listed in run order.
+        logs = {name: path for name, path, _size in list_task_logs(conn, outcome.attempt_id)}
     resumed = {r.id for r in rows if (r.result or {}).get("resumed")}
     # Name the outermost skipped tasks: a skipped group stands for its children.
     skipped = [r.full_name for r in rows if r.id in resumed and r.parent_id not in resumed]
@@ -203,16 +216,58 @@ def _print_summary(
     else:
         click.echo("  no task ran")
     if skipped:
-        more = f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
-        names = ", ".join(skipped[:5]) + more
-        click.echo(f"  skipped (succeeded before; --rerun runs them): {names}")
+        click.echo(f"  skipped (succeeded before; --rerun runs them): {_some(skipped)}")
+    retried = [_retries(r) for r in rows if r.retry_count and r.id not in resumed]
+    if retried:
+        click.echo(f"  retried: {_some(retried)}")
+    log_root = None if on_executor else request.state_dir / "logs"
     for row in rows:
         if row.state is TaskState.ERROR and not row.is_group:
-            click.echo(f"  failed {row.full_name}: {(row.error or {}).get('message', '')}")
-    logs = "the executor's log directory" if on_executor else request.state_dir / "logs"
-    click.echo(f"  logs: {logs}/{outcome.attempt_id}")
+            for line in _failure(row, log_root, logs.get(row.full_name)):
+                click.echo(f"  {line}")
+    where = "the executor's log directory" if log_root is None else log_root
+    click.echo(f"  logs: {where}/{outcome.attempt_id}")
     if outcome.state is not AttemptState.SUCCESS:
         click.echo(f"  to resume, run it again with {_session_option(request)}")
+
+
+def _some(names: list[str]) -> str:
+    """The first five of ``names``, and how many more there are."""
+    more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+    return ", ".join(names[:5]) + more
+
+
+def _retries(row: TaskRow) -> str:
+    return f"{row.full_name} ({row.retry_count} {'retry' if row.retry_count == 1 else 'retries'})"
+
+
+def _failure(row: TaskRow, log_root: Path | None, log_path: str | None) -> list[str]:
+    """Why a task failed, with the tail of its latest log when this process can read it
+    (an executor elsewhere keeps its logs)."""
+    tail = _log_tail(log_root / log_path) if log_root and log_path else []
+    return failure_lines(row.full_name, (row.error or {}).get("message", ""), tail)
+
+
+def failure_lines(name: str, message: str, tail_lines: Sequence[str]) -> list[str]:
+    """Why a task failed, as every command shows it: ``failed +wf+task: message``, then
+    the last lines of its log (at most TAIL_LINES), each after ``  | ``."""
+    tail = list(tail_lines)[-TAIL_LINES:]
+    return [f"failed {name}: {message}", *(f"  | {line}" for line in tail)]
+
+
+def _log_tail(path: Path) -> list[str]:
+    """The last TAIL_LINES non-empty lines of a log file; none if it cannot be read."""
+    try:
+        with path.open("rb") as log_file:
+            size = log_file.seek(0, 2)
+            log_file.seek(max(size - TAIL_BYTES, 0))
+            text = log_file.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    lines = text.splitlines()
+    if size > TAIL_BYTES:
+        lines = lines[1:]  # the first one is likely cut
+    return [line for line in lines if line.strip()][-TAIL_LINES:]
 
 
 def _session_option(request: RunRequest) -> str:

@@ -173,6 +173,8 @@ def _dispatch_ready_operators(
     tokens = task_store.mark_tasks_queued(
         conn, {task_id: stored[task_id] for task_id in drafts}, work.now
     )
+    for task_id in tokens:
+        graph.record(task_id, drafts[task_id].full_name, TaskState.QUEUED)
     return [
         dataclasses.replace(drafts[task_id], lease_token=token) for task_id, token in tokens.items()
     ]

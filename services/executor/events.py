@@ -56,7 +56,9 @@ def apply_events(work: Pass, scope: Scope, events: Sequence[TaskEvent]) -> None:
             # A result in the same batch makes the RUNNING step moot.
             if (event.task_id, event.lease_token) in finished:
                 continue
-            if task_store.mark_task_running(conn, event.task_id, event.lease_token, work.now):
+            name = task_store.mark_task_running(conn, event.task_id, event.lease_token, work.now)
+            if name is not None:
+                work.graph.record(event.task_id, name, TaskState.RUNNING)
                 report.events_applied += 1
             else:
                 report.stale_results += 1
@@ -69,6 +71,7 @@ def _release(work: Pass, scope: Scope, event: TaskReleased) -> None:
     message = requeue(work.conn, scope, event.task_id, event.lease_token, work.now, lost=False)
     if message is not None:
         log.info("task released by its agent task_id=%d: %s", event.task_id, event.reason)
+        work.graph.record(event.task_id, message.full_name, TaskState.QUEUED)
         work.messages.append(message)
         work.report.requeued += 1
 
@@ -99,6 +102,8 @@ def apply_result(
         and task.lease_token == event.lease_token
         and task.state in (TaskState.QUEUED, TaskState.RUNNING)
     ):
+        if task.state is TaskState.QUEUED:  # its start came with its result, or never
+            graph.record(task.id, task.full_name, TaskState.RUNNING)
         if event.outcome is Outcome.SUCCESS:
             applied = _succeed_with_subtasks(graph, task, event, max_tasks)
         else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -34,6 +34,22 @@ from shared.store.tasks import TaskRow
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class TaskMove:
+    """One state a task entered, as a pass made it: the passes' moves, in order, are the
+    run's history as ``tickwork run`` prints it. Steps inside the executor (BLOCKED,
+    READY) are not recorded."""
+
+    task_id: int
+    full_name: str
+    state: TaskState
+    at: datetime
+    not_before: datetime | None = None  # DELAYED, RETRY_WAITING: until when it waits
+    retry_count: int = 0  # retries the task used, the one it waits for included
+    retry_limit: int = 0  # retries its ``_retry`` allows
+    message: str | None = None  # RETRY_WAITING, ERROR: why the run failed
+
+
 class TaskGraph:
     """State transitions of task rows, applied with guarded updates in one transaction."""
 
@@ -49,6 +65,11 @@ class TaskGraph:
         self._attempts: dict[int, AttemptRow] = {}  # session time and zone, for delays
         self._limits = {} if limits is None else limits  # parent id -> _parallel limit
         self._unsettled: dict[int, None] = {}  # parents whose children may all have ended
+        self.moves: list[TaskMove] = []  # the states tasks entered, in order
+
+    def record(self, task_id: int, full_name: str, state: TaskState) -> None:
+        """Note that a task entered ``state`` now (for moves made outside this class)."""
+        self.moves.append(TaskMove(task_id, full_name, state, self.now))
 
     # -- moving to a state -------------------------------------------------------------
 
@@ -67,6 +88,7 @@ class TaskGraph:
         )
         if moved:
             log.debug("task %s -> %s task_id=%d", task.full_name, target.value, task.id)
+            self.moves.append(_move_of(task, target, self.now, values))
         return moved
 
     def promote(
@@ -116,6 +138,7 @@ class TaskGraph:
                 ready = replace(task, state=target, not_before=not_before, updated_at=self.now)
                 started.append(ready)
             else:
+                self.moves.append(_move_of(task, target, self.now, {"not_before": not_before}))
                 self.wake_at(not_before)
                 log.info("task %s delayed until %s", task.full_name, not_before.isoformat())
         return started
@@ -329,9 +352,12 @@ class TaskGraph:
             return
         children = task_store.list_children(self.conn, parent_id)
         blocked = [c.id for c in children if c.state is TaskState.BLOCKED]
-        task_store.update_tasks_state(
+        canceled = task_store.update_tasks_state(
             self.conn, blocked, (TaskState.BLOCKED,), TaskState.CANCELED, self.now
         )
+        names = {c.id: c.full_name for c in children}
+        for task_id, _is_group in canceled:
+            self.record(task_id, names[task_id], TaskState.CANCELED)
         if parent.error and parent.error.get("handler"):
             if self._move(parent, TaskState.ERROR, finished_at=self.now):
                 self.after_terminal(parent, TaskState.ERROR)
@@ -368,6 +394,22 @@ class TaskGraph:
         ):
             log.info("attempt finished attempt_id=%d state=%s", attempt_id, state.value)
             self.finished_attempts.append((attempt_id, state))
+
+
+def _move_of(task: TaskRow, state: TaskState, now: datetime, values: dict[str, Any]) -> TaskMove:
+    """The move of ``task`` into ``state``, with the column ``values`` written with it."""
+    failed = state in (TaskState.RETRY_WAITING, TaskState.ERROR)
+    error = values.get("error") or task.error or {}
+    return TaskMove(
+        task.id,
+        task.full_name,
+        state,
+        now,
+        not_before=values.get("not_before"),
+        retry_count=values.get("retry_count", task.retry_count),
+        retry_limit=int((task.config.get("retry") or {}).get("limit", 0)),
+        message=error.get("message") if failed else None,
+    )
 
 
 def _stored_by(task: TaskRow) -> dict[str, Any] | None:

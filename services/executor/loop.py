@@ -122,6 +122,7 @@ class WorkflowExecutor:
         self.dispatcher.publish(work.messages)
         report = work.report
         report.tasks_dispatched = len(work.messages)
+        report.moves = work.graph.moves
         report.more_ready = report.more_ready or bool(self._pending) or self._timers.look_again
         for attempt_id, _state in report.finished_attempts:
             self.scope.contexts.forget(attempt_id)

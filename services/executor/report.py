@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 
-from services.executor.graph import TaskGraph
+from services.executor.graph import TaskGraph, TaskMove
 from shared.dispatch.messages import TaskEvent, TaskMessage, WorkCommitted
 from shared.domain.states import AttemptState
 
@@ -53,6 +53,7 @@ class TickReport:
     slas_missed: int = 0  # attempts whose sla: deadline passed, reacted to by this pass
     more_ready: bool = False  # a batch limit was hit: tick again without waiting
     finished_attempts: list[tuple[int, AttemptState]] = field(default_factory=list)
+    moves: list[TaskMove] = field(default_factory=list)  # in the order the pass made them
 
     @property
     def did_work(self) -> bool:

@@ -67,6 +67,7 @@ _MARK_RUNNING = (
         tasks.c.state == TaskState.QUEUED.value,
     )
     .values(state=TaskState.RUNNING.value, updated_at=bindparam("now"))
+    .returning(tasks.c.full_name)
 )
 
 
@@ -111,10 +112,14 @@ def get_task(conn: Connection, task_id: int) -> TaskRow:
     return task
 
 
-def mark_task_running(conn: Connection, task_id: int, lease_token: int, now: datetime) -> bool:
-    """QUEUED -> RUNNING, only under the task's current lease token."""
-    result = conn.execute(_MARK_RUNNING, {"task_id": task_id, "token": lease_token, "now": now})
-    return result.rowcount == 1
+def mark_task_running(
+    conn: Connection, task_id: int, lease_token: int, now: datetime
+) -> str | None:
+    """QUEUED -> RUNNING, only under the task's current lease token; the task's full
+    name if it moved, else None."""
+    values = {"task_id": task_id, "token": lease_token, "now": now}
+    name = conn.execute(_MARK_RUNNING, values).scalar_one_or_none()
+    return None if name is None else str(name)
 
 
 _IDS: BindParameter[int] = bindparam("ids", expanding=True)

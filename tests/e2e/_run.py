@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pty
 import re
+import select
 import shutil
 import signal
 import sqlite3
@@ -29,9 +31,13 @@ NOTES_DIR = Path(".tickwork") / "out"
 """Where the examples' tasks note that they ran, relative to the project directory."""
 
 PROGRESS_LINE = re.compile(
-    r"^\d\d:\d\d:\d\d (?P<task>\+\S+) (?P<state>[a-z_]+)(?: until (?P<until>[\d: -]+))?$"
+    r"^\d\d:\d\d:\d\d (?P<task>\+\S+) (?P<state>[a-z_]+)"
+    r"(?: until (?P<until>[\d: -]+)"
+    r"| \(attempt (?P<run>\d+) of (?P<runs>\d+)\), retrying in (?P<wait>[\w.]+)"
+    r"(?:: (?P<why>.*))?)?$"
 )
-"""A task's new state; a waiting one (delayed, retry_waiting) says until when."""
+"""A task's new state; a waiting one (delayed) says until when, a failed run that will
+be retried (``error (attempt 1 of 3), retrying in 2s: why``) which run it was."""
 OUTPUT_LINE = re.compile(r"^\d\d:\d\d:\d\d (?P<task>\+\S+): (?P<text>.*)$")
 PROBLEM_LINE = re.compile(r"^(?P<file>[^:\s]+\.dig):(?P<line>\d+): (?P<message>.+)$")
 ATTEMPT_LINE = re.compile(r"^session (?P<session>\S+)  attempt (?P<attempt>\d+): (?P<state>\w+)$")
@@ -145,6 +151,28 @@ class Project:
         )
         return Run(completed.returncode, completed.stdout, completed.stderr)
 
+    def run_on_terminal(self, *args: str, columns: int = 120, lines: int = 12) -> Run:
+        """``tickwork run ARGS`` with its output on a pseudo-terminal of ``columns`` x
+        ``lines``; what it printed, control codes included, is the run's stdout."""
+        env = {"COLUMNS": str(columns), "LINES": str(lines), "TERM": "xterm-256color"}
+        leader, follower = pty.openpty()
+        with subprocess.Popen(
+            [*tickwork_command(), "run", *args],
+            cwd=self.root,
+            env=self.environment(env),
+            stdin=subprocess.DEVNULL,
+            stdout=follower,
+            stderr=subprocess.PIPE,
+        ) as process:
+            os.close(follower)
+            try:
+                output = _read_until_closed(leader, RUN_TIMEOUT_SECONDS)
+            finally:
+                os.close(leader)
+            stderr = process.stderr.read() if process.stderr else b""
+            exit_code = process.wait(timeout=RUN_TIMEOUT_SECONDS)
+        return Run(exit_code, output.decode(errors="replace"), stderr.decode(errors="replace"))
+
     def start(self, *args: str) -> subprocess.Popen[str]:
         """``tickwork run ARGS`` in the background, with SIGINT handled as on a terminal."""
         return subprocess.Popen(
@@ -175,6 +203,25 @@ class Project:
                 return 0
             (count,) = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
         return int(count)
+
+
+def _read_until_closed(fd: int, timeout_seconds: float) -> bytes:
+    """Everything written to the pseudo-terminal ``fd`` until its last writer closed it."""
+    deadline = time.monotonic() + timeout_seconds
+    chunks: list[bytes] = []
+    while True:
+        remaining = deadline - time.monotonic()
+        assert remaining > 0, f"no end of output in {timeout_seconds}s: {b''.join(chunks)!r}"
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if not ready:
+            continue
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # EIO: the other end is closed
+            return b"".join(chunks)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
 
 
 def max_running_at_once(notes: Iterable[str]) -> int:

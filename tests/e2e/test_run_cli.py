@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -12,8 +13,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from services.cli.progress import LIVE_ROWS
 from shared.config import EMBEDDED_SETTINGS
-from tests.e2e._run import PROBLEM_LINE, Project, tickwork_command
+from tests.e2e._run import PROBLEM_LINE, PROGRESS_LINE, Project, tickwork_command
 from tests.fault._cluster import is_running
 
 pytestmark = pytest.mark.e2e
@@ -447,6 +449,140 @@ class TestOutput:
         assert run.exit_code == 1, run.explain()
         assert f"session {SESSION}  attempt 1: error" in run.summary
         assert "failed +broken+load: warehouse is read-only" in run.summary
+
+
+# Counts its runs in a file and fails the first two.
+FLAKY_TASK = """
+    +flaky:
+      _retry: 2
+      sh>: n=$(cat runs 2>/dev/null || echo 0); n=$((n+1)); echo $n > runs; test $n -ge 3
+"""
+
+ANSI_CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+class TestProgressOrder:
+    def test_piped_output_lists_each_tasks_states_in_the_order_they_happened(
+        self, project: Project
+    ) -> None:
+        # Given a task, then a group of two
+        project.write(
+            "order.dig",
+            """
+            +first:
+              sh>: echo one
+            +group:
+              +a:
+                sh>: echo a
+              +b:
+                sh>: echo b
+            """,
+        )
+
+        # When it is run piped
+        run = project.run("order.dig")
+
+        # Then each operator task was queued, ran and succeeded, in that order; each group
+        # started before its children and ended after them, and the second step after the first
+        assert run.exit_code == 0, run.explain()
+        progress = run.progress()
+
+        def states(task: str) -> list[str]:
+            return [state for name, state in progress if name == task]
+
+        for task in ("+order+first", "+order+group+a", "+order+group+b"):
+            assert states(task) == ["queued", "running", "success"], run.stdout
+        for group in ("+order", "+order+group"):
+            assert states(group) == ["planned", "success"], run.stdout
+        assert progress[0] == ("+order", "planned")
+        assert progress[-1] == ("+order", "success")
+        at = progress.index
+        assert at(("+order+first", "success")) < at(("+order+group", "planned"))
+        assert at(("+order+group", "planned")) < at(("+order+group+a", "queued"))
+        assert at(("+order+group+a", "success")) < at(("+order+group+b", "queued"))
+        assert at(("+order+group+b", "success")) < at(("+order+group", "success"))
+
+    def test_output_lines_come_between_a_tasks_start_and_its_end(self, project: Project) -> None:
+        project.write("say.dig", "+say:\n  sh>: echo hello\n")
+
+        run = project.run("say.dig")
+
+        assert run.exit_code == 0, run.explain()
+        lines = [line.split(" ", 1)[1] for line in run.stdout.splitlines()[:5]]
+        assert lines == [
+            "+say planned",
+            "+say+say queued",
+            "+say+say running",
+            "+say+say: hello",
+            "+say+say success",
+        ]
+
+    def test_piped_output_shows_each_retry_of_a_task_that_fails_twice_then_succeeds(
+        self, project: Project
+    ) -> None:
+        # Given a task with two retries that fails twice
+        project.write("wf.dig", FLAKY_TASK)
+
+        # When it is run piped
+        run = project.run("wf.dig")
+
+        # Then both failed runs are shown, each followed by the next run
+        assert run.exit_code == 0, run.explain()
+        assert [state for task, state in run.progress() if task == "+wf+flaky"] == [
+            "queued",
+            "running",
+            "error",
+            "queued",
+            "running",
+            "error",
+            "queued",
+            "running",
+            "success",
+        ]
+        retries = [m for m in map(PROGRESS_LINE.match, run.stdout.splitlines()) if m and m["run"]]
+        assert [(m["run"], m["runs"], m["wait"]) for m in retries] == [
+            ("1", "3", "0s"),
+            ("2", "3", "0s"),
+        ]
+        assert {m["why"] for m in retries} == {"command exited with status 1"}
+        # and the summary says the task needed two retries
+        assert "retried: +wf+flaky (2 retries)" in run.summary
+
+    def test_a_run_on_a_terminal_ends_with_a_table_of_every_task(self, project: Project) -> None:
+        # Given a workflow of more tasks than the live table shows
+        names = [f"step{i:02d}" for i in range(LIVE_ROWS + 5)]
+        project.write("many.dig", "".join(f"+{name}:\n  echo>: {name}\n" for name in names))
+
+        # When it is run on a terminal shorter than the table
+        run = project.run_on_terminal("many.dig", lines=10)
+
+        # Then the last table drawn before the summary names every task
+        assert run.exit_code == 0, run.explain()
+        before_summary = run.stdout[: run.stdout.rindex("session ")]
+        last_frame = ANSI_CONTROL.sub("", before_summary.split("\x1b[2K")[-1])
+        shown = re.findall(r"│ (\+many\S*)\s+│ (\w+)", last_frame)
+        tasks = ["+many", *(f"+many+{name}" for name in names)]
+        assert shown == [(task, "success") for task in tasks], last_frame
+
+    def test_a_failed_runs_summary_shows_the_end_of_the_tasks_log(self, project: Project) -> None:
+        # Given a task that prints twelve lines, then fails
+        project.write(
+            "noisy.dig",
+            """
+            +load:
+              sh>: for i in $(seq 1 12); do echo "row $i"; done; exit 3
+            """,
+        )
+
+        # When it is run
+        run = project.run("noisy.dig")
+
+        # Then the summary names the task and its error, then its log's last ten lines
+        assert run.exit_code == 1, run.explain()
+        lines = run.summary.splitlines()
+        failed = lines.index("  failed +noisy+load: command exited with status 3")
+        assert lines[failed + 1 : failed + 11] == [f"    | row {i}" for i in range(3, 13)]
+        assert not lines[failed + 11].startswith("    | ")
 
 
 def test_a_run_on_postgresql_succeeds_and_resumes(project: Project, postgres_url: str) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from services.embedded import RunRequest, create_run_attempt
+from services.executor.graph import TaskMove
 from services.executor.loop import TickReport, WorkflowExecutor
 from shared.clock import ManualClock
 from shared.dispatch.leases import Lease, LeaseState
@@ -116,6 +117,7 @@ class Scenario:
         self.attempt_id = 0
         self.report = TickReport()
         self.finished_attempts: list[tuple[int, AttemptState]] = []  # over every tick
+        self.moves: list[TaskMove] = []  # over every tick
 
     # -- setting up --------------------------------------------------------------------
 
@@ -148,6 +150,7 @@ class Scenario:
         before = len(self.agent.published)
         self.report = self.executor.tick(now)
         self.finished_attempts += self.report.finished_attempts
+        self.moves += self.report.moves
         new = self.agent.published[before:]
         self.open.update((m.full_name, m) for m in new)
         return [m.full_name for m in new]

@@ -223,6 +223,54 @@ class TestFailure:
         assert run.attempt_state() is AttemptState.ERROR
 
 
+class TestMoves:
+    def test_passes_report_the_states_tasks_entered_in_the_order_they_entered_them(
+        self, run: Scenario
+    ) -> None:
+        # Given a task that fails once before a retry, then a task whose start is
+        # reported on its own
+        run.start("""
+            +a:
+              _retry:
+                limit: 1
+                interval: 5
+              echo>: a
+            +b:
+              echo>: b
+        """)
+        run.step()
+        run.fail("+wf+a", "first")
+        run.step()
+        run.step(after_seconds=5)
+        run.succeed("+wf+a")
+        run.step()
+        b = run.open.pop("+wf+b")
+        run.agent.report(TaskStarted(b.task_id, b.lease_token, time.time()))
+        run.step()
+        run.agent.report(finished(b))
+        run.step()
+
+        # Then the passes' moves are the run's history, a run whose start came with its
+        # result included
+        assert [(m.full_name, m.state.value) for m in run.moves] == [
+            ("+wf", "planned"),
+            ("+wf+a", "queued"),
+            ("+wf+a", "running"),
+            ("+wf+a", "retry_waiting"),
+            ("+wf+a", "queued"),
+            ("+wf+a", "running"),
+            ("+wf+a", "success"),
+            ("+wf+b", "queued"),
+            ("+wf+b", "running"),
+            ("+wf+b", "success"),
+            ("+wf", "success"),
+        ]
+        (retry,) = [m for m in run.moves if m.state is TaskState.RETRY_WAITING]
+        assert retry.not_before is not None
+        assert (retry.retry_count, retry.retry_limit, retry.message) == (1, 1, "first")
+        assert retry.not_before - retry.at == timedelta(seconds=5)
+
+
 class TestRetry:
     def test_retry_2_runs_three_times_then_ends_in_error(self, run: Scenario) -> None:
         run.start("""
