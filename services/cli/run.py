@@ -9,7 +9,6 @@ from __future__ import annotations
 import signal
 import sys
 from collections import Counter
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +16,7 @@ import click
 
 from services.cli.errors import ExitCode
 from services.cli.errors import fail as _fail
+from services.cli.failures import TAIL_BYTES, failure_lines, last_lines
 from services.cli.params import build_params, parse_session_time
 from services.cli.schedules import preview_lines
 from shared.clock import utc_now
@@ -36,11 +36,6 @@ if TYPE_CHECKING:
 
 # The embedded runtime (the store, the executor, the agent's runner) is imported by `run`
 # itself: `check` and `run --help` need none of it.
-
-TAIL_LINES = 10
-"""Lines of a failed task's log shown under its error, at most."""
-TAIL_BYTES = 16 * 1024
-"""How much of the end of a log is read for its tail."""
 
 
 def _settings_epilog() -> str:
@@ -248,26 +243,17 @@ def _failure(row: TaskRow, log_root: Path | None, log_path: str | None) -> list[
     return failure_lines(row.full_name, (row.error or {}).get("message", ""), tail)
 
 
-def failure_lines(name: str, message: str, tail_lines: Sequence[str]) -> list[str]:
-    """Why a task failed, as every command shows it: ``failed +wf+task: message``, then
-    the last lines of its log (at most TAIL_LINES), each after ``  | ``."""
-    tail = list(tail_lines)[-TAIL_LINES:]
-    return [f"failed {name}: {message}", *(f"  | {line}" for line in tail)]
-
-
 def _log_tail(path: Path) -> list[str]:
-    """The last TAIL_LINES non-empty lines of a log file; none if it cannot be read."""
+    """The last lines of a log file (as every failure report shows them); none if it
+    cannot be read."""
     try:
         with path.open("rb") as log_file:
             size = log_file.seek(0, 2)
             log_file.seek(max(size - TAIL_BYTES, 0))
-            text = log_file.read().decode("utf-8", errors="replace")
+            data = log_file.read()
     except OSError:
         return []
-    lines = text.splitlines()
-    if size > TAIL_BYTES:
-        lines = lines[1:]  # the first one is likely cut
-    return [line for line in lines if line.strip()][-TAIL_LINES:]
+    return last_lines(data, cut=size > TAIL_BYTES)
 
 
 def _session_option(request: RunRequest) -> str:
