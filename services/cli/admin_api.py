@@ -1,4 +1,4 @@
-"""The API path of ``tickwork kill``, ``schedules``, ``schedule pause|resume|skip`` and
+"""The API path of ``tickwork kill``, ``schedules``, ``schedules pause|resume|skip`` and
 ``backfill``: what those commands do when no ``--database-url`` is given."""
 
 from __future__ import annotations
@@ -58,6 +58,8 @@ def missed_via_api(endpoint: str | None, project: str, workflow: str, as_json: b
     """The recent session times ``project``/``workflow``'s schedule did not emit, and why."""
     with api(endpoint) as client:
         schedule = client.get_schedule(str(client.find_schedule(project, workflow)["id"]))
+    if not schedule.get("missed") and not as_json:
+        click.echo(f"{project}/{workflow}: no missed session times")
     for item in schedule.get("missed", []):
         if as_json:
             print_json(item)

@@ -1,4 +1,4 @@
-"""``tickwork schedule(s)`` and ``backfill``: the scheduler's controls.
+"""``tickwork schedules`` and ``backfill``: the scheduler's controls.
 
 With ``--database-url`` (env ``TICKWORK_DATABASE_URL``) the controls work on the store
 directly, an operator's path; without it they ask the REST API (``--endpoint``).
@@ -26,7 +26,7 @@ from services.cli.client import client_options
 from services.cli.errors import fail
 from services.cli.params import ADMIN_DATABASE_OPTION, parse_session_time
 from shared.clock import utc_now
-from shared.domain.schedule import ScheduleSpec, parse_schedule
+from shared.domain.schedule import ScheduleSpec, parse_schedule, written_timezone
 from shared.dsl.parser import parse_workflow_file
 from shared.errors import InvalidInput, InvalidSchedule
 
@@ -175,7 +175,7 @@ def _row_json(row: ScheduleRow) -> dict[str, Any]:
         "project": row.project_name,
         "workflow": row.workflow_name,
         "schedule": spec.describe(),
-        "timezone": spec.timezone,
+        "timezone": written_timezone(spec.timezone),
         "next_session_time": _local(spec, row.next_schedule_time),
         "next_run_time": _local(spec, row.next_run_time),
         "checkpoint": _local(spec, row.last_session_time),
@@ -298,6 +298,8 @@ def missed_command(
         row = _find(conn, project, workflow)
         missed = schedule_store.list_missed(conn, row.id)
     spec = row.schedule
+    if not missed:
+        click.echo(f"{project}/{workflow}: no missed session times")
     for item in missed:
         count = "many" if item.count is None else str(item.count)
         click.echo(
