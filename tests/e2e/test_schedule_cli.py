@@ -339,6 +339,21 @@ class TestSchedules:
         assert session_times(store) == []
 
     @pytest.mark.parametrize(
+        ("args", "hint"),
+        [
+            (["schedules", "pause", "porj", WORKFLOW], "(did you mean 'proj'?)"),
+            (["schedules", "missed", PROJECT, "elt"], "(did you mean 'etl'?)"),
+        ],
+        ids=["project", "workflow"],
+    )
+    def test_a_typo_in_a_name_exits_3_with_the_closest_scheduled_one(
+        self, store: str, args: list[str], hint: str
+    ) -> None:
+        command = tickwork(*args, database_url=store)
+
+        assert_one_line_error(command, "error:", hint, status=3)
+
+    @pytest.mark.parametrize(
         ("args", "option"),
         [
             (
