@@ -35,7 +35,8 @@ from shared.errors import (
 DEFAULT_TIMEOUT_SECONDS = 30.0
 PAGE_LIMIT = 100
 NO_ROUTE = "no such resource"
-"""The detail of tickwork's 404 for a path it has no route for."""
+"""The detail of tickwork's 404 for a path it has no route for (a 404 that is not JSON
+is no route of tickwork's either)."""
 WRONG_ENDPOINT = "is --endpoint (or TICKWORK_ENDPOINT) where `tickwork api` listens?"
 
 Json = dict[str, Any]
@@ -449,7 +450,7 @@ class ApiClient:
         try:
             body = response.json()
         except ValueError as exc:
-            raise ApiUnavailable(f"{_not_tickwork(response)} ({method} {path})") from exc
+            raise ApiUnavailable(_not_tickwork(response)) from exc
         return body if isinstance(body, dict) else {"items": body}
 
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
@@ -476,7 +477,7 @@ def raise_for_problem(response: httpx.Response) -> None:
         raise ApiUnavailable(_not_tickwork(response))
     problem = _problem(response)
     detail = str(problem.get("detail") or problem.get("title") or response.reason_phrase)
-    if status == 404 and detail == NO_ROUTE:
+    if status == 404 and (detail == NO_ROUTE or not _is_json(response)):
         raise NoRoute(_no_route(response))
     if status in (400, 413, 415, 422):
         raise InvalidInput(_problems(problem, detail))
@@ -490,6 +491,10 @@ def raise_for_problem(response: httpx.Response) -> None:
     if status == 429 or status >= 500:
         raise ApiUnavailable(f"the tickwork API answered {status}: {detail}")
     raise TickworkError(f"the tickwork API answered {status}: {detail}")
+
+
+def _is_json(response: httpx.Response) -> bool:
+    return "json" in response.headers.get("Content-Type", "").lower()
 
 
 def _is_html(response: httpx.Response) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,18 +158,17 @@ _PYDANTIC_WORDING = (
 )
 
 
-def flag_problems(problems: list[Problem], flags: Mapping[str, str]) -> list[Problem]:
-    """The API's problems with each place named by the flag that gave it (``flags`` first,
-    then :data:`POINTER_FLAGS`) and validation wording made plain."""
-    named = {**POINTER_FLAGS, **flags}
+def flag_problems(problems: list[Problem]) -> list[Problem]:
+    """The API's problems with each place named by the flag that gave it
+    (:data:`POINTER_FLAGS`) and validation wording made plain."""
     return [
-        Problem(_flag_for(problem.file, named), problem.line, _plain(problem.message))
+        Problem(_flag_for(problem.file), problem.line, _plain(problem.message))
         for problem in problems
     ]
 
 
-def _flag_for(place: str, flags: Mapping[str, str]) -> str:
-    for pointer, flag in flags.items():
+def _flag_for(place: str) -> str:
+    for pointer, flag in POINTER_FLAGS.items():
         if place == pointer or place.startswith(pointer + "/"):
             return flag
     return place
@@ -183,11 +182,10 @@ def _plain(message: str) -> str:
 
 
 @contextmanager
-def api(endpoint: str | None, flags: Mapping[str, str] | None = None) -> Iterator[ApiClient]:
+def api(endpoint: str | None) -> Iterator[ApiClient]:
     """A client of the API; every error it raises ends the command with one line and the
     exit status of its kind (:func:`services.cli.errors.exit_status`). A problem with a
-    field of a request is reported under the flag that gave it (``flags`` maps an API
-    JSON pointer to a flag, over :data:`POINTER_FLAGS`)."""
+    field of a request is reported under the flag that gave it (:func:`flag_problems`)."""
     # httpx takes a fifth of a second to import: only a command that calls the API pays it.
     from services.cli.api_client import ApiClient
 
@@ -197,7 +195,7 @@ def api(endpoint: str | None, flags: Mapping[str, str] | None = None) -> Iterato
         yield client
     except TickworkError as exc:
         if isinstance(exc, InvalidInput):
-            exc = InvalidInput(flag_problems(exc.problems, flags or {}))
+            exc = InvalidInput(flag_problems(exc.problems))
         status = exit_status(exc)
         message = status.message
         if isinstance(exc, Unauthorized):

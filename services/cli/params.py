@@ -67,11 +67,11 @@ def resolve_session_option(
 ) -> datetime | None:
     """The session time of ``start --session raw`` (None without the option: the API's
     now), read in the zone of the workflow's latest revision."""
+    from shared.domain.schedule import resolve_timezone
+
     if raw is None:
         return None
     found = client.get_project_workflow(project, workflow)
-    from shared.domain.schedule import resolve_timezone
-
     last_session = found.get("last_session") or {}
     last = last_session.get("session_time")
     timezone = resolve_timezone(str(found.get("timezone") or "UTC"))

@@ -117,20 +117,18 @@ class TestRecordId:
 class TestProblemsUnderFlags:
     def test_an_api_pointer_is_named_by_the_flag_that_gave_it(self) -> None:
         problems = [Problem("/session_time", None, "expected an ISO 8601 time")]
-        assert [str(p) for p in flag_problems(problems, {})] == [
-            "--session: expected an ISO 8601 time"
-        ]
+        assert [str(p) for p in flag_problems(problems)] == ["--session: expected an ISO 8601 time"]
 
-    def test_a_command_can_name_its_own_flags(self) -> None:
+    def test_a_pointer_inside_a_field_is_named_by_the_fields_flag(self) -> None:
         problems = [Problem("/params/a", None, "too long")]
-        assert str(flag_problems(problems, {"/params": "-p"})[0]) == "-p: too long"
+        assert str(flag_problems(problems)[0]) == "--param: too long"
 
     def test_validation_wording_of_the_api_is_made_plain(self) -> None:
         problems = [
             Problem("/count", None, "Input should be a valid integer"),
             Problem("/idempotency_key", None, "String should have at most 255 characters"),
         ]
-        assert [str(p) for p in flag_problems(problems, {})] == [
+        assert [str(p) for p in flag_problems(problems)] == [
             "--count: expected a whole number",
             "--idempotency-key: expected at most 255 characters",
         ]
