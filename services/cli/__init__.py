@@ -55,6 +55,11 @@ COMMANDS = lazy_commands(
             "Upload DIRECTORY's workflows as a new revision of a project (created if needed).",
         ),
         (
+            "delete",
+            "services.cli.projects:delete_command",
+            "Delete PROJECT: its schedules stop; its sessions, attempts and revisions stay.",
+        ),
+        (
             "workflows",
             "services.cli.projects:workflows_command",
             "List the workflows of every project's latest revision (or of PROJECT's).",
@@ -87,14 +92,10 @@ COMMANDS = lazy_commands(
             "services.cli.logs:log_command",
             "Print the log of an attempt (of the tasks under +TASK only, if given).",
         ),
-        *(
-            (
-                name,
-                "services.cli.schedules:schedules_group",
-                "List schedules (the default), preview times, and pause, resume or skip a "
-                "schedule.",
-            )
-            for name in ("schedules", "schedule")
+        (
+            "schedules",
+            "services.cli.schedules:schedules_group",
+            "List schedules (the default), preview times, and pause, resume or skip a schedule.",
         ),
         (
             "backfill",

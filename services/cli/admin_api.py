@@ -1,4 +1,4 @@
-"""The API path of ``tickwork kill``, ``schedules``, ``schedule pause|resume|skip`` and
+"""The API path of ``tickwork kill``, ``schedules``, ``schedules pause|resume|skip`` and
 ``backfill``: what those commands do when no ``--database-url`` is given."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import click
 
 from services.cli.client import api
 from services.cli.errors import EXIT_CODES_HELP
-from services.cli.output import field, print_items, print_json
+from services.cli.output import field, format_time, print_items, print_json, text
 
 ADMIN_EPILOG = (
     "\b\nWithout --database-url (or TICKWORK_DATABASE_URL) the command asks the tickwork API\n"
@@ -58,13 +58,16 @@ def missed_via_api(endpoint: str | None, project: str, workflow: str, as_json: b
     """The recent session times ``project``/``workflow``'s schedule did not emit, and why."""
     with api(endpoint) as client:
         schedule = client.get_schedule(str(client.find_schedule(project, workflow)["id"]))
+    if not schedule.get("missed") and not as_json:
+        click.echo(f"{project}/{workflow}: no missed session times")
     for item in schedule.get("missed", []):
         if as_json:
             print_json(item)
             continue
         count = "many" if item["count"] is None else str(item["count"])
         click.echo(
-            f"{item['first_session_time']} .. {item['last_session_time']}  "
+            f"{format_time(item['first_session_time'])} .. "
+            f"{format_time(item['last_session_time'])}  "
             f"{count} time(s)  {item['reason']}"
         )
 
@@ -106,7 +109,7 @@ def skip_via_api(
     else:
         click.echo(
             f"{project}/{workflow}: skipped {skipped} session time(s), "
-            f"{answer.get('first_session_time')} .. {answer.get('last_session_time')}"
+            f"{text(answer.get('first_session_time'))} .. {text(answer.get('last_session_time'))}"
         )
 
 
@@ -132,7 +135,7 @@ def backfill_via_api(
     existing = plan.get("existing") or []
     verb = "would create" if dry_run else "created"
     for session_time in created:
-        click.echo(f"{verb} {session_time}")
+        click.echo(f"{verb} {format_time(session_time)}")
     order = "side by side" if parallel else "one after another"
     click.echo(f"{verb} {len(created)} session(s), {order}; {len(existing)} existed")
 

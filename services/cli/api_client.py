@@ -3,13 +3,16 @@
 Problem documents become the errors of shared/errors.py (404 NotFound, 409 Conflict with
 the existing attempt's id, 400/422 InvalidInput listing every problem, 401/403
 Unauthorized); an API that cannot be reached or answers 5xx raises ApiUnavailable with one
-line that says what to do.
+line that says what to do. An answer that is not tickwork's (a route it does not have, an
+HTML page from some other server) names the URL that gave it. A listing filtered by a
+project or workflow name that does not exist is NotFound, with the closest existing name.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,6 +21,7 @@ from urllib.parse import quote
 import httpx
 
 from services.cli.client import DEFAULT_ENDPOINT
+from services.cli.errors import did_you_mean
 from shared.errors import (
     ApiUnavailable,
     Conflict,
@@ -30,8 +34,17 @@ from shared.errors import (
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 PAGE_LIMIT = 100
+NO_ROUTE = "no such resource"
+"""The detail of tickwork's 404 for a path it has no route for (a 404 that is not JSON
+is no route of tickwork's either)."""
+WRONG_ENDPOINT = "is --endpoint (or TICKWORK_ENDPOINT) where `tickwork api` listens?"
 
 Json = dict[str, Any]
+
+
+class NoRoute(NotFound):
+    """Raised when the server has no route for a request's path: the endpoint is not a
+    tickwork API (or a path segment, such as an id, is malformed), not a missing record."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +129,8 @@ class ApiClient:
 
     def list_secrets(self, project: str) -> list[Json]:
         """The names of a project's secrets and when they were set (never their values)."""
-        return _items(self._json("GET", f"/api/projects/{_seg(project)}/secrets"))
+        with self._names_checked(project):
+            return _items(self._json("GET", f"/api/projects/{_seg(project)}/secrets"))
 
     def set_secret(self, project: str, name: str, value: str) -> Json:
         """Set (or replace) a secret of a project."""
@@ -125,7 +139,8 @@ class ApiClient:
 
     def delete_secret(self, project: str, name: str) -> None:
         """Delete a secret of a project."""
-        self._send("DELETE", f"/api/projects/{_seg(project)}/secrets/{_seg(name)}")
+        with self._names_checked(project):
+            self._send("DELETE", f"/api/projects/{_seg(project)}/secrets/{_seg(name)}")
 
     def list_revisions(self, name: str, *, limit: int | None = None) -> Iterator[Json]:
         """Revisions of a project, newest first."""
@@ -146,7 +161,8 @@ class ApiClient:
     def get_project_workflow(self, name: str, workflow: str, revision: str | None = None) -> Json:
         """One workflow of a project, with its definition."""
         path = f"/api/projects/{_seg(name)}/workflows/{_seg(workflow)}"
-        return self._json("GET", path, params=_query(revision=revision))
+        with self._names_checked(name, workflow):
+            return self._json("GET", path, params=_query(revision=revision))
 
     # -- workflows and schedules ---------------------------------------------------------
 
@@ -154,7 +170,7 @@ class ApiClient:
         self, project: str | None = None, *, limit: int | None = None
     ) -> Iterator[Json]:
         """Workflows of every project's latest revision, with last state and next run."""
-        return self._pages("/api/workflows", _query(project=project), limit)
+        return self._named_pages("/api/workflows", _query(project=project), limit, project)
 
     def get_workflow(self, workflow_id: str) -> Json:
         """One workflow definition by id."""
@@ -164,7 +180,8 @@ class ApiClient:
         self, project: str | None = None, workflow: str | None = None, *, limit: int | None = None
     ) -> Iterator[Json]:
         """Schedules, optionally of one project or workflow."""
-        return self._pages("/api/schedules", _query(project=project, workflow=workflow), limit)
+        query = _query(project=project, workflow=workflow)
+        return self._named_pages("/api/schedules", query, limit, project, workflow)
 
     def get_schedule(self, schedule_id: str) -> Json:
         """One schedule with its next times, checkpoint and recent missed times."""
@@ -175,6 +192,7 @@ class ApiClient:
         for schedule in self.list_schedules(project, workflow):
             if schedule.get("project") == project and schedule.get("workflow") == workflow:
                 return schedule
+        self.require_names(project, workflow)
         raise NotFound(f"{project}/{workflow} has no schedule")
 
     def pause_schedule(self, schedule_id: str) -> Json:
@@ -223,7 +241,7 @@ class ApiClient:
     ) -> Iterator[Json]:
         """Sessions, newest first, each with its last attempt."""
         query = _query(project=project, workflow=workflow, state=state)
-        return self._pages("/api/sessions", query, limit)
+        return self._named_pages("/api/sessions", query, limit, project, workflow)
 
     def get_session(self, session_id: str) -> Json:
         """One session."""
@@ -243,7 +261,7 @@ class ApiClient:
     ) -> Iterator[Json]:
         """Attempts, newest first."""
         query = _query(project=project, workflow=workflow, state=state)
-        return self._pages("/api/attempts", query, limit)
+        return self._named_pages("/api/attempts", query, limit, project, workflow)
 
     def start_attempt(
         self,
@@ -262,7 +280,8 @@ class ApiClient:
             body["params"] = params
         if idempotency_key is not None:
             body["idempotency_key"] = idempotency_key
-        return self._json("POST", "/api/attempts", json=body)
+        with self._names_checked(project, workflow):
+            return self._json("POST", "/api/attempts", json=body)
 
     def get_attempt(self, attempt_id: str) -> Json:
         """One attempt."""
@@ -355,7 +374,54 @@ class ApiClient:
         except httpx.TransportError:
             return False
 
+    def require_names(self, project: str, workflow: str | None = None) -> None:
+        """Raise NotFound, with the closest existing name, unless project ``project`` exists
+        and (if given) its latest revision has workflow ``workflow``."""
+        try:
+            self.get_project(project)
+        except NoRoute:
+            raise
+        except NotFound:
+            names = [str(item.get("name")) for item in self.list_projects()]
+            raise NotFound(f"no project '{project}'{did_you_mean(project, names)}") from None
+        if workflow is None:
+            return
+        names = [str(item.get("name")) for item in self.list_project_workflows(project)]
+        if workflow not in names:
+            raise NotFound(
+                f"no workflow '{workflow}' in project '{project}'{did_you_mean(workflow, names)}"
+            )
+
     # -- plumbing --------------------------------------------------------------------------
+
+    @contextmanager
+    def _names_checked(self, project: str, workflow: str | None = None) -> Iterator[None]:
+        """A record the block does not find is reported by :meth:`require_names` when the
+        project or the workflow is what does not exist."""
+        try:
+            yield
+        except NoRoute:
+            raise
+        except NotFound:
+            self.require_names(project, workflow)
+            raise
+
+    def _named_pages(
+        self,
+        path: str,
+        query: dict[str, str],
+        limit: int | None,
+        project: str | None,
+        workflow: str | None = None,
+    ) -> Iterator[Json]:
+        """:meth:`_pages` of a listing filtered by name: when it is empty, a name that does
+        not exist is NotFound rather than an empty answer."""
+        listed = False
+        for item in self._pages(path, query, limit):
+            listed = True
+            yield item
+        if not listed and project is not None:
+            self.require_names(project, workflow)
 
     def _pages(self, path: str, query: dict[str, str], limit: int | None) -> Iterator[Json]:
         """Every item of a paged list (at most ``limit``), following ``next_cursor``."""
@@ -384,10 +450,7 @@ class ApiClient:
         try:
             body = response.json()
         except ValueError as exc:
-            raise ApiUnavailable(
-                f"the tickwork API at {self.endpoint} answered {method} {path} with "
-                f"something that is not JSON (is it a tickwork API?)"
-            ) from exc
+            raise ApiUnavailable(_not_tickwork(response)) from exc
         return body if isinstance(body, dict) else {"items": body}
 
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
@@ -410,8 +473,12 @@ def raise_for_problem(response: httpx.Response) -> None:
     status = response.status_code
     if status < 400:
         return
+    if _is_html(response):
+        raise ApiUnavailable(_not_tickwork(response))
     problem = _problem(response)
     detail = str(problem.get("detail") or problem.get("title") or response.reason_phrase)
+    if status == 404 and (detail == NO_ROUTE or not _is_json(response)):
+        raise NoRoute(_no_route(response))
     if status in (400, 413, 415, 422):
         raise InvalidInput(_problems(problem, detail))
     if status in (401, 403):
@@ -424,6 +491,28 @@ def raise_for_problem(response: httpx.Response) -> None:
     if status == 429 or status >= 500:
         raise ApiUnavailable(f"the tickwork API answered {status}: {detail}")
     raise TickworkError(f"the tickwork API answered {status}: {detail}")
+
+
+def _is_json(response: httpx.Response) -> bool:
+    return "json" in response.headers.get("Content-Type", "").lower()
+
+
+def _is_html(response: httpx.Response) -> bool:
+    kind = response.headers.get("Content-Type", "").lower()
+    return "html" in kind or response.text.lstrip()[:15].lower().startswith(("<!doctype", "<html"))
+
+
+def _not_tickwork(response: httpx.Response) -> str:
+    """Why an answer cannot be tickwork's, naming the URL that gave it."""
+    url = response.request.url
+    what = "an HTML page" if _is_html(response) else "something that is not JSON"
+    return f"the server at {url} answered with {what}, not the tickwork API; {WRONG_ENDPOINT}"
+
+
+def _no_route(response: httpx.Response) -> str:
+    """A 404 for a path the API has no route for: the endpoint is wrong, or the id is."""
+    url = response.request.url
+    return f"{url} answered 404 (no such resource); {WRONG_ENDPOINT}"
 
 
 def _problem(response: httpx.Response) -> Json:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from services.cli.errors import ExitCode, exit_status, exit_with
-from shared.errors import TickworkError, Unauthorized
+from shared.errors import InvalidInput, Problem, TickworkError, Unauthorized
 
 if TYPE_CHECKING:
     from services.cli.api_client import ApiClient
@@ -61,15 +61,23 @@ def read_settings(endpoint: str | None) -> ClientSettings:
     chosen = endpoint or file_values.get("endpoint") or DEFAULT_ENDPOINT
     if not chosen.startswith(("http://", "https://")):
         exit_with(ExitCode.INVALID, f"error: the endpoint {chosen!r} is not an http(s):// URL")
+    base = chosen.rstrip("/")
+    if base.endswith("/api"):
+        exit_with(
+            ExitCode.INVALID,
+            f"error: the endpoint {chosen} should not end in /api: the commands add it; "
+            f"use {base.removesuffix('/api')}",
+        )
     return ClientSettings(chosen, token)
 
 
 def client_options(command: F) -> F:
-    """``--endpoint`` and ``--json``, which every client command takes."""
+    """``-e/--endpoint`` and ``--json``, which every client command takes."""
     command = click.option(
         "--json", "as_json", is_flag=True, help="Print JSON (lists: one object per line)."
     )(command)
     return click.option(
+        "-e",
         "--endpoint",
         envvar="TICKWORK_ENDPOINT",
         metavar="URL",
@@ -89,10 +97,95 @@ def limit_option(command: F) -> F:
     )(command)
 
 
+class RecordId(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2 on
+    """A positive whole number naming a record (an attempt, a session), checked before the
+    API is asked, so that ``tickwork attempt abc`` names the argument at fault."""
+
+    name = "id"
+
+    def __init__(self, noun: str, kind: type[str] | type[int] = str) -> None:
+        self.noun = noun
+        self.kind = kind
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> str | int:
+        """``value`` as ``kind`` (its digits, or the number); a usage error (exit 2)
+        naming the argument for anything but a positive whole number."""
+        digits = str(value).strip()
+        if not digits.isascii() or not digits.isdigit() or int(digits) < 1:
+            self.fail(f"{value!r} is not {_article(self.noun)} id (a positive whole number)")
+        return self.kind(int(digits))
+
+
+def _article(noun: str) -> str:
+    return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
+
+
+ATTEMPT_ID = RecordId("attempt")
+"""The type of an ``ID`` argument that names an attempt."""
+
+POINTER_FLAGS = {
+    "/session_time": "--session",
+    "/params": "--param",
+    "/idempotency_key": "--idempotency-key",
+    "/from": "--from",
+    "/to": "--to",
+    "/count": "--count",
+    "/replay": "--replay",
+    "/mode": "--all/--resume/--from",
+    "/project": "PROJECT",
+    "/workflow": "WORKFLOW",
+    "/value": "--value",
+    "state": "--state",
+    "limit": "--limit",
+    "revision": "--revision",
+    "schedule_from": "--schedule-from",
+}
+"""The command-line flag that gave each field of an API request (a JSON pointer into the
+body, or a query parameter), so that an error names what the user typed."""
+
+_PYDANTIC_WORDING = (
+    ("Value error, ", ""),
+    ("Input should be a valid integer", "expected a whole number"),
+    ("Input should be a valid string", "expected text"),
+    ("Input should be a valid dictionary", "expected KEY=VALUE pairs"),
+    ("Input should be a valid boolean", "expected yes or no"),
+    ("Input should be ", "expected "),
+    ("String should have ", "expected "),
+    ("Field required", "missing"),
+    ("Extra inputs are not permitted", "not an option of this command"),
+)
+
+
+def flag_problems(problems: list[Problem]) -> list[Problem]:
+    """The API's problems with each place named by the flag that gave it
+    (:data:`POINTER_FLAGS`) and validation wording made plain."""
+    return [
+        Problem(_flag_for(problem.file), problem.line, _plain(problem.message))
+        for problem in problems
+    ]
+
+
+def _flag_for(place: str) -> str:
+    for pointer, flag in POINTER_FLAGS.items():
+        if place == pointer or place.startswith(pointer + "/"):
+            return flag
+    return place
+
+
+def _plain(message: str) -> str:
+    for wording, plain in _PYDANTIC_WORDING:
+        if message.startswith(wording):
+            return plain + message[len(wording) :]
+    return message
+
+
 @contextmanager
 def api(endpoint: str | None) -> Iterator[ApiClient]:
     """A client of the API; every error it raises ends the command with one line and the
-    exit status of its kind (:func:`services.cli.errors.exit_status`)."""
+    exit status of its kind (:func:`services.cli.errors.exit_status`). A problem with a
+    field of a request is reported under the flag that gave it (:func:`flag_problems`)."""
     # httpx takes a fifth of a second to import: only a command that calls the API pays it.
     from services.cli.api_client import ApiClient
 
@@ -101,6 +194,8 @@ def api(endpoint: str | None) -> Iterator[ApiClient]:
     try:
         yield client
     except TickworkError as exc:
+        if isinstance(exc, InvalidInput):
+            exc = InvalidInput(flag_problems(exc.problems))
         status = exit_status(exc)
         message = status.message
         if isinstance(exc, Unauthorized):

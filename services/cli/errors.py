@@ -17,7 +17,9 @@ code   meaning
 
 from __future__ import annotations
 
+import difflib
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, NoReturn
@@ -93,6 +95,12 @@ def conflict_line(exc: Conflict) -> str:
     if exc.attempt_id and exc.attempt_id not in message:
         message += f" (attempt {exc.attempt_id})"
     return message
+
+
+def did_you_mean(word: str, names: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` naming the closest of ``names`` to ``word``, or nothing."""
+    close = difflib.get_close_matches(word, list(names), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def exit_with(code: int, message: str) -> NoReturn:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from services.cli.client import api, client_options
+from services.cli.client import ATTEMPT_ID, api, client_options
 from services.cli.errors import EXIT_CODES_HELP, ExitCode
 from services.cli.output import print_json
 from shared.errors import NotFound
@@ -30,7 +30,7 @@ LOG_EXIT_CODES_HELP = (
 
 
 @click.command("log", epilog=LOG_EXIT_CODES_HELP)
-@click.argument("attempt_id", metavar="ID")
+@click.argument("attempt_id", type=ATTEMPT_ID, metavar="ID")
 @click.argument("task", required=False, metavar="[+TASK]")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the attempt ends.")
 @client_options

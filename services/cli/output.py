@@ -1,10 +1,16 @@
-"""How client commands print what the API answered: JSON lines, tables, fields."""
+"""How client commands print what the API answered: JSON lines, tables, fields, times.
+
+Every time the CLI shows goes through :func:`format_time`: seconds precision, in the offset
+it carries (a session time keeps its zone's offset), and ``Z`` for UTC.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
 from typing import Any
 
 import click
@@ -45,14 +51,39 @@ def print_fields(item: dict[str, Any], as_json: bool, fields: list[str]) -> None
             click.echo(f"{name + ':':<{width + 1}} {text(item[name])}")
 
 
+_ISO_TIME = re.compile(r"\A\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
+
+
+def format_time(value: datetime | str) -> str:
+    """A time as the CLI shows it: ISO 8601 to the second, in the offset it carries, with
+    ``Z`` for UTC (``2026-12-02T09:00:00+09:00``, ``2026-12-02T00:00:00Z``). A string that
+    is not an ISO 8601 time is returned as it is."""
+    if isinstance(value, datetime):
+        instant = value
+    elif not _ISO_TIME.match(value):
+        return value
+    else:
+        try:
+            instant = datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    shown = instant.replace(microsecond=0).isoformat()
+    if instant.utcoffset() == timedelta(0):
+        return shown.removesuffix("+00:00") + "Z"
+    return shown
+
+
 def text(value: object) -> str:
-    """A value as a table cell: ``-`` for nothing, JSON for structures."""
+    """A value as a table cell: ``-`` for nothing, JSON for structures, times by
+    :func:`format_time`."""
     if value is None or value == "":
         return "-"
     if isinstance(value, dict | list):
         return json.dumps(value, default=str)
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, datetime | str):
+        return format_time(value)
     return str(value)
 
 

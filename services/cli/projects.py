@@ -1,4 +1,4 @@
-"""``tickwork push|workflows``: projects and their workflows, through the API.
+"""``tickwork push|delete|workflows``: projects and their workflows, through the API.
 
 Each command is one or two REST calls (docs/rest-api.md) through :class:`ApiClient`; an
 error ends it with one line and the exit status its kind has (see ``--help``).
@@ -6,6 +6,7 @@ error ends it with one line and the exit status its kind has (see ``--help``).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +18,19 @@ from services.cli.output import field, print_items, print_json, text
 
 
 @click.command("push", epilog=EXIT_CODES_HELP)
-@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--project", "project", required=True, help="Project name.")
+@click.argument(
+    "directory",
+    default=".",
+    required=False,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+)
+@click.option("--project", "project", help="Project name (default: DIRECTORY's name).")
 @click.option("--revision", help="Revision name (default: a new UUID).")
 @click.option("--schedule-from", metavar="TIME", help="New schedules start from this time.")
 @client_options
 def push_command(
     directory: Path,
-    project: str,
+    project: str | None,
     revision: str | None,
     schedule_from: str | None,
     endpoint: str | None,
@@ -32,10 +38,13 @@ def push_command(
 ) -> None:
     """Upload DIRECTORY's workflows as a new revision of a project (created if needed).
 
-    Every workflow is validated first; one invalid file rejects the upload, and every
-    problem is printed as file:line: message (exit status 2).
+    DIRECTORY is the current one unless given, and the project is named after it unless
+    --project names it. Every workflow is validated first; one invalid file rejects the
+    upload, and every problem is printed as file:line: message (exit status 2).
     """
     from shared.dsl.archive import pack_project
+
+    project = project or directory.resolve().name
 
     try:
         archive = pack_project(directory)
@@ -60,6 +69,38 @@ def _print_push(project: str, pushed: dict[str, Any]) -> None:
     for change in ("added", "updated", "removed"):
         if changes.get(change):
             click.echo(f"  schedules {change}: {', '.join(changes[change])}")
+
+
+@click.command("delete", epilog=EXIT_CODES_HELP)
+@click.argument("project")
+@click.option("--force", is_flag=True, help="Delete without asking.")
+@client_options
+def delete_command(project: str, force: bool, endpoint: str | None, as_json: bool) -> None:
+    """Delete PROJECT: its schedules stop; its sessions, attempts and revisions stay.
+
+    On a terminal it asks first unless --force; without a terminal it needs --force.
+    """
+    with api(endpoint) as client:
+        client.require_names(project)
+        if not force:
+            _confirm_delete(project)
+        deleted = client.delete_project(project)
+    if as_json:
+        print_json(deleted)
+        return
+    click.echo(f"project {project} deleted: its schedules are gone, its history stays")
+
+
+def _confirm_delete(project: str) -> None:
+    """Ask on the terminal (exit 1 on no); without a terminal, refuse (exit 2)."""
+    if not sys.stdin.isatty():
+        exit_with(
+            ExitCode.INVALID,
+            f"error: not deleting project {project} without confirmation: "
+            "there is no terminal to ask on; give --force",
+        )
+    if not click.confirm(f"Delete project {project} and its schedules?"):
+        exit_with(ExitCode.FAILED, "not deleted")
 
 
 @click.command("workflows", epilog=EXIT_CODES_HELP)

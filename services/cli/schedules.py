@@ -1,4 +1,4 @@
-"""``tickwork schedule(s)`` and ``backfill``: the scheduler's controls.
+"""``tickwork schedules`` and ``backfill``: the scheduler's controls.
 
 With ``--database-url`` (env ``TICKWORK_DATABASE_URL``) the controls work on the store
 directly, an operator's path; without it they ask the REST API (``--endpoint``).
@@ -23,12 +23,13 @@ from services.cli.admin_api import (
     skip_via_api,
 )
 from services.cli.client import client_options
-from services.cli.errors import fail
+from services.cli.errors import did_you_mean, fail
+from services.cli.output import format_time
 from services.cli.params import ADMIN_DATABASE_OPTION, parse_session_time
 from shared.clock import utc_now
-from shared.domain.schedule import ScheduleSpec, parse_schedule
+from shared.domain.schedule import ScheduleSpec, parse_schedule, written_timezone
 from shared.dsl.parser import parse_workflow_file
-from shared.errors import InvalidInput, InvalidSchedule
+from shared.errors import InvalidInput, InvalidSchedule, NotFound
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -83,9 +84,9 @@ def preview_lines(spec: ScheduleSpec, after: datetime, count: int, seed: str = "
     lines = []
     for session_time in spec.session_times(after, count):
         run = spec.run_time(session_time, seed)
-        line = spec.local(session_time).isoformat()
+        line = format_time(spec.local(session_time))
         if run != session_time:
-            line += f"  runs at {spec.local(run).isoformat()}"
+            line += f"  runs at {format_time(spec.local(run))}"
         lines.append(line)
     return lines
 
@@ -123,7 +124,7 @@ def preview_command(
     after = parse_session_time(raw_from, spec.timezone, "'--from'") if raw_from else utc_now()
     lines = preview_lines(spec, after, count)
     if not lines:
-        click.echo(f"no session time after {spec.local(after).isoformat()}", err=True)
+        click.echo(f"no session time after {format_time(spec.local(after))}", err=True)
     for line in lines:
         click.echo(line)
 
@@ -165,7 +166,7 @@ def list_command(database_url: str | None, endpoint: str | None, as_json: bool) 
 
 
 def _local(spec: ScheduleSpec, instant: datetime | None) -> str:
-    return "-" if instant is None else spec.local(instant).isoformat()
+    return "-" if instant is None else format_time(spec.local(instant))
 
 
 def _row_json(row: ScheduleRow) -> dict[str, Any]:
@@ -175,7 +176,7 @@ def _row_json(row: ScheduleRow) -> dict[str, Any]:
         "project": row.project_name,
         "workflow": row.workflow_name,
         "schedule": spec.describe(),
-        "timezone": spec.timezone,
+        "timezone": written_timezone(spec.timezone),
         "next_session_time": _local(spec, row.next_schedule_time),
         "next_run_time": _local(spec, row.next_run_time),
         "checkpoint": _local(spec, row.last_session_time),
@@ -186,9 +187,20 @@ def _row_json(row: ScheduleRow) -> dict[str, Any]:
 
 
 def _find(conn: Connection, project: str, workflow: str) -> ScheduleRow:
+    """The schedule of ``project``/``workflow``; NotFound naming the closest scheduled
+    project or workflow when there is none."""
     from shared.store import schedules as schedule_store
 
-    return schedule_store.find_schedule(conn, project, workflow)
+    try:
+        return schedule_store.find_schedule(conn, project, workflow)
+    except NotFound as exc:
+        rows = schedule_store.list_schedules(conn)
+        projects = {row.project_name for row in rows}
+        if project not in projects:
+            hint = did_you_mean(project, projects)
+            raise NotFound(f"no project '{project}' with a schedule{hint}") from None
+        workflows = {row.workflow_name for row in rows if row.project_name == project}
+        raise NotFound(f"{exc}{did_you_mean(workflow, workflows)}") from None
 
 
 @schedules_group.command("pause", epilog=ADMIN_EPILOG)
@@ -275,7 +287,7 @@ def skip_command(
         click.echo(f"{project}/{workflow}: nothing to skip")
         return
     spec = row.schedule
-    first, last = spec.local(skipped[0]).isoformat(), spec.local(skipped[-1]).isoformat()
+    first, last = format_time(spec.local(skipped[0])), format_time(spec.local(skipped[-1]))
     click.echo(f"{project}/{workflow}: skipped {len(skipped)} session time(s), {first} .. {last}")
 
 
@@ -298,11 +310,13 @@ def missed_command(
         row = _find(conn, project, workflow)
         missed = schedule_store.list_missed(conn, row.id)
     spec = row.schedule
+    if not missed:
+        click.echo(f"{project}/{workflow}: no missed session times")
     for item in missed:
         count = "many" if item.count is None else str(item.count)
         click.echo(
-            f"{spec.local(item.first_session_time).isoformat()} .. "
-            f"{spec.local(item.last_session_time).isoformat()}  {count} time(s)  {item.reason}"
+            f"{format_time(spec.local(item.first_session_time))} .. "
+            f"{format_time(spec.local(item.last_session_time))}  {count} time(s)  {item.reason}"
         )
 
 
@@ -346,7 +360,7 @@ def backfill_command(
     spec = row.schedule
     for session_time in plan.created:
         click.echo(
-            f"{'would create' if dry_run else 'created'} {spec.local(session_time).isoformat()}"
+            f"{'would create' if dry_run else 'created'} {format_time(spec.local(session_time))}"
         )
     order = "side by side" if parallel else "one after another"
     verb = "would create" if dry_run else "created"

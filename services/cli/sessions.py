@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from services.cli.admin_api import ADMIN_EPILOG, kill_via_api
-from services.cli.client import F, api, client_options, limit_option
+from services.cli.client import ATTEMPT_ID, F, RecordId, api, client_options, limit_option
 from services.cli.errors import EXIT_CODES_HELP, ExitCode
 from services.cli.failures import (
     echo_failure_report,
@@ -23,7 +23,12 @@ from services.cli.failures import (
     with_failures,
 )
 from services.cli.output import field, print_fields, print_items, print_json
-from services.cli.params import ADMIN_DATABASE_OPTION, build_params
+from services.cli.params import (
+    ADMIN_DATABASE_OPTION,
+    SESSION_HELP,
+    build_params,
+    resolve_session_option,
+)
 
 if TYPE_CHECKING:
     from services.cli.api_client import ApiClient
@@ -60,7 +65,7 @@ ATTEMPT_FIELDS = [
 @click.command("start", epilog=EXIT_CODES_HELP)
 @click.argument("project")
 @click.argument("workflow")
-@click.option("--session", "session_time", metavar="TIME", help="Session time (default: now).")
+@click.option("--session", "session_time", metavar="TIME", help=SESSION_HELP)
 @PARAM_OPTION
 @click.option("--idempotency-key", metavar="KEY", help="Starting again with KEY is refused.")
 @click.option("--wait", is_flag=True, help="Wait until it ends; exit 1 unless it succeeded.")
@@ -81,7 +86,7 @@ def start_command(
         attempt = client.start_attempt(
             project,
             workflow,
-            session_time=session_time,
+            session_time=resolve_session_option(client, project, workflow, session_time),
             params=params,
             idempotency_key=idempotency_key,
         )
@@ -191,7 +196,7 @@ def attempts_command(
 
 
 @click.command("attempt", epilog=EXIT_CODES_HELP)
-@click.argument("attempt_id", metavar="ID")
+@click.argument("attempt_id", type=ATTEMPT_ID, metavar="ID")
 @client_options
 def attempt_command(attempt_id: str, endpoint: str | None, as_json: bool) -> None:
     """Show one attempt.
@@ -220,7 +225,7 @@ def _running_tasks(client: ApiClient, attempt: dict[str, Any]) -> list[str]:
 
 
 @click.command("retry", epilog=EXIT_CODES_HELP)
-@click.argument("attempt_id", metavar="ID")
+@click.argument("attempt_id", type=ATTEMPT_ID, metavar="ID")
 @click.option("--all", "mode", flag_value="all", help="Run every task again.")
 @click.option(
     "--resume",
@@ -260,7 +265,7 @@ def retry_command(
 
 
 @click.command("kill", epilog=ADMIN_EPILOG)
-@click.argument("attempt_id", type=click.IntRange(min=1), metavar="ATTEMPT")
+@click.argument("attempt_id", type=RecordId("attempt", int), metavar="ID")
 @ADMIN_DATABASE_OPTION
 @client_options
 def kill_command(

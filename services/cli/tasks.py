@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from services.cli.client import api, client_options
+from services.cli.client import ATTEMPT_ID, api, client_options
 from services.cli.errors import EXIT_CODES_HELP
 from services.cli.failures import error_message
 from services.cli.output import print_json, text
@@ -27,7 +27,7 @@ CURRENT_ERROR_STATES = frozenset({"error", "retry_waiting"})
 
 
 @click.command("tasks", epilog=EXIT_CODES_HELP)
-@click.argument("attempt_id", metavar="ID")
+@click.argument("attempt_id", type=ATTEMPT_ID, metavar="ID")
 @client_options
 def tasks_command(attempt_id: str, endpoint: str | None, as_json: bool) -> None:
     """Show the task tree of an attempt.

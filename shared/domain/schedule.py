@@ -495,6 +495,20 @@ def _zone_names() -> frozenset[str]:
     return frozenset(available_timezones())
 
 
+_ETC_OFFSET = re.compile(r"\AEtc/GMT([+-])(\d{1,2})\Z")
+
+
+def written_timezone(name: str) -> str:
+    """A zone as a workflow file writes it, for display: :func:`resolve_timezone` stores the
+    offset ``+09:00`` as ``Etc/GMT-9`` (the zone computed with), shown here as ``+09:00``
+    again; any other name is returned as it is."""
+    offset = _ETC_OFFSET.fullmatch(name)
+    if offset is None:
+        return name
+    # POSIX-style Etc zones invert the sign: Etc/GMT-9 is UTC+9.
+    return f"{'+' if offset.group(1) == '-' else '-'}{int(offset.group(2)):02d}:00"
+
+
 def resolve_timezone(name: str) -> str:
     """The IANA name for ``name``; a whole-hour offset ``+09:00`` becomes ``Etc/GMT-9``.
 

@@ -61,11 +61,15 @@ class Command:
 
 
 def run_tickwork(
-    *args: str, env: Mapping[str, str], timeout_seconds: float = COMMAND_TIMEOUT_SECONDS
+    *args: str,
+    env: Mapping[str, str],
+    timeout_seconds: float = COMMAND_TIMEOUT_SECONDS,
+    cwd: Path | None = None,
 ) -> Command:
-    """Run ``tickwork`` with ``args`` in ``env`` (bounded)."""
+    """Run ``tickwork`` with ``args`` in ``env`` (bounded), in ``cwd`` if given."""
     completed = subprocess.run(
         [*tickwork_command(), *args],
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
@@ -91,12 +95,15 @@ class StandaloneProcess:
         return self.output_path.read_text(encoding="utf-8", errors="replace")
 
     def tickwork(
-        self, *args: str, token: str | None = None, endpoint: str | None = None
+        self,
+        *args: str,
+        token: str | None = None,
+        endpoint: str | None = None,
+        cwd: Path | None = None,
     ) -> Command:
-        """Run a ``tickwork`` client command against this process (bounded)."""
-        return run_tickwork(
-            *args, env=client_environment(endpoint or self.endpoint, token or self.token)
-        )
+        """Run a ``tickwork`` client command against this process (bounded), in ``cwd``."""
+        environ = client_environment(endpoint or self.endpoint, token or self.token)
+        return run_tickwork(*args, env=environ, cwd=cwd)
 
     def get(self, path: str) -> Any:
         """GET an API path as JSON (with the token, if any)."""

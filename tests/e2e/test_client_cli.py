@@ -211,9 +211,9 @@ class TestSchedules:
             return dict(found)
 
         assert daily()["workflow"] == "daily"
-        assert api.tickwork("schedule", "pause", "demo", "daily").exit_code == 0
+        assert api.tickwork("schedules", "pause", "demo", "daily").exit_code == 0
         assert daily()["paused"] is True
-        resumed = api.tickwork("schedule", "resume", "demo", "daily")
+        resumed = api.tickwork("schedules", "resume", "demo", "daily")
         assert resumed.exit_code == 0, resumed.explain()
         assert resumed.stdout.strip() == "demo/daily: resumed"
         assert daily()["paused"] is False
@@ -231,14 +231,14 @@ class TestSchedules:
     def test_skipped_times_are_listed_as_missed_through_the_api(
         self, api: StandaloneProcess
     ) -> None:
-        skipped = api.tickwork("schedule", "skip", "demo", "daily", "--count", "2")
+        skipped = api.tickwork("schedules", "skip", "demo", "daily", "--count", "2")
         assert skipped.exit_code == 0, skipped.explain()
         missed = api.tickwork("schedules", "missed", "demo", "daily")
         assert missed.exit_code == 0, missed.explain()
         assert missed.stdout.splitlines()[0].endswith("2 time(s)  skipped"), missed.stdout
 
     def test_a_schedule_of_an_unknown_workflow_is_exit_3(self, api: StandaloneProcess) -> None:
-        paused = api.tickwork("schedule", "pause", "demo", "nosuch")
+        paused = api.tickwork("schedules", "pause", "demo", "nosuch")
         assert paused.exit_code == 3, paused.explain()
 
 

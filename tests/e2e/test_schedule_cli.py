@@ -1,4 +1,4 @@
-"""The schedule commands as a user meets them: ``schedule preview``, ``check``, ``backfill``
+"""The schedule commands as a user meets them: ``schedules preview``, ``check``, ``backfill``
 and ``schedules list|pause|resume|skip|missed``, each a real subprocess on a throwaway store."""
 
 from __future__ import annotations
@@ -81,11 +81,10 @@ def assert_one_line_error(command: Command, *words: str, status: int = 2) -> Non
 
 
 class TestPreview:
-    @pytest.mark.parametrize("group", ["schedule", "schedules"])
-    def test_a_cron_preview_prints_session_times_in_the_given_zone(self, group: str) -> None:
+    def test_a_cron_preview_prints_session_times_in_the_given_zone(self) -> None:
         # When the next three weekday 07:00s in Tokyo after 2026-01-01 are previewed
         command = tickwork(
-            group,
+            "schedules",
             "preview",
             "--cron",
             "0 7 * * 1-5",
@@ -122,7 +121,9 @@ class TestPreview:
         )
 
         # When its next two sessions are previewed
-        command = tickwork("schedule", "preview", str(path), "--from", "2026-01-01", "--count", "2")
+        command = tickwork(
+            "schedules", "preview", str(path), "--from", "2026-01-01", "--count", "2"
+        )
 
         # Then each line is the session time, then the run time
         assert command.exit_code == 0, command.explain()
@@ -145,14 +146,14 @@ class TestPreview:
     def test_an_invalid_spec_exits_2_with_one_line_naming_the_problem(
         self, args: list[str], words: list[str]
     ) -> None:
-        command = tickwork("schedule", "preview", *args)
+        command = tickwork("schedules", "preview", *args)
 
         assert_one_line_error(command, *words)
 
     def test_an_unknown_time_zone_for_a_workflow_exits_2_naming_it(self, tmp_path: Path) -> None:
         path = write(tmp_path, "daily.dig", "schedule:\n  daily>: 07:00:00\n+a:\n  echo>: a\n")
 
-        command = tickwork("schedule", "preview", str(path), "--timezone", "Nowhere/Land")
+        command = tickwork("schedules", "preview", str(path), "--timezone", "Nowhere/Land")
 
         assert_one_line_error(command, "--timezone", "Nowhere/Land")
 
@@ -336,6 +337,21 @@ class TestSchedules:
 
         assert_one_line_error(command, "error:", "'nope'", status=3)
         assert session_times(store) == []
+
+    @pytest.mark.parametrize(
+        ("args", "hint"),
+        [
+            (["schedules", "pause", "porj", WORKFLOW], "(did you mean 'proj'?)"),
+            (["schedules", "missed", PROJECT, "elt"], "(did you mean 'etl'?)"),
+        ],
+        ids=["project", "workflow"],
+    )
+    def test_a_typo_in_a_name_exits_3_with_the_closest_scheduled_one(
+        self, store: str, args: list[str], hint: str
+    ) -> None:
+        command = tickwork(*args, database_url=store)
+
+        assert_one_line_error(command, "error:", hint, status=3)
 
     @pytest.mark.parametrize(
         ("args", "option"),

@@ -20,6 +20,7 @@ from services.api.models import RequestBody
 from services.api.paging import PageQuery, paged_list
 from services.api.times import format_time, parse_time
 from shared.clock import utc_now
+from shared.domain.schedule import written_timezone
 from shared.errors import Conflict
 from shared.store import emission as emission_store
 from shared.store import schedules as schedule_store
@@ -140,7 +141,7 @@ def schedule_item(row: ScheduleRow) -> dict[str, Any]:
         "workflow_definition_id": str(row.workflow_definition_id),
         "schedule": row.schedule.describe(),
         "spec": row.spec,
-        "timezone": zone,
+        "timezone": written_timezone(zone),
         "next_run_time": format_time(row.next_run_time, zone),
         "next_session_time": format_time(row.next_schedule_time, zone),
         "checkpoint": format_time(row.last_session_time, zone),

@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 from services.api.database import read_connection
 from services.api.paging import PageQuery, fetch_page
 from services.api.times import format_time
+from shared.domain.schedule import written_timezone
 from shared.store import catalog
 from shared.store.tables import workflow_definitions
 
@@ -90,8 +91,8 @@ def workflow_item(
             "state": found.state,
         },
     }
-    if with_config:
-        item.update(timezone=zone, schedule=config.get("schedule"), config=config)
+    if zone is not None:
+        item.update(timezone=written_timezone(zone), schedule=config.get("schedule"), config=config)
     return item
 
 
