@@ -21,7 +21,7 @@ from services.cli.params import build_params, parse_session_time
 from services.cli.schedules import preview_lines
 from shared.clock import utc_now
 from shared.config import EMBEDDED_SETTINGS, EmbeddedConfig
-from shared.domain.schedule import ScheduleSpec
+from shared.domain.schedule import ScheduleSpec, written_timezone
 from shared.domain.states import AttemptState, TaskState
 from shared.domain.workflow import WorkflowDefinition
 from shared.dsl.parser import parse_workflow_file
@@ -275,10 +275,10 @@ def check(workflow_files: tuple[Path, ...], project: Path | None) -> None:
     for path in workflow_files:
         definition = _parse(path, (project or path.parent).resolve())
         tasks = definition.root.count_tasks()
-        click.echo(f"{path}: ok ({tasks} tasks, timezone {definition.timezone})")
+        click.echo(f"{path}: ok ({tasks} tasks, timezone {written_timezone(definition.timezone)})")
         if definition.schedule is not None:
             spec = ScheduleSpec.from_config(definition.schedule)
-            click.echo(f"  schedule {spec.describe()} ({spec.timezone})")
+            click.echo(f"  schedule {spec.describe()} ({written_timezone(spec.timezone)})")
             lines = preview_lines(spec, now, 5)
             click.echo("  next session times:" if lines else "  no session time after now")
             for line in lines:

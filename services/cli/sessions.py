@@ -22,7 +22,7 @@ from services.cli.failures import (
     running_lines,
     with_failures,
 )
-from services.cli.output import field, print_fields, print_items, print_json
+from services.cli.output import field, print_fields, print_items, print_json, text
 from services.cli.params import (
     ADMIN_DATABASE_OPTION,
     SESSION_HELP,
@@ -93,7 +93,7 @@ def start_command(
         if not as_json:
             click.echo(
                 f"attempt {attempt.get('id')} of {project}/{workflow} session "
-                f"{attempt.get('session_time')}: {attempt.get('state')}"
+                f"{text(attempt.get('session_time'))}: {attempt.get('state')}"
             )
         if wait:
             _wait_and_report(client, str(attempt["id"]), as_json)
