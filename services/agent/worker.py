@@ -363,4 +363,7 @@ def _allow_root() -> None:
     if os.geteuid() != 0 and os.getuid() != 0:
         return
     warnings.filterwarnings("ignore", message=ROOT_WARNING, category=SecurityWarning)
-    log.warning("running as root: tasks run with root's rights (messages are JSON only)")
+    log.warning(
+        "running as root: tasks run with root's rights (Celery's warning about it is left "
+        "out: messages are JSON only)"
+    )

@@ -471,16 +471,20 @@ def side_by_side(
 
 
 def wait_for_every_service(dev: DevProcess, services: tuple[str, ...]) -> None:
-    """Wait (bounded) until every service wrote a record and the API is ready."""
+    """Wait (bounded) until every service wrote a record, the API is ready and every
+    metrics port the first records name answers."""
+    named = (re.match(r"metrics +\S+ (http://\S+)", m) for m in dev.messages("dev"))
+    urls = [f"{dev.api_url}/readyz", *(m[1] for m in named if m is not None)]
 
     def ready() -> bool:
         if dev.process.poll() is not None:
             return True
         if not all(dev.has_printed(name) for name in services):
             return False
-        with contextlib.suppress(httpx.HTTPError):
-            return httpx.get(f"{dev.api_url}/readyz", timeout=2).status_code == 200
-        return False
+        try:
+            return all(httpx.get(url, timeout=2).status_code == 200 for url in urls)
+        except httpx.HTTPError:
+            return False
 
     wait_until(
         f"every service runs; output so far:\n{dev.output()}",
@@ -524,9 +528,17 @@ def test_every_output_line_is_one_record_named_by_its_service_without_banner_or_
     # and every service logged through it: nothing printed around the log
     records = dev.records()
     assert not [r for r in records if r["logger"] == "output"], dev.output()
+
     # with gunicorn's own lines and its access lines among them
-    loggers = {r["logger"] for r in records if r["service"] == "api"}
-    assert {"gunicorn.error", "gunicorn.access"} <= loggers, loggers
+    def api_loggers() -> set[str]:
+        return {r["logger"] for r in dev.records() if r["service"] == "api"}
+
+    wait_until(
+        f"gunicorn's records; the API's: {api_loggers()}",
+        lambda: {"gunicorn.error", "gunicorn.access"} <= api_loggers(),
+        STOP_TIMEOUT_SECONDS,
+        poll=0.1,
+    )
     # and neither Celery's banner nor its warning about root, once per agent
     output = dev.output()
     assert "[config]" not in output and ".> transport" not in output, output
