@@ -167,9 +167,12 @@ class StopSignals:
         self.received: list[int] = []
 
     def install(self) -> None:
-        """Handle the signals in this process from now on."""
+        """Handle the signals in this process from now on, but SIGINT and SIGHUP if they
+        are ignored (``nohup``, a shell's background job), as Python does for SIGINT."""
         for signum in self.HANDLED:
-            signal.signal(signum, self._note)
+            ignored = signal.getsignal(signum) is signal.SIG_IGN
+            if signum == signal.SIGTERM or not ignored:
+                signal.signal(signum, self._note)
 
     def _note(self, signum: int, _frame: object) -> None:
         self.received.append(signum)
