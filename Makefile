@@ -75,14 +75,17 @@ bench: install
 	  $(BIN)/python "$$script"; \
 	done
 
-# The API on :8765 (docs at /api/docs), the scheduler, the executor and agents in one
-# process, with the examples pushed; `tickwork run examples/hello.dig` runs one workflow.
+# The API on :8765 (docs at /api/docs; `make run API_PORT=N` for another port), the
+# scheduler, the executor and agents in one process on SQLite, with the examples pushed;
+# `tickwork run examples/hello.dig` runs one workflow.
 run: install-runtime
-	$(BIN)/tickwork standalone --project examples
+	$(BIN)/tickwork standalone --project examples $(if $(API_PORT),--bind 127.0.0.1:$(API_PORT))
 
-# Each service as its own process on the local PostgreSQL and Redis; Ctrl-C stops them all.
+# Each service as its own process on the local PostgreSQL (database tickwork_dev) and Redis,
+# the API on :8765 or the first free port after it (`make cluster API_PORT=N` to choose),
+# so it runs beside `make run`; Ctrl-C, SIGTERM or its output's reader gone stops them all.
 cluster: install-runtime
-	$(BIN)/tickwork dev --project examples
+	$(BIN)/tickwork dev --project examples $(if $(API_PORT),--api-port $(API_PORT))
 
 clean:
 	rm -rf $(VENV) .tickwork .mypy_cache .ruff_cache .pytest_cache .import_linter_cache dist build

@@ -8,12 +8,16 @@ import os
 import sys
 from datetime import UTC, datetime
 
+FIELDS_ATTRIBUTE = "fields"
+"""A record's attribute (``extra={"fields": {...}}``) whose keys :class:`JsonFormatter`
+adds to the object, after its own (an access line's path, status and duration)."""
+
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per record, for log collectors."""
 
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
+        entry: dict[str, object] = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
             "level": record.levelname.lower(),
             "logger": record.name,
@@ -21,7 +25,10 @@ class JsonFormatter(logging.Formatter):
         }
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry)
+        fields = getattr(record, FIELDS_ATTRIBUTE, None)
+        if isinstance(fields, dict):
+            entry.update((key, value) for key, value in fields.items() if key not in entry)
+        return json.dumps(entry, default=str)
 
 
 LOG_FORMAT_ENV = "TICKWORK_LOG_FORMAT"

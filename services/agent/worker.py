@@ -34,12 +34,15 @@ import socket
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from celery import Celery
 from celery import signals as celery_signals
+from celery.apps.worker import install_worker_term_handler
+from celery.exceptions import SecurityWarning
 from redis.exceptions import RedisError
 
 from services.agent.archives import ArchiveCache
@@ -293,10 +296,14 @@ def build_app(
 def _install_grace(consumer: Any, grace_seconds: float, health: LoopHealth) -> None:
     """After Celery's own SIGTERM handling (stop taking messages, wait for running tasks),
     tell the pool processes to give their tasks back once ``grace_seconds`` have passed."""
+    # Celery's warm shutdown, without the line it writes to stdout past the log: the
+    # agent logs its own.
+    install_worker_term_handler(consumer.controller, verbose=False)
     celery_handler = signal.getsignal(signal.SIGTERM)
     fired = threading.Event()
 
     def release_after_grace() -> None:
+        log.info("SIGTERM received: taking no new task; running ones have %gs", grace_seconds)
         if fired.wait(grace_seconds):
             return
         try:
@@ -324,11 +331,13 @@ def run_agent(
 ) -> None:
     """Run the worker until it is told to stop."""
     app = build_app(settings, metrics, health)
+    _allow_root()
     if not logging.getLogger().isEnabledFor(logging.DEBUG):
         # Celery logs a line per received and per finished message at INFO.
         for name in ("celery.worker.strategy", "celery.app.trace"):
             logging.getLogger(name).setLevel(logging.WARNING)
     argv = [
+        "--quiet",  # no banner: what the worker serves is in the log and the metrics
         "worker",
         f"--queues={','.join(settings.queues)}",
         f"--concurrency={settings.concurrency}",
@@ -341,3 +350,20 @@ def run_agent(
         f"--loglevel={settings.log_level}",
     ]
     app.worker_main(argv=argv)
+
+
+ROOT_WARNING = r"You're running the worker with superuser privileges"
+
+
+def _allow_root() -> None:
+    """Replace Celery's SecurityWarning about a worker running as root (eight lines at every
+    start) with one log line. Celery refuses root only for pickle, which would let a
+    message run code; an agent accepts JSON only (shared/dispatch/celery_app.py), so what is
+    left is the deployer's choice of user: the container image runs agents as non-root."""
+    if os.geteuid() != 0 and os.getuid() != 0:
+        return
+    warnings.filterwarnings("ignore", message=ROOT_WARNING, category=SecurityWarning)
+    log.warning(
+        "running as root: tasks run with root's rights (Celery's warning about it is left "
+        "out: messages are JSON only)"
+    )

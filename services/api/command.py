@@ -99,13 +99,12 @@ def api_command(
     _check_schema(config.database_url)
     # Imported here: the app and gunicorn take half a second to import, which every other
     # `tickwork` command would pay.
-    from services.api.server import ServerOptions, run_server, stderr_is_terminal
+    from services.api.server import ServerOptions, run_server
 
     options = ServerOptions(
         bind=bind,
         workers=workers,
         graceful_timeout_seconds=graceful_timeout_seconds,
-        json_access_log=not stderr_is_terminal(),
         connections_per_worker=connections_per_worker,
         header_timeout_seconds=header_timeout_seconds,
         body_timeout_seconds=body_timeout_seconds,

@@ -7,20 +7,18 @@ worker; the waits for a header block and for a body are bounded (docs/rest-api.m
 
 ``preload_app`` stays off: every worker builds its application, and so its engine and
 connection pool, after the fork (a pool shared across a fork hands one socket to two
-processes). Access lines are JSON when stderr is not a terminal.
+processes). gunicorn's own lines and its access lines go through the root logger, so they
+look like every other record of the process (shared/logging.py: JSON lines, or text).
 """
 
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import os
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
@@ -32,6 +30,7 @@ from services.api.config import ApiConfig
 from services.api.framing import check_bodies
 from services.api.metrics import MULTIPROC_ENV
 from services.api.worker import ApiWorker
+from shared.logging import FIELDS_ATTRIBUTE
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +43,6 @@ class ServerOptions:
     workers: int = 2
     graceful_timeout_seconds: int = 30
     timeout_seconds: int = 120
-    json_access_log: bool = True
     # Connections one worker holds at once; past them it stops accepting (the kernel's
     # backlog queues the rest).
     connections_per_worker: int = 1000
@@ -54,15 +52,22 @@ class ServerOptions:
     body_timeout_seconds: int = 10
 
 
-class JsonAccessLogger(GunicornLogger):  # type: ignore[misc]
-    """gunicorn's logger, with one JSON object per access line."""
+class RootLogger(GunicornLogger):  # type: ignore[misc]
+    """gunicorn's logger, sending its lines (``gunicorn.error``) and one record per request
+    (``gunicorn.access``, with its fields for JSON lines) through the root logger."""
+
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        for log in (self.error_log, self.access_log):
+            for handler in list(log.handlers):
+                log.removeHandler(handler)
+            log.propagate = True
 
     def access(self, resp: Any, req: Any, environ: dict[str, Any], request_time: Any) -> None:
         if not self.access_log_enabled:
             return
         status = str(resp.status).split(None, 1)[0]
-        record = {
-            "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        fields = {
             "remote": environ.get("REMOTE_ADDR", "-"),
             "method": environ.get("REQUEST_METHOD"),
             "path": environ.get("PATH_INFO"),
@@ -73,7 +78,15 @@ class JsonAccessLogger(GunicornLogger):  # type: ignore[misc]
             "user_agent": environ.get("HTTP_USER_AGENT"),
             "pid": os.getpid(),
         }
-        self.access_log.info(json.dumps(record))
+        target = fields["path"] + (f"?{fields['query']}" if fields["query"] else "")
+        self.access_log.info(
+            "%s %s %s %sms",
+            fields["method"],
+            target,
+            status,
+            fields["duration_ms"],
+            extra={FIELDS_ATTRIBUTE: fields},
+        )
 
 
 def _child_exit(_server: Any, worker: Any) -> None:
@@ -108,6 +121,8 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
             "preload_app": False,
             "accesslog": "-",
             "errorlog": "-",
+            "logger_class": RootLogger,
+            "loglevel": logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower(),
             "proc_name": "tickwork-api",
             "post_fork": _post_fork,
             "child_exit": _child_exit,
@@ -115,8 +130,6 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
             # every API process of one user would share its path.
             "control_socket_disable": True,
         }
-        if self.options.json_access_log:
-            settings["logger_class"] = JsonAccessLogger
         for key, value in settings.items():
             self.cfg.set(key, value)
 
@@ -138,8 +151,3 @@ def run_server(config: ApiConfig, options: ServerOptions) -> None:
     """Serve until SIGTERM or SIGINT (gunicorn stops gracefully, then returns)."""
     prepare_metrics_directory(options.workers)
     ApiServer(config, options).run()
-
-
-def stderr_is_terminal() -> bool:
-    """Whether a person is watching the output (plain access lines) or a collector (JSON)."""
-    return sys.stderr.isatty()

@@ -1,72 +1,71 @@
 """``tickwork dev``: the API, the scheduler, the executor and agents as separate local
-processes under honcho, with prefixed output, all stopped by Ctrl-C or SIGTERM.
+processes, their log records in one format behind each one's name, all stopped together.
 
 Every input is checked before anything starts (one line and exit status 2 when one is
-bad); the PostgreSQL database is created if missing and migrated in this process, so no
-service waits for a schema. Each service is ``tickwork <service>`` run by this process's
-Python and configured through its ``TICKWORK_*`` variables. honcho runs each in a session
-of its own, prefixes and colours its lines, stops them all when one ends or on a signal,
-and SIGKILLs what is left 5 s later. A stop is sent as in the container image: SIGTERM to
-each service's own process only (see :class:`MainProcessStop`).
+bad); the API's and the metrics' ports are the defaults, or the first free ones after
+them when those are taken and were not asked for; the PostgreSQL database (its own,
+``tickwork_dev``, not the one TICKWORK_DATABASE_URL names for other commands) is created if
+missing and migrated in this process, so no service waits for a schema. Each service is
+``tickwork <service>`` run by this process's Python and configured through its
+``TICKWORK_*`` variables, in a session of its own (services/cli/dev_processes.py).
+
+Whatever starts the stop, every service is stopped and waited for (bounded, then
+SIGKILLed): SIGINT, SIGTERM or SIGHUP to this process, a service that exits, or the reader
+of this process's output gone (``tickwork dev | head``, a killed ``tee``).
 """
 
 from __future__ import annotations
 
-import errno
 import os
-import shlex
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import click
 
 from services.cli.dev_checks import (
     API_HOST,
+    DEFAULT_API_PORT,
+    DEFAULT_METRICS_BASE_PORT,
     DevSettings,
     check_ports,
     check_redis,
+    choose_api_port,
+    choose_metrics_base_port,
+    database_name,
     prepare_database,
     read_project,
+)
+from services.cli.dev_processes import (
+    DEV_SERVICE,
+    POLL_SECONDS,
+    DevOutput,
+    ServiceGroup,
+    ServiceProcess,
+    StopSignals,
+    describe_exit,
 )
 from services.cli.errors import fail
 from services.cli.store_access import printable_url
 
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/tickwork_dev"
+DATABASE_URL_ENV = "TICKWORK_DEV_DATABASE_URL"
+"""Its own variable: TICKWORK_DATABASE_URL names what ``tickwork standalone`` (``make
+run``) and the other commands use, which a cluster must not share by accident."""
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 STOP_GRACE_SECONDS = 3
 """How long the API's requests and the agents' tasks may finish after SIGTERM."""
 KILL_WAIT_SECONDS = STOP_GRACE_SECONDS + 7
-"""When honcho SIGKILLs what is left (its own default is 5 s, counted from the first
-service that stopped): well after the grace, as Kubernetes' 330 s are after an agent's
-300, so that an agent gives back a task still running and then exits on its own (Celery
-takes 2 to 3 s to stop its pool)."""
+"""When what is left after SIGTERM is SIGKILLed: well after the grace, as Kubernetes' 330 s
+are after an agent's 300, so that an agent gives back a task still running and then exits
+on its own (Celery takes 2 to 3 s to stop its pool)."""
 API_READY_TIMEOUT_SECONDS = 60.0
 """How long the project push waits for the API to answer ``/readyz``."""
-
-
-@dataclass(frozen=True)
-class ServiceProcess:
-    """One process to run: its name in the output, its argv and its environment."""
-
-    name: str
-    argv: list[str]
-    env: dict[str, str]
-
-
-@dataclass(frozen=True)
-class FirstExit:
-    """The process that stopped first, and whether it did so before a SIGINT or SIGTERM."""
-
-    name: str
-    returncode: int
-    on_its_own: bool
+BROKEN_OUTPUT_STATUS = 128 + signal.SIGPIPE
+"""The exit status when the output's reader went away, as a shell reports SIGPIPE."""
 
 
 def tickwork_argv() -> list[str]:
@@ -87,7 +86,7 @@ def service_processes(settings: DevSettings, auth: bool) -> list[ServiceProcess]
         TICKWORK_REDIS_PREFIX=settings.redis_prefix,
         TICKWORK_LOG_LEVEL=settings.log_level,
         PYTHONUNBUFFERED="1",  # lines reach the output as they are written
-        TICKWORK_LOG_FORMAT="text",  # read by a person, behind honcho's prefixes
+        TICKWORK_LOG_FORMAT="json",  # records this process reads, then writes in its format
     )
     store = {**common, "TICKWORK_DATABASE_URL": settings.database_url}
     logs = {"TICKWORK_LOG_DIR": str(settings.log_dir)}
@@ -121,83 +120,8 @@ def service_processes(settings: DevSettings, auth: bool) -> list[ServiceProcess]
     return processes
 
 
-# --- running -------------------------------------------------------------------------------
-
-
-class ExitWatch:
-    """Stands in for a honcho manager's event queue to note which process stopped first,
-    and whether that was before a SIGINT or SIGTERM set the manager's ``returncode``:
-    honcho itself only prints it."""
-
-    def __init__(self, manager: Any) -> None:
-        self._manager = manager
-        self._events = manager.events
-        self.first: FirstExit | None = None
-        manager.events = self
-
-    def put(self, message: Any) -> None:
-        self._events.put(message)
-
-    def get(self, timeout: float | None = None) -> Any:
-        message = self._events.get(timeout=timeout)
-        if message.type == "stop" and self.first is None:
-            on_its_own = self._manager.returncode is None
-            self.first = FirstExit(message.name, message.data["returncode"], on_its_own)
-        return message
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # A process started by spawning (not forking) only puts: give it the plain queue.
-        return (_same, (self._events,))
-
-
-def _same(value: object) -> object:
-    return value
-
-
-class MainProcessStop:
-    """A process manager for honcho's manager: ``terminate`` sends SIGTERM to a
-    service's own process only, as tini does in the container image, and ``kill`` SIGKILLs
-    its whole process group, as honcho does.
-
-    honcho's own terminate signals the whole group. An agent's Celery pool processes would
-    then die at once, taking their running tasks with them, instead of going through the
-    worker's warm shutdown: the main process stops taking messages, lets running tasks
-    finish for ``TICKWORK_AGENT_GRACE_SECONDS``, then tells its pool processes to give them
-    back. The API's gunicorn and the other services likewise stop their own children.
-    """
-
-    def terminate(self, pid: int) -> None:
-        _send(os.kill, pid, signal.SIGTERM)
-
-    def kill(self, pid: int) -> None:
-        _send(os.killpg, pid, signal.SIGKILL)
-
-
-def _send(send: Callable[[int, int], None], pid: int, signum: int) -> None:
-    """Send a signal, ignoring a process already gone or no longer ours (as honcho does)."""
-    try:
-        send(pid, signum)
-    except OSError as exc:
-        if exc.errno not in (errno.EPERM, errno.ESRCH):
-            raise
-
-
-def printer_line(manager: Any) -> Callable[[str], None]:
-    """A function printing a line among the services' output, prefixed ``dev``."""
-    from honcho.printer import Message  # type: ignore[import-untyped]
-
-    def say(line: str) -> None:
-        manager.events.put(Message("line", line + "\n", datetime.now(), "dev", None))
-
-    return say
-
-
 def push_when_ready(
-    settings: DevSettings,
-    archive: bytes,
-    revision: str,
-    token: str | None,
-    say: Callable[[str], None],
+    settings: DevSettings, archive: bytes, revision: str, token: str | None, output: DevOutput
 ) -> None:
     """Wait (bounded) for the API to be ready, then push the project over REST."""
     from services.cli.api_client import ApiClient
@@ -207,22 +131,26 @@ def push_when_ready(
         deadline = time.monotonic() + API_READY_TIMEOUT_SECONDS
         while not client.ready():
             if time.monotonic() > deadline:
-                say(f"error: {settings.api_url}/readyz did not answer; the project is not pushed")
+                output.say(f"{settings.api_url}/readyz did not answer: no push", "error")
                 return
             time.sleep(0.2)
         try:
             pushed = client.push_project(settings.project_name, archive, revision=revision)
         except TickworkError as exc:
-            say(f"error: cannot push {settings.project_dir}: {exc}")
+            output.say(f"cannot push {settings.project_dir}: {exc}", "error")
             return
     state = "new" if pushed.get("created", True) else "unchanged"
-    say(f"pushed project {settings.project_name} (revision {revision}, {state})")
-    say(f"  workflows: {', '.join(pushed.get('workflows') or []) or '-'}")
+    workflows = ", ".join(pushed.get("workflows") or []) or "-"
+    output.say(
+        f"pushed project {settings.project_name} (revision {revision}, {state}); "
+        f"workflows: {workflows}"
+    )
 
 
 def banner_lines(settings: DevSettings, auth: bool, created: bool, revision: str) -> list[str]:
-    """What runs where, printed before the services start."""
+    """What runs where, said before the services start; the API's address first."""
     api = settings.api_url
+    moved = settings.api_port != DEFAULT_API_PORT
     created_note = "created, " if created else ""
     security = (
         "on (Authorization: Bearer TOKEN)"
@@ -230,10 +158,11 @@ def banner_lines(settings: DevSettings, auth: bool, created: bool, revision: str
         else "off (the API is bound to 127.0.0.1: only this machine can connect)"
     )
     lines = [
+        f"api at {api}  (docs {api}/api/docs, metrics {api}/metrics)",
         f"tickwork dev: {settings.agents + 3} processes; Ctrl-C stops them all",
-        f"  {'api':<10} {api}  (docs {api}/api/docs, metrics {api}/metrics)",
+        *([f"client   tickwork -e {api} ...  (or TICKWORK_ENDPOINT={api})"] if moved else []),
         *(
-            f"  {name:<10} http://127.0.0.1:{port}/metrics  (probes /healthz, /readyz)"
+            f"metrics  {name} http://127.0.0.1:{port}/metrics  (probes /healthz, /readyz)"
             for name, port in settings.metrics_ports().items()
         ),
         f"database {printable_url(settings.database_url)} ({created_note}at revision {revision})",
@@ -250,47 +179,64 @@ def banner_lines(settings: DevSettings, auth: bool, created: bool, revision: str
     return lines
 
 
-def describe_exit(first: FirstExit) -> str:
-    """How a process ended: ``api exited with status 2``, ``agent.1 was killed by SIGKILL``."""
-    if first.returncode < 0:
-        try:
-            name = signal.Signals(-first.returncode).name
-        except ValueError:
-            name = f"signal {-first.returncode}"
-        return f"{first.name} was killed by {name}"
-    return f"{first.name} exited with status {first.returncode}"
-
-
 def run_cluster(
-    processes: list[ServiceProcess], start_push: Callable[[Callable[[str], None]], None]
+    processes: list[ServiceProcess], output: DevOutput, start_push: Callable[[], None]
 ) -> int:
-    """Run the processes until one ends or a signal comes; the exit status to end with."""
-    from honcho import manager as honcho_manager  # type: ignore[import-untyped]
+    """Run the processes until a signal comes, one of them ends or the output's reader is
+    gone; stop them all, and return the exit status to end with."""
+    signals = StopSignals()
+    signals.install()  # before any start: no signal may leave a service behind
+    group = ServiceGroup(output)
+    try:
+        group.start(processes)
+        start_push()
+        status = wait_for_stop(group, signals, output)
+    finally:
+        group.stop(KILL_WAIT_SECONDS, signals.repeated)
+    return status
 
-    honcho_manager.KILL_WAIT = KILL_WAIT_SECONDS  # read by Manager.loop at each turn
-    manager = honcho_manager.Manager()
-    watch = ExitWatch(manager)
-    manager._procmgr = MainProcessStop()  # where honcho keeps its process manager
-    for process in processes:
-        # exec: the process honcho signals is the service itself, not a shell around it.
-        manager.add_process(process.name, "exec " + shlex.join(process.argv), env=process.env)
-    start_push(printer_line(manager))
-    sys.stdout.flush()  # honcho forks its readers: nothing buffered may be printed twice
-    manager.loop()
-    first = watch.first
-    if first is not None and first.on_its_own:
-        click.echo(f"error: {describe_exit(first)}, so the others were stopped", err=True)
-        return 1
-    return manager.returncode or 0
+
+def wait_for_stop(group: ServiceGroup, signals: StopSignals, output: DevOutput) -> int:
+    """Wait until something asks for the stop; say what, and return the exit status."""
+    while True:
+        received = signals.first
+        if received is not None:
+            output.say(f"{received.name} received")
+            return 128 + received
+        exited = group.first_exit()
+        if exited is not None:
+            output.say(f"{describe_exit(*exited)}, so the others are stopped", "error")
+            return 1
+        if output.broken:
+            _tell_stderr("tickwork dev: the output's reader is gone; stopping the services")
+            return BROKEN_OUTPUT_STATUS
+        time.sleep(POLL_SECONDS)
+
+
+def _tell_stderr(line: str) -> None:
+    """Say ``line`` on stderr, if anyone still reads it."""
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except OSError:
+        pass
+
+
+def _output_format(chosen: str) -> bool:
+    """Whether to write JSON lines: as ``--log-format`` says, else unless stdout is a
+    terminal."""
+    if chosen == "auto":
+        return not sys.stdout.isatty()
+    return chosen == "json"
 
 
 @click.command("dev")
 @click.option(
     "--database-url",
-    envvar="TICKWORK_DATABASE_URL",
+    envvar=DATABASE_URL_ENV,
     default=DEFAULT_DATABASE_URL,
     show_default=True,
-    help="The PostgreSQL database, created if missing (env TICKWORK_DATABASE_URL).",
+    help=f"The PostgreSQL database, created if missing (env {DATABASE_URL_ENV}).",
 )
 @click.option(
     "--redis-url",
@@ -302,10 +248,8 @@ def run_cluster(
 @click.option(
     "--redis-prefix",
     envvar="TICKWORK_REDIS_PREFIX",
-    default="tickwork-dev:",
-    show_default=True,
     help="Prefix of every Redis key, so this cluster's never mix with another's "
-    "(env TICKWORK_REDIS_PREFIX).",
+    "(env TICKWORK_REDIS_PREFIX)  [default: tickwork-dev:<database name>:]",
 )
 @click.option(
     "--agents", type=click.IntRange(1, 64), default=2, show_default=True, help="Agents to run."
@@ -321,17 +265,14 @@ def run_cluster(
 @click.option(
     "--api-port",
     type=click.IntRange(1, 65535),
-    default=8765,
-    show_default=True,
-    help="Port of the API, on 127.0.0.1.",
+    help=f"Port of the API, on 127.0.0.1  [default: {DEFAULT_API_PORT}, or the first free "
+    "one after it]",
 )
 @click.option(
     "--metrics-base-port",
     type=click.IntRange(1, 65535),
-    default=9101,
-    show_default=True,
     help="Health and metrics port of the scheduler; the executor and the agents take the "
-    "ports after it.",
+    f"ports after it  [default: {DEFAULT_METRICS_BASE_PORT}, or the first free block after]",
 )
 @click.option(
     "--project",
@@ -347,37 +288,49 @@ def run_cluster(
     help="Where the executor writes task logs and the API reads them (in <state-dir>/logs).",
 )
 @click.option("--log-level", envvar="TICKWORK_LOG_LEVEL", default="INFO", show_default=True)
+@click.option(
+    "--log-format",
+    envvar="TICKWORK_LOG_FORMAT",
+    type=click.Choice(["auto", "json", "text"], case_sensitive=False),
+    default="auto",
+    show_default=True,
+    help="json: a JSON object per line; text: HH:MM:SS service | LEVEL logger message; "
+    "auto: JSON unless the output is a terminal (env TICKWORK_LOG_FORMAT).",
+)
 def dev_command(
     database_url: str,
     redis_url: str,
-    redis_prefix: str,
+    redis_prefix: str | None,
     agents: int,
     concurrency: int,
-    api_port: int,
-    metrics_base_port: int,
+    api_port: int | None,
+    metrics_base_port: int | None,
     project_dir: Path | None,
     state_dir: Path,
     log_level: str,
+    log_format: str,
 ) -> None:
     """Run the API, the scheduler, the executor and agents as local processes until Ctrl-C.
 
-    The database is created if missing and migrated first. Output lines are prefixed with
-    the process's name. When one process exits, the others are stopped and the status is
-    1; after Ctrl-C (SIGINT) it is 130, after SIGTERM 143. Without API tokens
-    (TICKWORK_API_TOKENS or TICKWORK_API_TOKENS_FILE) authentication is off: the API
-    listens on 127.0.0.1 only.
+    The database is created if missing and migrated first. Every line of the output is a
+    log record of one process, named: JSON lines when the output is not a terminal, else
+    text (--log-format). When one process exits, the others are stopped and the status is
+    1; after Ctrl-C (SIGINT) it is 130, after SIGTERM 143, after SIGHUP 129, when the
+    output's reader is gone 141. Without API tokens (TICKWORK_API_TOKENS or
+    TICKWORK_API_TOKENS_FILE) authentication is off: the API listens on 127.0.0.1 only.
     """
     from services.standalone import state_directory
 
     project = project_dir.resolve() if project_dir is not None else None
+    chosen_api_port = choose_api_port(api_port)
     settings = DevSettings(
         database_url=database_url,
         redis_url=redis_url,
-        redis_prefix=redis_prefix,
+        redis_prefix=redis_prefix or f"tickwork-dev:{database_name(database_url)}:",
         agents=agents,
         concurrency=concurrency,
-        api_port=api_port,
-        metrics_base_port=metrics_base_port,
+        api_port=chosen_api_port,
+        metrics_base_port=choose_metrics_base_port(metrics_base_port, agents + 2, chosen_api_port),
         state_dir=state_dir.resolve(),
         log_level=log_level.upper(),
         project_dir=project,
@@ -389,16 +342,19 @@ def dev_command(
     check_redis(settings.redis_url)
     state_directory(settings.state_dir)
     created, revision = prepare_database(settings.database_url)
+    processes = service_processes(settings, auth)
+    width = max(len(name) for name in [DEV_SERVICE, *(p.name for p in processes)])
+    output = DevOutput(sys.stdout, json_lines=_output_format(log_format.lower()), width=width)
     for line in banner_lines(settings, auth, created, revision):
-        click.echo(line)
+        output.say(line)
 
-    def start_push(say: Callable[[str], None]) -> None:
+    def start_push() -> None:
         if pushed is not None:
             archive, name = pushed
-            args = (settings, archive, name, token, say)
+            args = (settings, archive, name, token, output)
             threading.Thread(target=push_when_ready, args=args, name="push", daemon=True).start()
 
-    sys.exit(run_cluster(service_processes(settings, auth), start_push))
+    sys.exit(run_cluster(processes, output, start_push))
 
 
 def _api_auth() -> tuple[bool, str | None]:

@@ -1,6 +1,6 @@
-"""The checks ``tickwork dev`` makes before it starts anything: ports free, Redis
-answering, the database created if missing and migrated, the project valid. Each failure
-is one line and exit status 2 (5 for a server out of reach).
+"""The checks ``tickwork dev`` makes before it starts anything: ports chosen and free,
+Redis answering, the database created if missing and migrated, the project valid. Each
+failure is one line and exit status 2 (5 for a server out of reach).
 
 :class:`DevSettings`, what ``tickwork dev`` was asked for, lives here so that the checks
 and the command (services/cli/dev.py) share it without importing each other."""
@@ -18,6 +18,10 @@ API_HOST = "127.0.0.1"
 METRICS_HOST = "0.0.0.0"  # where the services bind their health and metrics ports
 CHECK_TIMEOUT_SECONDS = 3.0
 """Bound of the Redis check made before starting."""
+DEFAULT_API_PORT = 8765
+DEFAULT_METRICS_BASE_PORT = 9101
+PORT_TRIES = 100
+"""How many ports (or blocks of ports) after a default one are tried when it is taken."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,49 @@ class DevSettings:
         """Each service but the API (which serves ``/metrics`` itself) and its port."""
         names = ["scheduler", "executor", *(f"agent.{n}" for n in range(1, self.agents + 1))]
         return {name: self.metrics_base_port + i for i, name in enumerate(names)}
+
+
+def choose_api_port(requested: int | None) -> int:
+    """The API's port: ``requested`` (checked by :func:`check_ports`), else the default or,
+    when it is taken (a ``tickwork standalone`` or another cluster), the first free one
+    after it."""
+    if requested is not None:
+        return requested
+    return _first_free_block(API_HOST, DEFAULT_API_PORT, 1, avoid=set())
+
+
+def choose_metrics_base_port(requested: int | None, count: int, api_port: int) -> int:
+    """The first of the ``count`` metrics ports: ``requested``, else the default or the
+    first block of free ports after it."""
+    if requested is not None:
+        return requested
+    return _first_free_block(METRICS_HOST, DEFAULT_METRICS_BASE_PORT, count, avoid={api_port})
+
+
+def _first_free_block(host: str, start: int, count: int, avoid: set[int]) -> int:
+    """The first port of ``count`` consecutive free ones, from ``start`` on; exits with one
+    line when none is found within :data:`PORT_TRIES` blocks."""
+    for base in range(start, start + PORT_TRIES * count, count):
+        block = range(base, base + count)
+        if block[-1] > 65535:
+            break
+        if not avoid.intersection(block) and all(_port_is_free(host, p) for p in block):
+            return base
+    fail(
+        f"error: no {count} free port(s) from {start} on; "
+        "choose with --api-port or --metrics-base-port"
+    )
+
+
+def database_name(url: str) -> str:
+    """The name of the database ``url`` names (empty if it names none)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).database or ""
+    except ArgumentError:
+        return ""
 
 
 def check_ports(settings: DevSettings) -> None:
