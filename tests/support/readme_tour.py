@@ -97,13 +97,13 @@ def run_tour(standalone: StandaloneProcess, workdir: Path) -> Iterator[str]:
             found = ATTEMPT_ID.search(output)
             assert found, f"`{shown}` named no attempt:\n{output}"
             attempts[step.names] = found[1]
-        yield _command_line(shown, step)
+        yield command_line(shown, step)
         yield from output.rstrip("\n").splitlines()
         if step.gap_after:
             yield ""
 
 
-def _command_line(shown: str, step: Step) -> str:
+def command_line(shown: str, step: Step) -> str:
     comment = step.comment
     if step.exit_status:
         comment = f"exit {step.exit_status}: {comment}" if comment else f"exit {step.exit_status}"
