@@ -95,7 +95,8 @@ def run_tour(standalone: StandaloneProcess, workdir: Path) -> Iterator[str]:
             )
         if step.names:
             found = ATTEMPT_ID.search(output)
-            assert found, f"`{shown}` named no attempt:\n{output}"
+            if found is None:
+                raise SystemExit(f"`{shown}` named no attempt:\n{output}")
             attempts[step.names] = found[1]
         yield command_line(shown, step)
         yield from output.rstrip("\n").splitlines()
@@ -104,6 +105,7 @@ def run_tour(standalone: StandaloneProcess, workdir: Path) -> Iterator[str]:
 
 
 def command_line(shown: str, step: Step) -> str:
+    """The README's line for a step: ``$ tickwork …``, its comment aligned after it."""
     comment = step.comment
     if step.exit_status:
         comment = f"exit {step.exit_status}: {comment}" if comment else f"exit {step.exit_status}"
