@@ -91,3 +91,9 @@ clean:
 	rm -rf $(VENV) .tickwork .mypy_cache .ruff_cache .pytest_cache .import_linter_cache dist build
 	find . -path ./.git -prune -o \
 	  \( -name __pycache__ -o -name '*.egg-info' \) -type d -prune -exec rm -rf {} +
+
+# README's "A short CLI tour" is the output of a real run: this runs its commands against
+# a fresh standalone in a temporary directory and rewrites the block between the markers.
+.PHONY: readme-tour
+readme-tour: install
+	$(BIN)/python -m tests.support.readme_tour

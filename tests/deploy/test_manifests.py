@@ -25,6 +25,7 @@ import yaml
 from yamllint import config as yamllint_config
 from yamllint import linter as yamllint_linter
 
+from services.api.config import ApiConfig
 from services.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -327,7 +328,16 @@ def test_the_migration_job_and_the_image_carry_the_release_version(overlay: str)
     assert [c["args"] for c in containers(job)] == [["db", "upgrade", "--wait", "600"]]
     images = {c["image"] for w in workloads(overlay) for c in containers(w)}
     ours = {image for image in images if "tickwork" in image.split(":")[0]}
-    assert ours == {f"ghcr.io/tickwork/tickwork:{version}"}
+    assert ours == {f"{IMAGE_NAMES[overlay]}:{version}"}
+
+
+# No image is published: dev runs the one `docker build -t tickwork:VERSION` makes and
+# `kind load` loads; prod names a registry of your own (a placeholder to replace).
+IMAGE_NAMES = {
+    "dev": "tickwork",
+    "prod": "registry.example.com/tickwork",
+    "prod-keda": "registry.example.com/tickwork",
+}
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -412,6 +422,95 @@ def test_the_pods_run_as_the_image_user() -> None:
     for overlay in OVERLAYS:
         for deployment in objects(overlay, "Deployment"):
             assert pod_spec(deployment)["securityContext"]["runAsUser"] == int(match[1])
+
+
+# --- the overlays deploy/README.md shows ----------------------------------------------------
+
+README = ROOT / "deploy" / "README.md"
+PLACEHOLDER_REGISTRY = "registry.example.com/"
+OVERLAY_EXAMPLE = re.compile(r"^# overlays/([\w-]+)/kustomization\.yaml$")
+
+
+def readme_overlays() -> list[tuple[int, str, str]]:
+    """The overlays deploy/README.md shows: yaml blocks opening with the comment
+    ``# overlays/NAME/kustomization.yaml``, as (line, name, text)."""
+    found = []
+    lines = README.read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines, start=1):
+        if line.strip() != "```yaml":
+            continue
+        indent = len(line) - len(line.lstrip())
+        block = []
+        for inner in lines[number:]:
+            if inner.strip() == "```":
+                break
+            block.append(inner[indent:])
+        match = OVERLAY_EXAMPLE.match(block[0]) if block else None
+        if match:
+            found.append((number, match[1], "\n".join(block) + "\n"))
+    return found
+
+
+def test_deploy_readme_shows_overlays_of_its_own() -> None:
+    assert len(readme_overlays()) >= 2
+
+
+@pytest.mark.parametrize(
+    ("line", "name", "text"),
+    readme_overlays(),
+    ids=[f"README.md:{o[0]}" for o in readme_overlays()],
+)
+def test_every_overlay_deploy_readme_shows_builds_and_validates(
+    line: int, name: str, text: str, tmp_path: Path
+) -> None:
+    copy = tmp_path / "k8s"
+    shutil.copytree(K8S, copy)
+    (copy / "overlays" / name).mkdir()
+    (copy / "overlays" / name / "kustomization.yaml").write_text(text, encoding="utf-8")
+    built = _build(copy / "overlays" / name)
+    if "images:" in text:
+        images = {c["image"] for o in built if o["kind"] in WORKLOAD_KINDS for c in containers(o)}
+        assert not any(image.startswith(PLACEHOLDER_REGISTRY) for image in images), images
+    problems = []
+    for obj in built:
+        if (obj["apiVersion"], obj["kind"]) in CRD_KINDS:
+            continue
+        try:
+            kubernetes_validate.validate(obj, KUBERNETES_VERSIONS[0], strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            problems.append(f"{obj['kind']} {obj['metadata']['name']}: {exc.message}")
+    assert problems == [], f"deploy/README.md:{line}"
+
+
+# --- the API from outside -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overlay", ("prod", "prod-keda", "keda-redis"))
+def test_the_ingress_serves_only_the_api_paths_over_tls_with_a_cert_manager_certificate(
+    overlay: str,
+) -> None:
+    ingress = one(overlay, "Ingress", "tickwork-api")
+    service = one(overlay, "Service", "tickwork-api")
+    (rule,) = ingress["spec"]["rules"]
+    (tls,) = ingress["spec"]["tls"]
+    assert tls["hosts"] == [rule["host"]]
+    assert tls["secretName"]
+    assert "cert-manager.io/cluster-issuer" in ingress["metadata"]["annotations"]
+    (path,) = rule["http"]["paths"]
+    assert (path["path"], path["pathType"]) == ("/api", "Prefix")
+    backend = path["backend"]["service"]
+    assert backend["name"] == service["metadata"]["name"]
+    assert backend["port"]["name"] in {port["name"] for port in service["spec"]["ports"]}
+
+
+def test_the_ingress_lets_a_push_of_the_largest_archive_through() -> None:
+    ingress = one("prod", "Ingress", "tickwork-api")
+    body_size = ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-body-size"]
+    assert body_size == f"{ApiConfig.max_archive_bytes // (1024 * 1024)}m"
+
+
+def test_the_dev_overlay_has_no_ingress_its_api_is_reached_through_port_forward() -> None:
+    assert objects("dev", "Ingress") == []
 
 
 # --- autoscaling ---------------------------------------------------------------------------
