@@ -45,8 +45,9 @@ LOG_EXIT_CODES_HELP = (
 def log_command(
     attempt_id: str, task: str | None, follow: bool, endpoint: str | None, as_json: bool
 ) -> None:
-    """Print the log of an attempt (of the tasks under +TASK only, if given): of every
-    run of its tasks, those still going and those killed too."""
+    """Print the log of an attempt (of the tasks under +TASK only, if given).
+
+    Every run of its tasks is printed, those still going and those killed too."""
     missing = 0
     with api(endpoint) as client:
         if follow:
