@@ -600,7 +600,7 @@ def index_task_logs(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
         conn.execute(insert, [{**row, "size_bytes": 0, "truncated_bytes": 0} for row in rows])
 
 
-def insert_task_logs(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+def record_task_logs(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
     """Record the log files runs of tasks wrote, as their results describe them:
     ``task_id, attempt_id, lease_token, path, size_bytes, truncated_bytes, created_at``
     (when the result came) per row. The row indexed when the run was dispatched gets the

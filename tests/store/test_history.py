@@ -194,7 +194,7 @@ class TestTasksAndLogs:
             )
             # When the second run's result records its file
             result = {**run, "lease_token": 2, "path": "1/a.1.2.log", "created_at": later}
-            task_store.insert_task_logs(conn, [{**result, "size_bytes": 9, "truncated_bytes": 4}])
+            task_store.record_task_logs(conn, [{**result, "size_bytes": 9, "truncated_bytes": 4}])
         with engine.connect() as conn:
             files = history.list_log_files(conn, 1)
         # Then each run is listed once, in dispatch order, and only the second one ended
