@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 import time
 import traceback
 from pathlib import Path
@@ -17,7 +16,13 @@ from services.agent.operators.base import (
     ResourceLimits,
     RunControl,
 )
-from shared.dispatch.messages import Outcome, TaskFinished, TaskMessage, TaskStarted
+from shared.dispatch.messages import (
+    Outcome,
+    TaskFinished,
+    TaskMessage,
+    TaskStarted,
+    run_log_path,
+)
 from shared.dispatch.seam import EventSink
 from shared.secrets import Masker, SecretBox, SecretKeyError, fill_secrets
 
@@ -26,15 +31,6 @@ log = logging.getLogger(__name__)
 OUTPUT_HEAD_LINES = 20
 OUTPUT_LINE_CHARS = 500
 SKIP_CHARS = 64 * 1024
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.=-]+")
-
-
-def log_path_for(message: TaskMessage) -> Path:
-    """The log file of one run of a task, relative to the log root; never escapes it."""
-    # The name is only for people; the task id makes the file unique.
-    name = _UNSAFE.sub("_", message.full_name).strip("._")[:120] or "task"
-    file_name = f"{name}.{int(message.task_id)}.{int(message.lease_token)}.log"
-    return Path(str(int(message.attempt_id))) / file_name
 
 
 class TaskRunner:
@@ -70,7 +66,7 @@ class TaskRunner:
 
     def log_file_of(self, message: TaskMessage) -> tuple[Path, Path]:
         """``(relative, absolute)`` path of the log file a run of ``message`` writes."""
-        relative = log_path_for(message)
+        relative = Path(run_log_path(message))
         return relative, self.log_root / relative
 
     def __call__(

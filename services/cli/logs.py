@@ -1,14 +1,17 @@
 """``tickwork log``: the logs of an attempt's tasks through the API, every byte of every
-file.
+file, or (``-f``) their text as it is written.
 
-Each file is read page after page (the API sends at most 16 MiB a request) until its end.
-A file that cannot be read is named on stderr and the others are still printed; a log the
+Every run of a task has a file from the moment it was handed to an agent: a run still
+going prints what it wrote so far, a killed one what it wrote before it was stopped. Each
+file is read page after page (the API sends at most 16 MiB a request) until its end. A
+file that cannot be read is named on stderr and the others are still printed; a log the
 agent cut (its head and tail kept) gets a note on stderr besides the marker line it holds.
 """
 
 from __future__ import annotations
 
 import codecs
+import difflib
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -24,35 +27,79 @@ if TYPE_CHECKING:
 
 LOG_EXIT_CODES_HELP = (
     EXIT_CODES_HELP + "\n\b\n"
-    "A listed log file that is missing is named on stderr and the others are printed;\n"
-    "the status is then 3."
+    "A +TASK that names no task of the attempt is not found (3); a listed log file that\n"
+    "is missing is named on stderr and the others are printed, the status is then 3."
 )
 
 
 @click.command("log", epilog=LOG_EXIT_CODES_HELP)
 @click.argument("attempt_id", type=ATTEMPT_ID, metavar="ID")
 @click.argument("task", required=False, metavar="[+TASK]")
-@click.option("-f", "--follow", is_flag=True, help="Keep printing until the attempt ends.")
+@click.option(
+    "-f",
+    "--follow",
+    is_flag=True,
+    help="Keep printing until the attempt ends, each task's lines under a '--- +TASK' line.",
+)
 @client_options
 def log_command(
     attempt_id: str, task: str | None, follow: bool, endpoint: str | None, as_json: bool
 ) -> None:
-    """Print the log of an attempt (of the tasks under +TASK only, if given)."""
+    """Print the log of an attempt (of the tasks under +TASK only, if given).
+
+    Every run of its tasks is printed, those still going and those killed too."""
     missing = 0
     with api(endpoint) as client:
         if follow:
-            for chunk in client.follow_log(attempt_id):
-                if as_json:
-                    print_json({"text": chunk.text, "next_offset": chunk.next_offset})
-                else:
-                    click.echo(chunk.text, nl=False)
+            if task:
+                check_task_prefix(client, attempt_id, task)
+            _follow(client, attempt_id, task, as_json)
             return
         files = client.list_log_files(attempt_id, task)
+        if task and not files:
+            check_task_prefix(client, attempt_id, task)
         for log_file in files:
             if not _print_file(client, attempt_id, log_file, as_json, titled=len(files) > 1):
                 missing += 1
     if missing:
         sys.exit(ExitCode.NOT_FOUND)
+
+
+def check_task_prefix(client: ApiClient, attempt_id: str, prefix: str) -> None:
+    """NotFound, with the closest task names, if no task of the attempt starts with
+    ``prefix``."""
+    names = [str(t["full_name"]) for t in client.list_tasks(attempt_id)]
+    if any(name.startswith(prefix) for name in names):
+        return
+    message = f"attempt {attempt_id} has no task {prefix}"
+    # Not the groups the prefix already names, which the user knows of.
+    others = [name for name in names if not prefix.startswith(name)]
+    close = difflib.get_close_matches(prefix, others, n=1)
+    if close:
+        message += f"; did you mean {close[0]}?"
+    raise NotFound(message)
+
+
+def _follow(client: ApiClient, attempt_id: str, prefix: str | None, as_json: bool) -> None:
+    """Print the attempt's log text as it comes, a ``--- +TASK`` line before the lines of
+    each task whenever the task changes (runs going at once interleave)."""
+    shown: str | None = None
+    at_line_start = True
+    for chunk in client.follow_log(attempt_id):
+        if prefix and not (chunk.task or "").startswith(prefix):
+            continue
+        if as_json:
+            print_json({"task": chunk.task, "text": chunk.text, "next_offset": chunk.next_offset})
+            continue
+        if chunk.task != shown:
+            if not at_line_start:
+                click.echo()
+            click.echo(f"--- {chunk.task or '(unknown task)'}")
+            shown = chunk.task
+        click.echo(chunk.text, nl=False)
+        at_line_start = chunk.text.endswith("\n")
+    if not at_line_start:
+        click.echo()
 
 
 def _print_file(

@@ -19,7 +19,7 @@ from services.executor.report import Pass
 from services.executor.require import run_require
 from services.executor.scope import Scope, over_task_limit
 from services.executor.sla import set_deadline
-from shared.dispatch.messages import TaskMessage
+from shared.dispatch.messages import TaskMessage, run_log_path
 from shared.domain.control import (
     BadControl,
     expand,
@@ -111,6 +111,24 @@ def start_and_dispatch(work: Pass, scope: Scope) -> bool:
         scan = False
     work.messages += dispatched
     return full
+
+
+def index_run_logs(work: Pass) -> None:
+    """Index the log file of each run the pass is about to publish, in its transaction:
+    a run's log is listed from the moment it is handed to an agent, whatever then
+    becomes of it (a result, a kill, a timeout, a lost agent); its result, if one comes,
+    records the file's final size."""
+    rows = [
+        {
+            "task_id": message.task_id,
+            "attempt_id": message.attempt_id,
+            "lease_token": message.lease_token,
+            "path": run_log_path(message),
+            "created_at": work.now,
+        }
+        for message in work.messages
+    ]
+    task_store.index_task_logs(work.conn, rows)
 
 
 def _start_ready_groups(work: Pass, scope: Scope, scan: bool) -> int:

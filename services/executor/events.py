@@ -64,7 +64,7 @@ def apply_events(work: Pass, scope: Scope, events: Sequence[TaskEvent]) -> None:
                 report.stale_results += 1
         else:
             _count(report, apply_result(work.graph, event, logs, scope.max_tasks_per_attempt))
-    task_store.insert_task_logs(conn, [{**row, "created_at": work.now} for row in logs])
+    task_store.record_task_logs(conn, [{**row, "created_at": work.now} for row in logs])
 
 
 def _release(work: Pass, scope: Scope, event: TaskReleased) -> None:

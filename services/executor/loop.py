@@ -19,6 +19,7 @@ from sqlalchemy import Engine
 from services.executor.dispatch import (
     ATTEMPTS_PER_PASS,
     EXECUTOR_OPERATORS,
+    index_run_logs,
     start_and_dispatch,
     start_created_attempts,
 )
@@ -147,6 +148,7 @@ class WorkflowExecutor:
                 if start_and_dispatch(work, self.scope):
                     work.report.more_ready = self._timers.scan_ready = True
                 self._end_attempts(work)
+                index_run_logs(work)
         except BaseException:
             self.dispatcher.redeliver()
             raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
@@ -43,6 +44,21 @@ class TaskMessage:
         """Inverse of :meth:`to_json`; unknown keys (a newer executor's) are ignored."""
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in body.items() if k in known})
+
+
+_UNSAFE_IN_FILE_NAME = re.compile(r"[^A-Za-z0-9_.=-]+")
+
+
+def run_log_path(message: TaskMessage) -> str:
+    """The log file of the run of ``message``, relative to the log root:
+    ``<attempt id>/<task name>.<task id>.<lease token>.log``; it never escapes the root.
+
+    The agent writes it and the executor indexes it when it dispatches the run, so both
+    name it here."""
+    # The name is only for people; the task id and the token make the file unique.
+    name = _UNSAFE_IN_FILE_NAME.sub("_", message.full_name).strip("._")[:120] or "task"
+    file_name = f"{name}.{int(message.task_id)}.{int(message.lease_token)}.log"
+    return f"{int(message.attempt_id)}/{file_name}"
 
 
 class Outcome(StrEnum):

@@ -94,7 +94,10 @@ class TaskNode:
 
 @dataclass(frozen=True)
 class LogFile:
-    """One log file of a run of a task; ``path`` is relative to the log root."""
+    """One log file of a run of a task; ``path`` is relative to the log root. Indexed
+    when the run was dispatched (``created_at``); ``size_bytes`` and ``truncated_bytes``
+    are its result's, from ``ended_at`` on (None while the run goes on, and for a run
+    that ended without a result)."""
 
     id: int
     task_id: int
@@ -104,6 +107,7 @@ class LogFile:
     size_bytes: int
     truncated_bytes: int
     created_at: datetime
+    ended_at: datetime | None
 
 
 _ATTEMPT_COLUMNS = (
@@ -320,14 +324,16 @@ _LOG_QUERY = select(
     task_logs.c.size_bytes,
     task_logs.c.truncated_bytes,
     task_logs.c.created_at,
+    task_logs.c.ended_at,
 ).join(tasks, tasks.c.id == task_logs.c.task_id)
 
 
 def list_log_files(
     conn: Connection, attempt_id: int, *, task_prefix: str | None = None
 ) -> list[LogFile]:
-    """The log files of an attempt in the order they were stored, optionally only those
-    of tasks whose full name starts with ``task_prefix``. NotFound for an unknown attempt."""
+    """The log files of an attempt in the order their runs were dispatched, optionally
+    only those of tasks whose full name starts with ``task_prefix``. NotFound for an
+    unknown attempt."""
     get_attempt_view(conn, attempt_id)
     query = _LOG_QUERY.where(task_logs.c.attempt_id == attempt_id)
     files = [LogFile(**dict(row._mapping)) for row in conn.execute(query.order_by(task_logs.c.id))]

@@ -276,7 +276,11 @@ task_logs = Table(
     Column("size_bytes", BigInteger, nullable=False),  # of the stored file
     # Bytes the agent cut from the middle of the log (it keeps the head and the tail).
     Column("truncated_bytes", BigInteger, nullable=False, server_default="0"),
+    # Indexed when the run is dispatched, before it writes anything.
     Column("created_at", Timestamp, nullable=False),
+    # When the run's result recorded the file's final size; NULL while the run goes on,
+    # and for good if it ended without a result (killed, its agent lost).
+    Column("ended_at", Timestamp, nullable=True),
     UniqueConstraint("task_id", "lease_token"),
     Index("ix_task_logs_attempt", "attempt_id"),
 )

@@ -17,6 +17,7 @@ from sqlalchemy.sql.elements import BindParameter
 from shared.domain.choices import parse_choice
 from shared.domain.states import TERMINAL_TASK_STATES, TaskState
 from shared.errors import NotFound
+from shared.store.dialects import dialect_of
 from shared.store.tables import task_dependencies, task_logs, tasks
 
 
@@ -579,11 +580,54 @@ def _regenerated_descendants(conn: Connection, task_id: int) -> list[int]:
     return doomed
 
 
-def insert_task_logs(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
-    """Index the log files runs of tasks wrote: ``task_id, attempt_id, lease_token, path,
-    size_bytes, created_at`` per row."""
+_RUN_KEY = ["task_id", "lease_token"]
+_SETTLE_LOG = (
+    task_logs.update()
+    .where(
+        task_logs.c.task_id == bindparam("b_task_id"),
+        task_logs.c.lease_token == bindparam("b_lease_token"),
+    )
+    .values(
+        path=bindparam("b_path"),
+        size_bytes=bindparam("b_size_bytes"),
+        truncated_bytes=bindparam("b_truncated_bytes"),
+        ended_at=bindparam("b_ended_at", type_=task_logs.c.ended_at.type),
+    )
+)
+
+
+def index_task_logs(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+    """Index the log files runs about to start will write, empty so far: ``task_id,
+    attempt_id, lease_token, path, created_at`` per row. A run already indexed (its
+    message published again) keeps its row."""
     if rows:
-        conn.execute(task_logs.insert(), list(rows))
+        insert = dialect_of(conn).insert_ignoring_conflicts(task_logs, index_elements=_RUN_KEY)
+        conn.execute(insert, [{**row, "size_bytes": 0, "truncated_bytes": 0} for row in rows])
+
+
+def record_task_logs(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+    """Record the log files runs of tasks wrote, as their results describe them:
+    ``task_id, attempt_id, lease_token, path, size_bytes, truncated_bytes, created_at``
+    (when the result came) per row. The row indexed when the run was dispatched gets the
+    path, size and cut of the stored file and ends; a run without one (dispatched by an
+    executor that did not index runs) gets one."""
+    if not rows:
+        return
+    settled = [
+        {
+            "b_task_id": row["task_id"],
+            "b_lease_token": row["lease_token"],
+            "b_path": row["path"],
+            "b_size_bytes": row["size_bytes"],
+            "b_truncated_bytes": row.get("truncated_bytes", 0),
+            "b_ended_at": row["created_at"],
+        }
+        for row in rows
+    ]
+    conn.execute(_SETTLE_LOG, settled)
+    insert = dialect_of(conn).insert_ignoring_conflicts(task_logs, index_elements=_RUN_KEY)
+    ended = [{"truncated_bytes": 0, **row, "ended_at": row["created_at"]} for row in rows]
+    conn.execute(insert, ended)
 
 
 def list_task_logs(conn: Connection, attempt_id: int) -> list[tuple[str, str, int]]:

@@ -64,10 +64,12 @@ def add_log(
     *,
     on_disk: bool = True,
     truncated_bytes: int = 0,
+    ended: bool = True,
 ) -> int:
     """Index a log file at ``relative`` and, when that path stays under ``root``, write it
     (unless not ``on_disk``); its id. A path that escapes ``root`` (``..``, or an absolute
-    path, which ``root / relative`` would take as it is) is indexed only, never written."""
+    path, which ``root / relative`` would take as it is) is indexed only, never written.
+    A run not ``ended`` is indexed as the executor dispatched it: 0 bytes, no end yet."""
     path = (root / relative).resolve()
     if on_disk and path.is_relative_to(root.resolve()):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -81,9 +83,10 @@ def add_log(
                     "attempt_id": 1,
                     "lease_token": 1,
                     "path": relative,
-                    "size_bytes": len(content),
+                    "size_bytes": len(content) if ended else 0,
                     "truncated_bytes": truncated_bytes,
                     "created_at": NOW,
+                    "ended_at": NOW if ended else None,
                 },
             ).scalar_one()
         )
@@ -102,6 +105,33 @@ class TestFiles:
         ]
         some = api.get(f"/api/logs/{attempt_id}/files?task=%2Bsteps%2Bsec").json["items"]
         assert [f["task"] for f in some] == ["+steps+second"]
+
+    def test_a_run_still_going_is_listed_at_its_size_now_and_read_as_far_as_written(
+        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int
+    ) -> None:
+        # Given a run indexed when it was dispatched, which has written one line so far
+        file_id = add_log(engine, log_root, 1, "1/first.1.1.log", b"line one\n", ended=False)
+        # Then it is listed with the size of its file now, not yet ended
+        (listed,) = api.get(f"/api/logs/{attempt_id}/files").json["items"]
+        assert (listed["size_bytes"], listed["ended_at"]) == (len(b"line one\n"), None)
+        # And reading it gives what it wrote so far
+        assert api.get(f"/api/logs/{attempt_id}/files/{file_id}").data == b"line one\n"
+        # When it writes more
+        with (log_root / "1" / "first.1.1.log").open("ab") as file:
+            file.write(b"line two\n")
+        # Then both the listing and the content show it
+        (listed,) = api.get(f"/api/logs/{attempt_id}/files").json["items"]
+        assert listed["size_bytes"] == len(b"line one\nline two\n")
+        assert api.get(f"/api/logs/{attempt_id}/files/{file_id}").data == b"line one\nline two\n"
+
+    def test_a_run_that_has_written_nothing_yet_is_listed_empty_and_reads_as_empty(
+        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int
+    ) -> None:
+        file_id = add_log(engine, log_root, 1, "1/first.1.1.log", b"", on_disk=False, ended=False)
+        (listed,) = api.get(f"/api/logs/{attempt_id}/files").json["items"]
+        assert listed["size_bytes"] == 0
+        response = api.get(f"/api/logs/{attempt_id}/files/{file_id}")
+        assert (response.status_code, response.data) == (200, b"")
 
     def test_the_files_of_an_unknown_attempt_are_404(self, api: FlaskClient) -> None:
         assert api.get("/api/logs/999/files").status_code == 404
@@ -286,6 +316,30 @@ class TestFollow:
             {"file": "1/first.1.1.log", "task": "+steps+first", "offset": 6, "text": "world\n"},
         )
         assert rest[-1] == ("end", {"state": "success", "offset": 12})
+
+    def test_runs_writing_at_once_are_each_followed_whole_and_once(
+        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int
+    ) -> None:
+        # Given two runs going at once, each having written a line
+        add_log(engine, log_root, 1, "1/first.1.1.log", b"a1\n", ended=False)
+        add_log(engine, log_root, 2, "1/second.2.1.log", b"b1\n", ended=False)
+        response = api.get(f"/api/logs/{attempt_id}/follow?max_seconds=20", buffered=False)
+        events = read_events(response, until="log", timeout_seconds=10)
+        events += read_events(response, until="log", timeout_seconds=10)
+        # When both write more, the first more than the second had, and the attempt ends
+        for name, text in (("first.1.1.log", b"a2 longer\n"), ("second.2.1.log", b"b2\n")):
+            with (log_root / "1" / name).open("ab") as file:
+                file.write(text)
+        with engine.begin() as conn:
+            set_state(conn, attempt_id, AttemptState.SUCCESS)
+        events += read_events(response, until="end", timeout_seconds=10)
+        # Then each task's text arrives once and in order, named by its task
+        texts: dict[str, str] = {}
+        for name, data in events[:-1]:
+            assert name == "log"
+            texts[data["task"]] = texts.get(data["task"], "") + data["text"]
+        assert texts == {"+steps+first": "a1\na2 longer\n", "+steps+second": "b1\nb2\n"}
+        assert events[-1] == ("end", {"state": "success", "offset": 19})
 
     def test_follow_resumes_from_an_offset(
         self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int

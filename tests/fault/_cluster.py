@@ -13,8 +13,8 @@ executor gets ``TICKWORK_DATABASE_URL``; agents reach nothing but Redis.
   shows the tails of all of them (and the ledger) for assertion messages.
 - However a test ends, leaving the context kills every process of every session it started
   (orphaned task commands included) and reaps what it started.
-- Results the executor applied are read from the store: it keeps one ``task_logs`` row
-  per task and lease token whose result it applied (:meth:`Cluster.applied_results`).
+- Results the executor applied are read from the store: it ends the ``task_logs`` row of
+  each task and lease token whose result it applied (:meth:`Cluster.applied_results`).
 
 Work is submitted directly to the store (there is no REST API yet) with
 :func:`services.embedded.create_run_attempt`; the executor picks the attempt up.
@@ -566,13 +566,13 @@ class Cluster:
     def applied_results(self, attempt_id: int, name: str) -> list[int]:
         """Lease tokens of the results the executor applied to task ``name``, in order.
 
-        Applying a result stores its log's row (one per task and token); a refused, stale
-        result stores nothing.
+        Applying a result ends its run's log row (one per task and token, indexed when
+        the run was dispatched); a refused, stale result leaves it as it was.
         """
         task_id = self.task(attempt_id, name).id
         query = (
             sa.select(task_logs.c.lease_token)
-            .where(task_logs.c.task_id == task_id)
+            .where(task_logs.c.task_id == task_id, task_logs.c.ended_at.is_not(None))
             .order_by(task_logs.c.id)
         )
         with self.engine.connect() as conn:

@@ -13,6 +13,7 @@ from sqlalchemy import Engine, create_engine, text
 from shared.domain.states import AttemptState
 from shared.errors import NotFound
 from shared.store import history
+from shared.store import tasks as task_store
 from shared.store.sessions import insert_attempt
 from shared.store.tables import task_logs, tasks
 from tests.api._seed import NOW, THREE_STEPS, add_project, add_sessions, set_state
@@ -163,6 +164,44 @@ class TestTasksAndLogs:
             ("+steps+b", [2]),
         ]
         assert [(f.task_full_name, f.path) for f in files] == [("+steps+b", "1/b.3.1.log")]
+
+    def test_a_run_is_listed_from_its_dispatch_and_its_result_ends_it(
+        self, engine: Engine, project: int
+    ) -> None:
+        # Given two runs of a task indexed when dispatched, the first twice (published again)
+        add_sessions(engine, project, "steps", 1)
+        run = {"task_id": 1, "attempt_id": 1, "path": "1/a.1.1.log", "created_at": NOW}
+        later = NOW + timedelta(minutes=1)
+        with engine.begin() as conn:
+            conn.execute(
+                tasks.insert(),
+                {
+                    "attempt_id": 1,
+                    "parent_id": None,
+                    "full_name": "+steps+a",
+                    "position": 0,
+                    "is_group": False,
+                    "is_generated": False,
+                    "state": "running",
+                    "config": {},
+                    "created_at": NOW,
+                    "updated_at": NOW,
+                },
+            )
+            task_store.index_task_logs(conn, [{**run, "lease_token": 1}])
+            task_store.index_task_logs(
+                conn, [{**run, "lease_token": 1}, {**run, "lease_token": 2, "path": "1/a.1.2.log"}]
+            )
+            # When the second run's result records its file
+            result = {**run, "lease_token": 2, "path": "1/a.1.2.log", "created_at": later}
+            task_store.record_task_logs(conn, [{**result, "size_bytes": 9, "truncated_bytes": 4}])
+        with engine.connect() as conn:
+            files = history.list_log_files(conn, 1)
+        # Then each run is listed once, in dispatch order, and only the second one ended
+        assert [
+            (f.lease_token, f.size_bytes, f.truncated_bytes, f.created_at, f.ended_at)
+            for f in files
+        ] == [(1, 0, 0, NOW, None), (2, 9, 4, NOW, later)]
 
 
 @pytest.mark.slow

@@ -409,7 +409,7 @@ class TestResetDescendants:
         task_store.insert_dependencies(
             conn, [(ids["+g+a"], ids["+g+b"]), (ids["^sub+x"], ids["^sub+y"])]
         )
-        task_store.insert_task_logs(
+        task_store.record_task_logs(
             conn,
             [
                 {

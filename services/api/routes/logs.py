@@ -59,16 +59,25 @@ class LogFileOut(BaseModel):
     task_id: str
     run: int = Field(description="The lease token of the run that wrote it.")
     path: str = Field(description="Relative to the server's log directory.")
-    size_bytes: int = Field(description="Of the stored file.")
+    size_bytes: int = Field(
+        description="Of the file now: a run still going may write more (a file not "
+        "written yet reads as empty)."
+    )
     truncated_bytes: int = Field(
         description="Bytes cut from the middle of a large log: the file holds the log's "
         "head, a line `[tickwork: N bytes cut here]`, then its tail. 0: nothing was cut."
     )
-    created_at: datetime
+    created_at: datetime = Field(description="When the run was handed to an agent.")
+    ended_at: datetime | None = Field(
+        description="When the run's result recorded the file; null while the run goes on, "
+        "and for a run that ended without a result (killed, its agent lost)."
+    )
 
 
 class LogFileList(BaseModel):
-    """The log files of an attempt, in the order their runs ended."""
+    """The log files of an attempt, one per run of a task, in the order the runs were
+    handed to agents: those still going and those that ended without a result (killed,
+    timed out, their agent lost) too."""
 
     items: list[LogFileOut]
     next_cursor: str | None = None
@@ -125,6 +134,8 @@ def list_files(attempt_id: int, query: FilesQuery) -> dict[str, Any]:
     """The attempt's log files, optionally of the tasks under a name prefix."""
     with read_connection() as conn:
         files = history.list_log_files(conn, attempt_id, task_prefix=query.task)
+    config = current_app.extensions[CONFIG_KEY]
+    root = None if config.log_dir is None else Path(config.log_dir).resolve()
     items = [
         {
             "id": str(f.id),
@@ -132,13 +143,24 @@ def list_files(attempt_id: int, query: FilesQuery) -> dict[str, Any]:
             "task_id": str(f.task_id),
             "run": f.lease_token,
             "path": f.path,
-            "size_bytes": f.size_bytes,
+            "size_bytes": _current_size(root, f),
             "truncated_bytes": f.truncated_bytes,
             "created_at": f.created_at,
+            "ended_at": f.ended_at,
         }
         for f in files
     ]
     return {"items": items, "next_cursor": None}
+
+
+def _current_size(root: Path | None, file: history.LogFile) -> int:
+    """The size its result recorded of an ended run's file; else the size of the file
+    on disk now (a run still going writes on), 0 if there is none yet."""
+    path = None if root is None or file.ended_at else resolve_log_path(root, file.path)
+    try:
+        return file.size_bytes if path is None else path.stat().st_size
+    except OSError:
+        return file.size_bytes
 
 
 ResponseDoc = dict[str, str | dict[str, dict[str, Any]]]
@@ -193,9 +215,9 @@ SEND_CHUNK_BYTES = 64 * 1024
 
 
 def _open_log(found: history.LogFile) -> tuple[BinaryIO, int]:
-    """The stored file of ``found``, open, and its size; 404 if it is not there. A listed
-    file of 0 bytes that is not there is a run that wrote nothing, of an agent that sent
-    no file for it then: it reads as empty."""
+    """The stored file of ``found``, open, and its size now; 404 if it is not there. A
+    listed file of 0 bytes that is not there is a run that has written nothing yet (or
+    never did): it reads as empty."""
     path = resolve_log_path(_log_root(), found.path)
     if path is None:
         current_app.logger.warning("log path outside the log directory refused: %r", found.path)
@@ -282,9 +304,10 @@ _FOLLOW_RESPONSES: dict[int | str, ResponseDoc] = {
 def follow(attempt_id: int, query: FollowQuery) -> Response:
     """Follow the attempt's logs as they are written, until it ends.
 
-    The stream is the attempt's log files one after the other: first those of runs that
-    ended, in the order they ended, then those still being written, by task. `offset`
-    (or the `Last-Event-ID` header) resumes after the bytes already received.
+    Each `log` event carries new text of one file and names its task; the text of runs
+    going at once interleaves, each file's in order. `offset` (or the `Last-Event-ID`
+    header) resumes after the bytes already received, counting the files in the order
+    they are listed: exact when the runs wrote one after the other.
     """
     with read_connection() as conn:
         get_attempt_state(conn, attempt_id)
@@ -333,6 +356,7 @@ def _follow(
 ) -> Iterator[str]:
     deadline = time.monotonic() + max_seconds
     sent = offset
+    placed: dict[Path, int] | None = None  # bytes of each file sent so far
     poll_seconds = FOLLOW_POLL_SECONDS
     yield ": following attempt logs\n\n"
     while True:
@@ -341,21 +365,19 @@ def _follow(
         with read_only(engine) as conn:
             state = get_attempt_state(conn, attempt_id)
             files = _stream_files(conn, root, attempt_id)
-        position = 0
+        sizes = _sizes(files)
+        if placed is None:
+            placed = _place(files, sizes, offset)
+        # Each file is sent on from where it was left: runs going at once write at once.
         for file in files:
-            try:
-                size = file.path.stat().st_size
-            except OSError:
-                continue
-            if position + size > sent:
-                unsent = _unsent_text(file.path, sent - position, size, final=state.is_done)
-                for text, start, used in unsent:
-                    sent = position + start + used
-                    event = {"file": file.relative, "task": file.task, "offset": sent - used}
-                    yield _event("log", {**event, "text": text}, sent)
-                if sent < position + size:
-                    break  # an unfinished character: the rest waits for the next pass
-            position += size
+            size = sizes.get(file.path, 0)
+            for text, start, used in _unsent_text(
+                file.path, placed.get(file.path, 0), size, final=state.is_done
+            ):
+                placed[file.path] = start + used
+                sent += used
+                event = {"file": file.relative, "task": file.task, "offset": sent - used}
+                yield _event("log", {**event, "text": text}, sent)
         if state.is_done:
             yield _event("end", {"state": state.value, "offset": sent})
             return
@@ -372,6 +394,29 @@ def _follow(
             min(1.5 * poll_seconds, FOLLOW_IDLE_POLL_SECONDS) if quiet else FOLLOW_POLL_SECONDS
         )
         time.sleep(min(poll_seconds, deadline - now))
+
+
+def _sizes(files: list[_StreamFile]) -> dict[Path, int]:
+    """The size of each file of the stream that is on disk."""
+    sizes: dict[Path, int] = {}
+    for file in files:
+        try:
+            sizes[file.path] = file.path.stat().st_size
+        except OSError:
+            continue
+    return sizes
+
+
+def _place(files: list[_StreamFile], sizes: dict[Path, int], offset: int) -> dict[Path, int]:
+    """Where a stream resumed at ``offset`` stands in each file: the files in stream order,
+    each counted whole until ``offset`` is used up. Exact when the runs wrote one after
+    the other; of runs that wrote at once, a resumed stream may repeat or skip a part."""
+    placed: dict[Path, int] = {}
+    left = offset
+    for file in files:
+        placed[file.path] = min(sizes.get(file.path, 0), left)
+        left -= placed[file.path]
+    return placed
 
 
 def _unsent_text(
@@ -413,7 +458,8 @@ def _whole_characters(data: bytes, *, final: bool) -> tuple[str, int]:
 
 
 def _stream_files(conn: Connection, root: Path, attempt_id: int) -> list[_StreamFile]:
-    """The files of the stream, in its order: indexed ones, then those still written."""
+    """The files of the stream, in its order: indexed ones, then any other run's file
+    on disk (a run an executor dispatched before runs were indexed when dispatched)."""
     indexed = history.list_log_files(conn, attempt_id)
     found: list[_StreamFile] = []
     seen: set[Path] = set()
