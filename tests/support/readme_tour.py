@@ -56,9 +56,16 @@ TOUR = (
     Step("attempt {hello}"),
     Step("tasks {hello}", "the task tree: states, times, errors"),
     Step("log {hello} +hello+fetch"),
+    Step("log {sequence} +sequence+lod", "a typo", exit_status=3),
     Step(
         "retry {hello} --from +hello+count_rows --wait",
         "or --all, or --resume (the default)",
+        gap_after=True,
+    ),
+    Step(
+        "start examples retry_notify --wait",
+        "why it failed",
+        exit_status=1,
         gap_after=True,
     ),
     Step("start examples poll_until_ready", names="polling"),
