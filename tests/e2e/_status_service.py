@@ -4,11 +4,12 @@ local port, in a thread. GET /status answers that the job is ready with 42 rows.
 from __future__ import annotations
 
 import http.server
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+
+from tests.support.servers import serve_http
 
 
 @dataclass
@@ -39,10 +40,5 @@ def serve_status() -> Iterator[StatusService]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield StatusService(f"http://127.0.0.1:{server.server_address[1]}/status", seen)
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_http(Handler) as url:
+        yield StatusService(f"{url}/status", seen)

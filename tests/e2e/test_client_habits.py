@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import re
 import textwrap
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 from tests.e2e._standalone import StandaloneProcess, running_standalone
 from tests.support.files import write_under
-from tests.support.servers import find_free_port
+from tests.support.servers import find_free_port, serve_http
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -88,15 +87,8 @@ class _HtmlPages(BaseHTTPRequestHandler):
 @pytest.fixture
 def html_server() -> Iterator[str]:
     """The URL of a server that answers every request with an HTML page."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _HtmlPages)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with serve_http(_HtmlPages) as url:
+        yield url
 
 
 class TestTypos:

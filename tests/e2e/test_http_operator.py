@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -12,6 +11,7 @@ from typing import Any, ClassVar
 import pytest
 
 from tests.e2e._run import Project
+from tests.support.servers import serve_http
 
 pytestmark = pytest.mark.e2e
 
@@ -55,14 +55,8 @@ def http_server() -> Iterator[str]:
     """A real HTTP server on a free local port, in a thread; its base URL."""
     _Recorder.seen = []
     _Recorder.flaky_calls = 0
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_http(_Recorder) as url:
+        yield url
 
 
 class TestHttp:

@@ -9,7 +9,6 @@ import base64
 import http.server
 import json
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -22,6 +21,7 @@ from shared.secrets import SecretBox
 from shared.store import secrets as secret_store
 from tests.e2e._run import Project, tickwork_command
 from tests.fault._cluster import Cluster
+from tests.support.servers import serve_http
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -53,13 +53,8 @@ class _Headers(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def http_server() -> Iterator[str]:
     _Headers.seen = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Headers)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_http(_Headers) as url:
+        yield url
 
 
 def secrets_cli(project: Project, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import http.server
 import os
 import pwd
 import secrets
@@ -17,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -430,3 +432,18 @@ class ThrowawayRedis:
                 self.process.kill()
                 self.process.wait(timeout=5)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def serve_http(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A real HTTP server on a free loopback port, answering with ``handler`` in threads
+    until the block ends; its base URL (``http://127.0.0.1:PORT``)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
