@@ -26,6 +26,7 @@ from services.api.database import ENGINE_KEY
 from services.api.errors import PROBLEM_MEDIA_TYPE, ApiProblem, register_error_handlers
 from services.api.metrics import ApiMetrics
 from services.api.ratelimit import RateLimiter, retry_after_header
+from services.api.ui import register_ui
 from shared.store.engine import create_store_engine
 
 API_VERSION = "1"
@@ -116,6 +117,7 @@ def create_app(config: ApiConfig, engine: Engine | None = None) -> APIFlask:
         module_name = f"services.api.routes.{name}"
         if importlib.util.find_spec(module_name) is not None:
             app.register_blueprint(importlib.import_module(module_name).blueprint)
+    register_ui(app, config)
     app.spec_processor(lambda spec: _complete_spec(app, spec))
     return app
 

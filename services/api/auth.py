@@ -13,6 +13,7 @@ from flask import g, request
 
 from services.api.config import ApiConfig, ApiToken
 from services.api.errors import ApiProblem
+from services.api.ui import is_ui_path
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 # The OpenAPI document and its viewer describe the API and hold no data.
@@ -50,8 +51,8 @@ def match_token(given: str, tokens: tuple[ApiToken, ...]) -> ApiToken | None:
 def authenticate(config: ApiConfig) -> None:
     """Set ``g.client`` (who is asking, for the rate limit); 401 or 403 when refused."""
     g.client = f"address:{request.remote_addr or 'unknown'}"
-    if not config.auth_enabled or is_open(request.path):
-        return
+    if not config.auth_enabled or is_open(request.path) or is_ui_path(request.path):
+        return  # the UI's pages sign in with a session cookie (services/api/ui/auth.py)
     header = request.headers.get("Authorization", "")
     scheme, _, given = header.partition(" ")
     if scheme.lower() != "bearer" or not given.strip():
