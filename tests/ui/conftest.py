@@ -52,6 +52,14 @@ def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandalonePr
         yield standalone
 
 
+@pytest.fixture(scope="module")
+def open_ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
+    """A standalone on loopback without tokens: its API and UI need no sign-in."""
+    state_dir: Path = tmp_path_factory.mktemp("ui-open") / "state"
+    with running_standalone(state_dir) as standalone:
+        yield standalone
+
+
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
     """A fresh browser context (no cookies) and page at 1280 by 800 pixels."""
