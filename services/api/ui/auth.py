@@ -325,7 +325,7 @@ def login_submit() -> WerkzeugResponse | tuple[str, int, dict[str, str]]:
     if not sign_in.config.auth_enabled:
         return redirect(target, code=303)
     _check_origin()
-    client: str = g.client  # the address, set by the app's _admit
+    client: str = g.client  # the address here (services/api/auth.py)
     wait = sign_in.failures.acquire(client)
     if wait is not None:
         raise ApiProblem(
