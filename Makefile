@@ -97,3 +97,10 @@ clean:
 .PHONY: readme-tour
 readme-tour: install
 	$(BIN)/python -m tests.support.readme_tour
+
+# The UI's front-end libraries (htmx, elkjs, Swagger UI; axe-core for the tests), pinned in
+# tests/support/vendor_ui.py: fetched from the npm registry, checked against its integrity
+# and written with their VERSION, LICENSE and SHA256SUMS; the files are committed.
+.PHONY: vendor-ui
+vendor-ui: install
+	$(BIN)/python -m tests.support.vendor_ui
