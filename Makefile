@@ -117,3 +117,9 @@ browser:
 	       && { apt-get install -y --no-install-recommends chromium \
 	            || { apt-get update && apt-get install -y --no-install-recommends chromium; }; }; } \
 	  || echo "install Debian's chromium package: apt-get install chromium" >&2
+
+# The README's pictures of the web UI (docs/images/ui-*.png), taken by Chromium from a
+# fresh standalone that ran a few examples, one failing.
+.PHONY: ui-screenshots
+ui-screenshots: install browser
+	$(BIN)/python -m tests.support.ui_screenshots
