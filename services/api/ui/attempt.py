@@ -43,18 +43,14 @@ TEXT_TYPE = "text/plain; charset=utf-8"
 
 @dataclass(frozen=True)
 class TaskLine:
-    """One line of the task tree: the task, its depth, its current error and its bar on
-    the timeline (left edge and width, in percent of the attempt's span)."""
+    """One line of the task tree: the task, its state, depth and current error, and its
+    bar on the timeline (left edge and width, in percent of the attempt's span)."""
 
     node: TaskNode
+    state: str
     depth: int
     error: str | None
     bar: tuple[float, float] | None
-
-    @property
-    def state(self) -> str:
-        """The task's state."""
-        return self.node.task.state.value
 
 
 @dataclass(frozen=True)
@@ -130,7 +126,7 @@ def tree_lines(nodes: list[TaskNode], now: datetime) -> list[TaskLine]:
             end = (_aware(task.finished_at or now) - first).total_seconds()
             left = round(100 * start / seconds, 2)
             bar = (left, round(max(0.3, min(100 * (end - start) / seconds, 100 - left)), 2))
-        lines.append(TaskLine(node, depth, error, bar))
+        lines.append(TaskLine(node, task.state.value, depth, error, bar))
     return lines
 
 

@@ -7,11 +7,14 @@
   const SVG_NS = "http://www.w3.org/2000/svg";
   const POLL_MS = 2000;
   const NODE_HEIGHT = 28;
-  const CHAR_WIDTH = 7;
+  const CHAR_WIDTH = 7.4;
   const MAX_LABEL_CHARS = 36;
   const GROUP_PADDING = "[top=30,left=12,bottom=12,right=12]";
-  // At most this many tasks are drawn at first: larger groups start collapsed.
-  const VISIBLE_BUDGET = 300;
+  // At most about this many tasks are drawn at first: larger groups start collapsed, and
+  // a top group with more children shows its first ones and a box for the rest.
+  const VISIBLE_BUDGET = 100;
+  const MIN_SHOWN = 20;
+  const MORE = "more:";
   const STATE_KINDS = {
     success: "ok", error: "bad", canceled: "muted", running: "live", queued: "wait",
     planned: "wait", blocked: "wait", ready: "wait", retry_waiting: "warn", delayed: "warn",
@@ -23,8 +26,9 @@
     "elk.layered.spacing.nodeNodeBetweenLayers": "28",
     "elk.layered.considerModelOrder.strategy": "NODES_AND_EDGES",
     "elk.layered.nodePlacement.strategy": "BRANDES_KOEPF",
-    "elk.layered.thoroughness": "3",
   };
+  // Past this many boxes the layout tries fewer orders to cross fewer arrows: faster.
+  const LARGE_GRAPH = 60;
 
   function svg(name, attributes) {
     const element = document.createElementNS(SVG_NS, name);
@@ -50,6 +54,7 @@
     constructor(container, data) {
       this.container = container;
       this.load(data);
+      this.partial = new Map();
       this.collapsed = this.defaultCollapsed();
       this.elk = new ELK();
       this.drawing = 0;
@@ -59,10 +64,12 @@
       this.data = data;
       this.byId = new Map(data.tasks.map((task) => [task.id, task]));
       this.children = new Map();
+      this.place = new Map();
       this.roots = [];
       for (const task of data.tasks) {
         if (task.parent && this.byId.has(task.parent)) {
           if (!this.children.has(task.parent)) this.children.set(task.parent, []);
+          this.place.set(task.id, this.children.get(task.parent).length);
           this.children.get(task.parent).push(task);
         } else {
           this.roots.push(task);
@@ -74,16 +81,12 @@
       return this.children.get(id) || [];
     }
 
-    // Roots are open; other groups open breadth first while the tasks drawn stay
-    // within VISIBLE_BUDGET; the rest start collapsed.
+    // Groups open breadth first while the tasks drawn stay within VISIBLE_BUDGET; the
+    // rest start collapsed (a layout of thousands of boxes would take seconds).
     defaultCollapsed() {
       const collapsed = new Set();
       let visible = this.roots.length;
-      const queue = [];
-      for (const root of this.roots) {
-        visible += this.kids(root.id).length;
-        queue.push(...this.kids(root.id));
-      }
+      const queue = [...this.roots];
       while (queue.length) {
         const task = queue.shift();
         const kids = this.kids(task.id);
@@ -91,6 +94,11 @@
         if (visible + kids.length <= VISIBLE_BUDGET) {
           visible += kids.length;
           queue.push(...kids);
+        } else if (this.roots.includes(task)) {
+          const shown = Math.max(MIN_SHOWN, VISIBLE_BUDGET - visible);
+          this.partial.set(task.id, shown);
+          visible += shown + 1;
+          queue.push(...kids.slice(0, shown));
         } else {
           collapsed.add(task.id);
         }
@@ -98,19 +106,26 @@
       return collapsed;
     }
 
-    // Each task's drawn stand-in: itself, or its outermost collapsed ancestor.
+    // Each task's drawn stand-in: itself, its outermost collapsed ancestor, or the box
+    // of the children a partly shown group leaves out.
     standIns() {
       const shown = new Map();
       for (const task of this.data.tasks) {
         const parent = task.parent && this.byId.has(task.parent) ? task.parent : null;
         if (parent === null) shown.set(task.id, task.id);
         else if (shown.get(parent) !== parent) shown.set(task.id, shown.get(parent));
-        else shown.set(task.id, this.collapsed.has(parent) ? parent : task.id);
+        else if (this.collapsed.has(parent)) shown.set(task.id, parent);
+        else if (this.place.get(task.id) >= (this.partial.get(parent) ?? Infinity)) shown.set(task.id, MORE + parent);
+        else shown.set(task.id, task.id);
       }
       return shown;
     }
 
     ancestors(id) {
+      if (id.startsWith(MORE)) {
+        const group = id.slice(MORE.length);
+        return [group, ...this.ancestors(group)];
+      }
       const found = [];
       let task = this.byId.get(id);
       while (task && task.parent && this.byId.has(task.parent)) {
@@ -121,6 +136,9 @@
     }
 
     elkGraph() {
+      const shown = this.standIns();
+      const thoroughness = new Set(shown.values()).size > LARGE_GRAPH ? "1" : "7";
+      const layout = { ...LAYOUT, "elk.layered.thoroughness": thoroughness };
       const nodes = new Map();
       const build = (task) => {
         const kids = this.kids(task.id);
@@ -129,15 +147,19 @@
         const node = { id: task.id, width: Math.max(60, text.length * CHAR_WIDTH + 20), height: NODE_HEIGHT, text };
         nodes.set(task.id, node);
         if (kids.length && !closed) {
-          node.layoutOptions = { ...LAYOUT, "elk.padding": GROUP_PADDING };
-          node.children = kids.map(build);
+          const shown = this.partial.get(task.id) ?? kids.length;
+          node.layoutOptions = { ...layout, "elk.padding": GROUP_PADDING };
+          node.children = kids.slice(0, shown).map(build);
           node.edges = [];
+          if (shown < kids.length) {
+            const more = `… ${kids.length - shown} more tasks`;
+            node.children.push({ id: MORE + task.id, width: more.length * CHAR_WIDTH + 20, height: NODE_HEIGHT, text: more });
+          }
         }
         return node;
       };
-      const root = { id: "graph-root", layoutOptions: LAYOUT, children: this.roots.map(build), edges: [] };
+      const root = { id: "graph-root", layoutOptions: layout, children: this.roots.map(build), edges: [] };
       nodes.set(root.id, root);
-      const shown = this.standIns();
       const seen = new Set();
       for (const [upstream, downstream] of this.data.edges) {
         const from = shown.get(upstream);
@@ -149,7 +171,7 @@
         if (fromAncestors.includes(to) || toAncestors.includes(from)) continue;
         seen.add(key);
         const container = fromAncestors.find((id) => toAncestors.includes(id)) || root.id;
-        if (fromAncestors[0] !== toAncestors[0]) root.layoutOptions = { ...LAYOUT, "elk.hierarchyHandling": "INCLUDE_CHILDREN" };
+        if (fromAncestors[0] !== toAncestors[0]) root.layoutOptions = { ...layout, "elk.hierarchyHandling": "INCLUDE_CHILDREN" };
         nodes.get(container).edges.push({ id: `e${seen.size}`, sources: [from], targets: [to] });
       }
       return root;
@@ -192,7 +214,29 @@
       this.container.replaceChildren(hint, picture);
     }
 
+    // The box standing for the children a partly shown group leaves out: a click shows all.
+    moreBox(node, x, y) {
+      const group = svg("g", { class: "more", tabindex: 0, role: "button" });
+      const text = svg("text", { x: x + 10, y: y + 18 });
+      text.textContent = node.text;
+      group.append(svg("rect", { x, y, width: node.width, height: node.height, rx: 4 }), text);
+      const showAll = () => {
+        this.partial.delete(node.id.slice(MORE.length));
+        this.container.querySelector(".hint").textContent = "Laying out every task…";
+        this.draw();
+      };
+      group.addEventListener("click", showAll);
+      group.addEventListener("keydown", (event) => {
+        if (event.key === "Enter" || event.key === " ") {
+          event.preventDefault();
+          showAll();
+        }
+      });
+      return group;
+    }
+
     box(node, x, y) {
+      if (node.id.startsWith(MORE)) return this.moreBox(node, x, y);
       const task = this.byId.get(node.id);
       const open = Boolean(node.children);
       const closed = !open && this.kids(task.id).length > 0;
@@ -333,12 +377,13 @@
     const streaming = () => source !== null && source.readyState !== EventSource.CLOSED;
     list.addEventListener("toggle", async (event) => {
       const details = event.target;
-      if (!details.open || details.dataset.loaded || !details.dataset.logUrl || streaming()) return;
+      const link = details.querySelector("a.log-link");
+      if (!details.open || details.dataset.loaded || !link || streaming()) return;
       details.dataset.loaded = "true";
       const text = details.querySelector("pre.log-text");
       text.textContent = "Loading…";
       try {
-        const response = await fetch(details.dataset.logUrl, { cache: "no-store" });
+        const response = await fetch(link.href, { cache: "no-store" });
         text.textContent = await response.text();
       } catch (error) {
         delete details.dataset.loaded;
