@@ -4,6 +4,7 @@ graph draws every task shown, and a script in a param stays text."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 import time
 from collections.abc import Callable
@@ -45,6 +46,13 @@ PROJECT = {
     """,
 }
 XSS = "<script>window.__x=1</script>"
+DRAWN_AT = """new MutationObserver((changes, observer) => {
+  if (document.querySelector("#graph svg")) {
+    window.__drawn_at = performance.now();
+    observer.disconnect();
+  }
+}).observe(document.documentElement, {childList: true, subtree: true});"""
+"""A page script noting when (ms after the page began) the graph's SVG appeared."""
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +101,7 @@ def test_a_running_attempt_turns_green_without_reloading(
     state = page.locator("#attempt-live .facts .state").first
     expect(state).to_have_text("success", timeout=TIMEOUT_MS)
     expect(page.locator("#attempt-live table.tree tbody tr[data-state=success]")).to_have_count(3)
+    expect(page.locator("#graph svg g.node.s-ok")).to_have_count(3)
     assert page.evaluate("window.__same_page") is True
 
 
@@ -161,3 +170,37 @@ def test_a_script_in_a_param_shows_as_text_and_never_runs(
     expect(page.locator('details.log[data-task="+show+hello"] pre')).to_contain_text(XSS)
     expect(page.locator("#graph svg g.node")).to_have_count(2)
     assert page.evaluate("typeof window.__x") == "undefined"
+
+
+def chained_tasks(count: int) -> dict[str, Any]:
+    """The graph data of an attempt whose one group runs ``count - 1`` tasks in a chain."""
+    items = [{"id": "1", "name": "+wf", "full_name": "+wf", "parent": None, "group": True}]
+    items += [
+        {"id": str(n), "name": f"+step{n}", "full_name": f"+wf+step{n}", "parent": "1"}
+        for n in range(2, count + 1)
+    ]
+    for item in items:
+        item.setdefault("group", False)
+        item["state"] = "success"
+    edges = [[str(n), str(n + 1)] for n in range(2, count)]
+    return {"tasks": items, "edges": edges}
+
+
+def test_a_graph_of_2000_tasks_draws_within_two_seconds(
+    server: StandaloneProcess, page: Any
+) -> None:
+    static = f"{server.endpoint}/ui/static"
+    data = json.dumps(chained_tasks(2000)).replace("<", "\\u003c")
+    page.set_content(
+        '<div id="graph"><p>graph</p></div>'
+        f'<script type="application/json" id="attempt-graph">{data}</script>'
+        f"<script>{DRAWN_AT}</script>"
+        f'<script src="{static}/vendor/elkjs/elk.bundled.js"></script>'
+        f'<script src="{static}/attempt.js"></script>',
+        wait_until="commit",
+    )
+    page.wait_for_function("window.__drawn_at !== undefined")
+    assert page.evaluate("window.__drawn_at") < 2000
+    shown = page.locator("#graph svg g.node").count()
+    assert 1 < shown <= 101  # the first tasks, and a box standing for the rest
+    expect(page.locator("#graph svg g.more")).to_have_text("… 1900 more tasks")
