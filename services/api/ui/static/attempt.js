@@ -6,6 +6,9 @@
 (() => {
   const SVG_NS = "http://www.w3.org/2000/svg";
   const POLL_MS = 2000;
+  // An attempt of more tasks than this is refreshed less often: its tree is large.
+  const LARGE_TREE = 500;
+  const LARGE_TREE_POLL_MS = 5000;
   const NODE_HEIGHT = 28;
   const CHAR_WIDTH = 7.4;
   const MAX_LABEL_CHARS = 36;
@@ -182,7 +185,7 @@
       const laid = await this.elk.layout(this.elkGraph());
       if (ticket !== this.drawing) return;
       const picture = svg("svg", {
-        width: Math.ceil(laid.width), height: Math.ceil(laid.height), role: "img",
+        width: Math.ceil(laid.width), height: Math.ceil(laid.height), role: "group",
         "aria-label": `Task graph of ${this.data.tasks.length} tasks`,
       });
       const defs = svg("defs");
@@ -310,6 +313,11 @@
     return graph;
   }
 
+  function pollPause() {
+    const rows = document.querySelectorAll("#attempt-live table.tree tbody tr").length;
+    return rows > LARGE_TREE ? LARGE_TREE_POLL_MS : POLL_MS;
+  }
+
   // While the attempt runs, its live part is fetched again every POLL_MS and put in place.
   function pollLivePart(graph) {
     const tick = async () => {
@@ -329,9 +337,9 @@
       } catch (error) {
         // The server is away for a moment: try again at the next tick.
       }
-      window.setTimeout(tick, POLL_MS);
+      window.setTimeout(tick, pollPause());
     };
-    window.setTimeout(tick, POLL_MS);
+    window.setTimeout(tick, pollPause());
   }
 
   function logDetails(list, task) {
