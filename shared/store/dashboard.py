@@ -64,7 +64,9 @@ def recent_failures(conn: Connection, since: datetime, limit: int) -> list[Failu
         .where(
             attempts.c.state == AttemptState.ERROR.value,
             attempts.c.finished_at >= since,
-            ~exists().where(newer.c.session_id == attempts.c.session_id, newer.c.id > attempts.c.id),
+            ~exists().where(
+                newer.c.session_id == attempts.c.session_id, newer.c.id > attempts.c.id
+            ),
         )
         .order_by(attempts.c.id.desc())
         .limit(limit)
@@ -282,4 +284,3 @@ def count_workflows(conn: Connection, revision_ids: Collection[int]) -> dict[int
         .group_by(workflow_definitions.c.revision_id)
     )
     return {int(row[0]): int(row[1]) for row in conn.execute(query)}
-

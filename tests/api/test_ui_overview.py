@@ -25,7 +25,7 @@ from tests.api._seed import (
     set_state,
 )
 from tests.api._ui_pages import attempts_of, fail, section
-from tests.api.conftest import DAILY_WORKFLOW, Pusher
+from tests.api.conftest import Pusher
 
 
 @pytest.fixture
@@ -167,7 +167,9 @@ def test_missed_times_show_their_reason(
     assert push("nightly").status_code == 201
     with engine.begin() as conn:
         schedule_id = int(conn.execute(select(schedules.c.id)).scalar_one())
-        missed = MissedRange(NOW - timedelta(days=3), NOW - timedelta(days=1), 3, MissedReason("catchup"))
+        missed = MissedRange(
+            NOW - timedelta(days=3), NOW - timedelta(days=1), 3, MissedReason("catchup")
+        )
         record_missed(conn, schedule_id, [missed], utc_now())
 
     missed_html = section(overview(anonymous_api), "missed")

@@ -58,7 +58,12 @@ def test_a_project_shows_its_workflows_schedules_revisions_and_archives(
     anonymous_api: FlaskClient, push: Pusher
 ) -> None:
     assert push("sales", revision="v1").status_code == 201
-    assert push("sales", {"daily.dig": DAILY_WORKFLOW, "adhoc.dig": "+a:\n  echo>: a\n"}, revision="v2").status_code == 201
+    assert (
+        push(
+            "sales", {"daily.dig": DAILY_WORKFLOW, "adhoc.dig": "+a:\n  echo>: a\n"}, revision="v2"
+        ).status_code
+        == 201
+    )
 
     html = page(anonymous_api, "/ui/projects/sales")
 
@@ -159,12 +164,24 @@ def test_the_grid_shows_each_session_by_task_coloured_and_linking_to_its_attempt
 
     grid = section(page(anonymous_api, "/ui/projects/etl/workflows/steps"), "grid")
 
-    names = re.findall(r'<th scope="row" class="task-name depth-(\d)[^"]*"><code>([^<]+)</code>', grid)
-    assert names == [("0", "+steps"), ("1", "+steps+first"), ("1", "+steps+second"), ("1", "+steps+third")]
+    names = re.findall(
+        r'<th scope="row" class="task-name depth-(\d)[^"]*"><code>([^<]+)</code>', grid
+    )
+    assert names == [
+        ("0", "+steps"),
+        ("1", "+steps+first"),
+        ("1", "+steps+second"),
+        ("1", "+steps+third"),
+    ]
     second = re.search(r"<code>\+steps\+second</code></th>(.*?)</tr>", grid, re.S)
     assert second is not None
-    cells = re.findall(r'<a class="cell cell-(\w+)" href="/ui/attempts/(\d+)" title="([^"]+)"', second.group(1))
-    assert [(state, int(attempt)) for state, attempt, _ in cells] == [("success", good), ("error", bad)]
+    cells = re.findall(
+        r'<a class="cell cell-(\w+)" href="/ui/attempts/(\d+)" title="([^"]+)"', second.group(1)
+    )
+    assert [(state, int(attempt)) for state, attempt, _ in cells] == [
+        ("success", good),
+        ("error", bad),
+    ]
     assert cells[1][2] == "+steps+second · error · 2026-11-30 09:00:00Z"
     third = re.search(r"<code>\+steps\+third</code></th>(.*?)</tr>", grid, re.S)
     assert third is not None and third.group(1).count("<a ") == 1  # the failed one never ran it
@@ -191,7 +208,9 @@ def test_the_grid_pages_older_sessions_with_as_many_queries_for_many_sessions_as
     attempt_ids = attempts_of(engine, add_sessions(engine, steps, "steps", 1))
     with counted_statements(engine) as few:
         page(anonymous_api, "/ui/projects/etl/workflows/steps")
-    attempt_ids += attempts_of(engine, add_sessions(engine, steps, "steps", 29, first_time=utc_now()))
+    attempt_ids += attempts_of(
+        engine, add_sessions(engine, steps, "steps", 29, first_time=utc_now())
+    )
     for attempt in attempt_ids:
         add_tasks(engine, attempt, [("+steps", None, "success", None)])
 

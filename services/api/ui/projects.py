@@ -228,7 +228,9 @@ def _grid_rows(tasks: list[dashboard.GridTask]) -> list[GridRow]:
     return sorted(rows.values(), key=lambda row: row.sort_key)
 
 
-def _path(task: dashboard.GridTask, by_id: dict[int, dashboard.GridTask]) -> tuple[tuple[int, str], ...]:
+def _path(
+    task: dashboard.GridTask, by_id: dict[int, dashboard.GridTask]
+) -> tuple[tuple[int, str], ...]:
     """(position, full name) of the task and each of its ancestors, root first."""
     path: list[tuple[int, str]] = []
     current: dashboard.GridTask | None = task
