@@ -175,7 +175,7 @@ def test_missed_times_show_their_reason(
     missed_html = section(overview(anonymous_api), "missed")
 
     assert f'href="/ui/schedules/{schedule_id}"' in missed_html
-    assert "catchup" in missed_html
+    assert "catchup" in missed_html and "dropped by the catch-up policy" in missed_html
     assert "<td>3</td>" in missed_html
 
 

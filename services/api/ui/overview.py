@@ -12,6 +12,7 @@ from flask import Blueprint, render_template
 
 from services.api.database import read_connection
 from shared.clock import utc_now
+from shared.domain.schedule_policies import MissedReason
 from shared.domain.states import AttemptState
 from shared.store import dashboard, history
 
@@ -21,6 +22,13 @@ SECTION_ROWS = 20
 """Most rows a section shows; a "more" link leads to the rest."""
 FAILURE_WINDOW = timedelta(hours=24)
 """How far back the overview looks for failures."""
+MISSED_REASONS = {
+    MissedReason.CATCHUP.value: "dropped by the catch-up policy",
+    MissedReason.OVERLAP.value: "skipped by the overlap policy: a session was still running",
+    MissedReason.SKIPPED.value: "skipped by a user ahead of time",
+    MissedReason.EDITED.value: "the schedule changed while they were due",
+}
+"""What each reason a time was missed means, in a sentence."""
 
 
 @blueprint.get("/")
@@ -42,4 +50,5 @@ def overview() -> str:
         next_runs=next_runs,
         troubled=troubled,
         missed=missed,
+        missed_reasons=MISSED_REASONS,
     )
