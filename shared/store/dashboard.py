@@ -148,7 +148,6 @@ def _status_query() -> Any:
         .correlate(schedules)
         .scalar_subquery()
     )
-    last = _LAST
     return (
         select(
             schedules.c.id,
@@ -160,12 +159,12 @@ def _status_query() -> Any:
             schedules.c.paused_at,
             schedules.c.failures,
             schedules.c.last_error,
-            last.c.id.label("last_attempt_id"),
-            last.c.state.label("last_state"),
+            _LAST.c.id.label("last_attempt_id"),
+            _LAST.c.state.label("last_state"),
         )
         .select_from(
             schedules.join(projects, projects.c.id == schedules.c.project_id).outerjoin(
-                last, last.c.id == latest_attempt_id
+                _LAST, _LAST.c.id == latest_attempt_id
             )
         )
         .where(schedules.c.disabled_at.is_(None), projects.c.deleted_at.is_(None))
