@@ -70,9 +70,9 @@ def check_query_names(view: Callable[..., Any] | None) -> None:
     one without refuses every parameter here. The generated OpenAPI document and its
     viewer (endpoints ``openapi.*``) and the UI's pages take what a browser sends.
     """
-    if (request.endpoint or "").startswith("openapi.") or not request.args:
+    if not request.args or is_ui_path(request.path):
         return
-    if is_ui_path(request.path):
+    if (request.endpoint or "").startswith("openapi."):
         return
     if _declared_input(view, "query") is None:
         name = next(iter(request.args))

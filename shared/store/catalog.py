@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, and_, func, select, tuple_
+from sqlalchemy import Connection, Select, and_, func, select
 
 from shared.errors import NotFound
 from shared.store.tables import (
@@ -213,11 +213,13 @@ def last_sessions(
     keys = sorted(set(workflows))
     if not keys:
         return {}
-    newest = (
+    # One probe of ix_sessions_project_workflow_id per workflow, however many sessions it has.
+    newest = [
         select(func.max(sessions.c.id))
-        .where(tuple_(sessions.c.project_id, sessions.c.workflow_name).in_(keys))
-        .group_by(sessions.c.project_id, sessions.c.workflow_name)
-    )
+        .where(sessions.c.project_id == project_id, sessions.c.workflow_name == workflow)
+        .scalar_subquery()
+        for project_id, workflow in keys
+    ]
     session_rows = conn.execute(
         select(
             sessions.c.id, sessions.c.project_id, sessions.c.workflow_name, sessions.c.session_time

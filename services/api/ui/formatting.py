@@ -36,11 +36,8 @@ def _zone(name: str | None) -> ZoneInfo | None:
         return None
 
 
-def when(value: datetime | str | None, zone: str | None = None) -> Markup:
-    """A ``<time>`` element: the time in ``zone`` (else as given) to the second, with its
-    UTC instant in ``datetime`` and on hover; ``-`` for nothing."""
-    if value is None or value == "":
-        return Markup("-")
+def _moments(value: datetime | str, zone: str | None) -> tuple[str, str]:
+    """The UTC instant (``...Z``) and the text shown for a time in ``zone``."""
     moment = datetime.fromisoformat(value) if isinstance(value, str) else value
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
@@ -48,10 +45,24 @@ def when(value: datetime | str | None, zone: str | None = None) -> Markup:
     utc = moment.astimezone(UTC).replace(microsecond=0)
     utc_text = utc.isoformat().replace("+00:00", "Z")
     shown_text = utc_text if shown.utcoffset() == timedelta(0) else shown.isoformat()
+    return utc_text, shown_text.replace("T", " ")
+
+
+def when(value: datetime | str | None, zone: str | None = None) -> Markup:
+    """A ``<time>`` element: the time in ``zone`` (else as given) to the second, with its
+    UTC instant in ``datetime`` and on hover; ``-`` for nothing."""
+    if value is None or value == "":
+        return Markup("-")
+    utc_text, shown_text = _moments(value, zone)
     # ISO times hold no markup; plain formatting keeps a 2,000-row page fast.
-    return Markup(
-        f'<time datetime="{utc_text}" title="{utc_text}">{shown_text.replace("T", " ")}</time>'
-    )
+    return Markup(f'<time datetime="{utc_text}" title="{utc_text}">{shown_text}</time>')
+
+
+def when_text(value: datetime | str | None, zone: str | None = None) -> str:
+    """The text :func:`when` shows, as plain text (for a ``title`` or a label)."""
+    if value is None or value == "":
+        return "-"
+    return _moments(value, zone)[1]
 
 
 def duration(seconds: float | None) -> str:
@@ -89,5 +100,6 @@ def register(app: Flask) -> None:
     """Make the filters and helpers available to every template."""
     app.add_template_global(query_with, "query_with")
     app.add_template_filter(when, "when")
+    app.add_template_filter(when_text, "when_text")
     app.add_template_filter(duration, "duration")
     app.add_template_filter(state_badge, "state")

@@ -1,0 +1,54 @@
+"""The overview at ``/ui/``: what runs now, what failed in the last day and where, what the
+schedules do next, which schedules need attention, and the times they missed.
+
+Each section shows a bounded number of rows and links to the list that holds the rest.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from flask import Blueprint, render_template
+
+from services.api.database import read_connection
+from shared.clock import utc_now
+from shared.domain.schedule_policies import MissedReason
+from shared.domain.states import AttemptState
+from shared.store import dashboard, history
+
+blueprint = Blueprint("ui_overview", __name__, url_prefix="/ui")
+
+SECTION_ROWS = 20
+"""Most rows a section shows; a "more" link leads to the rest."""
+FAILURE_WINDOW = timedelta(hours=24)
+"""How far back the overview looks for failures."""
+MISSED_REASONS = {
+    MissedReason.CATCHUP.value: "dropped by the catch-up policy",
+    MissedReason.OVERLAP.value: "skipped by the overlap policy: a session was still running",
+    MissedReason.SKIPPED.value: "skipped by a user ahead of time",
+    MissedReason.EDITED.value: "the schedule changed while they were due",
+}
+"""What each reason a time was missed means, in a sentence."""
+
+
+@blueprint.get("/")
+def overview() -> str:
+    """The overview page."""
+    since = utc_now() - FAILURE_WINDOW
+    with read_connection() as conn:
+        running = history.list_attempts(conn, state=AttemptState.RUNNING, limit=SECTION_ROWS)
+        failures = dashboard.recent_failures(conn, since, SECTION_ROWS + 1)
+        next_runs = dashboard.next_runs(conn, SECTION_ROWS + 1)
+        troubled = dashboard.troubled_schedules(conn, SECTION_ROWS + 1)
+        missed = dashboard.recent_missed(conn, SECTION_ROWS + 1)
+    return render_template(
+        "ui/overview.html",
+        rows=SECTION_ROWS,
+        running=running.items,
+        more_running=running.next_after is not None,
+        failures=failures,
+        next_runs=next_runs,
+        troubled=troubled,
+        missed=missed,
+        missed_reasons=MISSED_REASONS,
+    )

@@ -1,0 +1,245 @@
+"""The project pages: the list of projects, one project (its workflows, schedules,
+revisions with their archives, secrets by name), and one workflow (its ``.dig`` source,
+its schedule's next times, and a grid of its recent sessions by task, coloured by state).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import tarfile
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from flask import Blueprint, render_template, request, send_file
+from sqlalchemy import Connection
+from werkzeug.wrappers import Response
+
+from services.api.database import read_connection
+from services.api.errors import PROBLEM_TYPES, ApiProblem
+from services.api.paging import decode_cursor, next_cursor
+from shared.clock import utc_now
+from shared.domain.schedule import written_timezone
+from shared.errors import NotFound
+from shared.store import catalog, dashboard, history
+from shared.store.paging import fetch_keyset_page
+from shared.store.projects import get_project_archive
+from shared.store.schedules import ScheduleRow, find_schedule, list_schedules
+from shared.store.secrets import list_secrets
+from shared.store.tables import projects as projects_table
+from shared.store.tables import revisions, workflow_definitions
+
+blueprint = Blueprint("ui_projects", __name__, url_prefix="/ui")
+
+PROJECTS_PER_PAGE = 50
+REVISIONS_PER_PAGE = 20
+GRID_SESSIONS = 25
+"""Sessions (columns) the workflow's grid shows per page."""
+NEXT_TIMES = 10
+"""Upcoming session times shown for a scheduled workflow."""
+MAX_SOURCE_BYTES = 1024 * 1024
+"""The largest workflow file shown; a larger one is left out."""
+
+
+def _after() -> int | None:
+    """The id the page's ``cursor`` stands for (None: the first page)."""
+    cursor = request.args.get("cursor")
+    return decode_cursor(cursor) if cursor else None
+
+
+@blueprint.errorhandler(NotFound)
+def _not_found(error: NotFound) -> tuple[str, int]:
+    """A project, workflow or revision that does not exist: the shared error page, naming it."""
+    return _error_page(404, str(error)), 404
+
+
+@blueprint.errorhandler(ApiProblem)
+def _problem(error: ApiProblem) -> tuple[str, int]:
+    return _error_page(error.status, error.detail), error.status
+
+
+def _error_page(status: int, message: str) -> str:
+    _, title = PROBLEM_TYPES.get(status, ("error", "Error"))
+    return render_template("ui/error.html", status=status, title=title, message=message)
+
+
+@blueprint.get("/projects")
+def projects() -> str:
+    """Live projects, newest first, with their latest revision and workflow count."""
+    with read_connection() as conn:
+        page = fetch_keyset_page(
+            conn,
+            catalog.select_projects(),
+            projects_table.c.id,
+            after=_after(),
+            limit=PROJECTS_PER_PAGE,
+        )
+        revision_ids = [row.revision_id for row in page.rows if row.revision_id is not None]
+        counts = dashboard.count_workflows(conn, revision_ids)
+    return render_template(
+        "ui/projects.html",
+        projects=page.rows,
+        counts=counts,
+        cursor=next_cursor(page.next_after),
+    )
+
+
+@blueprint.get("/projects/<name>")
+def project(name: str) -> str:
+    """One project: its workflows, schedules, revisions and secrets' names."""
+    with read_connection() as conn:
+        found = catalog.get_project(conn, name)
+        workflows: list[Any] = []
+        if found.revision_id is not None:
+            query = catalog.select_workflows(revision_id=found.revision_id)
+            workflows = list(conn.execute(query.order_by(workflow_definitions.c.name)))
+        last = catalog.last_sessions(conn, [(row.project_id, row.name) for row in workflows])
+        schedules = list_schedules(conn, project_id=int(found.id))
+        page = fetch_keyset_page(
+            conn,
+            catalog.select_revisions(int(found.id)),
+            revisions.c.id,
+            after=_after(),
+            limit=REVISIONS_PER_PAGE,
+        )
+        secrets = list_secrets(conn, name)
+    return render_template(
+        "ui/projects_project.html",
+        project=found,
+        workflows=workflows,
+        last=last,
+        schedules=schedules,
+        revisions=page.rows,
+        cursor=next_cursor(page.next_after),
+        secrets=secrets,
+    )
+
+
+@blueprint.get("/projects/<name>/archive")
+def archive(name: str) -> Response:
+    """The tar.gz of a revision (``revision``, default the latest): the bytes
+    ``GET /api/projects/{name}/archive`` answers."""
+    with read_connection() as conn:
+        found = catalog.get_project(conn, name)
+        revision = catalog.find_revision(conn, int(found.id), request.args.get("revision"))
+        if revision.archive_digest is None:
+            raise NotFound(f"revision {revision.name!r} was not pushed: it has no archive")
+        content = get_project_archive(conn, revision.archive_digest)
+    return send_file(
+        io.BytesIO(content),
+        mimetype="application/gzip",
+        as_attachment=True,
+        download_name=f"{name}-{revision.name}.tar.gz",
+        etag=revision.archive_digest,
+        max_age=0,
+    )
+
+
+@dataclass
+class GridRow:
+    """One task of the grid: its full name, depth in the tree, and a cell per column."""
+
+    full_name: str
+    depth: int
+    is_group: bool
+    sort_key: tuple[tuple[int, str], ...]
+    cells: dict[int, dashboard.GridTask] = field(default_factory=dict)
+
+
+@blueprint.get("/projects/<name>/workflows/<workflow>")
+def workflow(name: str, workflow: str) -> str:
+    """One workflow of the project's latest revision: its source, schedule and grid."""
+    with read_connection() as conn:
+        found = catalog.get_project(conn, name)
+        revision = catalog.find_revision(conn, int(found.id), request.args.get("revision"))
+        definition = catalog.find_workflow(conn, revision.id, workflow)
+        source = _source(conn, revision.archive_digest, workflow)
+        schedule = _active_schedule(conn, name, workflow)
+        page = history.list_sessions(
+            conn, project=name, workflow=workflow, after=_after(), limit=GRID_SESSIONS
+        )
+        columns = list(reversed(page.items))
+        attempt_ids = [s.last_attempt.id for s in columns if s.last_attempt is not None]
+        grid = _grid_rows(dashboard.grid_tasks(conn, attempt_ids))
+    zone = str(dict(definition.config).get("timezone", "UTC"))
+    return render_template(
+        "ui/projects_workflow.html",
+        project=found,
+        revision=revision,
+        workflow=definition,
+        zone=zone,
+        zone_written=written_timezone(zone),
+        source=source,
+        schedule=schedule,
+        next_times=_next_times(schedule, utc_now()),
+        columns=columns,
+        grid=grid,
+        cursor=next_cursor(page.next_after),
+    )
+
+
+def _source(conn: Connection, digest: str | None, workflow: str) -> list[str] | None:
+    """The lines of ``<workflow>.dig`` in the pushed archive (None: no archive or file)."""
+    if digest is None:
+        return None
+    content = get_project_archive(conn, digest)
+    wanted = {f"{workflow}.dig", f"./{workflow}.dig"}
+    try:
+        with tarfile.open(fileobj=io.BytesIO(content), mode="r:gz") as tar:
+            for member in tar:
+                if member.name in wanted and member.isfile() and member.size <= MAX_SOURCE_BYTES:
+                    data = tar.extractfile(member)
+                    if data is not None:
+                        return data.read().decode("utf-8", errors="replace").splitlines()
+    except (tarfile.TarError, gzip.BadGzipFile, EOFError):
+        return None
+    return None
+
+
+def _active_schedule(conn: Connection, project: str, workflow: str) -> ScheduleRow | None:
+    """The workflow's schedule unless it has none or it was removed."""
+    try:
+        found = find_schedule(conn, project, workflow)
+    except NotFound:
+        return None
+    return None if found.disabled_at is not None else found
+
+
+def _next_times(schedule: ScheduleRow | None, now: datetime) -> list[tuple[datetime, datetime]]:
+    """The schedule's next session times with their run times (as ``tickwork schedules
+    preview``), from the first one not dealt with yet."""
+    if schedule is None:
+        return []
+    first = schedule.next_schedule_time
+    after = now if first is None else first - timedelta(microseconds=1)
+    spec = schedule.schedule
+    times = spec.session_times(after, NEXT_TIMES)
+    return [(time, spec.run_time(time, schedule.seed)) for time in times]
+
+
+def _grid_rows(tasks: list[dashboard.GridTask]) -> list[GridRow]:
+    """The grid's rows: every task full name of the columns' attempts, as a tree (each
+    task after its parent, siblings by position), each with its cell per attempt."""
+    by_id = {task.id: task for task in tasks}
+    rows: dict[str, GridRow] = {}
+    for task in tasks:
+        row = rows.get(task.full_name)
+        if row is None:
+            path = _path(task, by_id)
+            row = GridRow(task.full_name, len(path) - 1, task.is_group, path)
+            rows[task.full_name] = row
+        row.cells[task.attempt_id] = task
+    return sorted(rows.values(), key=lambda row: row.sort_key)
+
+
+def _path(
+    task: dashboard.GridTask, by_id: dict[int, dashboard.GridTask]
+) -> tuple[tuple[int, str], ...]:
+    """(position, full name) of the task and each of its ancestors, root first."""
+    path: list[tuple[int, str]] = []
+    current: dashboard.GridTask | None = task
+    while current is not None:
+        path.append((current.position, current.full_name))
+        current = None if current.parent_id is None else by_id.get(current.parent_id)
+    return tuple(reversed(path))
