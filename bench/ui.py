@@ -11,8 +11,9 @@ in this process through Flask's test client, timed around each call: the overvie
 sessions list's first page and a page ``--depth`` pages deep (found by following its
 "next" link), a workflow's grid and the 2,000-task attempt. Graph time: a real
 ``tickwork api`` serves the same database and Chromium (Playwright, /usr/bin/chromium)
-opens the attempt page; the figure is ``performance.now()`` when the page's script sets
-``document.body.dataset.graphDrawn`` (measured from navigation start).
+opens the attempt page; the figure is ``performance.now()`` (from navigation start) when
+the page's script sets ``document.body.dataset.graphDrawn`` or puts the laid-out SVG into
+its ``#graph`` element.
 
 A page that does not exist yet is reported as null, with a note on stderr. The last
 stdout line is one JSON object of figures; the database is dropped and the server
@@ -50,16 +51,21 @@ NEXT_LINK = re.compile(
 
 log = logging.getLogger("bench.ui")
 
-# Records performance.now() when the attempt page's script marks its graph drawn; it runs
-# before the page's own scripts (an init script is not subject to the page's CSP).
+# Records performance.now() when the attempt page's graph is drawn: when its script sets
+# ``data-graph-drawn="true"`` on the body, or when the laid-out SVG is put into the page's
+# ``#graph`` element (it is built whole, then inserted). An init script runs before the
+# page's own scripts and is not subject to the page's CSP.
 RECORD_GRAPH_DRAWN = """
+const graphDrawn = () =>
+  (document.body && document.body.dataset.graphDrawn === "true") ||
+  document.querySelector("#graph svg") !== null;
 new MutationObserver((changes, observer) => {
-  if (document.body && document.body.dataset.graphDrawn === "true") {
+  if (graphDrawn()) {
     window.__tickworkGraphDrawnMs = performance.now();
     observer.disconnect();
   }
 }).observe(document, {
-  subtree: true, attributes: true, attributeFilter: ["data-graph-drawn"]
+  subtree: true, childList: true, attributes: true, attributeFilter: ["data-graph-drawn"]
 });
 """
 
