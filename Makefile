@@ -67,6 +67,7 @@ test-fast: install
 
 # Every bench/*.py (helpers named _*.py excepted) prints its figure as JSON on its last line.
 # bench/scheduler.py needs PostgreSQL: TICKWORK_BENCH_DATABASE_URL, default the local server.
+# bench/ui.py needs PostgreSQL too, and /usr/bin/chromium for its graph figure (null without).
 bench: install
 	@set -e; for script in bench/*.py; do \
 	  case "$$(basename "$$script")" in _*) continue ;; esac; \

@@ -184,15 +184,13 @@ def list_sessions(
     ``time_to`` (exclusive) bound the session time. The latest attempts are read for the
     page's sessions only, one index probe each.
     """
-    query = _sessions_with_latest_attempt()
+    query = _sessions_with_latest_attempt() if state is None else _sessions_in_state(state)
     for condition in _project_filters(project, workflow):
         query = query.where(condition)
     if time_from is not None:
         query = query.where(sessions.c.session_time >= time_from)
     if time_to is not None:
         query = query.where(sessions.c.session_time < time_to)
-    if state is not None:
-        query = query.where(_LATEST.c.state == state.value)
     page = fetch_keyset_page(conn, query, sessions.c.id, after=after, limit=limit)
     return Page([_session_view(row) for row in page.rows], page.next_after)
 
@@ -219,6 +217,25 @@ def _sessions_with_latest_attempt() -> Select[Any]:
         sessions.join(projects, projects.c.id == sessions.c.project_id).outerjoin(
             _LATEST, _LATEST.c.id == newest_id
         )
+    )
+
+
+def _sessions_in_state(state: AttemptState) -> Select[Any]:
+    """Sessions whose latest attempt is in ``state``, read from that state's attempts
+    newest session first (ix_attempts_state_session_id), each kept when no newer attempt
+    of its session exists: a page costs what an unfiltered one does, however rare the
+    state, instead of a probe per session until the page is full."""
+    newer = select(attempts.c.id).where(
+        attempts.c.session_id == _LATEST.c.session_id, attempts.c.id > _LATEST.c.id
+    )
+    return (
+        select(*_SESSION_COLUMNS, *_LATEST_COLUMNS)
+        .select_from(
+            _LATEST.join(sessions, sessions.c.id == _LATEST.c.session_id).join(
+                projects, projects.c.id == sessions.c.project_id
+            )
+        )
+        .where(_LATEST.c.state == state.value, ~newer.exists())
     )
 
 
@@ -299,19 +316,32 @@ def list_task_tree(conn: Connection, attempt_id: int) -> list[TaskNode]:
     """
     get_attempt_view(conn, attempt_id)
     rows = list_attempt_tasks(conn, attempt_id)
+    upstreams = _upstream_ids(conn, attempt_id, [task.id for task in rows])
+    full_names = {task.id: task.full_name for task in rows}
+    return [
+        TaskNode(task, _own_name(task, full_names), upstreams.get(task.id, [])) for task in rows
+    ]
+
+
+def _upstream_ids(conn: Connection, attempt_id: int, task_ids: list[int]) -> dict[int, list[int]]:
+    """The ids each task of an attempt waits for. The range of the attempt's own task ids
+    bounds the scan of ix_task_dependencies_downstream: without it PostgreSQL reads every
+    attempt's edges for a large attempt (35 ms for 2,000 tasks among 200,000 edges)."""
+    if not task_ids:
+        return {}
     edges = conn.execute(
         select(task_dependencies.c.downstream_id, task_dependencies.c.upstream_id)
         .join(tasks, tasks.c.id == task_dependencies.c.downstream_id)
-        .where(tasks.c.attempt_id == attempt_id)
+        .where(
+            tasks.c.attempt_id == attempt_id,
+            task_dependencies.c.downstream_id.between(min(task_ids), max(task_ids)),
+        )
         .order_by(task_dependencies.c.upstream_id)
     )
     upstreams: dict[int, list[int]] = {}
     for edge in edges:
         upstreams.setdefault(int(edge.downstream_id), []).append(int(edge.upstream_id))
-    full_names = {task.id: task.full_name for task in rows}
-    return [
-        TaskNode(task, _own_name(task, full_names), upstreams.get(task.id, [])) for task in rows
-    ]
+    return upstreams
 
 
 def _own_name(task: TaskRow, full_names: dict[int, str]) -> str:

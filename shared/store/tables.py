@@ -220,6 +220,9 @@ attempts = Table(
     Index("ix_attempts_state", "state"),
     Index("ix_attempts_session_id", "session_id", "id"),
     Index("ix_attempts_sla_deadline", "sla_deadline"),
+    # The UI's failures since a time, and its sessions filtered by their attempts' state.
+    Index("ix_attempts_state_finished_at", "state", "finished_at"),
+    Index("ix_attempts_state_session_id", "state", "session_id"),
     sqlite_autoincrement=True,
 )
 

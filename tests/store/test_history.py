@@ -79,6 +79,34 @@ class TestListSessions:
             window = {"time_from": NOW + timedelta(hours=1), "time_to": NOW + timedelta(hours=3)}
             assert ids(workflow="steps", **window) == steps[1:3][::-1]
 
+    def test_a_state_filter_matches_the_latest_attempt_only_and_pages_newest_first(
+        self, engine: Engine, project: int
+    ) -> None:
+        failed = add_sessions(engine, project, "steps", 5, state=AttemptState.ERROR)
+        retried = failed[1]
+        with engine.begin() as conn:
+            insert_attempt(
+                conn,
+                session_id=retried,
+                name="retry-1",
+                workflow_definition_id=1,
+                timezone="UTC",
+                params={},
+                now=NOW,
+            )
+        with engine.connect() as conn:
+            first = history.list_sessions(conn, state=AttemptState.ERROR, limit=2)
+            rest = history.list_sessions(
+                conn, state=AttemptState.ERROR, after=first.next_after, limit=10
+            )
+            created = history.list_sessions(conn, state=AttemptState.CREATED)
+        still_failed = [s for s in failed if s != retried][::-1]
+        assert [s.id for s in first.items + rest.items] == still_failed
+        assert rest.next_after is None
+        assert [s.id for s in created.items] == [retried]
+        assert created.items[0].last_attempt is not None
+        assert created.items[0].last_attempt.name == "retry-1"
+
     def test_an_unknown_session_is_not_found(self, engine: Engine) -> None:
         with engine.connect() as conn, pytest.raises(NotFound, match="no session 5"):
             history.get_session(conn, 5)

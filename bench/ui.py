@@ -1,0 +1,276 @@
+"""The web UI's pages on a 100,000-session store: server time per page, and how long the
+2,000-task attempt page takes to draw its graph in headless Chromium.
+
+A throwaway database on TICKWORK_BENCH_DATABASE_URL (default: the local server) gets
+four projects of five scheduled workflows, ``--sessions`` sessions spread over them with
+their attempts and tasks (running, failed and retried, killed, succeeded), and one
+running attempt of 2,000 tasks in 40 groups (bench/_ui_seed.py).
+
+Server time: the API application (auth off) answers ``--requests`` requests of each page
+in this process through Flask's test client, timed around each call: the overview, the
+sessions list's first page and a page ``--depth`` pages deep (found by following its
+"next" link), a workflow's grid and the 2,000-task attempt. Graph time: a real
+``tickwork api`` serves the same database and Chromium (Playwright, /usr/bin/chromium)
+opens the attempt page; the figure is ``performance.now()`` (from navigation start) when
+the page's script sets ``document.body.dataset.graphDrawn`` or puts the laid-out SVG into
+its ``#graph`` element.
+
+A page that does not exist yet is reported as null, with a note on stderr. The last
+stdout line is one JSON object of figures; the database is dropped and the server
+stopped however the run ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+import time
+from html import unescape
+from pathlib import Path
+from typing import Any
+
+from _stores import percentile, throwaway_database
+from _ui_seed import Seeded, seed
+from api import BenchFailed, api_server, main_guarded
+from flask.testing import FlaskClient
+
+from services.api.app import create_app
+from services.api.config import ApiConfig
+from shared.store.engine import create_store_engine
+
+PAGES = ("overview", "sessions", "deep_page", "grid", "attempt")  # the figures' order
+CHROMIUM = "/usr/bin/chromium"
+GRAPH_TIMEOUT_MS = 30_000
+TARGET_PAGE_P99_MS = 100.0
+TARGET_GRAPH_MS = 2000.0
+NEXT_LINK = re.compile(
+    r'<a\b[^>]*\brel="next"[^>]*\bhref="([^"]+)"|<a\b[^>]*\bhref="([^"]+)"[^>]*\brel="next"'
+)
+
+log = logging.getLogger("bench.ui")
+
+# Records performance.now() when the attempt page's graph is drawn: when its script sets
+# ``data-graph-drawn="true"`` on the body, or when the laid-out SVG is put into the page's
+# ``#graph`` element (it is built whole, then inserted). An init script runs before the
+# page's own scripts and is not subject to the page's CSP.
+RECORD_GRAPH_DRAWN = """
+const graphDrawn = () =>
+  (document.body && document.body.dataset.graphDrawn === "true") ||
+  document.querySelector("#graph svg") !== null;
+new MutationObserver((changes, observer) => {
+  if (graphDrawn()) {
+    window.__tickworkGraphDrawnMs = performance.now();
+    observer.disconnect();
+  }
+}).observe(document, {
+  subtree: true, childList: true, attributes: true, attributeFilter: ["data-graph-drawn"]
+});
+"""
+
+
+def page_paths(seeded: Seeded) -> dict[str, str]:
+    """The pages timed, by figure name (the deep page is found by following links)."""
+    grid = seeded.workflows[0]
+    return {
+        "overview": "/ui/",
+        "sessions": "/ui/sessions",
+        "grid": f"/ui/projects/{grid.project}/workflows/{grid.name}",
+        "attempt": f"/ui/attempts/{seeded.big_attempt_id}",
+    }
+
+
+def first_answer(client: FlaskClient, name: str, path: str) -> str | None:
+    """The page's HTML, or None (said on stderr) when it is missing or answers wrongly."""
+    response = client.get(path)
+    if response.status_code == 200:
+        return response.get_data(as_text=True)
+    if response.status_code == 404:
+        log.warning("page missing name=%s path=%s: reported as null", name, path)
+    else:
+        body = response.get_data(as_text=True)[:300]
+        log.error(
+            "page failed name=%s path=%s status=%d body=%r", name, path, response.status_code, body
+        )
+    return None
+
+
+def time_page(client: FlaskClient, path: str, requests: int) -> list[float]:
+    """Milliseconds of ``requests`` answers to GET ``path``, after three not counted."""
+    for _ in range(3):
+        client.get(path).get_data()
+    timings = []
+    for _ in range(requests):
+        started = time.perf_counter()
+        response = client.get(path)
+        response.get_data()
+        timings.append(1000 * (time.perf_counter() - started))
+        if response.status_code != 200:
+            raise BenchFailed(f"GET {path} answered {response.status_code}")
+    return timings
+
+
+def next_link(html: str) -> str | None:
+    """The href of the page's ``rel="next"`` link, if it has one."""
+    match = NEXT_LINK.search(html)
+    return unescape(match.group(1) or match.group(2)) if match else None
+
+
+def find_deep_page(client: FlaskClient, first_html: str, depth: int) -> str | None:
+    """The path ``depth`` "next" links after the first sessions page; None if the pages
+    end sooner or have no such link."""
+    html, path = first_html, None
+    for followed in range(depth):
+        path = next_link(html)
+        if path is None:
+            log.warning(
+                "sessions pages end after page=%d: deep page reported as null", followed + 1
+            )
+            return None
+        response = client.get(path)
+        if response.status_code != 200:
+            log.error("deep page failed path=%s status=%d", path, response.status_code)
+            return None
+        html = response.get_data(as_text=True)
+    return path
+
+
+def server_times(
+    url: str, seeded: Seeded, args: argparse.Namespace
+) -> dict[str, list[float] | None]:
+    """Each page's answer times in this process (Flask's test client, auth off)."""
+    engine = create_store_engine(url)
+    config = ApiConfig(database_url=url, auth_enabled=False, rate_limit_per_second=0)
+    client = create_app(config, engine).test_client()
+    found: dict[str, list[float] | None] = {}
+    try:
+        for name, path in page_paths(seeded).items():
+            html = first_answer(client, name, path)
+            found[name] = None if html is None else time_page(client, path, args.requests)
+            if name == "sessions":
+                deep = None if html is None else find_deep_page(client, html, args.depth)
+                found["deep_page"] = (
+                    None if deep is None else time_page(client, deep, args.requests)
+                )
+                log.info("deep page path=%s", deep)
+    finally:
+        engine.dispose()
+    return found
+
+
+def graph_times(base_url: str, path: str, runs: int) -> list[float]:
+    """Milliseconds from navigation start until the attempt page marked its graph drawn,
+    in ``runs`` fresh loads in headless Chromium."""
+    from playwright.sync_api import sync_playwright
+
+    timings = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+        try:
+            for _ in range(runs):
+                context = browser.new_context(viewport={"width": 1280, "height": 800})
+                page = context.new_page()
+                page.add_init_script(RECORD_GRAPH_DRAWN)
+                page.goto(base_url + path, wait_until="commit", timeout=GRAPH_TIMEOUT_MS)
+                page.wait_for_function(
+                    "window.__tickworkGraphDrawnMs !== undefined", timeout=GRAPH_TIMEOUT_MS
+                )
+                timings.append(float(page.evaluate("window.__tickworkGraphDrawnMs")))
+                context.close()
+        finally:
+            browser.close()
+    return timings
+
+
+def browser_time(
+    url: str, seeded: Seeded, args: argparse.Namespace, work_dir: Path
+) -> list[float] | None:
+    """The graph's drawing times against a real ``tickwork api``; None (said on stderr)
+    without Chromium, or when the page never marks its graph drawn."""
+    if not Path(CHROMIUM).exists():
+        log.warning("no %s (Debian's chromium package): graph time reported as null", CHROMIUM)
+        return None
+    path = page_paths(seeded)["attempt"]
+    with (
+        (work_dir / "api.log").open("wb") as server_log,
+        api_server(url, 2, server_log, {"TICKWORK_API_AUTH": "off"}) as base_url,
+    ):
+        try:
+            return graph_times(base_url, path, args.graph_runs)
+        except Exception as exc:  # Playwright's timeout, or a page that is not there yet
+            log.warning(
+                "graph not drawn path=%s error=%s: reported as null", path, str(exc).splitlines()[0]
+            )
+            return None
+
+
+def run_all(args: argparse.Namespace, server_url: str, work_dir: Path) -> dict[str, Any]:
+    """Seed, then time the pages in process and the graph in Chromium; their figures."""
+    with throwaway_database(server_url) as url:
+        engine = create_store_engine(url)
+        started = time.perf_counter()
+        seeded = seed(engine, args.sessions)
+        engine.dispose()
+        seed_seconds = time.perf_counter() - started
+        log.info(
+            "seeded sessions=%d big_tasks=%d seconds=%.1f",
+            seeded.sessions,
+            seeded.big_tasks,
+            seed_seconds,
+        )
+        pages = server_times(url, seeded, args)
+        if pages["attempt"] is None:
+            log.warning("no attempt page: graph time reported as null")
+            graph = None
+        else:
+            graph = browser_time(url, seeded, args, work_dir)
+    return figures(pages, graph, seeded, seed_seconds)
+
+
+def figures(
+    pages: dict[str, list[float] | None],
+    graph: list[float] | None,
+    seeded: Seeded,
+    seed_seconds: float,
+) -> dict[str, Any]:
+    """The headline p99s and the graph time first, then p50s and the set-up."""
+
+    def ms(values: list[float] | None, fraction: float) -> float | None:
+        return None if not values else round(percentile(values, fraction), 2)
+
+    out: dict[str, Any] = {f"{name}_p99_ms": ms(pages.get(name), 0.99) for name in PAGES}
+    out["graph_2000_ms"] = ms(graph, 0.5)
+    out |= {f"{name}_p50_ms": ms(pages.get(name), 0.5) for name in PAGES}
+    out["graph_2000_max_ms"] = ms(graph, 1.0)
+    measured = [out[f"{name}_p99_ms"] for name in PAGES] + [out["graph_2000_ms"]]
+    out |= {
+        "sessions_seeded": seeded.sessions,
+        "graph_tasks": seeded.big_tasks,
+        "seed_seconds": round(seed_seconds, 2),
+        "meets_targets": None not in measured
+        and all(out[f"{name}_p99_ms"] < TARGET_PAGE_P99_MS for name in PAGES)
+        and out["graph_2000_ms"] < TARGET_GRAPH_MS,
+    }
+    return out
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=100_000, help="sessions to seed")
+    parser.add_argument("--requests", type=int, default=50, help="timed requests per page")
+    parser.add_argument("--depth", type=int, default=100, help="pages to the deep page")
+    parser.add_argument("--graph-runs", type=int, default=5, help="page loads in Chromium")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    args = parser.parse_args()
+    if args.sessions < 1000 or args.requests < 1 or args.depth < 1 or args.graph_runs < 1:
+        parser.error("--sessions must be at least 1000; --requests, --depth, --graph-runs >= 1")
+    return args
+
+
+def main() -> int:
+    return main_guarded(parse_args(), run_all, "ui")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
