@@ -26,7 +26,7 @@ from services.api.database import ENGINE_KEY
 from services.api.errors import PROBLEM_MEDIA_TYPE, ApiProblem, register_error_handlers
 from services.api.metrics import ApiMetrics
 from services.api.ratelimit import RateLimiter, retry_after_header
-from services.api.ui import register_ui
+from services.api.ui import is_ui_path, register_ui
 from shared.store.engine import create_store_engine
 
 API_VERSION = "1"
@@ -144,7 +144,8 @@ def _register_hooks(app: APIFlask, config: ApiConfig) -> None:
                 )
         if refused is not None:
             raise refused
-        check_request()
+        if not is_ui_path(request.path):  # pages take forms and their own query arguments
+            check_request()
 
     @app.after_request
     def _count(response: Response) -> Response:
