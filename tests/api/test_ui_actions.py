@@ -3,13 +3,14 @@ a task) and kill one, each saying what it did; an unconfirmed kill or retry-all 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import Engine
 
-from shared.domain.states import AttemptState
+from shared.domain.states import AttemptState, TaskState
 from tests.api._seed import THREE_STEPS, add_project, set_state
 from tests.api.test_attempts import add_task_rows
 
@@ -178,7 +179,7 @@ class TestKill:
 
 
 class TestAttemptActionsPartial:
-    def render(self, api_app: Any, attempt: dict[str, Any], tasks: list[dict[str, Any]]) -> str:
+    def render(self, api_app: Any, attempt: Any, tasks: list[Any]) -> str:
         from flask import render_template
 
         with api_app.test_request_context("/ui/attempts/1"):
@@ -199,6 +200,15 @@ class TestAttemptActionsPartial:
         assert "Retry failed" in html and "Retry all" in html
         assert '<option value="+wf+b" selected>' in html
         assert "/kill" not in html
+
+    def test_the_tasks_may_be_nodes_of_the_task_tree(self, api_app: Any) -> None:
+        tasks = [
+            SimpleNamespace(task=SimpleNamespace(full_name="+wf", state=TaskState.ERROR)),
+            SimpleNamespace(task=SimpleNamespace(full_name="+wf+b", state=TaskState.ERROR)),
+        ]
+        attempt = SimpleNamespace(id=7, state=AttemptState.ERROR)
+        html = self.render(api_app, attempt, tasks)
+        assert '<option value="+wf+b" selected>' in html
 
     def test_nothing_is_offered_to_who_cannot_act(self, api_app: Any) -> None:
         from flask import render_template
