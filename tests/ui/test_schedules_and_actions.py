@@ -1,6 +1,6 @@
 """Schedules and actions in a real browser: pause and resume a schedule, preview and run a
 backfill, start a workflow with params from its form, retry from a task, kill a running
-attempt after confirming."""
+attempt after confirming (in a dialog, or without script on the page the server answers)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.e2e._standalone import StandaloneProcess, wait_for_attempt
+from tests.ui.conftest import TIMEOUT_MS, VIEWPORT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -127,8 +128,31 @@ def test_retry_from_a_task(page: Any, server: StandaloneProcess) -> None:
 def test_kill_a_sleeping_attempt_after_confirming(page: Any, server: StandaloneProcess) -> None:
     attempt_id = start(server, "slow")
     wait_for_state(server, attempt_id, "running")
-    page.goto(server.endpoint + f"/ui/attempts/{attempt_id}/kill")
-    expect(page.get_by_role("heading", name=f"Kill attempt {attempt_id}?")).to_be_visible()
-    page.get_by_role("button", name=f"Kill attempt {attempt_id}").click()
+    page.goto(server.endpoint + f"/ui/attempts/{attempt_id}/retry")  # offers a kill meanwhile
+    page.once("dialog", lambda dialog: dialog.dismiss())
+    page.get_by_role("button", name="Kill").click()
+    assert server.get(f"/api/attempts/{attempt_id}")["state"] == "running"
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Kill").click()
     page.wait_for_url(ATTEMPT_URL)
+    assert wait_for_attempt(server, attempt_id)["state"] == "killed"
+
+
+def test_without_script_the_server_asks_before_a_kill(
+    browser: Any, server: StandaloneProcess
+) -> None:
+    attempt_id = start(server, "slow")
+    wait_for_state(server, attempt_id, "running")
+    context = browser.new_context(viewport=VIEWPORT, java_script_enabled=False)
+    context.set_default_timeout(TIMEOUT_MS)
+    try:
+        page = context.new_page()
+        page.goto(server.endpoint + f"/ui/attempts/{attempt_id}/retry")
+        page.get_by_role("button", name="Kill").click()
+        expect(page.get_by_role("heading", name=f"Kill attempt {attempt_id}?")).to_be_visible()
+        assert server.get(f"/api/attempts/{attempt_id}")["state"] == "running"
+        page.get_by_role("button", name=f"Kill attempt {attempt_id}").click()
+        page.wait_for_url(ATTEMPT_URL)
+    finally:
+        context.close()
     assert wait_for_attempt(server, attempt_id)["state"] == "killed"

@@ -21,7 +21,7 @@ from services.api.config import ApiConfig
 from services.api.database import read_connection, write_transaction
 from services.api.routes.attempts import RetryBody, StartBody, retry_from_body, start_from_body
 from services.api.ui.forms import FormInvalid, api_errors, model_of
-from services.cli.params import SESSION_HELP, build_params, session_time_of
+from services.cli.params import build_params, session_time_of
 from shared.clock import utc_now
 from shared.domain.schedule import resolve_timezone, written_timezone
 from shared.domain.states import KILLABLE_ATTEMPT_STATES
@@ -151,7 +151,6 @@ def _start_page(
         rows=shown_rows,
         errors=errors,
         conflict=conflict,
-        session_help=SESSION_HELP,
     )
 
 
