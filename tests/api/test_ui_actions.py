@@ -25,7 +25,7 @@ def project(engine: Engine) -> int:
 
 def flashes(api: FlaskClient) -> list[tuple[str, str]]:
     """The flash messages waiting for the next page (taken: the next call sees new ones)."""
-    with api.session_transaction() as session:
+    with api.session_transaction("/ui/") as session:  # the UI cookie is for /ui only
         return [(kind, message) for kind, message in session.pop("_flashes", [])]
 
 
@@ -183,7 +183,9 @@ class TestAttemptActionsPartial:
         from flask import render_template
 
         with api_app.test_request_context("/ui/attempts/1"):
-            return render_template("ui/_attempt_actions.html", attempt=attempt, tasks=tasks)
+            return render_template(
+                "ui/_attempt_actions.html", attempt=attempt, tasks=tasks, can_act=True
+            )
 
     def test_a_running_attempt_offers_kill_with_a_confirmation(self, api_app: Any) -> None:
         html = self.render(api_app, {"id": 7, "state": "running"}, [])

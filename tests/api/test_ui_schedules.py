@@ -39,7 +39,7 @@ def session_count(api: FlaskClient) -> int:
 
 def flashes(api: FlaskClient) -> list[str]:
     """The flash messages waiting for the next page (taken: the next call sees new ones)."""
-    with api.session_transaction() as session:
+    with api.session_transaction("/ui/") as session:  # the UI cookie is for /ui only
         return [message for _, message in session.pop("_flashes", [])]
 
 
