@@ -57,7 +57,7 @@ lint: install
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: install lint
+test: install lint browser
 	$(BIN)/pytest $(PYTEST_PARALLEL) $(SERIAL_TESTS:%=--ignore=%)
 	$(BIN)/pytest $(SERIAL_TESTS)
 
@@ -97,3 +97,29 @@ clean:
 .PHONY: readme-tour
 readme-tour: install
 	$(BIN)/python -m tests.support.readme_tour
+
+# The UI's front-end libraries (htmx, elkjs, Swagger UI; axe-core for the tests), pinned in
+# tests/support/vendor_ui.py: fetched from the npm registry, checked against its integrity
+# and written with their VERSION, LICENSE and SHA256SUMS; the files are committed.
+.PHONY: vendor-ui
+vendor-ui: install
+	$(BIN)/python -m tests.support.vendor_ui
+
+# The UI's browser specs drive Debian's Chromium (tests/support/browser.py): installed here
+# when it is missing and we may (root, apt-get), without the recommends (avahi's fail to
+# configure in containers). Otherwise one line names the package, and those specs are
+# skipped (under CI=true they fail instead).
+.PHONY: browser
+browser:
+	@command -v "$${TICKWORK_TEST_CHROMIUM:-chromium}" >/dev/null 2>&1 \
+	  || command -v chromium-browser >/dev/null 2>&1 \
+	  || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+	       && { apt-get install -y --no-install-recommends chromium \
+	            || { apt-get update && apt-get install -y --no-install-recommends chromium; }; }; } \
+	  || echo "install Debian's chromium package: apt-get install chromium" >&2
+
+# The README's pictures of the web UI (docs/images/ui-*.png), taken by Chromium from a
+# fresh standalone that ran a few examples, one failing.
+.PHONY: ui-screenshots
+ui-screenshots: install browser
+	$(BIN)/python -m tests.support.ui_screenshots

@@ -23,6 +23,7 @@ from services.api.auth import SECURITY_SCHEME_NAME, SECURITY_SCHEMES, authentica
 from services.api.body import ARCHIVE_REQUEST_BODY, BINARY_BODY_ATTRIBUTE, check_request
 from services.api.config import ApiConfig
 from services.api.database import ENGINE_KEY
+from services.api.docs import register_docs
 from services.api.errors import PROBLEM_MEDIA_TYPE, ApiProblem, register_error_handlers
 from services.api.metrics import ApiMetrics
 from services.api.ratelimit import RateLimiter, retry_after_header
@@ -91,7 +92,7 @@ def create_app(config: ApiConfig, engine: Engine | None = None) -> APIFlask:
         title="tickwork",
         version=API_VERSION,
         spec_path="/api/openapi.json",
-        docs_path="/api/docs",
+        docs_path=None,  # services/api/docs.py serves /api/docs from vendored files
         docs_oauth2_redirect_path=None,
     )
     app.config.update(
@@ -118,6 +119,7 @@ def create_app(config: ApiConfig, engine: Engine | None = None) -> APIFlask:
         if importlib.util.find_spec(module_name) is not None:
             app.register_blueprint(importlib.import_module(module_name).blueprint)
     register_ui(app, config)
+    register_docs(app)
     app.spec_processor(lambda spec: _complete_spec(app, spec))
     return app
 

@@ -14,6 +14,7 @@ from flask import Request, current_app, request
 
 from services.api.errors import ApiProblem, InvalidBody, InvalidParameter, json_pointer
 from services.api.framing import limit_body
+from services.api.ui import is_ui_path
 from shared.domain.storable import MAX_INTEGER, text_problem
 
 MAX_JSON_DEPTH = 32
@@ -67,9 +68,11 @@ def check_query_names(view: Callable[..., Any] | None) -> None:
 
     A route with a query model refuses unknown names there (422 naming the parameter);
     one without refuses every parameter here. The generated OpenAPI document and its
-    viewer (endpoints ``openapi.*``) take what a browser sends.
+    viewer (endpoints ``openapi.*``) and the UI's pages take what a browser sends.
     """
     if (request.endpoint or "").startswith("openapi.") or not request.args:
+        return
+    if is_ui_path(request.path):
         return
     if _declared_input(view, "query") is None:
         name = next(iter(request.args))

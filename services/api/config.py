@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ API_SETTINGS = (
     Setting("TICKWORK_API_MAX_JSON_KB", "1024", "largest JSON body accepted, in KiB"),
     Setting("TICKWORK_API_RATE_LIMIT", "50", "requests per second per token or client; 0: off"),
     Setting("TICKWORK_LOG_DIR", "", "where the executor writes task logs (read by /api/logs)"),
+    Setting("TICKWORK_SECRET_KEY", "", "encrypts project secrets; signs the web UI's cookies"),
     Setting("TICKWORK_API_PAGE_LIMIT", "1000", "largest `limit` of a list"),
     Setting("TICKWORK_API_MAX_FOLLOWS", "500", "log follow streams one worker serves at once"),
 )
@@ -49,6 +51,12 @@ class ApiConfig:
     log_dir: Path | None = None
     page_limit: int = 1000
     max_follow_streams: int = 500
+    secret_key: str = field(default="", repr=False)
+    # Signs the web UI's cookies when neither a secret key nor a token is configured: made
+    # once per server, before gunicorn forks, so every worker of it shares it.
+    fallback_session_key: bytes = field(
+        default_factory=lambda: secrets.token_bytes(32), repr=False, compare=False
+    )
 
     @property
     def rate_limit_burst(self) -> int:
@@ -71,6 +79,7 @@ class ApiConfig:
             log_dir=Path(log_dir) if log_dir else None,
             page_limit=positive_int(values, "TICKWORK_API_PAGE_LIMIT"),
             max_follow_streams=positive_int(values, "TICKWORK_API_MAX_FOLLOWS"),
+            secret_key=values["TICKWORK_SECRET_KEY"].strip(),
         )
 
 

@@ -9,12 +9,12 @@ into problems here too. A request never gets a traceback.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from apiflask import APIFlask
 from apiflask.exceptions import HTTPError
-from flask import Response, json
+from flask import Response, current_app, json
 from pydantic import ValidationError as PydanticValidationError
 from sqlalchemy.exc import DataError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -33,6 +33,9 @@ from shared.errors import (
 logger = logging.getLogger(__name__)
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
+ERROR_PAGE_KEY = "tickwork.error_page"
+"""``app.extensions`` entry: a function rendering a problem as an HTML page for the requests
+that get pages (the web UI's), None for the others, which get the problem document."""
 PROBLEM_BASE = "https://tickwork.dev/problems/"
 
 # status -> (type slug, title)
@@ -205,30 +208,41 @@ def from_werkzeug(error: HTTPException) -> ApiProblem:
     return ApiProblem(status, detail, headers=headers)
 
 
+ErrorPage = Callable[[ApiProblem], Response | None]
+
+
+def _answer(problem: ApiProblem) -> Response:
+    """The error page of ``problem`` where one is registered for this request, else its
+    problem document."""
+    render: ErrorPage | None = current_app.extensions.get(ERROR_PAGE_KEY)
+    page = render(problem) if render is not None else None
+    return page if page is not None else problem_response(problem)
+
+
 def register_error_handlers(app: APIFlask) -> None:
-    """Route every error class to its problem document."""
+    """Route every error class to its problem document (or the UI's error page)."""
 
     @app.errorhandler(ApiProblem)
     def _problem(error: ApiProblem) -> Response:
-        return problem_response(error)
+        return _answer(error)
 
     @app.errorhandler(TickworkError)
     def _domain(error: TickworkError) -> Response:
-        return problem_response(from_tickwork_error(error))
+        return _answer(from_tickwork_error(error))
 
     @app.errorhandler(HTTPError)
     def _apiflask(error: HTTPError) -> Response:
-        return problem_response(from_http_error(error))
+        return _answer(from_http_error(error))
 
     @app.errorhandler(HTTPException)
     def _werkzeug(error: HTTPException) -> Response:
-        return problem_response(from_werkzeug(error))
+        return _answer(from_werkzeug(error))
 
     @app.errorhandler(OperationalError)
     def _store_down(error: OperationalError) -> Response:
         logger.warning("database unavailable: %s", " ".join(str(error.orig).split())[:300])
         problem = ApiProblem(503, "the database cannot be reached", headers={"Retry-After": "5"})
-        return problem_response(problem)
+        return _answer(problem)
 
     @app.errorhandler(PoolTimeout)
     def _pool_busy(error: PoolTimeout) -> Response:
@@ -236,17 +250,17 @@ def register_error_handlers(app: APIFlask) -> None:
         # once on one worker. Busy, not broken: the client may retry.
         logger.warning("no database connection came free: %s", str(error).split(".")[0])
         detail = "the server is busy: no database connection came free in time"
-        return problem_response(ApiProblem(503, detail, headers={"Retry-After": "1"}))
+        return _answer(ApiProblem(503, detail, headers={"Retry-After": "1"}))
 
     @app.errorhandler(DataError)
     def _out_of_range(error: DataError) -> Response:
         # A value the database refuses (out of range, bad encoding): the request's fault.
         logger.info("value refused by the database: %s", " ".join(str(error.orig).split())[:300])
-        return problem_response(ApiProblem(422, "a value is out of the range the store holds"))
+        return _answer(ApiProblem(422, "a value is out of the range the store holds"))
 
     @app.errorhandler(Exception)
     def _unexpected(error: Exception) -> Response:
         if isinstance(error, HTTPException):  # pragma: no cover - handled above
-            return problem_response(from_werkzeug(error))
+            return _answer(from_werkzeug(error))
         logger.exception("unexpected error answering a request")
-        return problem_response(ApiProblem(500, "internal error; see the server's log"))
+        return _answer(ApiProblem(500, "internal error; see the server's log"))

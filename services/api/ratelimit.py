@@ -56,6 +56,13 @@ class RateLimiter:
                 return None
             return (1 - bucket.tokens) / self.rate
 
+    def release(self, client: str) -> None:
+        """Give back a token taken by :meth:`acquire` for a request that does not count."""
+        with self._lock:
+            bucket = self._buckets.get(client)
+            if bucket is not None:
+                bucket.tokens = min(self.burst, bucket.tokens + 1)
+
 
 def retry_after_header(seconds: float) -> str:
     """``Retry-After`` in whole seconds, at least 1."""

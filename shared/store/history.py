@@ -264,13 +264,20 @@ def list_attempts(
     project: str | None = None,
     workflow: str | None = None,
     state: AttemptState | None = None,
+    time_from: datetime | None = None,
+    time_to: datetime | None = None,
     after: int | None = None,
     limit: int = 100,
 ) -> Page[AttemptView]:
-    """Attempts newest first (by id), filtered by project, workflow and state."""
+    """Attempts newest first (by id), filtered by project, workflow, state and the session
+    time (``time_from`` inclusive, ``time_to`` exclusive)."""
     query = _attempt_query()
     for condition in _project_filters(project, workflow):
         query = query.where(condition)
+    if time_from is not None:
+        query = query.where(sessions.c.session_time >= time_from)
+    if time_to is not None:
+        query = query.where(sessions.c.session_time < time_to)
     if state is not None:
         query = query.where(attempts.c.state == state.value)
     page = fetch_keyset_page(conn, query, attempts.c.id, after=after, limit=limit)

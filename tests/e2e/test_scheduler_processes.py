@@ -178,4 +178,7 @@ class TestDowntime:
         assert_one_attempt_each(found[EVERY_MINUTE])
         # and nothing was recorded as missed (catch-up `all` within the 24-hour window)
         missed = tickwork("schedules", "missed", PROJECT, "every_second", database_url=postgres_url)
-        assert (missed.exit_code, missed.stdout) == (0, ""), missed.explain()
+        assert (missed.exit_code, missed.stdout) == (
+            0,
+            f"{PROJECT}/every_second: no missed session times\n",
+        ), missed.explain()

@@ -317,9 +317,16 @@ def follow(attempt_id: int, query: FollowQuery) -> Response:
         if _EVENT_ID.fullmatch(last_event) is None:
             raise InvalidParameter("Last-Event-ID", "expected a stream offset")
         offset = int(last_event)
+    return follow_response(attempt_id, offset, query.max_seconds)
+
+
+def follow_response(attempt_id: int, offset: int, max_seconds: float) -> Response:
+    """The event stream following an attempt's logs from stream ``offset`` for at most
+    ``max_seconds``: what /api/logs/{id}/follow and the attempt page send. It takes one
+    of this worker's follow slots (503 when none is left) until it ends."""
     root = _log_root()
     release = _take_follow_slot()
-    stream = _follow(current_engine(), root, attempt_id, offset, query.max_seconds)
+    stream = _follow(current_engine(), root, attempt_id, offset, max_seconds)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     response = Response(stream, 200, mimetype="text/event-stream", headers=headers)
     response.call_on_close(release)  # when the stream ends or its client goes

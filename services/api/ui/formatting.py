@@ -48,8 +48,9 @@ def when(value: datetime | str | None, zone: str | None = None) -> Markup:
     utc = moment.astimezone(UTC).replace(microsecond=0)
     utc_text = utc.isoformat().replace("+00:00", "Z")
     shown_text = utc_text if shown.utcoffset() == timedelta(0) else shown.isoformat()
-    return Markup('<time datetime="{0}" title="{0}">{1}</time>').format(
-        utc_text, shown_text.replace("T", " ")
+    # ISO times hold no markup; plain formatting keeps a 2,000-row page fast.
+    return Markup(
+        f'<time datetime="{utc_text}" title="{utc_text}">{shown_text.replace("T", " ")}</time>'
     )
 
 
@@ -69,7 +70,7 @@ def state_badge(state: str | None) -> Markup:
     """A state as a coloured badge (its class says its kind: ok, bad, live, wait, ...)."""
     name = str(state or "-")
     kind = STATE_CLASSES.get(name, "muted")
-    return Markup('<span class="state state-{}">{}</span>').format(kind, escape(name))
+    return Markup(f'<span class="state state-{kind}">{escape(name)}</span>')
 
 
 def query_with(**changes: object) -> str:

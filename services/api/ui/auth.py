@@ -1,0 +1,363 @@
+"""Signing in to the web UI, and what guards its pages.
+
+A person signs in at ``/ui/login`` with one of the REST API's tokens (``read`` or
+``admin``, services/api/config.py). The answer is Flask's session cookie: signed,
+HttpOnly, SameSite=Strict, Secure when the request came over https, valid 12 hours after
+the last page. It holds a keyed digest of the token, never the token, and that digest is
+matched against the configured tokens on every request: a token removed from the
+configuration ends its sessions at their next page. Failed sign-ins are limited per
+client address (10 at once, then one every 6 seconds).
+
+The cookie's signing key (``app.secret_key``) is derived with HKDF-SHA256 and a purpose
+label, never used raw: from ``TICKWORK_SECRET_KEY`` when it is set, else from every
+configured token together (so a read token's holder cannot forge a cookie), else, with
+neither (a loopback standalone without tokens), it is random for the life of the server.
+
+Every ``/ui`` page but the login page and the static files needs a session; every other
+method than GET and HEAD needs the session's CSRF token (the form field ``csrf_token``, or
+the header ``X-CSRF-Token`` from a script) and an admin token (a read token gets 403).
+A request carrying ``Authorization: Bearer TOKEN`` is that token's holder without a
+cookie or a CSRF token: a browser never adds that header to a request on its own, so a
+forged cross-site request cannot carry it. With authentication off, pages are open and
+everyone may act (the page says so); their forms still carry the CSRF token.
+
+Every UI answer carries a Content-Security-Policy without inline scripts or styles,
+``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: same-origin``; errors on UI
+paths are HTML pages (``templates/ui/error.html``), not problem documents.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+from apiflask import APIFlask
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from flask import (
+    Blueprint,
+    Flask,
+    Response,
+    current_app,
+    flash,
+    g,
+    redirect,
+    render_template,
+    request,
+    session,
+)
+from flask.sessions import SecureCookieSessionInterface
+from werkzeug.wrappers import Response as WerkzeugResponse
+
+from services.api.auth import READ_METHODS, match_token
+from services.api.config import ApiConfig, Role
+from services.api.errors import ERROR_PAGE_KEY, PROBLEM_TYPES, ApiProblem
+from services.api.ratelimit import RateLimiter, retry_after_header
+from services.api.ui import UI_PREFIX, is_ui_path
+
+HOME = UI_PREFIX + "/"
+LOGIN_PATH = UI_PREFIX + "/login"
+LOGOUT_PATH = UI_PREFIX + "/logout"
+STATIC_PREFIX = UI_PREFIX + "/static/"
+SESSION_COOKIE = "tickwork_session"
+SESSION_LIFETIME = timedelta(hours=12)
+CSRF_FIELD = "csrf_token"
+CSRF_HEADER = "X-CSRF-Token"
+SIGN_IN_KEY = "tickwork.ui_sign_in"
+FAILED_SIGN_INS_BURST = 10
+FAILED_SIGN_INS_PER_SECOND = 1 / 6
+AUTH_OFF_NOTICE = "Sign-in is off: this server takes no tokens (loopback standalone)"
+CONTENT_SECURITY_POLICY = "; ".join(
+    (
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self' data:",
+        "connect-src 'self'",
+        "frame-ancestors 'none'",
+        "base-uri 'self'",
+        "form-action 'self'",
+    )
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+
+blueprint = Blueprint("ui_auth", __name__, url_prefix=UI_PREFIX)
+
+
+@dataclass(frozen=True)
+class SignIn:
+    """What signing in needs: the settings, the key of token digests, each configured
+    token's digest with its role, and the count of failed sign-ins per client."""
+
+    config: ApiConfig
+    digest_key: bytes
+    digests: tuple[tuple[str, Role], ...]
+    failures: RateLimiter
+
+    @classmethod
+    def of(cls, config: ApiConfig, session_key: bytes) -> SignIn:
+        """The sign-in of ``config``, its digests keyed from ``session_key``."""
+        digest_key = derive_key(session_key, b"tickwork web UI token digests")
+        digests = tuple((token_digest(digest_key, t.token), t.role) for t in config.tokens)
+        failures = RateLimiter(FAILED_SIGN_INS_PER_SECOND, FAILED_SIGN_INS_BURST)
+        return cls(config, digest_key, digests, failures)
+
+    def role_of(self, digest: str) -> Role | None:
+        """The role of the configured token whose digest is ``digest``, compared against
+        every one in constant time; None when no configured token has it."""
+        found: Role | None = None
+        for candidate, role in self.digests:
+            if hmac.compare_digest(candidate.encode(), digest.encode()) and found is None:
+                found = role
+        return found
+
+
+class UiSessionInterface(SecureCookieSessionInterface):
+    """Flask's signed cookie session, marked Secure when the request came over https."""
+
+    def get_cookie_secure(self, app: Flask) -> bool:
+        return request.is_secure
+
+
+def derive_key(material: bytes, purpose: bytes) -> bytes:
+    """A 32-byte key for ``purpose`` derived from ``material`` (HKDF-SHA256)."""
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=purpose).derive(material)
+
+
+def token_digest(digest_key: bytes, token: str) -> str:
+    """What a session holds instead of ``token``: its HMAC-SHA256 under ``digest_key``."""
+    return hmac.new(
+        digest_key, token.encode("utf-8", "surrogateescape"), hashlib.sha256
+    ).hexdigest()
+
+
+def session_key(config: ApiConfig) -> bytes:
+    """The key signing the UI's cookies: from TICKWORK_SECRET_KEY, else from every token,
+    else the server's random key."""
+    if config.secret_key:
+        return derive_key(config.secret_key.encode(), b"tickwork web UI sessions")
+    if config.tokens:
+        every = "\n".join(sorted(f"{t.role}:{t.token}" for t in config.tokens))
+        return derive_key(every.encode(), b"tickwork web UI sessions from tokens")
+    return config.fallback_session_key
+
+
+def configure(app: APIFlask, config: ApiConfig) -> None:
+    """Set the session cookie, the page guard, the security headers and the error pages."""
+    key = session_key(config)
+    app.secret_key = key
+    app.session_interface = UiSessionInterface()
+    app.config.update(
+        SESSION_COOKIE_NAME=SESSION_COOKIE,
+        SESSION_COOKIE_PATH=UI_PREFIX,  # pages only: the REST API never sees it
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Strict",
+        PERMANENT_SESSION_LIFETIME=SESSION_LIFETIME,
+    )
+    app.extensions[SIGN_IN_KEY] = SignIn.of(config, key)
+    app.extensions[ERROR_PAGE_KEY] = error_page
+    app.before_request(_guard)
+    app.after_request(_secure_headers)
+    app.context_processor(_template_context)
+    # A global, not a context value: macros imported without context (ui.csrf()) see it.
+    app.jinja_env.globals["csrf_token"] = csrf_token
+
+
+def _sign_in() -> SignIn:
+    sign_in: SignIn = current_app.extensions[SIGN_IN_KEY]
+    return sign_in
+
+
+def _guarded(path: str) -> bool:
+    """Whether ``path`` is a page that needs a session (all of /ui but login and static)."""
+    in_ui = path == UI_PREFIX or path.startswith(UI_PREFIX + "/")
+    return in_ui and path != LOGIN_PATH and not path.startswith(STATIC_PREFIX)
+
+
+def _guard() -> WerkzeugResponse | None:
+    """Before a page: who is asking; a redirect to sign in; 400 without the CSRF token,
+    403 for a read token (but to sign out), on anything but GET and HEAD."""
+    if not _guarded(request.path):
+        return None
+    sign_in = _sign_in()
+    if not sign_in.config.auth_enabled:
+        g.ui_signed_in, g.ui_role, by_bearer = True, None, False
+    else:
+        g.ui_role, by_bearer = _who_is_asking(sign_in)
+        g.ui_signed_in = g.ui_role is not None
+        if not g.ui_signed_in:
+            return _to_sign_in()
+    if request.method in READ_METHODS:
+        return None
+    if not by_bearer:
+        _check_csrf()
+    if sign_in.config.auth_enabled and g.ui_role != "admin" and request.path != LOGOUT_PATH:
+        raise ApiProblem(403, "a read token may look but not act; sign in with an admin token")
+    return None
+
+
+def _who_is_asking(sign_in: SignIn) -> tuple[Role | None, bool]:
+    """The role of the request's bearer token or session, and whether it came as a bearer
+    token; a bearer token that is not valid is a 401."""
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and given.strip():
+        token = match_token(given.strip(), sign_in.config.tokens)
+        if token is None:
+            raise ApiProblem(
+                401,
+                "the bearer token is not valid",
+                headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
+            )
+        return token.role, True
+    digest = session.get("token")
+    if not isinstance(digest, str):
+        return None, False
+    role = sign_in.role_of(digest)
+    if role is None:
+        session.clear()
+        flash("Your token is no longer accepted: sign in again.", "error")
+    return role, False
+
+
+def _to_sign_in() -> WerkzeugResponse:
+    """A redirect to the login page, coming back here (for a GET) afterwards."""
+    if request.method in READ_METHODS:
+        query = request.query_string.decode("latin-1")
+        back = request.path + ("?" + query if query else "")
+    else:  # a form sent after its session ended: back to the page that held it
+        back = local_target(
+            urlsplit(request.referrer or "")._replace(scheme="", netloc="").geturl()
+        )
+    if back == HOME:
+        return redirect(LOGIN_PATH, code=303)
+    return redirect(LOGIN_PATH + "?" + urlencode({"next": back}), code=303)
+
+
+def _check_csrf() -> None:
+    expected = session.get("csrf")
+    given = request.headers.get(CSRF_HEADER) or request.form.get(CSRF_FIELD, "")
+    if not isinstance(expected, str) or not hmac.compare_digest(expected.encode(), given.encode()):
+        raise ApiProblem(
+            400, "the form's CSRF token is missing or out of date: reload the page and try again"
+        )
+
+
+def csrf_token() -> str:
+    """The session's CSRF token, made when it has none yet."""
+    token = session.get("csrf")
+    if not isinstance(token, str):
+        token = secrets.token_urlsafe(32)
+        session["csrf"] = token
+    return token
+
+
+def local_target(value: str | None) -> str:
+    """``value`` if it is a path of the UI on this server, else the overview: a ``next=``
+    never leads to another site."""
+    if not value or any(ord(ch) < 0x20 or ch == "\\" for ch in value):
+        return HOME
+    parts = urlsplit(value)
+    in_ui = parts.path == UI_PREFIX or parts.path.startswith(UI_PREFIX + "/")
+    climbs = ".." in parts.path.split("/")
+    if parts.scheme or parts.netloc or not in_ui or climbs or parts.path == LOGIN_PATH:
+        return HOME
+    return value
+
+
+def _template_context() -> dict[str, Any]:
+    config = _sign_in().config
+    role = g.get("ui_role")
+    return {
+        "auth_enabled": config.auth_enabled,
+        "role": role,
+        "signed_in": bool(g.get("ui_signed_in")),
+        "can_act": not config.auth_enabled or role == "admin",
+        "auth_off_notice": AUTH_OFF_NOTICE,
+    }
+
+
+def _secure_headers(response: Response) -> Response:
+    if is_ui_path(request.path):
+        for name, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
+    return response
+
+
+def error_page(problem: ApiProblem) -> Response | None:
+    """``problem`` as an HTML page for a UI path; None elsewhere (a problem document)."""
+    if not is_ui_path(request.path):
+        return None
+    _, title = PROBLEM_TYPES.get(problem.status, ("error", "Error"))
+    message = "There is no page at this address." if problem.status == 404 else problem.detail
+    html = render_template("ui/error.html", status=problem.status, title=title, message=message)
+    response = Response(html, problem.status, mimetype="text/html")
+    for name, value in problem.headers.items():
+        response.headers[name] = value
+    return response
+
+
+@blueprint.get("/login")
+def login() -> WerkzeugResponse | str:
+    """The sign-in form; straight on to ``next`` when already signed in or sign-in is off."""
+    target = local_target(request.args.get("next"))
+    sign_in = _sign_in()
+    digest = session.get("token")
+    signed_in = isinstance(digest, str) and sign_in.role_of(digest) is not None
+    if not sign_in.config.auth_enabled or signed_in:
+        return redirect(target, code=303)
+    return render_template("ui/login.html", target=target, error=None)
+
+
+@blueprint.post("/login")
+def login_submit() -> WerkzeugResponse | tuple[str, int, dict[str, str]]:
+    """Check the token; on a match start a session and go on to ``next``."""
+    target = local_target(request.form.get("next"))
+    sign_in = _sign_in()
+    if not sign_in.config.auth_enabled:
+        return redirect(target, code=303)
+    _check_origin()
+    client: str = g.client  # the address here (services/api/auth.py)
+    wait = sign_in.failures.acquire(client)
+    if wait is not None:
+        raise ApiProblem(
+            429,
+            "too many failed sign-ins from this address; wait and try again",
+            headers={"Retry-After": retry_after_header(wait)},
+        )
+    token = match_token(request.form.get("token", "").strip(), sign_in.config.tokens)
+    if token is None:
+        html = render_template("ui/login.html", target=target, error="That token is not valid.")
+        return html, 401, {"WWW-Authenticate": 'Bearer realm="tickwork"'}
+    sign_in.failures.release(client)
+    session.clear()
+    session.permanent = True
+    session["token"] = token_digest(sign_in.digest_key, token.token)
+    session["csrf"] = secrets.token_urlsafe(32)
+    return redirect(target, code=303)
+
+
+def _check_origin() -> None:
+    """Refuse a sign-in posted from another site (which would sign a victim in as the
+    attacker): a browser names the page's origin, or the kind of site, on every POST."""
+    origin = request.headers.get("Origin")
+    fetch_site = request.headers.get("Sec-Fetch-Site")
+    foreign_origin = origin is not None and urlsplit(origin).netloc != request.host
+    foreign_site = fetch_site not in (None, "same-origin", "none")
+    if foreign_origin or foreign_site:
+        raise ApiProblem(403, "a sign-in must come from this server's own login page")
+
+
+@blueprint.post("/logout")
+def logout() -> WerkzeugResponse:
+    """End the session (the guard has checked its CSRF token) and show the login page."""
+    session.clear()
+    return redirect(LOGIN_PATH, code=303)

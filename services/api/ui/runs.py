@@ -1,0 +1,159 @@
+"""The sessions and attempts lists: newest first, filtered by project, workflow, state and
+session time, a keyset page at a time (a deep page costs what the first does).
+
+The filters live in the query string, so a filtered list is a link to paste; a filter
+that cannot be used is said on the page (400), never a server error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from flask import Blueprint, render_template, request
+
+from services.api import times
+from services.api.database import read_connection
+from services.api.errors import ApiProblem
+from services.api.paging import decode_cursor, next_cursor
+from shared.domain.states import AttemptState
+from shared.store import history
+
+blueprint = Blueprint("ui_runs", __name__, url_prefix="/ui")
+
+PAGE_SIZE = 50
+"""Rows of a list page."""
+NAME_LIMIT = 255
+"""Longest project or workflow name a filter takes (as the REST API's)."""
+
+
+@dataclass(frozen=True)
+class RunFilters:
+    """What a list is filtered by, read from the query string."""
+
+    project: str | None
+    workflow: str | None
+    state: AttemptState | None
+    time_from: datetime | None
+    time_to: datetime | None
+    after: int | None
+
+
+class BadFilter(ValueError):
+    """A filter of the query string that cannot be used; its message says why."""
+
+
+def _name(parameter: str) -> str | None:
+    value = request.args.get(parameter, "").strip()
+    if len(value) > NAME_LIMIT:
+        raise BadFilter(f"{parameter}: at most {NAME_LIMIT} characters")
+    return value or None
+
+
+def _state() -> AttemptState | None:
+    value = request.args.get("state", "").strip()
+    if not value:
+        return None
+    try:
+        return AttemptState(value)
+    except ValueError:
+        known = ", ".join(state.value for state in AttemptState)
+        raise BadFilter(f"state: {value[:40]!r} is not one of {known}") from None
+
+
+def _time(parameter: str) -> datetime | None:
+    value = request.args.get(parameter, "").strip()
+    if not value:
+        return None
+    try:
+        return times.parse_time(value, parameter=parameter)
+    except ApiProblem as problem:
+        raise BadFilter(problem.detail) from None
+
+
+def _after() -> int | None:
+    cursor = request.args.get("cursor", "").strip()
+    if not cursor:
+        return None
+    try:
+        return decode_cursor(cursor)
+    except ApiProblem as problem:
+        raise BadFilter(problem.detail) from None
+
+
+def read_filters() -> RunFilters:
+    """The list's filters from the query string; BadFilter for one that cannot be used."""
+    filters = RunFilters(
+        project=_name("project"),
+        workflow=_name("workflow"),
+        state=_state(),
+        time_from=_time("from"),
+        time_to=_time("to"),
+        after=_after(),
+    )
+    if filters.time_from and filters.time_to and filters.time_to <= filters.time_from:
+        raise BadFilter("to: must be later than from")
+    return filters
+
+
+Loader = Callable[[RunFilters], tuple[Sequence[Any], int | None]]
+"""Reads one page of a list: its rows and the id to continue after (None: last page)."""
+
+
+def _render(template: str, load: Loader) -> tuple[str, int]:
+    """The list page ``template``: the page of rows ``load`` reads for the query's
+    filters, or, with no rows, the reason the filters cannot be used (400)."""
+    states = [state.value for state in AttemptState]
+    try:
+        filters = read_filters()
+    except BadFilter as problem:
+        html = render_template(template, items=[], cursor=None, states=states, problem=problem)
+        return html, 400
+    items, after = load(filters)
+    cursor = next_cursor(after)
+    html = render_template(template, items=items, cursor=cursor, states=states, problem=None)
+    return html, 200
+
+
+def _sessions(filters: RunFilters) -> tuple[list[history.SessionView], int | None]:
+    with read_connection() as conn:
+        page = history.list_sessions(
+            conn,
+            project=filters.project,
+            workflow=filters.workflow,
+            state=filters.state,
+            time_from=filters.time_from,
+            time_to=filters.time_to,
+            after=filters.after,
+            limit=PAGE_SIZE,
+        )
+    return page.items, page.next_after
+
+
+def _attempts(filters: RunFilters) -> tuple[list[history.AttemptView], int | None]:
+    with read_connection() as conn:
+        page = history.list_attempts(
+            conn,
+            project=filters.project,
+            workflow=filters.workflow,
+            state=filters.state,
+            time_from=filters.time_from,
+            time_to=filters.time_to,
+            after=filters.after,
+            limit=PAGE_SIZE,
+        )
+    return page.items, page.next_after
+
+
+@blueprint.get("/sessions")
+def sessions_page() -> tuple[str, int]:
+    """Sessions, newest first, each with its last attempt."""
+    return _render("ui/runs_sessions.html", _sessions)
+
+
+@blueprint.get("/attempts")
+def attempts_page() -> tuple[str, int]:
+    """Attempts, newest first."""
+    return _render("ui/runs_attempts.html", _attempts)
