@@ -115,11 +115,11 @@ def test_start_a_workflow_with_params_from_the_form(page: Any, server: Standalon
 def test_retry_from_a_task(page: Any, server: StandaloneProcess) -> None:
     failed = start(server, "fails")
     assert wait_for_attempt(server, failed)["state"] == "error"
-    page.goto(server.endpoint + f"/ui/attempts/{failed}/retry")
-    page.get_by_label("From a task").check()
-    expect(page.get_by_label("Task to retry from")).to_have_value("+fails+boom")
-    page.get_by_role("button", name="Retry").click()
+    page.goto(server.endpoint + f"/ui/attempts/{failed}")
+    expect(page.get_by_label("Retry from")).to_have_value("+fails+boom")
+    page.get_by_role("button", name="Retry from task").click()
     page.wait_for_url(ATTEMPT_URL)
+    expect(page.get_by_role("status")).to_contain_text(f"Retrying attempt {failed} (+fails+boom)")
     retried = server.get(f"/api/attempts/{attempt_id_of(page)}")
     assert retried["resume_from_attempt_id"] == failed
     assert retried["resume_only"] == ["+fails+ok"]
@@ -128,13 +128,13 @@ def test_retry_from_a_task(page: Any, server: StandaloneProcess) -> None:
 def test_kill_a_sleeping_attempt_after_confirming(page: Any, server: StandaloneProcess) -> None:
     attempt_id = start(server, "slow")
     wait_for_state(server, attempt_id, "running")
-    page.goto(server.endpoint + f"/ui/attempts/{attempt_id}/retry")  # offers a kill meanwhile
+    page.goto(server.endpoint + f"/ui/attempts/{attempt_id}")
     page.once("dialog", lambda dialog: dialog.dismiss())
     page.get_by_role("button", name="Kill").click()
     assert server.get(f"/api/attempts/{attempt_id}")["state"] == "running"
     page.once("dialog", lambda dialog: dialog.accept())
     page.get_by_role("button", name="Kill").click()
-    page.wait_for_url(ATTEMPT_URL)
+    expect(page.get_by_role("status")).to_contain_text(f"Killing attempt {attempt_id}")
     assert wait_for_attempt(server, attempt_id)["state"] == "killed"
 
 
@@ -147,7 +147,7 @@ def test_without_script_the_server_asks_before_a_kill(
     context.set_default_timeout(TIMEOUT_MS)
     try:
         page = context.new_page()
-        page.goto(server.endpoint + f"/ui/attempts/{attempt_id}/retry")
+        page.goto(server.endpoint + f"/ui/attempts/{attempt_id}")
         page.get_by_role("button", name="Kill").click()
         expect(page.get_by_role("heading", name=f"Kill attempt {attempt_id}?")).to_be_visible()
         assert server.get(f"/api/attempts/{attempt_id}")["state"] == "running"

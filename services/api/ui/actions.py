@@ -9,15 +9,13 @@ without script, the server answers an unconfirmed form with a page that asks.
 
 from __future__ import annotations
 
-import secrets
 from datetime import datetime
 from typing import Any
 
 import click
-from flask import Blueprint, Flask, flash, redirect, render_template, request
+from flask import Blueprint, flash, redirect, render_template, request
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from services.api.config import ApiConfig
 from services.api.database import read_connection, write_transaction
 from services.api.routes.attempts import RetryBody, StartBody, retry_from_body, start_from_body
 from services.api.ui.forms import FormInvalid, api_errors, model_of
@@ -37,13 +35,6 @@ PARAM_ROWS = 5
 MAX_PARAM_ROWS = 200
 RETRY_MODES = ("failed", "all", "from")
 CONFIRMED = "yes"
-
-
-def configure(app: Flask, config: ApiConfig) -> None:
-    """Give the application a key for its signed session cookie, where flash messages say
-    what an action did, unless the sign-in module (configured first) has set one."""
-    if not app.secret_key:
-        app.secret_key = secrets.token_bytes(32)
 
 
 @blueprint.get("/projects/<name>/workflows/<workflow>/start")
