@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo
 from apiflask import APIBlueprint
 from flask import Response
 from pydantic import BaseModel, Field, field_validator
+from sqlalchemy import Connection
 
 from services.api.database import read_connection, write_transaction
 from services.api.errors import InvalidBody
@@ -24,7 +25,13 @@ from shared.errors import Conflict, InvalidInput
 from shared.store import history
 from shared.store import sla as sla_store
 from shared.store.history import AttemptView, Page
-from shared.store.starts import RetryMode, kill_attempt, retry_attempt, start_attempt
+from shared.store.starts import (
+    RetryMode,
+    StartResult,
+    kill_attempt,
+    retry_attempt,
+    start_attempt,
+)
 
 blueprint = APIBlueprint("attempts", __name__, tag="Attempts")
 
@@ -245,23 +252,30 @@ def list_attempts(query: AttemptsQuery) -> Response:
 )
 def start(body: StartBody) -> dict[str, Any]:
     """Start a session of a workflow of a project's latest revision by hand."""
-    session_time = None if body.session_time is None else parse_time(body.session_time)
-    with _member_errors(), write_transaction() as conn:
-        result = start_attempt(
-            conn,
-            project=body.project,
-            workflow=body.workflow,
-            session_time=session_time,
-            params=body.params,
-            idempotency_key=body.idempotency_key,
-            now=utc_now(),
-        )
+    with write_transaction() as conn:
+        result = start_from_body(conn, body, utc_now())
     if not result.created:
         raise Conflict(
             f"session {result.session_id} already has attempt {result.attempt_id}",
             attempt_id=str(result.attempt_id),
         )
     return _attempt_json(result.attempt_id)
+
+
+def start_from_body(conn: Connection, body: StartBody, now: datetime) -> StartResult:
+    """Start what ``body`` asks (``created`` is False when the session had an attempt);
+    InvalidBody naming a member the store cannot use."""
+    session_time = None if body.session_time is None else parse_time(body.session_time)
+    with _member_errors():
+        return start_attempt(
+            conn,
+            project=body.project,
+            workflow=body.workflow,
+            session_time=session_time,
+            params=body.params,
+            idempotency_key=body.idempotency_key,
+            now=now,
+        )
 
 
 @blueprint.get("/api/attempts/<id:attempt_id>")
@@ -299,20 +313,27 @@ def kill(attempt_id: int) -> dict[str, Any]:
 )
 def retry(attempt_id: int, body: RetryBody) -> dict[str, Any]:
     """A new attempt of the same session: everything, what did not succeed, or from a task."""
+    with write_transaction() as conn:
+        new_id = retry_from_body(conn, attempt_id, body, utc_now())
+    return _attempt_json(new_id)
+
+
+def retry_from_body(conn: Connection, attempt_id: int, body: RetryBody, now: datetime) -> int:
+    """Retry an attempt as ``body`` asks: the new attempt's id. InvalidBody naming a member
+    that cannot be used (``/from``: no such task, or given without mode ``from``)."""
     if body.mode == "from" and body.from_task is None:
         raise InvalidBody("/from", "required when mode is 'from'")
     if body.mode != "from" and body.from_task is not None:
         raise InvalidBody("/from", "only with mode 'from'")
-    with _member_errors(), write_transaction() as conn:
-        new_id = retry_attempt(
+    with _member_errors():
+        return retry_attempt(
             conn,
             attempt_id,
             mode=RetryMode(body.mode),
             from_task=body.from_task,
             params=body.params,
-            now=utc_now(),
+            now=now,
         )
-    return _attempt_json(new_id)
 
 
 @blueprint.get("/api/attempts/<id:attempt_id>/tasks")

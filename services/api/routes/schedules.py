@@ -221,17 +221,8 @@ def resume_schedule(schedule_id: int, body: ResumeIn) -> dict[str, Any]:
 @blueprint.output(Skipped)
 def skip_schedule(schedule_id: int, body: SkipIn) -> dict[str, Any]:
     """Skip upcoming session times; they are recorded as missed (a backfill can run them)."""
-    if (body.to is None) == (body.count is None):
-        raise InvalidBody("", "give either 'to' or 'count'")
     with write_transaction() as conn:
-        row = schedule_store.get_schedule(conn, schedule_id)
-        to = None if body.to is None else parse_time(body.to, row.timezone, pointer="/to")
-        try:
-            skipped = schedule_store.skip_schedule(
-                conn, schedule_id, utc_now(), to=to, count=body.count
-            )
-        except Conflict as exc:  # more session times before 'to' than one skip passes
-            raise InvalidBody("/to", str(exc)) from None
+        row, skipped = skip_session_times(conn, schedule_id, body, utc_now())
         detail = schedule_item(schedule_store.get_schedule(conn, schedule_id))
     return {
         "skipped": len(skipped),
@@ -239,6 +230,25 @@ def skip_schedule(schedule_id: int, body: SkipIn) -> dict[str, Any]:
         "last_session_time": format_time(skipped[-1], row.timezone) if skipped else None,
         "schedule": detail,
     }
+
+
+def skip_session_times(
+    conn: Connection, schedule_id: int, body: SkipIn, now: datetime
+) -> tuple[ScheduleRow, list[datetime]]:
+    """Skip what ``body`` asks: the schedule as it was, and the session times skipped.
+
+    Raises InvalidBody naming the member that cannot be used (``/to``, or none when both
+    or neither of ``to`` and ``count`` are given).
+    """
+    if (body.to is None) == (body.count is None):
+        raise InvalidBody("", "give either 'to' or 'count'")
+    row = schedule_store.get_schedule(conn, schedule_id)
+    to = None if body.to is None else parse_time(body.to, row.timezone, pointer="/to")
+    try:
+        skipped = schedule_store.skip_schedule(conn, schedule_id, now, to=to, count=body.count)
+    except Conflict as exc:  # more session times before 'to' than one skip passes
+        raise InvalidBody("/to", str(exc)) from None
+    return row, skipped
 
 
 @blueprint.post("/<id:schedule_id>/backfill")
@@ -250,15 +260,8 @@ def backfill_schedule(schedule_id: int, body: BackfillIn) -> tuple[dict[str, Any
 
     They run one after another, oldest first, unless ``parallel``.
     """
-    if (body.to is None) == (body.count is None):
-        raise InvalidBody("", "give either 'to' or 'count' with 'from'")
-    now = utc_now()
     with write_transaction() as conn:
-        row = schedule_store.get_schedule(conn, schedule_id)
-        first, last, times = _backfill_range(row, body, now)
-        plan = emission_store.backfill(
-            conn, row, first, last, now, parallel=body.parallel, dry_run=body.dry_run, times=times
-        )
+        row, plan = plan_backfill(conn, schedule_id, body, utc_now())
     zone = row.timezone
     answer = {
         "backfill_id": None if plan.backfill_id is None else str(plan.backfill_id),
@@ -268,6 +271,24 @@ def backfill_schedule(schedule_id: int, body: BackfillIn) -> tuple[dict[str, Any
         "existing": [format_time(t, zone) for t in plan.existing],
     }
     return answer, 201 if plan.backfill_id is not None else 200
+
+
+def plan_backfill(
+    conn: Connection, schedule_id: int, body: BackfillIn, now: datetime
+) -> tuple[ScheduleRow, emission_store.BackfillPlan]:
+    """Run (or with ``dry_run`` only plan) the backfill ``body`` asks of a schedule: the
+    schedule, and the sessions created (or that would be) and those that existed.
+
+    Raises InvalidBody naming the member that cannot be used.
+    """
+    if (body.to is None) == (body.count is None):
+        raise InvalidBody("", "give either 'to' or 'count' with 'from'")
+    row = schedule_store.get_schedule(conn, schedule_id)
+    first, last, times = _backfill_range(row, body, now)
+    plan = emission_store.backfill(
+        conn, row, first, last, now, parallel=body.parallel, dry_run=body.dry_run, times=times
+    )
+    return row, plan
 
 
 def _backfill_range(

@@ -1,0 +1,235 @@
+"""What a person does to runs from the UI: start a workflow, retry an attempt, kill one.
+
+Each runs the REST API's own function (services/api/routes/attempts.py) with its
+validation, then says what happened in a flash message on the page it leads to. Actions
+that cannot be undone (kill, retry everything) are confirmed first: in the browser by the
+form's ``data-confirm``, after which static/actions.js marks the form ``confirmed``;
+without script, the server answers an unconfirmed form with a page that asks.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import click
+from flask import Blueprint, flash, redirect, render_template, request
+from werkzeug.wrappers import Response as WerkzeugResponse
+
+from services.api.database import read_connection, write_transaction
+from services.api.routes.attempts import RetryBody, StartBody, retry_from_body, start_from_body
+from services.api.ui.forms import FormInvalid, api_errors, model_of
+from services.cli.params import build_params, session_time_of
+from shared.clock import utc_now
+from shared.domain.schedule import resolve_timezone, written_timezone
+from shared.domain.states import KILLABLE_ATTEMPT_STATES
+from shared.errors import Conflict
+from shared.store import catalog, history
+from shared.store.history import AttemptView
+from shared.store.starts import kill_attempt
+
+blueprint = Blueprint("ui_actions", __name__, url_prefix="/ui")
+
+PARAM_ROWS = 5
+"""Empty key/value rows the start form offers (a script may add more)."""
+MAX_PARAM_ROWS = 200
+RETRY_MODES = ("failed", "all", "from")
+CONFIRMED = "yes"
+
+
+@blueprint.get("/projects/<name>/workflows/<workflow>/start")
+def start_form(name: str, workflow: str) -> str:
+    """The form that starts a session of the workflow by hand."""
+    return _start_page(name, workflow, {"session_time": "now"}, [], {})
+
+
+@blueprint.post("/projects/<name>/workflows/<workflow>/start")
+def start(name: str, workflow: str) -> WerkzeugResponse | tuple[str, int]:
+    """Start the session the form names; on to its attempt, or back to the form."""
+    raw_time = request.form.get("session_time", "").strip()
+    rows = _param_rows()
+    try:
+        target = _workflow_target(name, workflow)
+        session_time = _session_time(raw_time, target)
+        values: dict[str, Any] = {"project": name, "workflow": workflow, "params": _params(rows)}
+        if session_time is not None:
+            values["session_time"] = session_time.isoformat()
+        body = model_of(StartBody, values)
+        with api_errors(), write_transaction() as conn:
+            result = start_from_body(conn, body, utc_now())
+    except FormInvalid as invalid:
+        return _start_page(name, workflow, {"session_time": raw_time}, rows, invalid.errors), 400
+    if not result.created:
+        conflict = {"attempt_id": result.attempt_id, "session_id": result.session_id}
+        page = _start_page(name, workflow, {"session_time": raw_time}, rows, {}, conflict)
+        return page, 409
+    flash(f"Started attempt {result.attempt_id} of {name}/{workflow}.", "success")
+    return _to_attempt(result.attempt_id)
+
+
+@blueprint.get("/attempts/<int:attempt_id>/retry")
+def retry_form(attempt_id: int) -> str:
+    """The retry form: everything, what did not succeed, or from a chosen task."""
+    mode = request.args.get("mode", "failed")
+    return _retry_page(attempt_id, mode if mode in RETRY_MODES else "failed")
+
+
+@blueprint.post("/attempts/<int:attempt_id>/retry")
+def retry(attempt_id: int) -> WerkzeugResponse | str:
+    """A new attempt of the same session, as the form asks; on to the new attempt."""
+    mode = request.form.get("mode", "")
+    if mode == "all" and request.form.get("confirmed") != CONFIRMED:
+        return _retry_page(attempt_id, "all")
+    values: dict[str, Any] = {"mode": mode}
+    if mode == "from":
+        values["from"] = request.form.get("from", "")
+    try:
+        body = model_of(RetryBody, values)
+        with api_errors(), write_transaction() as conn:
+            new_id = retry_from_body(conn, attempt_id, body, utc_now())
+    except FormInvalid as invalid:
+        flash(f"Not retried: {_first_error(invalid)}", "error")
+        return _to_attempt(attempt_id)
+    except Conflict as conflict:
+        flash(f"Not retried: {conflict}", "error")
+        return _to_attempt(attempt_id)
+    what = {"all": "every task", "failed": "what did not succeed", "from": body.from_task}
+    flash(f"Retrying attempt {attempt_id} ({what[mode]}) as attempt {new_id}.", "success")
+    return _to_attempt(new_id)
+
+
+@blueprint.get("/attempts/<int:attempt_id>/kill")
+def kill_form(attempt_id: int) -> str:
+    """The page that asks before an attempt is killed."""
+    return _kill_page(attempt_id)
+
+
+@blueprint.post("/attempts/<int:attempt_id>/kill")
+def kill(attempt_id: int) -> WerkzeugResponse | str:
+    """Kill the attempt once confirmed: it moves to ``canceling`` and ends ``killed``."""
+    if request.form.get("confirmed") != CONFIRMED:
+        return _kill_page(attempt_id)
+    try:
+        with write_transaction() as conn:
+            kill_attempt(conn, attempt_id, utc_now())
+    except Conflict as conflict:
+        flash(f"Not killed: {conflict}", "error")
+    else:
+        flash(f"Killing attempt {attempt_id}: its running tasks are being stopped.", "success")
+    return _to_attempt(attempt_id)
+
+
+def _start_page(
+    name: str,
+    workflow: str,
+    values: dict[str, str],
+    rows: list[tuple[str, str]],
+    errors: dict[str, str],
+    conflict: dict[str, int] | None = None,
+) -> str:
+    """The start form with what was entered, the errors and a conflict it met."""
+    target = _workflow_target(name, workflow)
+    shown_rows = rows + [("", "")] * max(PARAM_ROWS - len(rows), 1)
+    return render_template(
+        "ui/actions_start.html",
+        project=name,
+        workflow=workflow,
+        timezone=written_timezone(target["timezone"]),
+        zone=target["timezone"],
+        last=target["last"],
+        schedule=target["schedule"],
+        values=values,
+        rows=shown_rows,
+        errors=errors,
+        conflict=conflict,
+    )
+
+
+def _workflow_target(name: str, workflow: str) -> dict[str, Any]:
+    """The workflow of the project's latest revision: its zone, schedule and last session."""
+    with read_connection() as conn:
+        project = catalog.get_project(conn, name)
+        revision = catalog.find_revision(conn, int(project.id), None)
+        row = catalog.find_workflow(conn, revision.id, workflow)
+        last = catalog.last_sessions(conn, [(row.project_id, row.name)])
+    config = dict(row.config or {})
+    return {
+        "timezone": resolve_timezone(str(config.get("timezone", "UTC"))),
+        "schedule": config.get("schedule"),
+        "last": last.get((row.project_id, row.name)),
+    }
+
+
+def _session_time(raw: str, target: dict[str, Any]) -> datetime | None:
+    """The session time the field names, as ``tickwork start --session`` reads it (empty:
+    the API's default)."""
+    if not raw:
+        return None
+    last = target["last"]
+    try:
+        return session_time_of(
+            raw, utc_now(), target["timezone"], None if last is None else last.session_time
+        )
+    except click.BadParameter as error:
+        raise FormInvalid({"session_time": error.message}) from None
+
+
+def _param_rows() -> list[tuple[str, str]]:
+    """The key/value rows the form sent that hold something, in order."""
+    keys = request.form.getlist("param_key")[:MAX_PARAM_ROWS]
+    values = request.form.getlist("param_value")[:MAX_PARAM_ROWS]
+    rows = [(key.strip(), value) for key, value in zip(keys, values, strict=False)]
+    return [(key, value) for key, value in rows if key or value]
+
+
+def _params(rows: list[tuple[str, str]]) -> dict[str, Any]:
+    """Session params from the rows; a dotted key nests, as ``--param a.b=v`` does."""
+    for key, value in rows:
+        if not key:
+            raise FormInvalid({"params": f"the value {value[:40]!r} has no key"})
+        if "=" in key:
+            raise FormInvalid({"params": f"a key has no '=': {key[:40]!r}"})
+    try:
+        return build_params(tuple(f"{key}={value}" for key, value in rows))
+    except click.BadParameter as error:
+        raise FormInvalid({"params": error.message}) from None
+
+
+def _retry_page(attempt_id: int, mode: str) -> str:
+    """The retry form of an attempt, ``mode`` chosen."""
+    with read_connection() as conn:
+        attempt = history.get_attempt_view(conn, attempt_id)
+        nodes = history.list_task_tree(conn, attempt_id)
+    tasks = [{"full_name": n.task.full_name, "state": n.task.state.value} for n in nodes]
+    return render_template(
+        "ui/actions_retry.html", attempt=_attempt_summary(attempt), tasks=tasks, mode=mode
+    )
+
+
+def _kill_page(attempt_id: int) -> str:
+    with read_connection() as conn:
+        attempt = history.get_attempt_view(conn, attempt_id)
+    return render_template("ui/actions_kill.html", attempt=_attempt_summary(attempt))
+
+
+def _attempt_summary(attempt: AttemptView) -> dict[str, Any]:
+    """What the action pages show of an attempt."""
+    return {
+        "id": attempt.id,
+        "project": attempt.project_name,
+        "workflow": attempt.workflow_name,
+        "session_time": attempt.session_time,
+        "timezone": attempt.timezone,
+        "state": attempt.state.value,
+        "done": attempt.state.is_done,
+        "killable": attempt.state in KILLABLE_ATTEMPT_STATES,
+    }
+
+
+def _first_error(invalid: FormInvalid) -> str:
+    field, message = next(iter(invalid.errors.items()))
+    return f"{field}: {message}" if field else message
+
+
+def _to_attempt(attempt_id: int) -> WerkzeugResponse:
+    return redirect(f"/ui/attempts/{attempt_id}", code=303)

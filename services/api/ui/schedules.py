@@ -1,0 +1,258 @@
+"""The schedules' pages: every schedule, one schedule with its next and missed times, and
+its controls (pause, resume, skip, backfill with a preview of the sessions it creates).
+
+The controls run the REST API's own functions (services/api/routes/schedules.py) with its
+validation; a value it refuses is shown beside the field it names, and nothing changes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from flask import Blueprint, flash, redirect, render_template, request, url_for
+from werkzeug.wrappers import Response as WerkzeugResponse
+
+from services.api.database import read_connection, write_transaction
+from services.api.paging import decode_cursor, encode_cursor
+from services.api.routes.schedules import (
+    RECENT_MISSED,
+    BackfillIn,
+    SkipIn,
+    plan_backfill,
+    skip_session_times,
+)
+from services.api.ui.forms import FormInvalid, api_errors, filled, model_of, whole_number
+from shared.clock import utc_now
+from shared.domain.schedule import written_timezone
+from shared.domain.schedule_policies import MissedReason
+from shared.store import catalog
+from shared.store import schedules as schedule_store
+from shared.store.paging import fetch_keyset_page
+from shared.store.schedules import ScheduleRow
+from shared.store.tables import projects, schedules
+
+blueprint = Blueprint("ui_schedules", __name__, url_prefix="/ui")
+
+PAGE_SIZE = 50
+PROJECT_CHOICES = 500
+NEXT_TIMES = 5
+SKIP_FIELDS = ("to", "count")
+BACKFILL_FIELDS = ("from", "to", "count")
+
+MISSED_REASONS = {
+    MissedReason.CATCHUP: "dropped by the catch-up policy (the scheduler was down or behind)",
+    MissedReason.OVERLAP: "skipped by the overlap policy (the session before was still running)",
+    MissedReason.SKIPPED: "skipped by hand",
+    MissedReason.EDITED: "the schedule was changed while they were due",
+}
+
+
+@blueprint.get("/schedules")
+def schedule_list() -> str:
+    """Every active schedule, newest first, a page at a time (``project``: only its)."""
+    project = request.args.get("project") or None
+    cursor = request.args.get("cursor")
+    query = schedule_store.select_schedules().where(schedules.c.disabled_at.is_(None))
+    if project is not None:
+        query = query.where(projects.c.name == project)
+    with read_connection() as conn:
+        page = fetch_keyset_page(
+            conn,
+            query,
+            schedules.c.id,
+            after=decode_cursor(cursor) if cursor else None,
+            limit=PAGE_SIZE,
+        )
+        rows = [ScheduleRow(**row._mapping) for row in page.rows]
+        last = catalog.last_sessions(conn, [(r.project_id, r.workflow_name) for r in rows])
+        names = conn.execute(
+            catalog.select_projects().order_by(projects.c.name).limit(PROJECT_CHOICES)
+        ).all()
+    items = [_summary(row, last.get((row.project_id, row.workflow_name))) for row in rows]
+    return render_template(
+        "ui/schedules.html",
+        items=items,
+        project=project,
+        project_names=[str(row.name) for row in names],
+        cursor=None if page.next_after is None else encode_cursor(page.next_after),
+    )
+
+
+@blueprint.get("/schedules/<int:schedule_id>")
+def schedule_page(schedule_id: int) -> str:
+    """One schedule: its times, state, missed times and controls."""
+    return _detail_page(schedule_id)
+
+
+@blueprint.post("/schedules/<int:schedule_id>/pause")
+def pause(schedule_id: int) -> WerkzeugResponse:
+    """Pause the schedule: the session times due from now on do not run."""
+    with write_transaction() as conn:
+        row = schedule_store.get_schedule(conn, schedule_id)
+        changed = schedule_store.pause_schedule(conn, schedule_id, utc_now())
+    name = _name(row)
+    flash(f"Paused {name}." if changed else f"{name} was already paused.", "success")
+    return _back_to(schedule_id)
+
+
+@blueprint.post("/schedules/<int:schedule_id>/resume")
+def resume(schedule_id: int) -> WerkzeugResponse:
+    """Resume the schedule; with ``replay`` the times due while it was paused run too."""
+    replay = request.form.get("replay") == "yes"
+    with write_transaction() as conn:
+        row = schedule_store.get_schedule(conn, schedule_id)
+        changed = schedule_store.resume_schedule(conn, schedule_id, utc_now(), replay=replay)
+    name = _name(row)
+    if not changed:
+        flash(f"{name} was not paused.", "success")
+    elif replay:
+        flash(f"Resumed {name}; the times due while it was paused run now.", "success")
+    else:
+        flash(f"Resumed {name}; the times due while it was paused were skipped.", "success")
+    return _back_to(schedule_id)
+
+
+@blueprint.post("/schedules/<int:schedule_id>/skip")
+def skip(schedule_id: int) -> WerkzeugResponse | tuple[str, int]:
+    """Skip the upcoming session times before a time, or the next ``count`` of them."""
+    values = filled(request.form, SKIP_FIELDS)
+    try:
+        body = model_of(SkipIn, _numbers(values))
+        with api_errors(), write_transaction() as conn:
+            row, skipped = skip_session_times(conn, schedule_id, body, utc_now())
+    except FormInvalid as invalid:
+        return _detail_page(schedule_id, form="skip", values=values, errors=invalid.errors), 400
+    if skipped:
+        zone = row.timezone
+        flash(
+            f"Skipped {len(skipped)} session time{'s' if len(skipped) != 1 else ''} of "
+            f"{_name(row)}: {_shown(skipped[0], zone)} to {_shown(skipped[-1], zone)}.",
+            "success",
+        )
+    else:
+        flash(f"Nothing to skip: {_name(row)} has no session time before then.", "success")
+    return _back_to(schedule_id)
+
+
+@blueprint.get("/schedules/<int:schedule_id>/backfill")
+def backfill_preview(schedule_id: int) -> str | tuple[str, int]:
+    """The sessions a backfill would create (a dry run), with a button that runs it."""
+    values = filled(request.args, BACKFILL_FIELDS)
+    parallel = request.args.get("parallel") == "yes"
+    try:
+        body = model_of(BackfillIn, {**_numbers(values), "parallel": parallel, "dry_run": True})
+        with api_errors(), read_connection() as conn:
+            row, plan = plan_backfill(conn, schedule_id, body, utc_now())
+    except FormInvalid as invalid:
+        return _detail_page(schedule_id, form="backfill", values=values, errors=invalid.errors), 400
+    return render_template(
+        "ui/schedules_backfill.html",
+        schedule=_summary(row, None),
+        values=values,
+        parallel=parallel,
+        created=plan.created,
+        existing=plan.existing,
+    )
+
+
+@blueprint.post("/schedules/<int:schedule_id>/backfill")
+def backfill(schedule_id: int) -> WerkzeugResponse | tuple[str, int]:
+    """Create the backfill's sessions (those that exist already are kept)."""
+    values = filled(request.form, BACKFILL_FIELDS)
+    parallel = request.form.get("parallel") == "yes"
+    try:
+        body = model_of(BackfillIn, {**_numbers(values), "parallel": parallel})
+        with api_errors(), write_transaction() as conn:
+            row, plan = plan_backfill(conn, schedule_id, body, utc_now())
+    except FormInvalid as invalid:
+        return _detail_page(schedule_id, form="backfill", values=values, errors=invalid.errors), 400
+    flash(
+        f"Backfill of {_name(row)}: created {len(plan.created)}, {len(plan.existing)} existed.",
+        "success",
+    )
+    return _back_to(schedule_id)
+
+
+def _detail_page(
+    schedule_id: int,
+    *,
+    form: str | None = None,
+    values: dict[str, str] | None = None,
+    errors: dict[str, str] | None = None,
+) -> str:
+    """The schedule's page; ``form`` names the form whose ``values`` were refused."""
+    with read_connection() as conn:
+        row = schedule_store.get_schedule(conn, schedule_id)
+        missed = schedule_store.list_missed(conn, schedule_id, RECENT_MISSED)
+        last = catalog.last_sessions(conn, [(row.project_id, row.workflow_name)])
+    return render_template(
+        "ui/schedules_detail.html",
+        schedule=_summary(row, last.get((row.project_id, row.workflow_name))),
+        next_times=_next_times(row),
+        missed=[
+            {
+                "first": item.first_session_time,
+                "last": item.last_session_time,
+                "count": item.count,
+                "reason": item.reason.value,
+                "why": MISSED_REASONS.get(item.reason, item.reason.value),
+                "recorded_at": item.recorded_at,
+            }
+            for item in missed
+        ],
+        form=form,
+        values=values or {},
+        errors=errors or {},
+    )
+
+
+def _summary(row: ScheduleRow, last: catalog.LastSession | None) -> dict[str, Any]:
+    """What the pages show of a schedule."""
+    return {
+        "id": row.id,
+        "project": row.project_name,
+        "workflow": row.workflow_name,
+        "schedule": row.schedule.describe(),
+        "zone": row.timezone,
+        "timezone": written_timezone(row.timezone),
+        "next_session_time": row.next_schedule_time,
+        "next_run_time": row.next_run_time,
+        "checkpoint": row.last_session_time,
+        "paused": row.paused_at is not None,
+        "paused_at": row.paused_at,
+        "failures": row.failures,
+        "last_error": row.last_error,
+        "last": last,
+    }
+
+
+def _next_times(row: ScheduleRow) -> list[dict[str, datetime]]:
+    """The schedule's next session times, each with when it is due to run."""
+    first = row.next_schedule_time
+    if first is None:
+        return []
+    times = [first, *row.schedule.session_times(first, NEXT_TIMES - 1)]
+    return [{"session": t, "run": row.schedule.run_time(t, row.seed)} for t in times]
+
+
+def _numbers(values: dict[str, str]) -> dict[str, object]:
+    """The form's values with ``count`` as a number (when it is one)."""
+    found: dict[str, object] = dict(values)
+    if "count" in values:
+        found["count"] = whole_number(values["count"])
+    return found
+
+
+def _name(row: ScheduleRow) -> str:
+    return f"{row.project_name}/{row.workflow_name}"
+
+
+def _shown(instant: datetime, zone: str) -> str:
+    """A session time in the schedule's zone, to the second, as a message says it."""
+    return instant.astimezone(ZoneInfo(zone)).replace(microsecond=0).isoformat(sep=" ")
+
+
+def _back_to(schedule_id: int) -> WerkzeugResponse:
+    return redirect(url_for("ui_schedules.schedule_page", schedule_id=schedule_id), code=303)
