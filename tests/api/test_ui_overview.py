@@ -51,8 +51,8 @@ def overview(client: FlaskClient) -> str:
     return response.get_data(as_text=True)
 
 
-def test_an_empty_store_says_nothing_runs_failed_or_is_due(anonymous_api: FlaskClient) -> None:
-    html = overview(anonymous_api)
+def test_an_empty_store_says_nothing_runs_failed_or_is_due(read_api: FlaskClient) -> None:
+    html = overview(read_api)
     assert "Nothing is running." in section(html, "running")
     assert "No attempt failed in the last 24 hours." in section(html, "failures")
     assert "No schedule is due." in section(html, "next-runs")
@@ -60,12 +60,12 @@ def test_an_empty_store_says_nothing_runs_failed_or_is_due(anonymous_api: FlaskC
 
 
 def test_a_failure_of_the_last_day_shows_its_failing_task_and_its_error(
-    anonymous_api: FlaskClient, engine: Engine, project: int
+    read_api: FlaskClient, engine: Engine, project: int
 ) -> None:
     [attempt] = attempts_of(engine, add_sessions(engine, project, "steps", 1))
     fail(engine, attempt, "+steps+second", "exit code 3: no such table", utc_now())
 
-    failures = section(overview(anonymous_api), "failures")
+    failures = section(overview(read_api), "failures")
 
     assert f'href="/ui/attempts/{attempt}"' in failures
     assert "<code>+steps+second</code>" in failures
@@ -75,7 +75,7 @@ def test_a_failure_of_the_last_day_shows_its_failing_task_and_its_error(
 
 
 def test_failures_older_than_a_day_or_retried_since_are_left_out(
-    anonymous_api: FlaskClient, engine: Engine, project: int
+    read_api: FlaskClient, engine: Engine, project: int
 ) -> None:
     old, retried = attempts_of(engine, add_sessions(engine, project, "steps", 2))
     fail(engine, old, "+steps+second", "an old failure", utc_now() - timedelta(hours=25))
@@ -94,7 +94,7 @@ def test_failures_older_than_a_day_or_retried_since_are_left_out(
             now=NOW,
         )
 
-    failures = section(overview(anonymous_api), "failures")
+    failures = section(overview(read_api), "failures")
 
     assert "No attempt failed in the last 24 hours." in failures
     assert "an old failure" not in failures
@@ -102,13 +102,13 @@ def test_failures_older_than_a_day_or_retried_since_are_left_out(
 
 
 def test_running_attempts_link_to_their_attempt_page(
-    anonymous_api: FlaskClient, engine: Engine, project: int
+    read_api: FlaskClient, engine: Engine, project: int
 ) -> None:
     running, done = attempts_of(engine, add_sessions(engine, project, "steps", 2))
     with engine.begin() as conn:
         set_state(conn, running, AttemptState.RUNNING)
 
-    html = overview(anonymous_api)
+    html = overview(read_api)
 
     assert f'href="/ui/attempts/{running}"' in section(html, "running")
     assert f'href="/ui/attempts/{done}"' not in section(html, "running")
@@ -116,7 +116,7 @@ def test_running_attempts_link_to_their_attempt_page(
 
 
 def test_next_runs_come_soonest_first_and_a_paused_schedule_is_listed_as_paused(
-    anonymous_api: FlaskClient, engine: Engine, push: Pusher
+    read_api: FlaskClient, engine: Engine, push: Pusher
 ) -> None:
     due = {"late": timedelta(hours=5), "early": timedelta(hours=1), "held": timedelta(hours=2)}
     for name in due:
@@ -131,7 +131,7 @@ def test_next_runs_come_soonest_first_and_a_paused_schedule_is_listed_as_paused(
             )
         pause_schedule(conn, schedule_of(conn, "held"), utc_now())
 
-    html = overview(anonymous_api)
+    html = overview(read_api)
     next_runs, troubled = section(html, "next-runs"), section(html, "troubled")
 
     assert next_runs.index("/ui/projects/early") < next_runs.index("/ui/projects/late")
@@ -141,7 +141,7 @@ def test_next_runs_come_soonest_first_and_a_paused_schedule_is_listed_as_paused(
 
 
 def test_a_schedule_whose_latest_session_failed_is_listed_as_failing(
-    anonymous_api: FlaskClient, engine: Engine, push: Pusher
+    read_api: FlaskClient, engine: Engine, push: Pusher
 ) -> None:
     assert push("nightly").status_code == 201
     with engine.begin() as conn:
@@ -154,7 +154,7 @@ def test_a_schedule_whose_latest_session_failed_is_listed_as_failing(
     [attempt] = attempts_of(engine, [session])
     fail(engine, attempt, "+daily+load", "load failed", utc_now())
 
-    troubled = section(overview(anonymous_api), "troubled")
+    troubled = section(overview(read_api), "troubled")
 
     assert "nightly / daily" in troubled
     assert "failing" in troubled
@@ -162,7 +162,7 @@ def test_a_schedule_whose_latest_session_failed_is_listed_as_failing(
 
 
 def test_missed_times_show_their_reason(
-    anonymous_api: FlaskClient, engine: Engine, push: Pusher
+    read_api: FlaskClient, engine: Engine, push: Pusher
 ) -> None:
     assert push("nightly").status_code == 201
     with engine.begin() as conn:
@@ -172,7 +172,7 @@ def test_missed_times_show_their_reason(
         )
         record_missed(conn, schedule_id, [missed], utc_now())
 
-    missed_html = section(overview(anonymous_api), "missed")
+    missed_html = section(overview(read_api), "missed")
 
     assert f'href="/ui/schedules/{schedule_id}"' in missed_html
     assert "catchup" in missed_html and "dropped by the catch-up policy" in missed_html
@@ -180,13 +180,13 @@ def test_missed_times_show_their_reason(
 
 
 def test_each_section_is_bounded_and_links_to_the_rest(
-    anonymous_api: FlaskClient, engine: Engine, project: int
+    read_api: FlaskClient, engine: Engine, project: int
 ) -> None:
     attempt_ids = attempts_of(engine, add_sessions(engine, project, "steps", 22))
     for attempt in attempt_ids:
         fail(engine, attempt, "+steps+second", f"failure of {attempt}", utc_now())
 
-    failures = section(overview(anonymous_api), "failures")
+    failures = section(overview(read_api), "failures")
 
     assert failures.count('class="failure"') == 20
     assert f"failure of {attempt_ids[-1]}<" in failures  # newest first
@@ -195,12 +195,12 @@ def test_each_section_is_bounded_and_links_to_the_rest(
 
 
 def test_an_error_message_holding_markup_is_shown_as_text(
-    anonymous_api: FlaskClient, engine: Engine, project: int
+    read_api: FlaskClient, engine: Engine, project: int
 ) -> None:
     [attempt] = attempts_of(engine, add_sessions(engine, project, "steps", 1))
     fail(engine, attempt, "+steps+second", "<script>alert(1)</script>", utc_now())
 
-    html = overview(anonymous_api)
+    html = overview(read_api)
 
     assert "<script>alert(1)</script>" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html

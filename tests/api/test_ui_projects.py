@@ -38,14 +38,14 @@ def steps(engine: Engine) -> int:
 
 
 def test_the_project_list_shows_each_project_its_latest_revision_and_workflows(
-    anonymous_api: FlaskClient, push: Pusher
+    read_api: FlaskClient, push: Pusher
 ) -> None:
     two = {"daily.dig": DAILY_WORKFLOW, "hello.dig": "+hello:\n  echo>: hi\n"}
     assert push("sales", revision="v1").status_code == 201
     assert push("sales", two, revision="v2").status_code == 201
     assert push("ops", revision="first").status_code == 201
 
-    rows = re.findall(r"<tr>(.*?)</tr>", page(anonymous_api, "/ui/projects"), re.S)[1:]
+    rows = re.findall(r"<tr>(.*?)</tr>", page(read_api, "/ui/projects"), re.S)[1:]
 
     assert len(rows) == 2
     assert 'href="/ui/projects/ops"' in rows[0]  # newest first
@@ -55,7 +55,7 @@ def test_the_project_list_shows_each_project_its_latest_revision_and_workflows(
 
 
 def test_a_project_shows_its_workflows_schedules_revisions_and_archives(
-    anonymous_api: FlaskClient, push: Pusher
+    read_api: FlaskClient, push: Pusher
 ) -> None:
     assert push("sales", revision="v1").status_code == 201
     assert (
@@ -65,7 +65,7 @@ def test_a_project_shows_its_workflows_schedules_revisions_and_archives(
         == 201
     )
 
-    html = page(anonymous_api, "/ui/projects/sales")
+    html = page(read_api, "/ui/projects/sales")
 
     workflows = section(html, "workflows")
     assert 'href="/ui/projects/sales/workflows/daily"' in workflows
@@ -80,30 +80,30 @@ def test_a_project_shows_its_workflows_schedules_revisions_and_archives(
 
 
 def test_the_archive_download_holds_the_bytes_the_rest_api_answers(
-    api: FlaskClient, anonymous_api: FlaskClient, push: Pusher
+    api: FlaskClient, read_api: FlaskClient, push: Pusher
 ) -> None:
     assert push("sales", revision="v1").status_code == 201
     assert push("sales", {"other.dig": "+o:\n  echo>: o\n"}, revision="v2").status_code == 201
 
     for revision in ("v1", "v2"):
-        downloaded = anonymous_api.get(f"/ui/projects/sales/archive?revision={revision}")
+        downloaded = read_api.get(f"/ui/projects/sales/archive?revision={revision}")
         rest = api.get(f"/api/projects/sales/archive?revision={revision}")
         assert downloaded.status_code == 200
         assert downloaded.mimetype == "application/gzip"
         assert downloaded.data == rest.data
         assert f"sales-{revision}.tar.gz" in downloaded.headers["Content-Disposition"]
-    page(anonymous_api, "/ui/projects/sales/archive?revision=v9", status=404)
+    page(read_api, "/ui/projects/sales/archive?revision=v9", status=404)
 
 
-def test_revisions_are_paged_newest_first(anonymous_api: FlaskClient, push: Pusher) -> None:
+def test_revisions_are_paged_newest_first(read_api: FlaskClient, push: Pusher) -> None:
     for index in range(23):
         files = {"daily.dig": DAILY_WORKFLOW + f"# {index}\n"}
         assert push("sales", files, revision=f"r{index:02d}").status_code == 201
 
-    first = section(page(anonymous_api, "/ui/projects/sales"), "revisions")
+    first = section(page(read_api, "/ui/projects/sales"), "revisions")
     older = re.search(r'rel="next" href="([^"]+)"', first)
     assert older is not None
-    rest = section(page(anonymous_api, older.group(1).replace("&amp;", "&")), "revisions")
+    rest = section(page(read_api, older.group(1).replace("&amp;", "&")), "revisions")
 
     assert first.count("<td>r") == 20 and "<td>r22</td>" in first and "<td>r02</td>" not in first
     assert rest.count("<td>r") == 3 and "<td>r02</td>" in rest and "<td>r00</td>" in rest
@@ -111,7 +111,7 @@ def test_revisions_are_paged_newest_first(anonymous_api: FlaskClient, push: Push
 
 def test_secrets_are_listed_by_name_and_their_values_never_reach_the_page(
     api: FlaskClient,
-    anonymous_api: FlaskClient,
+    read_api: FlaskClient,
     push: Pusher,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -120,7 +120,7 @@ def test_secrets_are_listed_by_name_and_their_values_never_reach_the_page(
     put = api.put("/api/projects/sales/secrets/db.password", json={"value": "hunter2-value"})
     assert put.status_code in (200, 201)
 
-    html = page(anonymous_api, "/ui/projects/sales")
+    html = page(read_api, "/ui/projects/sales")
 
     assert "<code>db.password</code>" in section(html, "secrets")
     assert "hunter2-value" not in html
@@ -128,11 +128,11 @@ def test_secrets_are_listed_by_name_and_their_values_never_reach_the_page(
 
 
 def test_a_workflow_shows_its_source_with_line_numbers_and_its_next_session_times(
-    anonymous_api: FlaskClient, push: Pusher
+    api: FlaskClient, push: Pusher
 ) -> None:
     assert push("sales").status_code == 201
 
-    html = page(anonymous_api, "/ui/projects/sales/workflows/daily")
+    html = page(api, "/ui/projects/sales/workflows/daily")
 
     source = section(html, "definition")
     for number, line in enumerate(DAILY_WORKFLOW.splitlines(), start=1):
@@ -143,11 +143,11 @@ def test_a_workflow_shows_its_source_with_line_numbers_and_its_next_session_time
     assert len(times) == 20  # ten session times (midnight in Tokyo), each run at 07:00
     assert all(time.endswith("00:00:00+09:00") for time in times[0::2])
     assert all(time.endswith("07:00:00+09:00") for time in times[1::2])
-    assert 'href="/ui/projects/sales/workflows/daily/start"' in html
+    assert 'href="/ui/projects/sales/workflows/daily/start"' in html  # an admin may start it
 
 
 def test_the_grid_shows_each_session_by_task_coloured_and_linking_to_its_attempt(
-    anonymous_api: FlaskClient, engine: Engine, steps: int
+    read_api: FlaskClient, engine: Engine, steps: int
 ) -> None:
     good, bad = attempts_of(engine, add_sessions(engine, steps, "steps", 2))
     add_tasks(
@@ -162,7 +162,7 @@ def test_the_grid_shows_each_session_by_task_coloured_and_linking_to_its_attempt
     )
     fail(engine, bad, "+steps+second", "boom", utc_now())
 
-    grid = section(page(anonymous_api, "/ui/projects/etl/workflows/steps"), "grid")
+    grid = section(page(read_api, "/ui/projects/etl/workflows/steps"), "grid")
 
     names = re.findall(
         r'<th scope="row" class="task-name depth-(\d)[^"]*"><code>([^<]+)</code>', grid
@@ -203,11 +203,11 @@ def counted_statements(engine: Engine) -> Iterator[list[str]]:
 
 
 def test_the_grid_pages_older_sessions_with_as_many_queries_for_many_sessions_as_for_few(
-    anonymous_api: FlaskClient, engine: Engine, steps: int
+    read_api: FlaskClient, engine: Engine, steps: int
 ) -> None:
     attempt_ids = attempts_of(engine, add_sessions(engine, steps, "steps", 1))
     with counted_statements(engine) as few:
-        page(anonymous_api, "/ui/projects/etl/workflows/steps")
+        page(read_api, "/ui/projects/etl/workflows/steps")
     attempt_ids += attempts_of(
         engine, add_sessions(engine, steps, "steps", 29, first_time=utc_now())
     )
@@ -215,10 +215,10 @@ def test_the_grid_pages_older_sessions_with_as_many_queries_for_many_sessions_as
         add_tasks(engine, attempt, [("+steps", None, "success", None)])
 
     with counted_statements(engine) as many:
-        newest = section(page(anonymous_api, "/ui/projects/etl/workflows/steps"), "grid")
+        newest = section(page(read_api, "/ui/projects/etl/workflows/steps"), "grid")
     older = re.search(r'rel="next" href="([^"]+)"', newest)
     assert older is not None
-    oldest = section(page(anonymous_api, older.group(1).replace("&amp;", "&")), "grid")
+    oldest = section(page(read_api, older.group(1).replace("&amp;", "&")), "grid")
 
     assert len(many) == len(few)
     assert newest.count('<th scope="col" class="col">') == 25
@@ -237,23 +237,33 @@ def test_the_grid_pages_older_sessions_with_as_many_queries_for_many_sessions_as
     ],
 )
 def test_a_project_or_workflow_that_does_not_exist_is_a_404_page(
-    anonymous_api: FlaskClient, push: Pusher, path: str
+    read_api: FlaskClient, push: Pusher, path: str
 ) -> None:
     assert push("sales").status_code == 201
-    assert "Not found" in page(anonymous_api, path, status=404)
+    assert "Not found" in page(read_api, path, status=404)
 
 
 def test_markup_in_a_name_or_a_parameter_is_shown_as_text(
-    anonymous_api: FlaskClient, push: Pusher
+    read_api: FlaskClient, push: Pusher
 ) -> None:
     assert push("sales").status_code == 201
     script = "<script>alert(1)</script>"
     tag = "<img src=x onerror=alert(1)>"  # a path segment holds no slash
 
-    missing = page(anonymous_api, f"/ui/projects/{tag}", status=404)
-    bad_cursor = page(anonymous_api, f"/ui/projects/sales?cursor={script}", status=422)
-    other = page(anonymous_api, f"/ui/projects/sales/workflows/daily?revision={script}", status=404)
+    missing = page(read_api, f"/ui/projects/{tag}", status=404)
+    bad_cursor = page(read_api, f"/ui/projects/sales?cursor={script}", status=422)
+    other = page(read_api, f"/ui/projects/sales/workflows/daily?revision={script}", status=404)
 
     assert tag not in missing and "&lt;img src=x onerror=alert(1)&gt;" in missing
     for html in (bad_cursor, other):
         assert script not in html
+
+
+def test_a_read_token_sees_the_workflow_but_no_start_link(
+    read_api: FlaskClient, push: Pusher
+) -> None:
+    assert push("sales").status_code == 201
+
+    html = page(read_api, "/ui/projects/sales/workflows/daily")
+
+    assert "/ui/projects/sales/workflows/daily/start" not in html
