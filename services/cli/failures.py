@@ -16,16 +16,13 @@ import click
 
 from services.cli.output import text
 from shared.errors import TickworkError
+from shared.log_tail import TAIL_BYTES, last_lines
 
 if TYPE_CHECKING:
     from services.cli.api_client import ApiClient
 
 Json = dict[str, Any]
 
-TAIL_LINES = 10
-"""Most log lines shown under a failed task."""
-TAIL_BYTES = 16 * 1024
-"""Bytes read from the end of a log to find its last lines."""
 MAX_FAILURES = 10
 """Most failed tasks reported with their logs; the others are counted."""
 
@@ -106,17 +103,6 @@ def read_log_tail(client: ApiClient, attempt_id: str, task: Json) -> list[str]:
     except TickworkError:
         return []
     return last_lines(page.data[-TAIL_BYTES:], cut=offset > 0 or len(page.data) > TAIL_BYTES)
-
-
-def last_lines(data: bytes, *, cut: bool, count: int = TAIL_LINES) -> list[str]:
-    """The last ``count`` lines of ``data`` without trailing blank lines; with ``cut``,
-    ``data`` starts in the middle of a line, which is left out unless it is the only one."""
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    if cut and len(lines) > 1:
-        lines = lines[1:]
-    while lines and not lines[-1].strip():
-        lines.pop()
-    return [line.rstrip() for line in lines[-count:]]
 
 
 def echo_failure_report(report: FailureReport, attempt_id: str) -> None:

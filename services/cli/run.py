@@ -16,7 +16,7 @@ import click
 
 from services.cli.errors import ExitCode
 from services.cli.errors import fail as _fail
-from services.cli.failures import TAIL_BYTES, failure_lines, last_lines
+from services.cli.failures import failure_lines
 from services.cli.params import build_params, parse_session_time
 from services.cli.schedules import preview_lines
 from shared.clock import utc_now
@@ -26,6 +26,7 @@ from shared.domain.states import AttemptState, TaskState
 from shared.domain.workflow import WorkflowDefinition
 from shared.dsl.parser import parse_workflow_file
 from shared.errors import InvalidInput, TickworkError
+from shared.log_tail import TAIL_BYTES, last_lines
 from shared.logging import configure_logging
 
 if TYPE_CHECKING:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.cli.failures import failed_tasks, failure_lines, last_lines
+from services.cli.failures import failed_tasks, failure_lines
+from shared.log_tail import last_lines
 
 
 def _task(task_id: str, parent_id: str | None, state: str) -> dict[str, Any]:
