@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import ColumnElement, Connection, Select, func, select
+from sqlalchemy import ColumnElement, Connection, Select, case, func, null, select
 from sqlalchemy.orm import aliased
 
 from shared.domain.choices import parse_choice
@@ -90,6 +90,33 @@ class TaskNode:
         if started is None or finished is None:
             return None
         return max(0.0, (finished - started).total_seconds())
+
+
+@dataclass(frozen=True)
+class TaskSummary:
+    """One task of an attempt as a page of it shows it: no config, params or result, and
+    of its error only the message (None when it has none or is not in error)."""
+
+    id: int
+    parent_id: int | None
+    full_name: str
+    name: str
+    """The task's name within its parent, as :attr:`TaskNode.name`."""
+    position: int
+    is_group: bool
+    state: str
+    retry_count: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    error_message: str | None
+    upstream_ids: list[int]
+
+    @property
+    def duration_seconds(self) -> float | None:
+        """From the task's first start to its end, retries included; None until it ends."""
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return max(0.0, (self.finished_at - self.started_at).total_seconds())
 
 
 @dataclass(frozen=True)
@@ -323,6 +350,57 @@ def list_task_tree(conn: Connection, attempt_id: int) -> list[TaskNode]:
     ]
 
 
+ERROR_STATES = ("error", "retry_waiting")
+"""Task states in which a task's stored error is its current one."""
+_SUMMARY_QUERY = select(
+    tasks.c.id,
+    tasks.c.parent_id,
+    tasks.c.full_name,
+    tasks.c.position,
+    tasks.c.is_group,
+    tasks.c.state,
+    tasks.c.retry_count,
+    tasks.c.started_at,
+    tasks.c.finished_at,
+    case(
+        (tasks.c.state.in_(ERROR_STATES), tasks.c.error["message"].as_string()),
+        else_=null(),
+    ),
+)
+
+
+def list_task_summaries(conn: Connection, attempt_id: int) -> list[TaskSummary]:
+    """Every task of an attempt in creation order, each with its upstream task ids and
+    the message of its current error, without the JSON columns a page does not show.
+
+    Raises NotFound for an unknown attempt.
+    """
+    get_attempt_view(conn, attempt_id)
+    query = _SUMMARY_QUERY.where(tasks.c.attempt_id == attempt_id).order_by(tasks.c.id)
+    rows = conn.execute(query).all()
+    if not rows:
+        return []
+    upstreams = _upstream_ids(conn, attempt_id, [row[0] for row in rows])
+    full_names = {row[0]: row[2] for row in rows}
+    return [
+        TaskSummary(
+            id=row[0],
+            parent_id=row[1],
+            full_name=row[2],
+            name=_name_within(row[2], None if row[1] is None else full_names.get(row[1])),
+            position=row[3],
+            is_group=bool(row[4]),
+            state=row[5],
+            retry_count=row[6] or 0,
+            started_at=row[7],
+            finished_at=row[8],
+            error_message=row[9],
+            upstream_ids=upstreams.get(row[0], []),
+        )
+        for row in rows
+    ]
+
+
 def _upstream_ids(conn: Connection, attempt_id: int, task_ids: list[int]) -> dict[int, list[int]]:
     """The ids each task of an attempt waits for. The range of the attempt's own task ids
     bounds the scan of ix_task_dependencies_downstream: without it PostgreSQL reads every
@@ -347,9 +425,14 @@ def _upstream_ids(conn: Connection, attempt_id: int, task_ids: list[int]) -> dic
 def _own_name(task: TaskRow, full_names: dict[int, str]) -> str:
     """A task's full name without its parent's; a root task's full name."""
     parent = None if task.parent_id is None else full_names.get(task.parent_id)
-    if parent and task.full_name.startswith(parent) and task.full_name != parent:
-        return task.full_name[len(parent) :]
-    return task.full_name
+    return _name_within(task.full_name, parent)
+
+
+def _name_within(full_name: str, parent: str | None) -> str:
+    """``full_name`` without its parent's full name ``parent`` (whole if there is none)."""
+    if parent and full_name.startswith(parent) and full_name != parent:
+        return full_name[len(parent) :]
+    return full_name
 
 
 _LOG_QUERY = select(
