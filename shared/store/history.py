@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import ColumnElement, Connection, Select, case, func, null, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    DateTime,
+    Select,
+    case,
+    func,
+    null,
+    select,
+    type_coerce,
+)
 from sqlalchemy.orm import aliased
 
 from shared.domain.choices import parse_choice
@@ -92,7 +102,7 @@ class TaskNode:
         return max(0.0, (finished - started).total_seconds())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TaskSummary:
     """One task of an attempt as a page of it shows it: no config, params or result, and
     of its error only the message (None when it has none or is not in error)."""
@@ -360,8 +370,10 @@ _SUMMARY_QUERY = select(
     tasks.c.is_group,
     tasks.c.state,
     tasks.c.retry_count,
-    tasks.c.started_at,
-    tasks.c.finished_at,
+    # Read as the driver gives them: thousands of rows skip the store's UTC conversion
+    # (PostgreSQL's are aware already; SQLite's naive ones are made UTC below).
+    type_coerce(tasks.c.started_at, DateTime(timezone=True)),
+    type_coerce(tasks.c.finished_at, DateTime(timezone=True)),
     case(
         (tasks.c.state.in_(ERROR_STATES), tasks.c.error["message"].as_string()),
         else_=null(),
@@ -371,11 +383,8 @@ _SUMMARY_QUERY = select(
 
 def list_task_summaries(conn: Connection, attempt_id: int) -> list[TaskSummary]:
     """Every task of an attempt in creation order, each with its upstream task ids and
-    the message of its current error, without the JSON columns a page does not show.
-
-    Raises NotFound for an unknown attempt.
-    """
-    get_attempt_view(conn, attempt_id)
+    the message of its current error, without the JSON columns a page does not show
+    (none for an unknown attempt)."""
     query = _SUMMARY_QUERY.where(tasks.c.attempt_id == attempt_id).order_by(tasks.c.id)
     rows = conn.execute(query).all()
     if not rows:
@@ -392,13 +401,20 @@ def list_task_summaries(conn: Connection, attempt_id: int) -> list[TaskSummary]:
             is_group=bool(row[4]),
             state=row[5],
             retry_count=row[6] or 0,
-            started_at=row[7],
-            finished_at=row[8],
+            started_at=_utc(row[7]),
+            finished_at=_utc(row[8]),
             error_message=row[9],
             upstream_ids=upstreams.get(row[0], []),
         )
         for row in rows
     ]
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    """An aware time as it is; a naive one (SQLite's) as UTC."""
+    if moment is None or moment.tzinfo is not None:
+        return moment
+    return moment.replace(tzinfo=UTC)
 
 
 def _upstream_ids(conn: Connection, attempt_id: int, task_ids: list[int]) -> dict[int, list[int]]:

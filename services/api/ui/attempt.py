@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections import deque
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -142,49 +142,46 @@ def failed_tasks(tasks: list[TaskSummary]) -> list[TaskSummary]:
     return [t for t in tasks if t.state == "error" and t.id not in failed_parents]
 
 
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
 def _span(tasks: list[TaskSummary], now: datetime) -> tuple[datetime, float] | None:
     """When the first task started and how long, in seconds, the timeline spans."""
     started = [t for t in tasks if t.started_at is not None]
     if not started:
         return None
-    first = min(_aware(t.started_at) for t in started if t.started_at is not None)
-    last = max(_aware(t.finished_at or now) for t in started)
+    first = min(t.started_at for t in started if t.started_at is not None)
+    last = max(t.finished_at or now for t in started)
     return first, max(1.0, (last - first).total_seconds())
 
 
 def tree_lines(
-    tasks: list[TaskSummary], now: datetime, shown: set[int] | None = None
+    ordered: list[tuple[int, TaskSummary]], now: datetime, shown: set[int] | None = None
 ) -> list[TaskLine]:
-    """The task tree in order (only the tasks in ``shown``, if given), each task with its
-    timeline bar and how many of its descendants are left out."""
+    """The lines of a task tree given in :func:`tree_order` (only the tasks in ``shown``,
+    if given), each task with its timeline bar and how many of its descendants are left
+    out."""
+    tasks = [task for _, task in ordered]
     span = _span(tasks, now)
     folded = {} if shown is None else _folded_counts(tasks, shown)
     lines = []
-    for depth, task in tree_order(tasks):
+    for depth, task in ordered:
         if shown is not None and task.id not in shown:
             continue
         bar = None
         if span is not None and task.started_at is not None:
             first, seconds = span
-            start = (_aware(task.started_at) - first).total_seconds()
-            end = (_aware(task.finished_at or now) - first).total_seconds()
+            start = (task.started_at - first).total_seconds()
+            end = ((task.finished_at or now) - first).total_seconds()
             left = round(100 * start / seconds, 2)
             bar = (left, round(max(0.3, min(100 * (end - start) / seconds, 100 - left)), 2))
         lines.append(TaskLine(task, depth, bar, folded.get(task.id, 0)))
     return lines
 
 
-def graph_json(tasks: list[TaskSummary]) -> Markup:
+def graph_json(ordered: list[tuple[int, TaskSummary]]) -> Markup:
     """What the page's script draws, as compact JSON safe inside a script element: each
     task in tree order (``group`` only on groups; ``full_name`` only where it is not the
     parent's followed by ``name``) and the upstream edges as ``[upstream, downstream]``."""
-    ordered = [task for _, task in tree_order(tasks)]
     items = []
-    for task in ordered:
+    for _, task in ordered:
         item: dict[str, Any] = {"id": task.id, "name": task.name, "state": task.state}
         if task.parent_id is not None:
             item["parent"] = task.parent_id
@@ -193,7 +190,7 @@ def graph_json(tasks: list[TaskSummary]) -> Markup:
         if task.parent_id is None or task.name == task.full_name:
             item["full_name"] = task.full_name
         items.append(item)
-    edges = [[up, task.id] for task in ordered for up in task.upstream_ids]
+    edges = [[up, task.id] for _, task in ordered for up in task.upstream_ids]
     data = {"tasks": items, "edges": edges}
     return htmlsafe_json_dumps(data, dumps=json.dumps, separators=(",", ":"))
 
@@ -289,12 +286,13 @@ def read_attempt(attempt_id: int, *, whole_tree: bool) -> AttemptContext:
         tasks = history.list_task_summaries(conn, attempt_id)
         files = history.list_log_files(conn, attempt_id)
     folded = not whole_tree and len(tasks) > TREE_BUDGET
-    lines = tree_lines(tasks, utc_now(), shown_in_folded_tree(tasks) if folded else None)
+    ordered = tree_order(tasks)
+    lines = tree_lines(ordered, utc_now(), shown_in_folded_tree(tasks) if folded else None)
     shown, more = failures(tasks, files) if attempt.state.value == "error" else ([], 0)
     with_logs = {f.task_id for f in files}
     logged = [line.task for line in lines if line.task.id in with_logs]
     return AttemptContext(
-        attempt, len(tasks), lines, folded, shown, more, logged, graph_json(tasks)
+        attempt, len(tasks), lines, folded, shown, more, logged, graph_json(ordered)
     )
 
 
