@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from sqlalchemy import (
     ColumnElement,
@@ -102,10 +102,12 @@ class TaskNode:
         return max(0.0, (finished - started).total_seconds())
 
 
-@dataclass(frozen=True, slots=True)
-class TaskSummary:
+class TaskSummary(NamedTuple):
     """One task of an attempt as a page of it shows it: no config, params or result, and
-    of its error only the message (None when it has none or is not in error)."""
+    of its error only the message (None when it has none or is not in error).
+
+    A tuple of plain values, so the garbage collector stops tracking the thousands a
+    large attempt has: a page of them does not set off full collections."""
 
     id: int
     parent_id: int | None
@@ -119,7 +121,7 @@ class TaskSummary:
     started_at: datetime | None
     finished_at: datetime | None
     error_message: str | None
-    upstream_ids: list[int]
+    upstream_ids: tuple[int, ...]
 
     @property
     def duration_seconds(self) -> float | None:
@@ -384,30 +386,60 @@ _SUMMARY_QUERY = select(
 def list_task_summaries(conn: Connection, attempt_id: int) -> list[TaskSummary]:
     """Every task of an attempt in creation order, each with its upstream task ids and
     the message of its current error, without the JSON columns a page does not show
-    (none for an unknown attempt)."""
+    (none for an unknown attempt).
+
+    The rows are turned into summaries as they are read (a parent comes before its
+    children: its id is smaller), so thousands of rows are never held at once."""
+    edges = _attempt_edges(conn, attempt_id)
     query = _SUMMARY_QUERY.where(tasks.c.attempt_id == attempt_id).order_by(tasks.c.id)
-    rows = conn.execute(query).all()
-    if not rows:
-        return []
-    upstreams = _upstream_ids(conn, attempt_id, [row[0] for row in rows])
-    full_names = {row[0]: row[2] for row in rows}
-    return [
-        TaskSummary(
-            id=row[0],
-            parent_id=row[1],
-            full_name=row[2],
-            name=_name_within(row[2], None if row[1] is None else full_names.get(row[1])),
-            position=row[3],
-            is_group=bool(row[4]),
-            state=row[5],
-            retry_count=row[6] or 0,
-            started_at=_utc(row[7]),
-            finished_at=_utc(row[8]),
-            error_message=row[9],
-            upstream_ids=upstreams.get(row[0], []),
+    full_names: dict[int, str] = {}
+    found: list[TaskSummary] = []
+    next_edge = 0
+    for task_id, parent_id, full_name, *values, message in conn.execute(query):
+        while next_edge < len(edges) and edges[next_edge][0] < task_id:
+            next_edge += 1
+        first_edge = next_edge
+        while next_edge < len(edges) and edges[next_edge][0] == task_id:
+            next_edge += 1
+        full_names[task_id] = full_name
+        position, is_group, state, retry_count, started_at, finished_at = values
+        parent_name = None if parent_id is None else full_names.get(parent_id)
+        found.append(
+            TaskSummary(
+                id=task_id,
+                parent_id=parent_id,
+                full_name=full_name,
+                name=_name_within(full_name, parent_name),
+                position=position,
+                is_group=bool(is_group),
+                state=state,
+                retry_count=retry_count or 0,
+                started_at=_utc(started_at),
+                finished_at=_utc(finished_at),
+                error_message=message,
+                upstream_ids=tuple(up for _, up in edges[first_edge:next_edge]),
+            )
         )
-        for row in rows
-    ]
+    return found
+
+
+def _attempt_edges(conn: Connection, attempt_id: int) -> list[tuple[int, int]]:
+    """``(downstream_id, upstream_id)`` of every edge of an attempt's tasks, in that order.
+    The range of the attempt's task ids bounds the scan of ix_task_dependencies_downstream
+    (as in :func:`_upstream_ids`)."""
+    own = tasks.alias("own")
+    first = select(func.min(own.c.id)).where(own.c.attempt_id == attempt_id).scalar_subquery()
+    last = select(func.max(own.c.id)).where(own.c.attempt_id == attempt_id).scalar_subquery()
+    query = (
+        select(task_dependencies.c.downstream_id, task_dependencies.c.upstream_id)
+        .join(tasks, tasks.c.id == task_dependencies.c.downstream_id)
+        .where(
+            tasks.c.attempt_id == attempt_id,
+            task_dependencies.c.downstream_id.between(first, last),
+        )
+        .order_by(task_dependencies.c.downstream_id, task_dependencies.c.upstream_id)
+    )
+    return [(int(down), int(up)) for down, up in conn.execute(query)]
 
 
 def _utc(moment: datetime | None) -> datetime | None:

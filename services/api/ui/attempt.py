@@ -190,7 +190,7 @@ def graph_json(ordered: list[tuple[int, TaskSummary]]) -> Markup:
         if task.parent_id is None or task.name == task.full_name:
             item["full_name"] = task.full_name
         items.append(item)
-    edges = [[up, task.id] for _, task in ordered for up in task.upstream_ids]
+    edges = [(up, task.id) for _, task in ordered for up in task.upstream_ids]
     data = {"tasks": items, "edges": edges}
     return htmlsafe_json_dumps(data, dumps=json.dumps, separators=(",", ":"))
 
