@@ -7,8 +7,11 @@ refreshes the tree while the attempt runs, and loads and follows the logs.
 
 from __future__ import annotations
 
+import gc
 import json
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -304,24 +307,44 @@ def _missing(attempt_id: int) -> tuple[str, int]:
     return render_template("ui/attempt_missing.html", attempt_id=attempt_id), 404
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while an attempt's page is built: the
+    thousands of small objects of a large attempt hold no cycles and are freed as soon as
+    the page is, yet a collection running meanwhile walks them all and moves them to the
+    oldest generation, which sets off full collections of the whole process (tens of
+    milliseconds each). Threads sharing the collector only ever leave it as they found it
+    or enabled."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _render_attempt(attempt_id: int, template: str) -> tuple[str, int]:
+    """``template`` filled with an attempt (the whole tree if ``?tree=all``), or the
+    404 page."""
+    with _collector_paused():
+        try:
+            context = read_attempt(attempt_id, whole_tree=_whole_tree())
+        except NotFound:
+            return _missing(attempt_id)
+        return render_template(template, **context.as_template_context()), 200
+
+
 @blueprint.get("/attempts/<id:attempt_id>")
 def attempt_page(attempt_id: int) -> tuple[str, int]:
     """An attempt: why it failed, its tasks, graph, timeline and logs."""
-    try:
-        context = read_attempt(attempt_id, whole_tree=_whole_tree())
-    except NotFound:
-        return _missing(attempt_id)
-    return render_template("ui/attempt.html", **context.as_template_context()), 200
+    return _render_attempt(attempt_id, "ui/attempt.html")
 
 
 @blueprint.get("/attempts/<id:attempt_id>/live")
 def attempt_live(attempt_id: int) -> tuple[str, int]:
     """The part of the attempt page that changes while it runs (state, failures, tree)."""
-    try:
-        context = read_attempt(attempt_id, whole_tree=_whole_tree())
-    except NotFound:
-        return _missing(attempt_id)
-    return render_template("ui/attempt_live.html", **context.as_template_context()), 200
+    return _render_attempt(attempt_id, "ui/attempt_live.html")
 
 
 def task_log_text(attempt_id: int, files: list[LogFile], root: Path | None) -> str:
