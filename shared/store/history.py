@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Generic, TypeVar
+from datetime import UTC, datetime
+from typing import Any, Generic, NamedTuple, TypeVar
 
-from sqlalchemy import ColumnElement, Connection, Select, func, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    DateTime,
+    Select,
+    case,
+    func,
+    null,
+    select,
+    type_coerce,
+)
 from sqlalchemy.orm import aliased
 
 from shared.domain.choices import parse_choice
@@ -90,6 +100,35 @@ class TaskNode:
         if started is None or finished is None:
             return None
         return max(0.0, (finished - started).total_seconds())
+
+
+class TaskSummary(NamedTuple):
+    """One task of an attempt as a page of it shows it: no config, params or result, and
+    of its error only the message (None when it has none or is not in error).
+
+    A tuple of plain values, so the garbage collector stops tracking the thousands a
+    large attempt has: a page of them does not set off full collections."""
+
+    id: int
+    parent_id: int | None
+    full_name: str
+    name: str
+    """The task's name within its parent, as :attr:`TaskNode.name`."""
+    position: int
+    is_group: bool
+    state: str
+    retry_count: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    error_message: str | None
+    upstream_ids: tuple[int, ...]
+
+    @property
+    def duration_seconds(self) -> float | None:
+        """From the task's first start to its end, retries included; None until it ends."""
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return max(0.0, (self.finished_at - self.started_at).total_seconds())
 
 
 @dataclass(frozen=True)
@@ -323,6 +362,93 @@ def list_task_tree(conn: Connection, attempt_id: int) -> list[TaskNode]:
     ]
 
 
+ERROR_STATES = ("error", "retry_waiting")
+"""Task states in which a task's stored error is its current one."""
+_SUMMARY_QUERY = select(
+    tasks.c.id,
+    tasks.c.parent_id,
+    tasks.c.full_name,
+    tasks.c.position,
+    tasks.c.is_group,
+    tasks.c.state,
+    tasks.c.retry_count,
+    # Read as the driver gives them: thousands of rows skip the store's UTC conversion
+    # (PostgreSQL's are aware already; SQLite's naive ones are made UTC below).
+    type_coerce(tasks.c.started_at, DateTime(timezone=True)),
+    type_coerce(tasks.c.finished_at, DateTime(timezone=True)),
+    case(
+        (tasks.c.state.in_(ERROR_STATES), tasks.c.error["message"].as_string()),
+        else_=null(),
+    ),
+)
+
+
+def list_task_summaries(conn: Connection, attempt_id: int) -> list[TaskSummary]:
+    """Every task of an attempt in creation order, each with its upstream task ids and
+    the message of its current error, without the JSON columns a page does not show
+    (none for an unknown attempt).
+
+    The rows are turned into summaries as they are read (a parent comes before its
+    children: its id is smaller), so thousands of rows are never held at once."""
+    edges = _attempt_edges(conn, attempt_id)
+    query = _SUMMARY_QUERY.where(tasks.c.attempt_id == attempt_id).order_by(tasks.c.id)
+    full_names: dict[int, str] = {}
+    found: list[TaskSummary] = []
+    next_edge = 0
+    for task_id, parent_id, full_name, *values, message in conn.execute(query):
+        while next_edge < len(edges) and edges[next_edge][0] < task_id:
+            next_edge += 1
+        first_edge = next_edge
+        while next_edge < len(edges) and edges[next_edge][0] == task_id:
+            next_edge += 1
+        full_names[task_id] = full_name
+        position, is_group, state, retry_count, started_at, finished_at = values
+        parent_name = None if parent_id is None else full_names.get(parent_id)
+        found.append(
+            TaskSummary(
+                id=task_id,
+                parent_id=parent_id,
+                full_name=full_name,
+                name=_name_within(full_name, parent_name),
+                position=position,
+                is_group=bool(is_group),
+                state=state,
+                retry_count=retry_count or 0,
+                started_at=_utc(started_at),
+                finished_at=_utc(finished_at),
+                error_message=message,
+                upstream_ids=tuple(up for _, up in edges[first_edge:next_edge]),
+            )
+        )
+    return found
+
+
+def _attempt_edges(conn: Connection, attempt_id: int) -> list[tuple[int, int]]:
+    """``(downstream_id, upstream_id)`` of every edge of an attempt's tasks, in that order.
+    The range of the attempt's task ids bounds the scan of ix_task_dependencies_downstream
+    (as in :func:`_upstream_ids`)."""
+    own = tasks.alias("own")
+    first = select(func.min(own.c.id)).where(own.c.attempt_id == attempt_id).scalar_subquery()
+    last = select(func.max(own.c.id)).where(own.c.attempt_id == attempt_id).scalar_subquery()
+    query = (
+        select(task_dependencies.c.downstream_id, task_dependencies.c.upstream_id)
+        .join(tasks, tasks.c.id == task_dependencies.c.downstream_id)
+        .where(
+            tasks.c.attempt_id == attempt_id,
+            task_dependencies.c.downstream_id.between(first, last),
+        )
+        .order_by(task_dependencies.c.downstream_id, task_dependencies.c.upstream_id)
+    )
+    return [(int(down), int(up)) for down, up in conn.execute(query)]
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    """An aware time as it is; a naive one (SQLite's) as UTC."""
+    if moment is None or moment.tzinfo is not None:
+        return moment
+    return moment.replace(tzinfo=UTC)
+
+
 def _upstream_ids(conn: Connection, attempt_id: int, task_ids: list[int]) -> dict[int, list[int]]:
     """The ids each task of an attempt waits for. The range of the attempt's own task ids
     bounds the scan of ix_task_dependencies_downstream: without it PostgreSQL reads every
@@ -347,9 +473,14 @@ def _upstream_ids(conn: Connection, attempt_id: int, task_ids: list[int]) -> dic
 def _own_name(task: TaskRow, full_names: dict[int, str]) -> str:
     """A task's full name without its parent's; a root task's full name."""
     parent = None if task.parent_id is None else full_names.get(task.parent_id)
-    if parent and task.full_name.startswith(parent) and task.full_name != parent:
-        return task.full_name[len(parent) :]
-    return task.full_name
+    return _name_within(task.full_name, parent)
+
+
+def _name_within(full_name: str, parent: str | None) -> str:
+    """``full_name`` without its parent's full name ``parent`` (whole if there is none)."""
+    if parent and full_name.startswith(parent) and full_name != parent:
+        return full_name[len(parent) :]
+    return full_name
 
 
 _LOG_QUERY = select(

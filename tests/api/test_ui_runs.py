@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
-from sqlalchemy import Engine, update
+from sqlalchemy import Engine, select, update
 
 from services.api.config import ApiConfig
 from shared.domain.states import AttemptState
@@ -175,6 +176,40 @@ def failed_attempt(engine: Engine, etl: int, api_config: ApiConfig) -> dict[str,
     return {"group": group, "load": load, "first": first, "odd": odd}
 
 
+@pytest.fixture
+def large_attempt(engine: Engine, etl: int) -> dict[str, int]:
+    """Attempt 1 still running: a group ``+wide`` of 400 tasks, the last one failed and
+    the one before it running, the rest succeeded."""
+    add_sessions(engine, etl, "steps", 1, state=AttemptState.RUNNING)
+    with engine.begin() as conn:
+        group = add_task(conn, "+wide", is_group=True, state="running", started_at=NOW)
+        states = ["success"] * 398 + ["running", "error"]
+        rows = [
+            {
+                "attempt_id": 1,
+                "parent_id": group,
+                "full_name": f"+wide+t{index:03d}",
+                "position": index,
+                "is_group": False,
+                "is_generated": False,
+                "state": state,
+                "config": {},
+                "error": {"message": "disk full"} if state == "error" else None,
+                "created_at": NOW,
+                "updated_at": NOW,
+            }
+            for index, state in enumerate(states)
+        ]
+        conn.execute(tasks.insert(), rows)
+        ids = {name: id_ for name, id_ in conn.execute(select(tasks.c.full_name, tasks.c.id))}
+    return {"group": group, "running": ids["+wide+t398"], "failed": ids["+wide+t399"]}
+
+
+def tree_row_ids(html: str) -> list[int]:
+    """The task ids of the tree's rows, in order."""
+    return [int(found) for found in re.findall(r'<tr id="task-(\d+)"', html)]
+
+
 class TestAttemptPage:
     def test_the_reason_a_failed_attempt_failed_is_on_top(
         self, api: FlaskClient, failed_attempt: dict[str, int]
@@ -210,9 +245,8 @@ class TestAttemptPage:
     ) -> None:
         html = api.get("/ui/attempts/1").get_data(as_text=True)
         assert '<script type="application/json" id="attempt-graph">' in html
-        edge = f'[\\"{failed_attempt["first"]}\\", \\"{failed_attempt["load"]}\\"]'
         block = html[html.index('id="attempt-graph">') :]
-        assert edge.replace("\\", "") in block
+        assert f"[{failed_attempt['first']},{failed_attempt['load']}]" in block
 
     def test_a_task_log_reads_as_text_through_the_ui(
         self, api: FlaskClient, failed_attempt: dict[str, int]
@@ -253,6 +287,49 @@ class TestAttemptPage:
         assert live.strip().startswith('<div id="attempt-live" data-done="true"')
         assert "<html" not in live
         assert f'id="task-{failed_attempt["load"]}"' in live
+
+    def test_a_large_tree_is_folded_but_shows_its_failed_and_running_tasks(
+        self, api: FlaskClient, large_attempt: dict[str, int]
+    ) -> None:
+        for path in ("/ui/attempts/1", "/ui/attempts/1/live"):
+            html = api.get(path).get_data(as_text=True)
+            rows = tree_row_ids(html)
+            assert 100 < len(rows) <= 160
+            assert rows[0] == large_attempt["group"]
+            assert rows[-2:] == [large_attempt["running"], large_attempt["failed"]]
+            assert 'Tasks <span class="muted">(401)</span>' in html
+            assert f'href="?tree=all#task-{large_attempt["group"]}"' in html
+            assert "disk full" in html
+
+    def test_the_whole_tree_of_a_large_attempt_is_shown_on_request(
+        self, api: FlaskClient, large_attempt: dict[str, int]
+    ) -> None:
+        html = api.get("/ui/attempts/1?tree=all").get_data(as_text=True)
+        assert len(tree_row_ids(html)) == 401
+        assert 'data-live-url="/ui/attempts/1/live?tree=all"' in html
+        live = api.get("/ui/attempts/1/live?tree=all").get_data(as_text=True)
+        assert len(tree_row_ids(live)) == 401
+
+    def test_the_graph_data_of_a_large_attempt_holds_every_task(
+        self, api: FlaskClient, large_attempt: dict[str, int]
+    ) -> None:
+        html = api.get("/ui/attempts/1").get_data(as_text=True)
+        block = html[html.index('id="attempt-graph">') + len('id="attempt-graph">') :]
+        data = json.loads(block[: block.index("</script>")])
+        assert len(data["tasks"]) == 401
+        assert data["tasks"][0] == {
+            "id": large_attempt["group"],
+            "name": "+wide",
+            "state": "running",
+            "group": True,
+            "full_name": "+wide",
+        }
+        assert data["tasks"][1] == {
+            "id": large_attempt["group"] + 1,
+            "name": "+t000",
+            "state": "success",
+            "parent": large_attempt["group"],
+        }
 
     def test_an_unknown_attempt_is_a_404_page(self, api: FlaskClient) -> None:
         response = api.get("/ui/attempts/99")

@@ -5,6 +5,7 @@ graph draws every task shown, and a script in a param stays text."""
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 import time
 from collections.abc import Callable
@@ -129,6 +130,19 @@ def test_the_graph_draws_a_box_for_every_task_shown(server: StandaloneProcess, p
     expect(rows).to_have_count(3)
     expect(page.locator("#graph svg g.node")).to_have_count(rows.count())
     expect(page.locator("#graph svg path.edge")).to_have_count(1)  # +prep before +nap
+    expect(page.locator("body")).to_have_attribute("data-graph-drawn", "true")
+
+
+def test_a_task_box_in_the_graph_leads_to_its_row_in_the_tree(
+    server: StandaloneProcess, page: Any
+) -> None:
+    attempt_id = start(server, "nap")
+    wait_for_attempt(server, attempt_id)
+    page.goto(f"{server.endpoint}/ui/attempts/{attempt_id}")
+    row = page.locator("table.tree tbody tr", has_text="+prep")
+    task_id = row.get_attribute("data-task-id")
+    page.locator(f'#task-graph g.node[data-task-id="{task_id}"] a').click()
+    expect(page).to_have_url(re.compile(f"#task-{task_id}$"))
 
 
 def test_a_running_task_log_is_followed_live(server: StandaloneProcess, page: Any) -> None:
@@ -201,6 +215,7 @@ def test_a_graph_of_2000_tasks_draws_within_two_seconds(
     )
     page.wait_for_function("window.__drawn_at !== undefined")
     assert page.evaluate("window.__drawn_at") < 2000
+    expect(page.locator("body")).to_have_attribute("data-graph-drawn", "true")
     shown = page.locator("#graph svg g.node").count()
     assert 1 < shown <= 101  # the first tasks, and a box standing for the rest
     expect(page.locator("#graph svg g.more")).to_have_text("… 1900 more tasks")

@@ -7,12 +7,19 @@ refreshes the tree while the attempt runs, and loads and follows the logs.
 
 from __future__ import annotations
 
+import gc
+import json
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from flask import Blueprint, Response, current_app, render_template, request
+from jinja2.utils import htmlsafe_json_dumps
+from markupsafe import Markup
 
 from services.api.database import read_connection
 from services.api.routes.logs import (
@@ -24,12 +31,10 @@ from services.api.routes.logs import (
 from shared.clock import utc_now
 from shared.errors import NotFound
 from shared.store import history
-from shared.store.history import AttemptView, LogFile, TaskNode
+from shared.store.history import AttemptView, LogFile, TaskSummary
 
 blueprint = Blueprint("ui_attempt", __name__, url_prefix="/ui")
 
-CURRENT_ERROR_STATES = frozenset({"error", "retry_waiting"})
-"""States in which a task's stored error is its current one."""
 MAX_FAILURES = 10
 """Most failed tasks shown on top with their logs."""
 TAIL_LINES = 10
@@ -38,19 +43,26 @@ TAIL_BYTES = 16 * 1024
 """Bytes read from the end of a log to find its last lines."""
 LOG_PAGE_BYTES = 1024 * 1024
 """Most bytes of each run's log the page shows inline (the end of a longer one)."""
+TREE_BUDGET = 150
+"""About how many rows the task tree shows unless every task is asked for (``?tree=all``):
+groups open breadth first while their tasks fit, the rest stay folded."""
+NOTABLE_STATES = frozenset({"error", "retry_waiting", "running"})
+"""States of the tasks a folded tree shows wherever they are (with their parents)."""
+MAX_NOTABLE = 100
+"""Most tasks a folded tree shows for their state beyond :data:`TREE_BUDGET`."""
 TEXT_TYPE = "text/plain; charset=utf-8"
 
 
 @dataclass(frozen=True)
 class TaskLine:
-    """One line of the task tree: the task, its state, depth and current error, and its
-    bar on the timeline (left edge and width, in percent of the attempt's span)."""
+    """One line of the task tree: the task, its depth, its bar on the timeline (left edge
+    and width, in percent of the attempt's span) and how many of its descendants a folded
+    tree leaves out."""
 
-    node: TaskNode
-    state: str
+    task: TaskSummary
     depth: int
-    error: str | None
     bar: tuple[float, float] | None
+    folded: int
 
 
 @dataclass(frozen=True)
@@ -63,95 +75,127 @@ class Failure:
     log_tail: list[str]
 
 
-def tree_order(nodes: list[TaskNode]) -> list[tuple[int, TaskNode]]:
-    """``(depth, node)`` for every task, each right after its parent, siblings in their
+def tree_order(tasks: list[TaskSummary]) -> list[tuple[int, TaskSummary]]:
+    """``(depth, task)`` for every task, each right after its parent, siblings in their
     order; a task whose parent is not listed is shown as a root."""
-    ids = {node.task.id for node in nodes}
-    children: dict[int | None, list[TaskNode]] = {}
-    for node in nodes:
-        parent = node.task.parent_id
-        children.setdefault(parent if parent in ids else None, []).append(node)
-    for siblings in children.values():
-        siblings.sort(key=lambda n: (n.task.position, n.task.id))
-    ordered: list[tuple[int, TaskNode]] = []
-    stack = [(0, node) for node in reversed(children.get(None, []))]
+    children = _children(tasks)
+    ordered: list[tuple[int, TaskSummary]] = []
+    stack = [(0, task) for task in reversed(children.get(None, []))]
     while stack:
-        depth, node = stack.pop()
-        ordered.append((depth, node))
-        stack.extend((depth + 1, child) for child in reversed(children.get(node.task.id, [])))
+        depth, task = stack.pop()
+        ordered.append((depth, task))
+        stack.extend((depth + 1, child) for child in reversed(children.get(task.id, [])))
     return ordered
 
 
-def error_message(node: TaskNode) -> str:
-    """The message of a task's error (``failed`` if it has none)."""
-    error = node.task.error
-    if isinstance(error, dict) and error.get("message"):
-        return str(error["message"])
-    return "failed"
+def _children(tasks: list[TaskSummary]) -> dict[int | None, list[TaskSummary]]:
+    """Each task's children in their order, by parent id (None: the roots)."""
+    ids = {task.id for task in tasks}
+    children: dict[int | None, list[TaskSummary]] = {}
+    for task in tasks:
+        parent = task.parent_id
+        children.setdefault(parent if parent in ids else None, []).append(task)
+    for siblings in children.values():
+        siblings.sort(key=lambda t: (t.position, t.id))
+    return children
 
 
-def failed_tasks(nodes: list[TaskNode]) -> list[TaskNode]:
+def shown_in_folded_tree(tasks: list[TaskSummary]) -> set[int]:
+    """The ids of the tasks a folded tree shows: the roots, then groups opened breadth
+    first while their children fit in :data:`TREE_BUDGET` (a group that does not fit
+    shows its first children up to the budget), and the tasks in a notable state
+    (at most :data:`MAX_NOTABLE`) with their ancestors."""
+    children = _children(tasks)
+    queue = deque(children.get(None, []))
+    shown = {task.id for task in queue}
+    while queue:
+        kids = children.get(queue.popleft().id, [])
+        room = max(0, TREE_BUDGET - len(shown))
+        opened = kids if len(kids) <= room else kids[:room]
+        shown.update(kid.id for kid in opened)
+        queue.extend(opened)
+    by_id = {task.id: task for task in tasks}
+    notable = [t for t in tasks if t.state in NOTABLE_STATES and t.id not in shown]
+    for task in notable[:MAX_NOTABLE]:
+        current: TaskSummary | None = task
+        while current is not None and current.id not in shown:
+            shown.add(current.id)
+            current = None if current.parent_id is None else by_id.get(current.parent_id)
+    return shown
+
+
+def _folded_counts(tasks: list[TaskSummary], shown: set[int]) -> dict[int, int]:
+    """For each shown task, how many of its descendants are not shown."""
+    by_id = {task.id: task for task in tasks}
+    counts: dict[int, int] = {}
+    for task in tasks:
+        if task.id in shown:
+            continue
+        ancestor = by_id.get(task.parent_id) if task.parent_id is not None else None
+        while ancestor is not None and ancestor.id not in shown:
+            ancestor = by_id.get(ancestor.parent_id) if ancestor.parent_id is not None else None
+        if ancestor is not None:
+            counts[ancestor.id] = counts.get(ancestor.id, 0) + 1
+    return counts
+
+
+def failed_tasks(tasks: list[TaskSummary]) -> list[TaskSummary]:
     """The tasks in error that did not fail only because a child did: where to look."""
-    failed_parents = {n.task.parent_id for n in nodes if n.task.state.value == "error"}
-    return [n for n in nodes if n.task.state.value == "error" and n.task.id not in failed_parents]
+    failed_parents = {t.parent_id for t in tasks if t.state == "error"}
+    return [t for t in tasks if t.state == "error" and t.id not in failed_parents]
 
 
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
-def _span(nodes: list[TaskNode], now: datetime) -> tuple[datetime, float] | None:
+def _span(tasks: list[TaskSummary], now: datetime) -> tuple[datetime, float] | None:
     """When the first task started and how long, in seconds, the timeline spans."""
-    starts = [_aware(n.task.started_at) for n in nodes if n.task.started_at]
-    if not starts:
+    started = [t for t in tasks if t.started_at is not None]
+    if not started:
         return None
-    first = min(starts)
-    ends = [_aware(n.task.finished_at or now) for n in nodes if n.task.started_at]
-    return first, max(1.0, (max(ends) - first).total_seconds())
+    first = min(t.started_at for t in started if t.started_at is not None)
+    last = max(t.finished_at or now for t in started)
+    return first, max(1.0, (last - first).total_seconds())
 
 
-def tree_lines(nodes: list[TaskNode], now: datetime) -> list[TaskLine]:
-    """The task tree in order, each task with its current error and timeline bar."""
-    span = _span(nodes, now)
+def tree_lines(
+    ordered: list[tuple[int, TaskSummary]], now: datetime, shown: set[int] | None = None
+) -> list[TaskLine]:
+    """The lines of a task tree given in :func:`tree_order` (only the tasks in ``shown``,
+    if given), each task with its timeline bar and how many of its descendants are left
+    out."""
+    tasks = [task for _, task in ordered]
+    span = _span(tasks, now)
+    folded = {} if shown is None else _folded_counts(tasks, shown)
     lines = []
-    for depth, node in tree_order(nodes):
-        task = node.task
-        error = None
-        if task.state.value in CURRENT_ERROR_STATES and task.error:
-            error = error_message(node)
+    for depth, task in ordered:
+        if shown is not None and task.id not in shown:
+            continue
         bar = None
         if span is not None and task.started_at is not None:
             first, seconds = span
-            start = (_aware(task.started_at) - first).total_seconds()
-            end = (_aware(task.finished_at or now) - first).total_seconds()
+            start = (task.started_at - first).total_seconds()
+            end = ((task.finished_at or now) - first).total_seconds()
             left = round(100 * start / seconds, 2)
             bar = (left, round(max(0.3, min(100 * (end - start) / seconds, 100 - left)), 2))
-        lines.append(TaskLine(node, task.state.value, depth, error, bar))
+        lines.append(TaskLine(task, depth, bar, folded.get(task.id, 0)))
     return lines
 
 
-def graph_data(lines: list[TaskLine]) -> dict[str, Any]:
-    """What the page's script draws: each task (in tree order) and the upstream edges."""
-    return {
-        "tasks": [
-            {
-                "id": str(line.node.task.id),
-                "name": line.node.name,
-                "full_name": line.node.task.full_name,
-                "parent": None
-                if line.node.task.parent_id is None
-                else str(line.node.task.parent_id),
-                "group": line.node.task.is_group,
-                "state": line.state,
-            }
-            for line in lines
-        ],
-        "edges": [
-            [str(upstream), str(line.node.task.id)]
-            for line in lines
-            for upstream in line.node.upstream_ids
-        ],
-    }
+def graph_json(ordered: list[tuple[int, TaskSummary]]) -> Markup:
+    """What the page's script draws, as compact JSON safe inside a script element: each
+    task in tree order (``group`` only on groups; ``full_name`` only where it is not the
+    parent's followed by ``name``) and the upstream edges as ``[upstream, downstream]``."""
+    items = []
+    for _, task in ordered:
+        item: dict[str, Any] = {"id": task.id, "name": task.name, "state": task.state}
+        if task.parent_id is not None:
+            item["parent"] = task.parent_id
+        if task.is_group:
+            item["group"] = True
+        if task.parent_id is None or task.name == task.full_name:
+            item["full_name"] = task.full_name
+        items.append(item)
+    edges = [(up, task.id) for _, task in ordered for up in task.upstream_ids]
+    data = {"tasks": items, "edges": edges}
+    return htmlsafe_json_dumps(data, dumps=json.dumps, separators=(",", ":"))
 
 
 def _log_root() -> Path | None:
@@ -191,18 +235,19 @@ def _latest_run(files: list[LogFile], task_id: int) -> LogFile | None:
     return max(runs, key=lambda f: (f.lease_token, f.id)) if runs else None
 
 
-def failures(nodes: list[TaskNode], files: list[LogFile]) -> tuple[list[Failure], int]:
+def failures(tasks: list[TaskSummary], files: list[LogFile]) -> tuple[list[Failure], int]:
     """The failures to show on top (at most :data:`MAX_FAILURES`), and how many more."""
-    failed = failed_tasks(nodes)
+    failed = failed_tasks(tasks)
     root = _log_root()
     shown = []
-    for node in failed[:MAX_FAILURES]:
-        latest = _latest_run(files, node.task.id)
+    for task in failed[:MAX_FAILURES]:
+        latest = _latest_run(files, task.id)
         tail: list[str] = []
         if latest is not None:
             data, before = _read_part(root, latest, TAIL_BYTES)
             tail = last_lines(data, cut=before > 0)
-        shown.append(Failure(node.task.full_name, node.task.id, error_message(node), tail))
+        message = task.error_message or "failed"
+        shown.append(Failure(task.full_name, task.id, message, tail))
     return shown, len(failed) - len(shown)
 
 
@@ -211,61 +256,95 @@ class AttemptContext:
     """Everything the page and its live part show of an attempt."""
 
     attempt: AttemptView
+    task_count: int
     lines: list[TaskLine]
+    """The tree's lines: every task, or only those a folded tree shows."""
+    folded: bool
     failures: list[Failure]
     more_failures: int
-    logged: list[TaskNode]
-    """The tasks that have a log, in tree order."""
+    logged: list[TaskSummary]
+    """The tasks of the tree's lines that have a log, in tree order."""
+    graph: Markup
 
     def as_template_context(self) -> dict[str, Any]:
         """The names the templates use."""
         return {
             "attempt": self.attempt,
             "zone": self.attempt.timezone,
+            "task_count": self.task_count,
             "lines": self.lines,
-            "tasks": [line.node for line in self.lines],
+            "folded": self.folded,
             "failures": self.failures,
             "more_failures": self.more_failures,
             "logged": self.logged,
-            "graph": graph_data(self.lines),
+            "graph": self.graph,
         }
 
 
-def read_attempt(attempt_id: int) -> AttemptContext:
-    """An attempt, its task tree and its log files, read in one connection."""
+def read_attempt(attempt_id: int, *, whole_tree: bool) -> AttemptContext:
+    """An attempt, its task tree (folded when it is large, unless ``whole_tree``) and its
+    log files, read in one connection."""
     with read_connection() as conn:
         attempt = history.get_attempt_view(conn, attempt_id)
-        nodes = history.list_task_tree(conn, attempt_id)
+        tasks = history.list_task_summaries(conn, attempt_id)
         files = history.list_log_files(conn, attempt_id)
-    lines = tree_lines(nodes, utc_now())
-    shown, more = failures(nodes, files) if attempt.state.value == "error" else ([], 0)
+    folded = not whole_tree and len(tasks) > TREE_BUDGET
+    ordered = tree_order(tasks)
+    lines = tree_lines(ordered, utc_now(), shown_in_folded_tree(tasks) if folded else None)
+    shown, more = failures(tasks, files) if attempt.state.value == "error" else ([], 0)
     with_logs = {f.task_id for f in files}
-    logged = [line.node for line in lines if line.node.task.id in with_logs]
-    return AttemptContext(attempt, lines, shown, more, logged)
+    logged = [line.task for line in lines if line.task.id in with_logs]
+    return AttemptContext(
+        attempt, len(tasks), lines, folded, shown, more, logged, graph_json(ordered)
+    )
+
+
+def _whole_tree() -> bool:
+    return request.args.get("tree") == "all"
 
 
 def _missing(attempt_id: int) -> tuple[str, int]:
     return render_template("ui/attempt_missing.html", attempt_id=attempt_id), 404
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while an attempt's page is built: the
+    thousands of small objects of a large attempt hold no cycles and are freed as soon as
+    the page is, yet a collection running meanwhile walks them all and moves them to the
+    oldest generation, which sets off full collections of the whole process (tens of
+    milliseconds each). Threads sharing the collector only ever leave it as they found it
+    or enabled."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _render_attempt(attempt_id: int, template: str) -> tuple[str, int]:
+    """``template`` filled with an attempt (the whole tree if ``?tree=all``), or the
+    404 page."""
+    with _collector_paused():
+        try:
+            context = read_attempt(attempt_id, whole_tree=_whole_tree())
+        except NotFound:
+            return _missing(attempt_id)
+        return render_template(template, **context.as_template_context()), 200
+
+
 @blueprint.get("/attempts/<id:attempt_id>")
 def attempt_page(attempt_id: int) -> tuple[str, int]:
     """An attempt: why it failed, its tasks, graph, timeline and logs."""
-    try:
-        context = read_attempt(attempt_id)
-    except NotFound:
-        return _missing(attempt_id)
-    return render_template("ui/attempt.html", **context.as_template_context()), 200
+    return _render_attempt(attempt_id, "ui/attempt.html")
 
 
 @blueprint.get("/attempts/<id:attempt_id>/live")
 def attempt_live(attempt_id: int) -> tuple[str, int]:
     """The part of the attempt page that changes while it runs (state, failures, tree)."""
-    try:
-        context = read_attempt(attempt_id)
-    except NotFound:
-        return _missing(attempt_id)
-    return render_template("ui/attempt_live.html", **context.as_template_context()), 200
+    return _render_attempt(attempt_id, "ui/attempt_live.html")
 
 
 def task_log_text(attempt_id: int, files: list[LogFile], root: Path | None) -> str:

@@ -6,7 +6,7 @@
 (() => {
   const SVG_NS = "http://www.w3.org/2000/svg";
   const POLL_MS = 2000;
-  // An attempt of more tasks than this is refreshed less often: its tree is large.
+  // An attempt of more tasks than this is refreshed less often: its data is large.
   const LARGE_TREE = 500;
   const LARGE_TREE_POLL_MS = 5000;
   const NODE_HEIGHT = 28;
@@ -63,9 +63,22 @@
       this.drawing = 0;
     }
 
+    // Ids become strings (the keys of maps and data-* attributes); a task without a full
+    // name has its parent's followed by its own name (tasks come parents first).
     load(data) {
+      for (const task of data.tasks) {
+        task.id = String(task.id);
+        if (task.parent !== undefined && task.parent !== null) task.parent = String(task.parent);
+      }
+      data.edges = data.edges.map(([upstream, downstream]) => [String(upstream), String(downstream)]);
       this.data = data;
       this.byId = new Map(data.tasks.map((task) => [task.id, task]));
+      for (const task of data.tasks) {
+        if (task.full_name === undefined) {
+          const parent = this.byId.get(task.parent);
+          task.full_name = parent ? parent.full_name + task.name : task.name;
+        }
+      }
       this.children = new Map();
       this.place = new Map();
       this.roots = [];
@@ -185,8 +198,8 @@
       const laid = await this.elk.layout(this.elkGraph());
       if (ticket !== this.drawing) return;
       const picture = svg("svg", {
-        width: Math.ceil(laid.width), height: Math.ceil(laid.height), role: "group",
-        "aria-label": `Task graph of ${this.data.tasks.length} tasks`,
+        id: "task-graph", width: Math.ceil(laid.width), height: Math.ceil(laid.height),
+        role: "group", "aria-label": `Task graph of ${this.data.tasks.length} tasks`,
       });
       const defs = svg("defs");
       const marker = svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" });
@@ -213,8 +226,9 @@
       picture.append(defs, nodeLayer, edgeLayer);
       const hint = document.createElement("p");
       hint.className = "hint";
-      hint.textContent = "Click a group to open or close it; click a task to see it in the tree.";
+      hint.textContent = "Open or close a group by clicking it; a task's box leads to its row in the tree.";
       this.container.replaceChildren(hint, picture);
+      document.body.dataset.graphDrawn = "true";
     }
 
     // The box standing for the children a partly shown group leaves out: a click shows all.
@@ -238,6 +252,8 @@
       return group;
     }
 
+    // A task's box links to its row in the tree (the whole tree when the row is folded
+    // away); a group's box is a button that opens or closes it.
     box(node, x, y) {
       if (node.id.startsWith(MORE)) return this.moreBox(node, x, y);
       const task = this.byId.get(node.id);
@@ -246,27 +262,37 @@
       const group = svg("g", { class: this.nodeClass(task, open, closed), "data-task-id": task.id });
       const title = svg("title");
       title.textContent = `${task.full_name} (${task.state})`;
-      group.append(title, svg("rect", { x, y, width: node.width, height: node.height, rx: 4 }));
       const text = svg("text", { x: x + 10, y: y + 18 });
       text.textContent = node.text;
-      group.append(text);
-      if (open || closed) {
-        group.setAttribute("tabindex", "0");
-        group.setAttribute("role", "button");
-        group.setAttribute("aria-expanded", String(open));
+      const shape = svg("rect", { x, y, width: node.width, height: node.height, rx: 4 });
+      if (!open && !closed) {
+        const link = svg("a", { href: this.rowLink(task.id) });
+        link.append(title, shape, text);
+        group.append(link);
+        return group;
       }
+      group.append(title, shape, text);
+      group.setAttribute("tabindex", "0");
+      group.setAttribute("role", "button");
+      group.setAttribute("aria-expanded", String(open));
       group.addEventListener("click", (event) => {
         event.stopPropagation();
-        if (open || closed) this.toggle(task.id);
-        else window.location.hash = `task-${task.id}`;
+        this.toggle(task.id);
       });
       group.addEventListener("keydown", (event) => {
-        if ((event.key === "Enter" || event.key === " ") && (open || closed)) {
+        if (event.key === "Enter" || event.key === " ") {
           event.preventDefault();
           this.toggle(task.id);
         }
       });
       return group;
+    }
+
+    rowLink(id) {
+      if (document.getElementById(`task-${id}`)) return `#task-${id}`;
+      const query = new URLSearchParams(window.location.search);
+      query.set("tree", "all");
+      return `?${query}#task-${id}`;
     }
 
     nodeClass(task, open, closed) {
@@ -314,8 +340,9 @@
   }
 
   function pollPause() {
-    const rows = document.querySelectorAll("#attempt-live table.tree tbody tr").length;
-    return rows > LARGE_TREE ? LARGE_TREE_POLL_MS : POLL_MS;
+    const live = document.getElementById("attempt-live");
+    const tasks = live ? Number(live.dataset.tasks) : 0;
+    return tasks > LARGE_TREE ? LARGE_TREE_POLL_MS : POLL_MS;
   }
 
   // While the attempt runs, its live part is fetched again every POLL_MS and put in place.
