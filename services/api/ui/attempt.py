@@ -30,6 +30,7 @@ from services.api.routes.logs import (
 )
 from shared.clock import utc_now
 from shared.errors import NotFound
+from shared.log_tail import TAIL_BYTES, last_lines
 from shared.store import history
 from shared.store.history import AttemptView, LogFile, TaskSummary
 
@@ -37,10 +38,6 @@ blueprint = Blueprint("ui_attempt", __name__, url_prefix="/ui")
 
 MAX_FAILURES = 10
 """Most failed tasks shown on top with their logs."""
-TAIL_LINES = 10
-"""Most log lines shown under a failed task."""
-TAIL_BYTES = 16 * 1024
-"""Bytes read from the end of a log to find its last lines."""
 LOG_PAGE_BYTES = 1024 * 1024
 """Most bytes of each run's log the page shows inline (the end of a longer one)."""
 TREE_BUDGET = 150
@@ -217,17 +214,6 @@ def _read_part(root: Path | None, file: LogFile, limit: int) -> tuple[bytes, int
             return handle.read(limit), start
     except OSError:
         return b"", 0
-
-
-def last_lines(data: bytes, *, cut: bool, count: int = TAIL_LINES) -> list[str]:
-    """The last ``count`` lines of ``data`` without trailing blank lines; with ``cut``,
-    ``data`` starts in the middle of a line, which is left out unless it is the only one."""
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    if cut and len(lines) > 1:
-        lines = lines[1:]
-    while lines and not lines[-1].strip():
-        lines.pop()
-    return [line.rstrip() for line in lines[-count:]]
 
 
 def _latest_run(files: list[LogFile], task_id: int) -> LogFile | None:
