@@ -259,6 +259,8 @@ class AttemptContext:
             "zone": self.attempt.timezone,
             "task_count": self.task_count,
             "lines": self.lines,
+            # What the actions offer to retry from: the tasks the tree shows.
+            "tasks": [line.task for line in self.lines],
             "folded": self.folded,
             "failures": self.failures,
             "more_failures": self.more_failures,
