@@ -99,7 +99,7 @@ clean:
 readme-tour: install
 	$(BIN)/python -m tests.support.readme_tour
 
-# The UI's front-end libraries (htmx, elkjs, Swagger UI; axe-core for the tests), pinned in
+# The UI's front-end libraries (elkjs, Swagger UI; axe-core for the tests), pinned in
 # tests/support/vendor_ui.py: fetched from the npm registry, checked against its integrity
 # and written with their VERSION, LICENSE and SHA256SUMS; the files are committed.
 .PHONY: vendor-ui

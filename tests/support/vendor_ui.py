@@ -52,12 +52,6 @@ class Library:
 
 LIBRARIES = (
     Library(
-        "htmx.org",
-        "4.0.1",
-        UI_VENDOR / "htmx",
-        {"dist/htmx.min.js": "htmx.min.js"},
-    ),
-    Library(
         "elkjs",
         "0.12.1",
         UI_VENDOR / "elkjs",
