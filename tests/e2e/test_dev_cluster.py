@@ -317,7 +317,8 @@ def test_an_unreachable_database_is_one_line_and_exit_status_5_before_anything_s
     assert len(lines) == 1, explained
     assert lines[0].startswith("error: cannot use database postgresql://postgres@127.0.0.1:")
     assert completed.stdout == "", explained
-    assert time.monotonic() - began < 10.0, explained
+    # Well before any retry of a minute would end, even on a busy machine.
+    assert time.monotonic() - began < 30.0, explained
 
 
 def test_when_one_service_dies_the_others_are_stopped_and_the_status_names_it(

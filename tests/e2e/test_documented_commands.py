@@ -86,6 +86,8 @@ def _run(docs: Docs, command: DocumentedCommand, ids: AttemptIds) -> str | None:
     return f"{command.where}: `{ran}` exited {done.returncode}, not {command.exit_status}: {last}"
 
 
+# Some sixty commands one after another: minutes on a busy machine, not the suite's 120 s.
+@pytest.mark.timeout(900)
 def test_every_documented_command_runs_as_written_against_a_live_standalone(docs: Docs) -> None:
     failures = []
     for path in documentation_files():

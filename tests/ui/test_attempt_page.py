@@ -200,7 +200,7 @@ def chained_tasks(count: int) -> dict[str, Any]:
     return {"tasks": items, "edges": edges}
 
 
-def test_a_graph_of_2000_tasks_draws_within_two_seconds(
+def test_a_graph_of_2000_tasks_draws_its_first_tasks_and_one_box_for_the_rest(
     server: StandaloneProcess, page: Any
 ) -> None:
     static = f"{server.endpoint}/ui/static"
@@ -213,8 +213,8 @@ def test_a_graph_of_2000_tasks_draws_within_two_seconds(
         f'<script src="{static}/attempt.js"></script>',
         wait_until="commit",
     )
+    # How fast is bench/ui.py's to say (graph_2000_ms); here only that it draws.
     page.wait_for_function("window.__drawn_at !== undefined")
-    assert page.evaluate("window.__drawn_at") < 2000
     expect(page.locator("body")).to_have_attribute("data-graph-drawn", "true")
     shown = page.locator("#graph svg g.node").count()
     assert 1 < shown <= 101  # the first tasks, and a box standing for the rest
