@@ -36,10 +36,10 @@ def run_http_call(context: OperatorContext) -> dict[str, Any]:
         limit = f"over the limit of {MAX_FILE_BYTES} bytes for a workflow definition"
         raise OperatorFailed(f"{KEY} {url}: the response is {limit}")
     override = context.message.params.get("content_type_override")
-    media_type = _media_type(str(override) if override else response.content_type, url)
+    kind = media_type(str(override) if override else response.content_type, url)
     text = response.text(MAX_FILE_BYTES)
-    if media_type == JSON_TYPE:
-        text = _checked_json(text, url)
+    if kind == JSON_TYPE:
+        text = json_for_parser(text, url)
     try:
         definition = parse_workflow_text(text, FILE_NAME, context.project_dir)
     except InvalidWorkflow as exc:
@@ -50,7 +50,7 @@ def run_http_call(context: OperatorContext) -> dict[str, Any]:
     return {}
 
 
-def _media_type(content_type: str, url: str) -> str:
+def media_type(content_type: str, url: str) -> str:
     """The body's type without parameters, refused unless it is JSON or YAML."""
     media_type = content_type.split(";", 1)[0].strip().lower()
     if not media_type:
@@ -65,7 +65,7 @@ def _media_type(content_type: str, url: str) -> str:
     return media_type
 
 
-def _checked_json(text: str, url: str) -> str:
+def json_for_parser(text: str, url: str) -> str:
     """JSON ``text`` ready for the workflow parser, whose lines stay those of the body.
 
     JSON is YAML but for tabs between tokens; in valid JSON a tab can stand nowhere
