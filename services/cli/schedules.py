@@ -43,6 +43,8 @@ store code."""
 
 
 def _spec_from(cron: str | None, workflow_file: Path | None, timezone: str | None) -> ScheduleSpec:
+    """The schedule to preview: ``--cron``'s, or the workflow file's (every option of it),
+    moved to ``--timezone`` when one is given."""
     if (cron is None) == (workflow_file is None):
         raise click.UsageError("give either --cron EXPR or a workflow FILE")
     if cron is not None:
@@ -61,22 +63,19 @@ def _spec_from(cron: str | None, workflow_file: Path | None, timezone: str | Non
     spec = ScheduleSpec.from_config(definition.schedule)
     if timezone is not None:
         try:
-            return parse_schedule(_raw_form(spec), timezone)
+            return parse_schedule(spec.raw(), timezone)
         except InvalidSchedule as exc:
             fail(f"error: --timezone: {exc.message}")
     return spec
 
 
-def _raw_form(spec: ScheduleSpec) -> dict[str, Any]:
-    raw: dict[str, Any] = {f"{spec.kind}>": spec.value}
-    if spec.kind in ("cron", "minutes_interval") and spec.delay_seconds:
-        raw["delay"] = spec.delay_seconds
-    if spec.interval_seconds is not None and spec.offset_seconds:
-        raw["offset"] = spec.offset_seconds
-    for key in ("start", "end"):
-        if getattr(spec, key) is not None:
-            raw[key] = getattr(spec, key)
-    return raw
+def _jitter_seed(workflow_file: Path | None) -> str:
+    """The seed the scheduler draws a workflow's jitter from once its folder is pushed
+    under its own name (``tickwork push``'s default): ``project/workflow``."""
+    if workflow_file is None:
+        return ""
+    path = workflow_file.resolve()
+    return f"{path.parent.name}/{path.stem}"
 
 
 def preview_lines(spec: ScheduleSpec, after: datetime, count: int, seed: str = "") -> list[str]:
@@ -119,10 +118,14 @@ def preview_command(
     raw_from: str | None,
     count: int,
 ) -> None:
-    """Print the next session times of a cron expression or a workflow's schedule."""
+    """Print the next session times of a cron expression or a workflow's schedule.
+
+    A session that starts later than its time (delay, jitter) shows when it runs; jitter
+    is drawn as for the project named after the file's folder.
+    """
     spec = _spec_from(cron, workflow_file, timezone)
     after = parse_session_time(raw_from, spec.timezone, "'--from'") if raw_from else utc_now()
-    lines = preview_lines(spec, after, count)
+    lines = preview_lines(spec, after, count, _jitter_seed(workflow_file))
     if not lines:
         click.echo(f"no session time after {format_time(spec.local(after))}", err=True)
     for line in lines:

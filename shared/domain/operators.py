@@ -95,6 +95,14 @@ _SPECS = (
         secret_params=("headers",),
         implicit_secret_prefix="http.",
     ),
+    OperatorSpec(
+        "http_call",
+        RunsOn.AGENT,
+        CommandKind.TEXT,
+        "runs a workflow fetched over HTTP as its subtasks",
+        secret_params=("headers",),
+        implicit_secret_prefix="http.",
+    ),
     OperatorSpec("require", RunsOn.EXECUTOR, CommandKind.TEXT, "runs another workflow's session"),
     OperatorSpec(
         "mail",

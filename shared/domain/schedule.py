@@ -204,6 +204,33 @@ class ScheduleSpec:
         """The schedule as written, for listings: ``daily>: 07:00:00``."""
         return f"{self.kind}>: {self.value}"
 
+    def raw(self) -> dict[str, Any]:
+        """The ``schedule:`` mapping this spec was parsed from, every option included.
+
+        The inverse of :func:`parse_schedule`: ``parse_schedule(spec.raw(), spec.timezone)``
+        is ``spec`` again; parsed in another zone, it is the same schedule there.
+        """
+        raw: dict[str, Any] = {f"{self.kind}>": self.value}
+        if self.kind in ("cron", "minutes_interval") and self.delay_seconds:
+            raw["delay"] = self.delay_seconds
+        if self.interval_seconds is not None and self.offset_seconds:
+            raw["offset"] = self.offset_seconds
+        raw.update({key: getattr(self, key) for key in ("start", "end") if getattr(self, key)})
+        if self.jitter_seconds:
+            raw["jitter"] = self.jitter_seconds
+        if self.catchup is not Catchup.ALL:
+            raw["catchup"] = self.catchup.value
+        if self.catchup_window_seconds != DEFAULT_CATCHUP_WINDOW:
+            window = self.catchup_window_seconds
+            raw["catchup_window"] = "none" if window is None else window
+        if self.max_catchup is not None:
+            raw["max_catchup"] = self.max_catchup
+        if self.overlap is not Overlap.ALLOW:
+            raw["overlap"] = self.overlap.value
+        if self.max_active != DEFAULT_MAX_ACTIVE:
+            raw["max_active"] = self.max_active
+        return raw
+
     def to_config(self) -> dict[str, Any]:
         """The JSON form stored with a workflow definition (defaults left out)."""
         defaults = {f.name: f.default for f in fields(self)}

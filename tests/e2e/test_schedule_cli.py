@@ -132,6 +132,44 @@ class TestPreview:
             "2026-01-03T00:00:00+09:00  runs at 2026-01-03T07:00:00+09:00",
         ]
 
+    def test_a_preview_in_another_zone_keeps_the_jitter_and_every_other_option(
+        self, tmp_path: Path
+    ) -> None:
+        # Given a workflow run daily at 07:00 in Tokyo, jittered by up to an hour
+        path = write(
+            tmp_path,
+            "jittered.dig",
+            """
+            timezone: Asia/Tokyo
+            schedule:
+              daily>: 07:00:00
+              jitter: 1h
+              overlap: skip
+            +extract:
+              echo>: extracting
+            """,
+        )
+
+        # When its next three sessions are previewed in UTC
+        command = tickwork(
+            "schedules", "preview", str(path), "--timezone", "UTC",
+            "--from", "2026-01-01", "--count", "3",
+        )  # fmt: skip
+
+        # Then each runs at the time the scheduler draws for project/workflow, jitter included
+        assert command.exit_code == 0, command.explain()
+        spec = parse_schedule({"daily>": "07:00:00", "jitter": "1h", "overlap": "skip"}, "UTC")
+        seed = f"{tmp_path.name}/jittered"
+        sessions = spec.session_times(datetime.fromisoformat("2026-01-01T00:00:00+00:00"), 3)
+        runs = [spec.run_time(session, seed) for session in sessions]
+        assert command.lines == [
+            f"{session:%Y-%m-%dT%H:%M:%SZ}  runs at {run:%Y-%m-%dT%H:%M:%SZ}"
+            for session, run in zip(sessions, runs, strict=True)
+        ]
+        assert any(
+            run != spec.delayed(session) for session, run in zip(sessions, runs, strict=True)
+        )
+
     @pytest.mark.parametrize(
         ("args", "words"),
         [

@@ -11,6 +11,7 @@ from services.agent.operators.base import Operator
 from services.agent.operators.echo import run_echo
 from services.agent.operators.fail import run_fail
 from services.agent.operators.http import run_http
+from services.agent.operators.http_call import run_http_call
 from services.agent.operators.mail import run_mail
 from services.agent.operators.py import run_py
 from services.agent.operators.sh import run_sh
@@ -19,6 +20,7 @@ OPERATORS: dict[str, Operator] = {
     "echo": run_echo,
     "fail": run_fail,
     "http": run_http,
+    "http_call": run_http_call,
     "mail": run_mail,
     "py": run_py,
     "sh": run_sh,
