@@ -8,6 +8,7 @@ it calls), and ``_workdir`` moves them relative to it, as in Digdag.
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from shared.clock import utc_now
 from shared.dsl.archive import pack_project, read_project_archive
 from shared.store import projects as project_store
 from shared.store import sessions as session_store
-from tests.e2e._run import Project
+from tests.e2e._run import Project, tickwork_command
 from tests.fault._cluster import Cluster
 from tests.support.files import write_under
 
@@ -75,6 +76,29 @@ def test_a_run_whose_called_file_is_missing_fails_naming_it(project: Project) ->
 
     assert run.exit_code == 1, run.explain()
     assert "'call>' target 'sub/nothing' does not exist (sub/nothing.dig)" in run.stdout
+
+
+def check(*files: Path) -> subprocess.CompletedProcess[str]:
+    """``tickwork check`` of ``files``."""
+    command = [*tickwork_command(), "check", *map(str, files)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_check_accepts_an_expression_as_call_target(project: Project) -> None:
+    write_project(project.root)
+
+    checked = check(project.root / "main.dig")
+
+    assert checked.returncode == 0, checked.stderr
+
+
+def test_check_still_refuses_a_missing_literal_target_at_its_line(project: Project) -> None:
+    path = project.write("wf.dig", "+a:\n  echo>: a\n+b:\n  call>: sub/none\n")
+
+    checked = check(path)
+
+    assert checked.returncode != 0
+    assert "wf.dig:4: 'call>' target 'sub/none' does not exist (sub/none.dig)" in checked.stderr
 
 
 @pytest.mark.timeout(120)
