@@ -20,7 +20,7 @@ from shared.domain.control import BadControl
 from shared.domain.workflow import TaskSpec
 from shared.dsl.archive import extract_archive
 from shared.dsl.parser import parse_called_file
-from shared.errors import InvalidInput, InvalidWorkflow
+from shared.errors import InvalidInput, InvalidWorkflow, NotFound
 from shared.store.projects import get_project_archive
 
 
@@ -35,12 +35,11 @@ def resolve_call(conn: Connection, context: AttemptContext, message: TaskMessage
         raise BadControl(f"'call>' needs a workflow file name, got {target!r}")
     if context.archive_digest is None:
         return _parse_target(Path(context.project_dir).resolve(), message.workdir, target)
-    content = get_project_archive(conn, context.archive_digest)
     with tempfile.TemporaryDirectory(prefix="tickwork-call-") as temporary:
         root = Path(temporary) / "project"
         try:
-            extract_archive(content, root)
-        except InvalidInput as exc:
+            extract_archive(get_project_archive(conn, context.archive_digest), root)
+        except (InvalidInput, NotFound, OSError) as exc:
             raise BadControl(f"'call>' cannot read the project's files: {exc}") from None
         return _parse_target(root.resolve(), message.workdir, target)
 
