@@ -9,9 +9,11 @@ file's folder. They run on SQLite and PostgreSQL in turn (the ``engine`` fixture
 
 from __future__ import annotations
 
+from shared.dispatch.messages import WorkCommitted
 from shared.domain.states import AttemptState, TaskState
-from shared.store.starts import RetryMode
+from shared.store.starts import RetryMode, retry_attempt
 from tests.executor.scenario import Scenario
+from tests.executor.test_language_specs import start_with_session_params
 from tests.executor.test_retry_from import published_in_order, retry
 from tests.support.files import write_under
 
@@ -87,6 +89,23 @@ class TestDynamicCall:
         # Then the call finds it this time
         assert run.run_to_end() is AttemptState.SUCCESS
         assert published_in_order(run, before) == ["+wf+c^sub+x"]
+
+    def test_a_retry_with_other_params_calls_the_file_they_name(self, run: Scenario) -> None:
+        write_under(run.project_dir, "fixed.dig", "+x:\n  echo>: x\n")
+        start_with_session_params(run, "+c:\n  call>: ${child}\n", {"child": "broken"})
+        assert run.run_to_end() is AttemptState.ERROR
+        with run.engine.begin() as conn:
+            run.attempt_id = retry_attempt(
+                conn,
+                run.attempt_id,
+                mode=RetryMode.FAILED,
+                from_task=None,
+                params={"child": "fixed"},
+                now=run.clock.now(),
+            )
+        run.agent.report(WorkCommitted())
+        assert run.run_to_end() is AttemptState.SUCCESS
+        assert [m.full_name for m in run.agent.published] == ["+wf+c^sub+x"]
 
     def test_a_retried_attempt_resumes_inside_a_dynamic_call(self, run: Scenario) -> None:
         run.start(dynamic("sub"), files={"sub.dig": "+x:\n  echo>: x\n+y:\n  echo>: y\n"})
