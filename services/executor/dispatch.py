@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from services.executor.call import resolve_call
 from services.executor.graph import TaskGraph
 from services.executor.materialize import Placement, materialize_children
 from services.executor.messages import AttemptContext, build_task_message
@@ -215,8 +216,11 @@ class _Here:
 
 
 def _run_call(here: _Here) -> None:
-    check_room(here.conn, here.task, here.spec.called, here.scope)
-    here.graph.succeed_operator(here.task, {}, called=here.spec.called, params=here.stored)
+    called = here.spec.called
+    if called is None:  # an expression: the file is known only now
+        called = resolve_call(here.conn, here.context, here.message())
+    check_room(here.conn, here.task, called, here.scope)
+    here.graph.succeed_operator(here.task, {}, called=called, params=here.stored)
 
 
 def _run_nop(here: _Here) -> None:

@@ -116,6 +116,7 @@ def build_task_message(
         env={name: _env_text(render(value, params)) for name, value in uses.env.items()},
         secrets=uses.secrets,
         secret_marker=uses.marker if uses.secrets else "",
+        workdir=str(rendered.get("_workdir") or ""),
     )
 
 

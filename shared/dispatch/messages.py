@@ -34,6 +34,8 @@ class TaskMessage:
     # ``<secret_marker>name<secret_marker>`` in command, env and params stands for a value.
     secrets: dict[str, str] = field(default_factory=dict)
     secret_marker: str = ""
+    # The folder the task's commands run in (``_workdir``), from the project's root.
+    workdir: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON body of the message."""

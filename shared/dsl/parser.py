@@ -56,6 +56,7 @@ __all__ = [
     "ENV_NAME",
     "PY_TARGET",
     "load_project",
+    "parse_called_file",
     "parse_generated_tasks",
     "parse_workflow_file",
     "parse_workflow_text",
@@ -96,6 +97,18 @@ def parse_generated_tasks(config: dict[str, Any], source: str, project_dir: Path
     return spec
 
 
+def parse_called_file(path: Path, project_dir: Path) -> TaskSpec:
+    """The workflow in ``path`` as a ``call>`` task runs it: its root as a ``^sub`` group
+    whose tasks run in the file's folder. Raises :class:`InvalidWorkflow`."""
+    parser = _ProjectParser(project_dir)
+    path = path.resolve()
+    parser.parse_file(path)
+    parser.raise_problems()
+    called = parser.called_root(path)
+    assert called is not None  # a file that could not be read reported a problem
+    return called
+
+
 def load_project(project_dir: Path) -> dict[str, WorkflowDefinition]:
     """Parse every ``*.dig`` at the top of ``project_dir``, keyed by workflow name.
 
@@ -131,6 +144,22 @@ class _ProjectParser(Reporter):
             return path.relative_to(self.project_dir).as_posix()
         except ValueError:
             return path.name
+
+    def working_dir(self, directory: Path) -> str:
+        """``_workdir``'s value for a folder of the project: its path from the project's
+        root (empty for the root itself)."""
+        relative = directory.relative_to(self.project_dir).as_posix()
+        return "" if relative == "." else relative
+
+    def called_root(self, path: Path) -> TaskSpec | None:
+        """The root of the parsed file ``path`` as a ``call>`` embeds it: a ``^sub`` group
+        working in the file's folder unless its own ``_workdir`` says otherwise."""
+        definition = self.parsed.get(path)
+        if definition is None:
+            return None
+        root = definition.root
+        export = {"_workdir": self.working_dir(path.parent), **root.export}
+        return replace(root, name="^sub", export=export)
 
     def parse_file(self, path: Path) -> WorkflowDefinition | None:
         if path in self.parsed:
@@ -213,6 +242,7 @@ class _ProjectParser(Reporter):
 
     def _group(self, name: str, body: LineMap, where: Where, allowed: Iterable[str]) -> TaskSpec:
         allowed = tuple(allowed)
+        where, workdir = self._workdir(body, where)
         parallel, limit = read_parallel(self, body, where)
         inner = replace(where, in_parallel=parallel)
         children: list[TaskSpec] = []
@@ -229,6 +259,8 @@ class _ProjectParser(Reporter):
                 self.unknown_directive(key, body, where, (*allowed, *OPERATOR_KEYS))
         check_after(self, children, bodies, where)
         common = self._directives(body, where, allowed, is_group=True)
+        if workdir:
+            common["export"] = {**common.get("export", {}), **workdir}
         group = TaskSpec(
             name, parallel=parallel, parallel_limit=limit, children=tuple(children), **common
         )
@@ -250,6 +282,7 @@ class _ProjectParser(Reporter):
         return None
 
     def _operator_task(self, name: str, body: LineMap, where: Where) -> TaskSpec:
+        where, workdir = self._workdir(body, where)
         operator, command, called = self._operator(name, body, where)
         spec = find_operator(operator)
         extra = extra_directives(spec)
@@ -268,6 +301,8 @@ class _ProjectParser(Reporter):
                 self.check_values(value, body.line_of(key), where, secrets_allowed)
                 params[key] = plain(value)
         common = self._directives(body, where, OPERATOR_DIRECTIVES, is_group=False)
+        if workdir:
+            common["export"] = {**common.get("export", {}), **workdir}
         if spec is not None and spec.control is not None:
             control = read_control(self, spec, spec.control, name, body, where, self._body)
             common.update(control)
@@ -305,9 +340,7 @@ class _ProjectParser(Reporter):
         if not isinstance(target, str) or not target.strip():
             self.report(where, line, f"'call>' needs a workflow file name, got {target!r}")
             return target, None
-        if "${" in target:
-            message = f"'call>' needs a literal file name, not an expression: '{target}'"
-            self.report(where, line, message)
+        if "${" in target:  # resolved when the task runs, from its params
             return target, None
         file_name = target if target.endswith(".dig") else f"{target}.dig"
         path = (where.directory / file_name).resolve()
@@ -320,10 +353,25 @@ class _ProjectParser(Reporter):
             name = self.relative_name(path)
             self.report(where, line, f"'call>' target '{target}' does not exist ({name})")
         else:
-            definition = self.parse_file(path)
-            called = None if definition is None else replace(definition.root, name="^sub")
-            return self.relative_name(path), called
+            self.parse_file(path)
+            return self.relative_name(path), self.called_root(path)
         return target, None
+
+    def _workdir(self, body: LineMap, where: Where) -> tuple[Where, dict[str, Any]]:
+        """``_workdir``: the folder (from the file's, or the enclosing ``_workdir``) the
+        task's commands run in and its ``call>`` targets are found from. The place the
+        body is read from, and the export that carries the folder to the tasks."""
+        if "_workdir" not in body:
+            return where, {}
+        value, line = body["_workdir"], body.line_of("_workdir")
+        if not isinstance(value, str) or not value.strip() or "${" in value:
+            self.report(where, line, f"'_workdir' needs a folder name, got {value!r}")
+            return where, {}
+        directory = (where.directory / value).resolve()
+        if not directory.is_relative_to(self.project_dir):
+            self.report(where, line, f"'_workdir' '{value}' is outside the project")
+            return where, {}
+        return replace(where, directory=directory), {"_workdir": self.working_dir(directory)}
 
     def _directives(
         self, body: LineMap, where: Where, allowed: tuple[str, ...], is_group: bool

@@ -35,6 +35,7 @@ TOP_LEVEL_KEYS = (
     "_retry",
     "_parallel",
     "_queue",
+    "_workdir",
     "sla",
     *DELAY_DIRECTIVES,
 )
@@ -49,6 +50,7 @@ GROUP_DIRECTIVES = (
     "_queue",
     "_env",
     "_disable",
+    "_workdir",
     *DELAY_DIRECTIVES,
 )
 OPERATOR_DIRECTIVES = (*GROUP_DIRECTIVES[1:], "_type", "_command", "_timeout")

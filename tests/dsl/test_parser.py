@@ -274,7 +274,7 @@ class TestValidWorkflows:
         assert (step.operator, step.command) == ("call", "lib/common.dig")
         assert step.called is not None
         assert step.called.name == "^sub"
-        assert step.called.export == {"level": 2}
+        assert step.called.export == {"_workdir": "lib", "level": 2}
         inner = child(step.called, "+inner")
         assert inner.command == "lib/leaf.dig"
         assert inner.called is not None
@@ -712,9 +712,68 @@ class TestCall:
             "wf.dig:2: 'call>' target '../secret.dig' is outside the project"
         ]
 
-    def test_an_expression_as_target_is_rejected(self, tmp_path: Path) -> None:
-        assert problems(tmp_path, "+a:\n  call>: ${name}.dig\n") == [
-            "wf.dig:2: 'call>' needs a literal file name, not an expression: '${name}.dig'"
+    def test_an_expression_as_target_is_kept_for_the_run(self, tmp_path: Path) -> None:
+        workflow = parse(tmp_path, "+a:\n  call>: ${name}.dig\n")
+        call = child(workflow.root, "+a")
+        assert (call.command, call.called) == ("${name}.dig", None)
+
+    def test_a_called_workflow_works_in_its_own_folder(self, tmp_path: Path) -> None:
+        workflow = parse(
+            tmp_path,
+            "+a:\n  call>: sub/child\n",
+            sub__child="+b:\n  call>: subsub/grandchild.dig\n",
+            sub__subsub__grandchild="+c:\n  echo>: c\n",
+        )
+        called = child(workflow.root, "+a").called
+        assert called is not None
+        assert called.export == {"_workdir": "sub"}
+        grandchild = child(called, "+b").called
+        assert grandchild is not None
+        assert grandchild.export == {"_workdir": "sub/subsub"}
+
+    def test_a_called_file_at_the_top_works_at_the_top(self, tmp_path: Path) -> None:
+        workflow = parse(tmp_path, "+a:\n  call>: other\n", other="+b:\n  echo>: b\n")
+        called = child(workflow.root, "+a").called
+        assert called is not None
+        assert called.export == {"_workdir": ""}
+
+
+class TestWorkdir:
+    def test_a_workdir_is_relative_to_the_file_folder(self, tmp_path: Path) -> None:
+        workflow = parse(
+            tmp_path,
+            "+a:\n  call>: sub/child\n",
+            sub__child="_workdir: data\n+b:\n  echo>: b\n",
+        )
+        called = child(workflow.root, "+a").called
+        assert called is not None
+        assert called.export == {"_workdir": "sub/data"}
+
+    def test_a_workdir_nests_and_moves_where_call_targets_are_found(self, tmp_path: Path) -> None:
+        workflow = parse(
+            tmp_path,
+            "+g:\n  _workdir: lib\n  +a:\n    _workdir: deep\n    call>: leaf\n",
+            lib__deep__leaf="+b:\n  echo>: b\n",
+        )
+        group = child(workflow.root, "+g")
+        task = child(group, "+a")
+        assert (group.export, task.export) == ({"_workdir": "lib"}, {"_workdir": "lib/deep"})
+        assert task.command == "lib/deep/leaf.dig"
+
+    @pytest.mark.parametrize(
+        ("value", "message"),
+        [
+            ("../..", "'_workdir' '../..' is outside the project"),
+            ("/tmp", "'_workdir' '/tmp' is outside the project"),
+            ("${dir}", "'_workdir' needs a folder name, got '${dir}'"),
+            ("3", "'_workdir' needs a folder name, got 3"),
+        ],
+    )
+    def test_a_bad_workdir_is_reported_at_its_line(
+        self, tmp_path: Path, value: str, message: str
+    ) -> None:
+        assert problems(tmp_path, f"+a:\n  echo>: x\n  _workdir: {value}\n") == [
+            f"wf.dig:3: {message}"
         ]
 
     def test_problems_of_a_called_file_carry_its_own_name(self, tmp_path: Path) -> None:

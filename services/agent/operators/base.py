@@ -116,6 +116,18 @@ class OperatorContext:
         """The directory the task runs in."""
         return Path(self.message.project_dir)
 
+    @property
+    def working_dir(self) -> Path:
+        """The folder the task's commands run in: its ``_workdir`` in the project
+        directory. OperatorFailed if that folder leaves the project or does not exist."""
+        root = self.project_dir.resolve()
+        directory = (root / self.message.workdir).resolve()
+        if not directory.is_relative_to(root):
+            raise OperatorFailed(f"_workdir '{self.message.workdir}' is outside the project")
+        if not directory.is_dir():
+            raise OperatorFailed(f"_workdir '{self.message.workdir}' is not a folder")
+        return directory
+
     written: list[str] = field(default_factory=list)  # what write_log wrote
     child_wrote: bool = False  # a child process wrote into the log file too
     # What a py> task produced besides its store: params exported to the subtasks it added

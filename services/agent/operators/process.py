@@ -69,7 +69,7 @@ def run_child(
     *,
     stdin_text: str | None = None,
 ) -> int:
-    """Run ``argv`` in the project directory with output into the task log; its exit code.
+    """Run ``argv`` in the task's working directory with output into the task log; its exit code.
 
     The child is the task's supervisor, leading its own process group: a timeout, a kill
     or the agent's death ends everything the command started.
@@ -78,11 +78,12 @@ def run_child(
     context.child_wrote = True
     if context.control.reason is not None:
         raise OperatorFailed(f"stopped before it started: {context.control.reason}")
+    cwd = context.working_dir
     masking = MaskedOutput(context) if context.masker else None
     try:
         child = subprocess.Popen(
             supervised(argv, context.limits),
-            cwd=context.project_dir,
+            cwd=cwd,
             env={**env, **context.message.env, **task_identity(context)},
             stdin=subprocess.PIPE if stdin_text is not None else subprocess.DEVNULL,
             stdout=context.log_file if masking is None else masking.write_end,
