@@ -16,6 +16,7 @@ import urllib.request
 from typing import Any
 
 from services.agent.operators.base import OperatorContext, OperatorFailed
+from shared.domain.numbers import decimal_number
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 DEFAULT_RETRIES = 3
@@ -103,10 +104,9 @@ def _body(content: Any, headers: dict[str, str]) -> bytes | None:
 
 
 def _number(value: Any, name: str) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise OperatorFailed(f"'http>' {name} must be a number, got {value!r}") from None
+    number = decimal_number(value)
+    if number is None:
+        raise OperatorFailed(f"'http>' {name} must be a number, got {value!r}")
     if number < 0:
         raise OperatorFailed(f"'http>' {name} must not be negative")
     return number
