@@ -149,7 +149,9 @@ def check_options(
 def _check_wait(reporter: Reporter, body: LineMap, where: Where) -> None:
     """``blocking`` true or false, ``poll_interval`` a duration, not both with blocking."""
     literal = {
-        key: body[key] for key in WAIT_OPTIONS if key in body and "${" not in repr(body[key])
+        key: body[key]
+        for key in WAIT_OPTIONS
+        if body.get(key) is not None and "${" not in repr(body[key])
     }
     checks = {"blocking": wait_blocking, "poll_interval": wait_poll_interval}
     for key, value in literal.items():
