@@ -237,7 +237,9 @@ def _run_wait(here: _Here) -> None:
     if (here.task.result or {}).get("waited"):
         here.graph.succeed_operator(here.task, {}, params=here.stored)
     else:
-        until = here.graph.now + timedelta(seconds=wait_seconds(here.message().command))
+        message = here.message()
+        seconds = wait_seconds(message.command, message.params)
+        until = here.graph.now + timedelta(seconds=seconds)
         here.graph.hold_until(here.task, until)
 
 

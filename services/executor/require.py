@@ -22,6 +22,7 @@ from sqlalchemy import Connection
 from services.executor.graph import TaskGraph
 from shared.dispatch.messages import TaskMessage
 from shared.domain.control import BadControl
+from shared.domain.numbers import whole_number
 from shared.domain.states import AttemptState, TaskState
 from shared.domain.workflow import WorkflowDefinition
 from shared.dsl.parser import parse_workflow_file
@@ -101,10 +102,9 @@ class RequireOptions:
 def _project_id(value: Any) -> int | None:
     if value is None:
         return None
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
+    number = whole_number(value)
+    if number is not None:
+        return number
     raise RequireError(f"'project_id' must be a number, got {value!r}")
 
 

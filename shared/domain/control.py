@@ -18,11 +18,13 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
 from shared.domain.durations import BadDuration, parse_duration
+from shared.domain.numbers import whole_number
 from shared.domain.operators import control_operators
 from shared.domain.workflow import TaskSpec
 
@@ -38,12 +40,49 @@ class BadControl(ValueError):
     """The rendered command of a control operator cannot be used; the message says why."""
 
 
-def wait_seconds(command: Any) -> int:
-    """How long a ``wait>`` waits, from its rendered command (``10s``, ``1h30m``, seconds)."""
+def wait_seconds(command: Any, params: Mapping[str, Any] | None = None) -> int:
+    """How long a ``wait>`` holds its task, from its rendered command (``10s``, ``1h30m``,
+    seconds) and options (``blocking``, ``poll_interval``, see :func:`wait_options`).
+
+    With ``poll_interval`` the task is looked at every interval, as in Digdag, so it ends at
+    the first look after its duration has passed.
+    """
     try:
-        return parse_duration(command, maximum=MAX_WAIT_SECONDS)
+        seconds = parse_duration(command, maximum=MAX_WAIT_SECONDS)
     except BadDuration as exc:
         raise BadControl(f"'wait>' {exc}") from None
+    poll = wait_options(params or {})
+    return seconds if poll is None else max(1, math.ceil(seconds / poll)) * poll
+
+
+def wait_options(params: Mapping[str, Any]) -> int | None:
+    """The ``poll_interval`` of a ``wait>`` in seconds (None when not set), after checking
+    its options as Digdag does: ``blocking`` is true or false, ``poll_interval`` a duration
+    of at least one second, and only without ``blocking: true``."""
+    blocking = wait_blocking(params.get("blocking", False))
+    if params.get("poll_interval") is None:
+        return None
+    poll = wait_poll_interval(params["poll_interval"])
+    if blocking:
+        raise BadControl("'wait>' poll_interval cannot be set with blocking: true")
+    return poll
+
+
+def wait_blocking(value: Any) -> bool:
+    """A ``wait>``'s ``blocking``: true or false (or those strings)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise BadControl(f"'wait>' blocking must be true or false, got {value!r}")
+
+
+def wait_poll_interval(value: Any) -> int:
+    """A ``wait>``'s ``poll_interval`` in seconds: a duration of at least one second."""
+    try:
+        return parse_duration(value, minimum=1, maximum=MAX_WAIT_SECONDS)
+    except BadDuration as exc:
+        raise BadControl(f"'wait>' poll_interval {exc}") from None
 
 
 def parallel_flag(value: Any) -> bool:
@@ -73,6 +112,15 @@ def expand(task: TaskSpec, command: Any) -> TaskSpec | None:
     return TaskSpec(
         "^sub", parallel=task.parallel, parallel_limit=task.parallel_limit, children=children
     )
+
+
+def check_command(operator: str, command: Any) -> None:
+    """Raise :class:`BadControl` when a control operator's literal command (one without
+    ``${...}``) cannot be used, so that a workflow file is refused before it runs."""
+    if operator == "if":
+        _truth(command)
+    elif operator in CONTROL_OPERATORS:
+        _iterations(operator, command)
 
 
 def _as_sub(chosen: TaskSpec) -> TaskSpec:
@@ -164,13 +212,10 @@ def _json_if_text(value: Any) -> Any:
 
 
 def _whole(value: Any, message: str) -> int:
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    raise BadControl(f"{message}, got {value!r}")
+    number = whole_number(value)
+    if number is None:
+        raise BadControl(f"{message}, got {value!r}")
+    return number
 
 
 def _check_size(count: int) -> None:

@@ -14,13 +14,18 @@ Grammar, loosest binding first::
     compare  := additive ( ("<" | "<=" | ">" | ">=") additive )*     numbers or strings
     additive := term ( ("+" | "-") term )*         "+" with a string operand concatenates
     term     := unary ( ("*" | "/" | "%") unary )*
-    unary    := ("-" | "!") unary | postfix
+    unary    := ("-" | "+" | "!" | "typeof" | "void") unary | postfix
     postfix  := primary ( "." NAME | "[" expr "]" | "(" args ")" )*
-    primary  := NUMBER | 'string' | "string" | true | false | null | NAME | "(" expr ")"
+    primary  := NUMBER | 'string' | "string" | true | false | null | undefined | NAME
+              | "(" expr ")"
 
 Calls are limited to ``JSON.stringify``, ``JSON.parse``, ``String``, ``Number``,
 ``Math.floor``, ``Math.ceil``, ``Math.round``, ``Math.min`` and ``Math.max``; lists and
 strings have ``.length``. Nothing reaches Python's ``eval``.
+
+``typeof x`` names the type of ``x`` as JavaScript does (``"undefined"`` for a variable or
+key that does not exist, instead of an error), so ``typeof x === 'undefined' ? 'd' : x``
+gives a default; ``void x`` is ``undefined``, ``+x`` is ``Number(x)``.
 
 Variables are looked up lazily: a value that is itself a template is rendered against the
 same context first (so ``b: ${a}`` works), and a name that needs itself is an error.
@@ -41,7 +46,15 @@ from shared.domain.expression_methods import (
     json_stringify,
     sized_text,
 )
-from shared.domain.jsvalues import is_number, normalize, to_number, to_text, truthy
+from shared.domain.jsvalues import (
+    UNDEFINED,
+    is_number,
+    normalize,
+    to_number,
+    to_text,
+    truthy,
+    type_of,
+)
 from shared.domain.moments import Moment, make_moment
 from shared.errors import InvalidExpression
 
@@ -53,7 +66,9 @@ _TOKEN = re.compile(
     r"|(?P<op>===|!==|==|!=|<=|>=|&&|\|\||[-+*/%<>!?:.()\[\],]))"
 )
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r"}
-_LITERALS = {"true": True, "false": False, "null": None}
+_LITERALS = {"true": True, "false": False, "null": None, "undefined": UNDEFINED}
+_PREFIXES = ("!", "-", "+", "typeof", "void")
+"""The unary operators; ``typeof`` and ``void`` are words, the others symbols."""
 
 
 _is_number = is_number
@@ -141,11 +156,40 @@ def _negate(value: Any) -> int | float:
     return -value  # type: ignore[no-any-return]
 
 
+class _Missing(InvalidExpression):
+    """A variable or key that does not exist (``typeof`` reads it as ``undefined``)."""
+
+
+def _typeof(operand: Node) -> Node:
+    def evaluate(scope: _Scope) -> str:
+        try:
+            return type_of(operand(scope))
+        except _Missing:
+            return "undefined"
+
+    return evaluate
+
+
+def _void(operand: Node) -> Node:
+    def evaluate(scope: _Scope) -> Any:
+        operand(scope)
+        return UNDEFINED
+
+    return evaluate
+
+
+def _equal(op: str, left: Any, right: Any) -> bool:
+    """``==`` and ``===`` (the same but for ``null == undefined``, true only for ``==``)."""
+    if op == "==" and left in (None, UNDEFINED) and right in (None, UNDEFINED):
+        return True
+    return bool(left == right)
+
+
 def _compare(op: str, left: Any, right: Any) -> bool:
     if op in ("==", "==="):
-        return bool(left == right)
+        return _equal(op, left, right)
     if op in ("!=", "!=="):
-        return bool(left != right)
+        return not _equal(op.replace("!", "=", 1), left, right)
     same_kind = (_is_number(left) and _is_number(right)) or (
         isinstance(left, str) and isinstance(right, str)
     )
@@ -164,7 +208,7 @@ def _member(target: Any, key: Any, path: str) -> Any:
     if isinstance(target, Mapping):
         if isinstance(key, str) and key in target:
             return target[key]
-        raise InvalidExpression(f"'{path}' has no key {to_text(key)!r}")
+        raise _Missing(f"'{path}' has no key {to_text(key)!r}")
     if isinstance(target, list | tuple | str):
         if key == "length":
             return len(target)
@@ -286,8 +330,8 @@ class _Parser:
         return lambda s: _arithmetic(op, left(s), right(s))
 
     def unary(self) -> Node:
-        op = self.peek()
-        if op in ("!", "-"):
+        kind, op = self.tokens[self.pos]
+        if kind in ("op", "name") and op in _PREFIXES:
             self.depth += 1
             if self.depth > MAX_NESTING_DEPTH:
                 raise self.error(f"nested more than {MAX_NESTING_DEPTH} levels deep")
@@ -302,6 +346,12 @@ class _Parser:
         operand = self.unary()
         if op == "!":
             return lambda s: not _truthy(operand(s))
+        if op == "+":
+            return lambda s: _to_number(operand(s))
+        if op == "typeof":
+            return _typeof(operand)
+        if op == "void":
+            return _void(operand)
         return lambda s: _negate(operand(s))
 
     def postfix(self) -> Node:
@@ -494,7 +544,7 @@ class _Scope:
         if name in self.resolved:
             return self.resolved[name]
         if name not in self.context:
-            raise InvalidExpression(f"undefined variable '{name}'")
+            raise _Missing(f"undefined variable '{name}'")
         value = self.context[name]
         if _has_template(value):
             if name in self.resolving:
@@ -525,6 +575,8 @@ class _Scope:
         parts, whole, _ = _split(text)
         if whole:
             value = parts[0](self)  # type: ignore[operator]
+            if value is UNDEFINED:
+                return None
             return value.format() if isinstance(value, Moment) else value
         # Bounded as a whole too: params that each double the one before are not.
         return sized_text(

@@ -9,6 +9,32 @@ from typing import Any
 from shared.errors import InvalidExpression
 
 
+class Undefined:
+    """JavaScript's ``undefined``: what ``void`` gives and ``typeof`` names; it renders as
+    ``""`` (as ``null`` does) and becomes ``null`` when a whole template gives it."""
+
+    def __repr__(self) -> str:
+        return "undefined"
+
+
+UNDEFINED = Undefined()
+"""The one ``undefined`` value."""
+
+
+def type_of(value: Any) -> str:
+    """JavaScript's ``typeof value``: ``"undefined"``, ``"boolean"``, ``"number"``,
+    ``"string"``, or ``"object"`` (null, lists, mappings, moments)."""
+    if value is UNDEFINED:
+        return "undefined"
+    if isinstance(value, bool):
+        return "boolean"
+    if is_number(value):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "object"
+
+
 def is_number(value: Any) -> bool:
     """True for ints and floats (booleans are not numbers here)."""
     return isinstance(value, int | float) and not isinstance(value, bool)
@@ -21,6 +47,8 @@ def normalize(value: float) -> int | float:
 
 def json_default(value: Any) -> Any:
     """How JSON shows values that are not JSON (a moment becomes its ISO instant)."""
+    if value is UNDEFINED:
+        return None
     to_json = getattr(value, "to_json", None)
     if callable(to_json):
         return to_json()
@@ -36,7 +64,7 @@ def to_text(value: Any) -> str:
     """The string form a value takes inside a larger template (JavaScript's rules)."""
     if isinstance(value, str):
         return value
-    if value is None:
+    if value is None or value is UNDEFINED:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -48,8 +76,8 @@ def to_text(value: Any) -> str:
 
 
 def truthy(value: Any) -> bool:
-    """JavaScript truthiness: null, false, 0, NaN and "" are false."""
-    if value is None or value is False:
+    """JavaScript truthiness: undefined, null, false, 0, NaN and "" are false."""
+    if value is None or value is False or value is UNDEFINED:
         return False
     if is_number(value):
         return bool(value) and not (isinstance(value, float) and math.isnan(value))
@@ -57,7 +85,10 @@ def truthy(value: Any) -> bool:
 
 
 def to_number(value: Any) -> int | float:
-    """``Number(value)``; text that is not a number is an error rather than NaN."""
+    """``Number(value)``; text that is not a number is an error rather than NaN (undefined
+    gives NaN, as in JavaScript)."""
+    if value is UNDEFINED:
+        return math.nan
     if value is None or isinstance(value, bool):
         return int(bool(value))
     if is_number(value):

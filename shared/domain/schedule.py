@@ -25,6 +25,7 @@ from croniter import CroniterBadDateError, CroniterError, croniter
 
 from shared.domain.durations import BadDuration, parse_duration
 from shared.domain.instants import EARLIEST, LATEST
+from shared.domain.numbers import whole_number
 from shared.domain.schedule_policies import Catchup, Overlap
 from shared.domain.session_times import CronTimes, IntervalTimes, TimeSource
 from shared.errors import InvalidSchedule
@@ -384,8 +385,8 @@ def _policy(kind: type[P], value: object, key: str) -> P:
 
 
 def _count(raw: Mapping[str, Any], key: str, low: int, high: int) -> int:
-    value = raw[key]
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+    value = whole_number(raw[key])
+    if value is None or not low <= value <= high:
         raise InvalidSchedule(f"'{key}' must be a whole number from {low} to {high}", key)
     return value
 

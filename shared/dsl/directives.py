@@ -6,6 +6,7 @@ from typing import Any
 
 from shared.domain.delays import BadStartAt, parse_start_at
 from shared.domain.durations import BadDuration, parse_duration
+from shared.domain.numbers import decimal_number, whole_number
 from shared.domain.schedule import suggest
 from shared.domain.workflow import MAX_INTERVAL_SECONDS, IntervalType, RetryPolicy
 from shared.dsl.loader import LineMap
@@ -31,9 +32,10 @@ class Bad(Exception):
         self.line = line
 
 
-def is_count(value: Any) -> bool:
-    """A whole number >= 0 (booleans are not numbers here)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+def count(value: Any) -> int | None:
+    """A whole number >= 0, written as a number or a string (``3``, ``"3"``), else None."""
+    number = whole_number(value)
+    return number if number is not None and number >= 0 else None
 
 
 def parallel_value(value: Any, line: int) -> tuple[bool, int | None]:
@@ -42,19 +44,20 @@ def parallel_value(value: Any, line: int) -> tuple[bool, int | None]:
         return bool(flag(value)), None
     if not isinstance(value, LineMap) or set(value) != {"limit"}:
         raise Bad(f"'_parallel' must be true, false or {{limit: N}}, got {value!r}", line)
-    limit = value["limit"]
-    if not is_count(limit) or not 1 <= limit <= MAX_PARALLEL_LIMIT:
+    limit = count(value["limit"])
+    if limit is None or not 1 <= limit <= MAX_PARALLEL_LIMIT:
         message = f"'_parallel' limit must be a whole number from 1 to {MAX_PARALLEL_LIMIT}"
-        raise Bad(f"{message}, got {limit!r}", value.line_of("limit"))
-    return True, int(limit)
+        raise Bad(f"{message}, got {value['limit']!r}", value.line_of("limit"))
+    return True, limit
 
 
 def retry_policy(value: Any, line: int) -> RetryPolicy:
     """``_retry``: a count, or ``{limit, interval, interval_type, max_interval}``."""
     if "${" in repr(value):  # a retry policy is fixed when the workflow is pushed
         raise Bad("'_retry' cannot use ${...} expressions", line)
-    if is_count(value) and value <= MAX_RETRY_LIMIT:
-        return RetryPolicy(limit=int(value))
+    scalar = count(value)
+    if scalar is not None and scalar <= MAX_RETRY_LIMIT:
+        return RetryPolicy(limit=scalar)
     if not isinstance(value, LineMap):
         expected = f"a whole number from 0 to {MAX_RETRY_LIMIT} or {{limit: N, ...}}"
         raise Bad(f"'_retry' must be {expected}, got {value!r}", line)
@@ -62,34 +65,32 @@ def retry_policy(value: Any, line: int) -> RetryPolicy:
         if key not in RETRY_OPTIONS:
             hint = suggest(str(key), RETRY_OPTIONS)
             raise Bad(f"unknown '_retry' option '{key}'{hint}", value.line_of(key))
-    limit: Any = value.get("limit")
-    if not is_count(limit) or limit > MAX_RETRY_LIMIT:
+    limit = count(value.get("limit"))
+    if limit is None or limit > MAX_RETRY_LIMIT:
         message = f"'_retry' limit must be a whole number from 0 to {MAX_RETRY_LIMIT}"
-        raise Bad(f"{message}, got {limit!r}", value.line_of("limit"))
+        raise Bad(f"{message}, got {value.get('limit')!r}", value.line_of("limit"))
     interval_type = value.get("interval_type", "constant")
     if interval_type not in tuple(IntervalType):
         message = f"'_retry' interval_type must be constant or exponential, got {interval_type!r}"
         raise Bad(message, value.line_of("interval_type"))
     interval, maximum = _seconds(value, "interval") or 0.0, _seconds(value, "max_interval")
-    return RetryPolicy(int(limit), interval, IntervalType(interval_type), maximum)
+    return RetryPolicy(limit, interval, IntervalType(interval_type), maximum)
 
 
 def _seconds(value: LineMap, key: str) -> float | None:
-    """A ``_retry`` interval: seconds (fractions allowed) or a duration such as ``10m``."""
+    """A ``_retry`` interval: seconds (fractions allowed, ``"10"`` too) or a duration such
+    as ``10m``."""
     seconds = value.get(key)
     if seconds is None:
         return None
-    if isinstance(seconds, str):
+    number = decimal_number(seconds)
+    if number is not None and 0 <= number <= MAX_INTERVAL_SECONDS:
+        return number
+    if number is None and isinstance(seconds, str):
         try:
             return float(parse_duration(seconds, maximum=MAX_INTERVAL_SECONDS))
         except BadDuration:
             pass
-    elif (
-        not isinstance(seconds, bool)
-        and isinstance(seconds, int | float)
-        and 0 <= seconds <= MAX_INTERVAL_SECONDS
-    ):
-        return float(seconds)
     message = (
         f"'_retry' {key} must be from 0 to {MAX_INTERVAL_SECONDS} seconds or a duration such as 10m"
     )

@@ -12,7 +12,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from shared.domain.control import MAX_WAIT_SECONDS
+from shared.domain.control import (
+    MAX_WAIT_SECONDS,
+    BadControl,
+    wait_blocking,
+    wait_options,
+    wait_poll_interval,
+)
+from shared.domain.control import check_command as check_control_command
 from shared.domain.durations import BadDuration, parse_duration
 from shared.domain.operators import REGISTRY, CommandKind, ControlShape, OperatorSpec
 from shared.domain.workflow import TaskSpec
@@ -60,13 +67,7 @@ def check_command(
             reporter.report(where, line, f"'{spec.key}' {exc}")
         return command
     if kind is CommandKind.CONTROL_VALUE:
-        # A count, a mapping or a boolean, or ${...} giving one: checked once rendered.
-        if isinstance(command, LineMap):
-            reporter.check_values(command, line, where)
-            return plain(command)
-        if isinstance(command, str):
-            reporter.check_values(command, line, where)
-        return command
+        return _control_command(reporter, spec, command, line, where)
     if kind is CommandKind.PY_TARGET:
         if not isinstance(command, str) or not PY_TARGET.fullmatch(command):
             reporter.report(where, line, f"'{spec.key}' needs module.function, got {command!r}")
@@ -78,6 +79,23 @@ def check_command(
         reporter.report(where, line, f"'{spec.key}' needs a string, got {describe(command)}")
         return command
     reporter.check_values(command, line, where, secrets_allowed=spec.secrets_in_command)
+    return command
+
+
+def _control_command(
+    reporter: Reporter, spec: OperatorSpec, command: Any, line: int, where: Where
+) -> Any:
+    """A count, a mapping or a boolean; one holding ${...} is checked once rendered."""
+    if isinstance(command, LineMap):
+        reporter.check_values(command, line, where)
+        command = plain(command)
+    elif isinstance(command, str):
+        reporter.check_values(command, line, where)
+    if "${" not in repr(command):
+        try:
+            check_control_command(spec.name, command)
+        except BadControl as exc:
+            reporter.report(where, line, str(exc))
     return command
 
 
@@ -114,3 +132,36 @@ def read_control(
         else:
             fields["parallel"], fields["parallel_limit"] = read_parallel(reporter, body, where)
     return fields
+
+
+WAIT_OPTIONS = ("blocking", "poll_interval")
+"""The options of ``wait>`` checked when the file is read (``${...}`` ones once rendered)."""
+
+
+def check_options(
+    reporter: Reporter, spec: OperatorSpec | None, body: LineMap, where: Where
+) -> None:
+    """Report an operator's literal option values that the operator would refuse."""
+    if spec is not None and spec.name == "wait":
+        _check_wait(reporter, body, where)
+
+
+def _check_wait(reporter: Reporter, body: LineMap, where: Where) -> None:
+    """``blocking`` true or false, ``poll_interval`` a duration, not both with blocking."""
+    literal = {
+        key: body[key]
+        for key in WAIT_OPTIONS
+        if body.get(key) is not None and "${" not in repr(body[key])
+    }
+    checks = {"blocking": wait_blocking, "poll_interval": wait_poll_interval}
+    for key, value in literal.items():
+        try:
+            checks[key](value)
+        except BadControl as exc:
+            reporter.report(where, body.line_of(key), str(exc))
+            return
+    if len(literal) == len(WAIT_OPTIONS):
+        try:
+            wait_options(literal)
+        except BadControl as exc:
+            reporter.report(where, body.line_of("poll_interval"), str(exc))

@@ -26,6 +26,7 @@ from shared.dsl.operator_options import (
     OPERATOR_KEYS,
     PY_TARGET,
     check_command,
+    check_options,
     extra_directives,
     param_takes_secrets,
     read_control,
@@ -300,6 +301,7 @@ class _ProjectParser(Reporter):
                 secrets_allowed = param_takes_secrets(spec, key)
                 self.check_values(value, body.line_of(key), where, secrets_allowed)
                 params[key] = plain(value)
+        check_options(self, spec, body, where)
         common = self._directives(body, where, OPERATOR_DIRECTIVES, is_group=False)
         if workdir:
             common["export"] = {**common.get("export", {}), **workdir}

@@ -17,7 +17,7 @@ A_GOOD_COMMAND = {
     CommandKind.PY_TARGET: "tasks.run",
     CommandKind.DURATION: "10s",
     CommandKind.WORKFLOW_FILE: "other.dig",
-    CommandKind.CONTROL_VALUE: "3",
+    CommandKind.CONTROL_VALUE: "${value}",
 }
 
 

@@ -555,7 +555,7 @@ class TestRetryErrors:
         ("value", "message"),
         [
             ("-1", "'_retry' must be a whole number from 0 to 1000 or {limit: N, ...}, got -1"),
-            ("'3'", "'_retry' must be a whole number from 0 to 1000 or {limit: N, ...}, got '3'"),
+            ("'3x'", "'_retry' must be a whole number from 0 to 1000 or {limit: N, ...}, got '3x'"),
             ("true", "'_retry' must be a whole number from 0 to 1000 or {limit: N, ...}, got True"),
             ("{interval: 5}", "'_retry' limit must be a whole number from 0 to 1000, got None"),
             (

@@ -39,8 +39,10 @@ class TestLoop:
 
     def test_a_count_that_is_not_a_whole_number_fails_the_task(self, run: Scenario) -> None:
         run.start("""
+            _export:
+              count: many
             +repeat:
-              loop>: many
+              loop>: ${count}
               _do:
                 echo>: x
         """)
@@ -52,7 +54,7 @@ class TestLoop:
     def test_more_iterations_than_the_limit_fail_the_task_instead_of_being_cut(
         self, run: Scenario
     ) -> None:
-        run.start("+repeat:\n  loop>: 10001\n  _do:\n    echo>: x\n")
+        run.start("_export:\n  n: 10001\n+repeat:\n  loop>: ${n}\n  _do:\n    echo>: x\n")
         run.step()
         message = (run.task("+wf+repeat").error or {})["message"]
         assert message == "10001 iterations are over the limit of 10000"

@@ -21,6 +21,7 @@ from email.message import Message
 from typing import Any
 
 from services.agent.operators.base import OperatorContext, OperatorFailed
+from shared.domain.numbers import decimal_number
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 DEFAULT_RETRIES = 3
@@ -175,10 +176,9 @@ def _retries(params: dict[str, Any], key: str) -> int:
 
 
 def _number(value: Any, name: str, key: str) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise OperatorFailed(f"'{key}' {name} must be a number, got {value!r}") from None
+    number = decimal_number(value)
+    if number is None:
+        raise OperatorFailed(f"'{key}' {name} must be a number, got {value!r}")
     if number < 0:
         raise OperatorFailed(f"'{key}' {name} must not be negative")
     return number

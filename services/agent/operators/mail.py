@@ -19,6 +19,7 @@ from typing import Any
 
 from services.agent.operators.base import OperatorContext, OperatorFailed
 from shared.domain.expressions import render
+from shared.domain.numbers import whole_number
 from shared.errors import TickworkError
 
 DEFAULT_PORT = 25
@@ -49,10 +50,10 @@ def smtp_settings(params: dict[str, Any], secrets: dict[str, str]) -> dict[str, 
                 break
     if not settings.get("host"):
         raise OperatorFailed("'mail>' needs an SMTP host: the secret mail.host or param mail.host")
-    try:
-        settings["port"] = int(settings.get("port", DEFAULT_PORT))
-    except (TypeError, ValueError):
-        raise OperatorFailed(f"'mail>' port must be a number, got {settings['port']!r}") from None
+    port = whole_number(settings.get("port", DEFAULT_PORT))
+    if port is None:
+        raise OperatorFailed(f"'mail>' port must be a number, got {settings['port']!r}")
+    settings["port"] = port
     for flag in ("tls", "ssl"):
         settings[flag] = _flag(settings.get(flag, False))
     return settings
