@@ -81,6 +81,19 @@ def check_command(
     return command
 
 
+def is_shell_list(value: Any) -> bool:
+    """Whether ``value`` is a valid ``sh>`` ``shell:`` option: a non-empty list of non-empty
+    strings (``[bash, -c]``)."""
+    return isinstance(value, list) and bool(value) and all(isinstance(v, str) and v for v in value)
+
+
+def check_sh_options(reporter: Reporter, body: LineMap, where: Where) -> None:
+    """Report a ``shell:`` option of an ``sh>`` task that is not a list of strings."""
+    if "shell" in body and not is_shell_list(plain(body["shell"])):
+        message = f"'sh>' shell must be a non-empty list of strings, got {describe(body['shell'])}"
+        reporter.report(where, body.line_of("shell"), message)
+
+
 def read_control(
     reporter: Reporter,
     spec: OperatorSpec,

@@ -26,6 +26,7 @@ from shared.dsl.operator_options import (
     OPERATOR_KEYS,
     PY_TARGET,
     check_command,
+    check_sh_options,
     extra_directives,
     param_takes_secrets,
     read_control,
@@ -268,6 +269,8 @@ class _ProjectParser(Reporter):
                 self.check_values(value, body.line_of(key), where, secrets_allowed)
                 params[key] = plain(value)
         common = self._directives(body, where, OPERATOR_DIRECTIVES, is_group=False)
+        if operator == "sh":
+            check_sh_options(self, body, where)
         if spec is not None and spec.control is not None:
             control = read_control(self, spec, spec.control, name, body, where, self._body)
             common.update(control)
