@@ -11,12 +11,13 @@ project's frames only; a missing class or method fails with an error naming the 
 from __future__ import annotations
 
 import re
+import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.e2e._run import Project, Run
+from tests.e2e._run import Project, Run, tickwork_command
 from tests.fault._cluster import Cluster
 
 pytestmark = [pytest.mark.e2e]
@@ -83,6 +84,14 @@ BROKEN_IMPORT = """
   py>: broken.load
 """
 
+BAD_SHELL = """
++hello:
+  sh>: echo hi
+  shell: bash
+"""
+
+BAD_SHELL_PROBLEM = "bad_shell.dig:4: 'sh>' shell must be a non-empty list of strings, got a string"
+
 BROKEN = """
 import json
 
@@ -102,6 +111,7 @@ def write_project(directory: Path) -> None:
         ("raising", RAISING),
         ("missing", MISSING),
         ("broken_import", BROKEN_IMPORT),
+        ("bad_shell", BAD_SHELL),
     ]:
         (directory / f"{name}.dig").write_text(textwrap.dedent(text))
 
@@ -179,6 +189,24 @@ def test_a_module_that_fails_to_import_is_named_with_its_file_and_line(project: 
     assert frames(shown) == ["broken.py:8 in <module>"]
 
 
+@pytest.mark.timeout(60)
+def test_tickwork_check_refuses_a_shell_that_is_not_a_list_with_file_and_line(
+    project: Project,
+) -> None:
+    checked = subprocess.run(
+        [*tickwork_command(), "check", "bad_shell.dig"],
+        cwd=project.root,
+        env=project.environment(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert checked.returncode == 2, checked
+    assert checked.stderr.strip() == BAD_SHELL_PROBLEM
+
+
 @pytest.mark.timeout(120)
 def test_class_methods_failures_and_the_shell_option_on_a_cluster(cluster: Cluster) -> None:
     cluster.start_executor()
@@ -206,3 +234,7 @@ def test_class_methods_failures_and_the_shell_option_on_a_cluster(cluster: Clust
     assert missing.exit_code != 0, missing.explain()
     message, _ = failure(missing, "+missing+step1")
     assert message == "py> tasks.Greeter.step1: class 'tasks.Greeter' has no method 'step1'"
+
+    refused = run("bad_shell")
+    assert refused.exit_code == 2, refused.explain()
+    assert BAD_SHELL_PROBLEM in refused.stderr
