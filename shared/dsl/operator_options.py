@@ -99,6 +99,19 @@ def _control_command(
     return command
 
 
+def is_shell_list(value: Any) -> bool:
+    """Whether ``value`` is a valid ``sh>`` ``shell:`` option: a non-empty list of non-empty
+    strings (``[bash, -c]``)."""
+    return isinstance(value, list) and bool(value) and all(isinstance(v, str) and v for v in value)
+
+
+def check_sh_options(reporter: Reporter, body: LineMap, where: Where) -> None:
+    """Report a ``shell:`` option of an ``sh>`` task that is not a list of strings."""
+    if "shell" in body and not is_shell_list(plain(body["shell"])):
+        message = f"'sh>' shell must be a non-empty list of strings, got {describe(body['shell'])}"
+        reporter.report(where, body.line_of("shell"), message)
+
+
 def read_control(
     reporter: Reporter,
     spec: OperatorSpec,
@@ -144,6 +157,8 @@ def check_options(
     """Report an operator's literal option values that the operator would refuse."""
     if spec is not None and spec.name == "wait":
         _check_wait(reporter, body, where)
+    elif spec is not None and spec.name == "sh":
+        check_sh_options(reporter, body, where)
 
 
 def _check_wait(reporter: Reporter, body: LineMap, where: Where) -> None:

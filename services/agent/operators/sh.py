@@ -12,6 +12,7 @@ from typing import Any
 
 from services.agent.operators.base import OperatorContext, OperatorFailed
 from services.agent.operators.process import run_child, task_environment
+from shared.dsl.operator_options import is_shell_list
 
 ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -30,7 +31,8 @@ OUTPUT_KEY = re.compile(r"\A[A-Za-z_][A-Za-z0-9_.-]*\Z")
 
 
 def run_sh(context: OperatorContext) -> dict[str, Any]:
-    """Run ``/bin/sh -c command``; a non-zero exit fails the task.
+    """Run ``/bin/sh -c command``, or the command with the ``shell:`` option's program;
+    a non-zero exit fails the task.
 
     What the command writes to the file ``$TICKWORK_OUTPUT`` is stored for later tasks:
     ``key=value`` lines (strings), or one JSON object."""
@@ -40,12 +42,32 @@ def run_sh(context: OperatorContext) -> dict[str, Any]:
         output = Path(scratch) / "output"
         output.touch()
         env["TICKWORK_OUTPUT"] = str(output)
-        code = run_child(context, ["/bin/sh", "-c", str(context.message.command)], env)
+        argv = shell_argv(context.message.params, str(context.message.command), Path(scratch))
+        code = run_child(context, argv, env)
         if code < 0:
             raise OperatorFailed(f"command was killed by signal {-code}")
         if code != 0:
             raise OperatorFailed(f"command exited with status {code}")
         return read_output(output)
+
+
+def shell_argv(params: Mapping[str, Any], command: str, scratch: Path) -> list[str]:
+    """How to run ``command``: ``/bin/sh -c command`` unless ``shell:`` (or ``sh: {shell:}``
+    exported from above) names another program as a list of strings, as in Digdag.
+
+    A shell list ending in ``-c`` gets the command itself as its last argument; any other
+    gets the path of a script file holding the command (Digdag's ``shell: [bash]``)."""
+    nested = params.get("sh")
+    shell = params.get("shell", nested.get("shell") if isinstance(nested, Mapping) else None)
+    if shell is None:
+        return ["/bin/sh", "-c", command]
+    if not is_shell_list(shell):
+        raise OperatorFailed(f"'sh>' shell must be a non-empty list of strings, got {shell!r}")
+    if shell[-1] == "-c":
+        return [*shell, command]
+    script = scratch / "runner.sh"
+    script.write_text(command)
+    return [*shell, str(script)]
 
 
 def read_output(path: Path) -> dict[str, Any]:
