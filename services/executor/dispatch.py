@@ -284,7 +284,8 @@ def run_here(
 ) -> None:
     """Operators the executor runs itself: ``call>`` and the control operators generate
     their subtasks, ``nop>`` just succeeds, ``wait>`` waits DELAYED (no agent holds it)
-    and succeeds when its time comes. Raises InvalidExpression or BadControl."""
+    and succeeds when its time comes, ``param_set>``/``param_get>`` write and read the
+    project's persistent params. Raises InvalidExpression or BadControl."""
     spec = TaskSpec.from_config(task.config)
     assert spec.operator is not None
     RUN_HERE[spec.operator](_Here(conn, graph, task, spec, context, stored, scope))

@@ -120,6 +120,7 @@ PARAM_KEY = re.compile(r"\A(?=.*\S)[^\x00-\x1f\x7f]{1,255}\Z", re.DOTALL)
 """A persistent param's key, and ``param_get>``'s destination: 1 to 255 characters, not
 all blank, no control characters."""
 _PARAM_STORE = ("param_set", "param_get")
+_PARAM_KEY_RULE = "must be 1 to 255 characters, not blank, without control characters"
 
 
 def check_param_store_options(
@@ -138,13 +139,15 @@ def check_param_store_options(
     for key in keys:
         line, value = body.line_of(key), body[key]
         if not PARAM_KEY.fullmatch(key):
-            message = f"'{spec.key}' key {key!r} must be 1 to 255 characters, not blank, without control characters"
+            message = f"'{spec.key}' key {key!r} {_PARAM_KEY_RULE}"
             reporter.report(where, line, message)
         if spec.name == "param_set" and isinstance(value, dict | list):
             message = f"'{spec.key}' value of '{key}' must be a string, got {describe(value)}"
             reporter.report(where, line, message)
-        elif spec.name == "param_get" and value is not None and not (
-            isinstance(value, str) and PARAM_KEY.fullmatch(value)
+        elif (
+            spec.name == "param_get"
+            and value is not None
+            and not (isinstance(value, str) and PARAM_KEY.fullmatch(value))
         ):
             message = f"'{spec.key}' needs a param name to store '{key}' in, got {value!r}"
             reporter.report(where, line, message)

@@ -25,9 +25,7 @@ def set_project_params(
 ) -> None:
     """Store each of ``values`` under its key for the project, replacing what was there."""
     table = project_params
-    insert = dialect_of(conn).insert_ignoring_conflicts(
-        table, index_elements=["project_id", "key"]
-    )
+    insert = dialect_of(conn).insert_ignoring_conflicts(table, index_elements=["project_id", "key"])
     for key, value in values.items():
         row = {"project_id": project_id, "key": key, "value": value, "updated_at": now}
         inserted = conn.execute(insert.values(**row).returning(table.c.key)).scalar()
