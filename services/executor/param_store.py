@@ -8,6 +8,7 @@ stored reads as an empty string, as in Digdag.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -30,12 +31,10 @@ def store_params(
     keys: list[str],
     now: datetime,
 ) -> None:
-    """Run ``param_set>``: store the rendered value of each of its ``keys`` (a null one is
-    skipped). Raises ParamStoreError for a value that is not a string, number or boolean."""
+    """Run ``param_set>``: store the rendered value of each of its ``keys`` as a string
+    (a null one is skipped)."""
     values = {
-        key: _text(key, message.params.get(key))
-        for key in keys
-        if message.params.get(key) is not None
+        key: _text(message.params[key]) for key in keys if message.params.get(key) is not None
     }
     set_project_params(conn, _project_id(context), values, now)
 
@@ -67,10 +66,12 @@ def _project_id(context: AttemptContext) -> int:
     return int(context.builtins["project_id"])
 
 
-def _text(key: str, value: Any) -> str:
+def _text(value: Any) -> str:
+    """A rendered value as Digdag stores it: a string as it is, a boolean as ``true`` or
+    ``false``, a number as written, anything else (``${...}`` giving a mapping or list)
+    as compact JSON, the text Digdag's templates make of it."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str | int | float):
         return str(value)
-    kind = "a mapping" if isinstance(value, dict) else "a list"
-    raise ParamStoreError(f"param_set> value of '{key}' must be a string, got {kind}")
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)

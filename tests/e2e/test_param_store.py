@@ -74,6 +74,41 @@ class TestEmbedded:
         assert run.exit_code == 0, run.explain()
         assert other.lines("got.txt") == ["  []"]
 
+    def test_an_expression_giving_a_mapping_stores_its_json(self, project: Project) -> None:
+        project.write(
+            "json.dig",
+            """
+            _export:
+              config: {rows: 10, tables: [a]}
+            +set:
+              param_set>:
+              limits: ${config}
+            +get:
+              param_get>:
+              limits: stored
+            +show:
+              sh>: printf '%s' "$stored" > got.txt
+            """,
+        )
+
+        run = project.run("json.dig", "-t", "2026-01-31")
+
+        assert run.exit_code == 0, run.explain()
+        assert project.read("got.txt") == '{"rows":10,"tables":["a"]}'
+
+    def test_a_destination_that_renders_empty_fails_the_task_naming_the_key(
+        self, project: Project
+    ) -> None:
+        project.write("empty.dig", '_export:\n  to: ""\n+get:\n  param_get>:\n  k: ${to}\n')
+
+        run = project.run("empty.dig", "-t", "2026-01-31")
+
+        assert run.exit_code != 0
+        assert "failed +empty+get: param_get> needs a param name to store 'k' in, got ''" in (
+            run.summary
+        ), run.explain()
+        assert "Traceback" not in run.stdout + run.stderr
+
     def test_check_refuses_a_bad_key_with_file_and_line(self, project: Project) -> None:
         project.write("bad.dig", '+set:\n  param_set>:\n  "": v\n')
 
