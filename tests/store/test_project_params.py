@@ -1,6 +1,6 @@
 """Persistent params in the store (param_set> / param_get>): one value per project and key,
 set again replaces it, projects do not see each other's, a value older than Digdag's 90
-days reads as missing; revision 0009 adds the table and takes it away on downgrade."""
+days reads as missing, deleting a project keeps its values; revision 0009 adds the table and takes it away on downgrade."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from sqlalchemy import Engine, inspect
 from shared.store.engine import create_store_engine
 from shared.store.migrate import _alembic_config, current_revision, upgrade_database
 from shared.store.project_params import PARAM_TTL, get_project_params, set_project_params
-from shared.store.projects import ensure_project
+from shared.store.projects import delete_project, ensure_project
 from shared.store.tables import project_params
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -59,6 +59,15 @@ class TestStore:
             set_project_params(conn, etl, {"recent": "b"}, NOW - timedelta(days=89))
         with engine.connect() as conn:
             assert get_project_params(conn, etl, ["old", "recent"], NOW) == {"recent": "b"}
+
+    def test_deleting_the_project_keeps_its_values_as_digdag_does(self, engine: Engine) -> None:
+        etl, _ = _projects(engine)
+        with engine.begin() as conn:
+            set_project_params(conn, etl, {"last_id": "42"}, NOW)
+            delete_project(conn, "etl", NOW)
+        with engine.begin() as conn:
+            assert ensure_project(conn, "etl", NOW) == etl
+            assert get_project_params(conn, etl, ["last_id"], NOW) == {"last_id": "42"}
 
 
 def _downgrade(engine: Engine, revision: str) -> None:
