@@ -1,6 +1,7 @@
 """Persistent params in the store (param_set> / param_get>): one value per project and key,
 set again replaces it, projects do not see each other's, a value older than Digdag's 90
-days reads as missing, deleting a project keeps its values; revision 0009 adds the table and takes it away on downgrade."""
+days reads as missing, deleting a project keeps its values; revision 0009 adds the table
+and takes it away on downgrade."""
 
 from __future__ import annotations
 
