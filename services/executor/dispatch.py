@@ -16,6 +16,7 @@ from services.executor.call import resolve_call
 from services.executor.graph import TaskGraph
 from services.executor.materialize import Placement, materialize_children
 from services.executor.messages import AttemptContext, build_task_message
+from services.executor.param_store import read_params, store_params
 from services.executor.report import Pass
 from services.executor.require import run_require
 from services.executor.scope import Scope, over_task_limit
@@ -243,6 +244,18 @@ def _run_wait(here: _Here) -> None:
         here.graph.hold_until(here.task, until)
 
 
+def _run_param_set(here: _Here) -> None:
+    keys = list(here.spec.params)
+    store_params(here.conn, here.context, here.message(), keys, here.graph.now)
+    here.graph.succeed_operator(here.task, {}, params=here.stored)
+
+
+def _run_param_get(here: _Here) -> None:
+    keys = list(here.spec.params)
+    store = read_params(here.conn, here.context, here.message(), keys, here.graph.now)
+    here.graph.succeed_operator(here.task, store, params=here.stored)
+
+
 def _run_control(here: _Here) -> None:
     message = here.message()
     spec = here.spec
@@ -259,6 +272,8 @@ RUN_HERE: dict[str, Callable[[_Here], None]] = {
     "nop": _run_nop,
     "require": _run_require,
     "wait": _run_wait,
+    "param_set": _run_param_set,
+    "param_get": _run_param_get,
     **{name: _run_control for name in control_operators()},
 }
 """How the executor runs each operator the registry says runs in the executor (a spec
@@ -275,7 +290,8 @@ def run_here(
 ) -> None:
     """Operators the executor runs itself: ``call>`` and the control operators generate
     their subtasks, ``nop>`` just succeeds, ``wait>`` waits DELAYED (no agent holds it)
-    and succeeds when its time comes. Raises InvalidExpression or BadControl."""
+    and succeeds when its time comes, ``param_set>``/``param_get>`` write and read the
+    project's persistent params. Raises InvalidExpression or BadControl."""
     spec = TaskSpec.from_config(task.config)
     assert spec.operator is not None
     RUN_HERE[spec.operator](_Here(conn, graph, task, spec, context, stored, scope))

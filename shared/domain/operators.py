@@ -105,6 +105,18 @@ _SPECS = (
     ),
     OperatorSpec("require", RunsOn.EXECUTOR, CommandKind.TEXT, "runs another workflow's session"),
     OperatorSpec(
+        "param_set",
+        RunsOn.EXECUTOR,
+        CommandKind.IGNORED,
+        "stores its keys' values for later sessions of the project",
+    ),
+    OperatorSpec(
+        "param_get",
+        RunsOn.EXECUTOR,
+        CommandKind.IGNORED,
+        "reads stored values into store params",
+    ),
+    OperatorSpec(
         "mail",
         RunsOn.AGENT,
         CommandKind.TEXT,

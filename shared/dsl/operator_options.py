@@ -180,3 +180,40 @@ def _check_wait(reporter: Reporter, body: LineMap, where: Where) -> None:
             wait_options(literal)
         except BadControl as exc:
             reporter.report(where, body.line_of("poll_interval"), str(exc))
+
+
+PARAM_KEY = re.compile(r"\A(?=.*\S)[^\x00-\x1f\x7f]{1,255}\Z", re.DOTALL)
+"""A persistent param's key, and ``param_get>``'s destination: 1 to 255 characters, not
+all blank, no control characters."""
+_PARAM_STORE = ("param_set", "param_get")
+_PARAM_KEY_RULE = "must be 1 to 255 characters, not blank, without control characters"
+
+
+def check_param_store_options(
+    reporter: Reporter, spec: OperatorSpec | None, name: str, body: LineMap, where: Where
+) -> None:
+    """``param_set>`` (``key: value``) and ``param_get>`` (``key: destination param``): at
+    least one key, each a :data:`PARAM_KEY`; a value is a scalar, a destination a param name.
+    A null value or destination is skipped when the task runs, as in Digdag."""
+    if spec is None or spec.name not in _PARAM_STORE:
+        return
+    keys = [k for k in body if isinstance(k, str) and not k.startswith(("_", "+"))]
+    keys = [k for k in keys if not k.endswith(">")]
+    if not keys:
+        message = f"'{spec.key}' in '{name}' needs at least one key"
+        reporter.report(where, body.line_of(spec.key if spec.key in body else "_type"), message)
+    for key in keys:
+        line, value = body.line_of(key), body[key]
+        if not PARAM_KEY.fullmatch(key):
+            message = f"'{spec.key}' key {key!r} {_PARAM_KEY_RULE}"
+            reporter.report(where, line, message)
+        if spec.name == "param_set" and isinstance(value, dict | list):
+            message = f"'{spec.key}' value of '{key}' must be a string, got {describe(value)}"
+            reporter.report(where, line, message)
+        elif (
+            spec.name == "param_get"
+            and value is not None
+            and not (isinstance(value, str) and PARAM_KEY.fullmatch(value))
+        ):
+            message = f"'{spec.key}' needs a param name to store '{key}' in, got {value!r}"
+            reporter.report(where, line, message)

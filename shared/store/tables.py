@@ -313,3 +313,14 @@ alerts = Table(
     Column("created_at", Timestamp, nullable=False),
     UniqueConstraint("attempt_id", "kind"),
 )
+
+# Persistent params (`param_set>` / `param_get>`): string values a project's sessions share,
+# one per key; a value not set again within PARAM_TTL (shared.store.project_params) expires.
+project_params = Table(
+    "project_params",
+    metadata,
+    Column("project_id", Id, ForeignKey("projects.id"), primary_key=True),
+    Column("key", String(255), primary_key=True),
+    Column("value", Text, nullable=False),
+    Column("updated_at", Timestamp, nullable=False),
+)

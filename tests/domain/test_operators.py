@@ -23,12 +23,16 @@ class TestRegistry:
         assert executor_operators() | agent_operators() == set(REGISTRY)
         assert not executor_operators() & agent_operators()
 
-    def test_the_executor_runs_call_nop_wait_require_and_the_control_operators(self) -> None:
+    def test_the_executor_runs_call_nop_wait_require_params_and_the_control_operators(
+        self,
+    ) -> None:
         assert executor_operators() == {
             "call",
             "nop",
             "wait",
             "require",
+            "param_set",
+            "param_get",
             "loop",
             "for_each",
             "for_range",

@@ -19,6 +19,7 @@ A_GOOD_COMMAND = {
     CommandKind.WORKFLOW_FILE: "other.dig",
     CommandKind.CONTROL_VALUE: "${value}",
 }
+A_GOOD_OPTION = {"param_set": "  key: value\n", "param_get": "  key: destination\n"}
 
 
 def problems(project: Path, text: str) -> list[str]:
@@ -34,6 +35,7 @@ def test_every_registry_operator_parses_with_a_command_of_its_kind(
     (tmp_path / "other.dig").write_text("+a:\n  echo>: hi\n", encoding="utf-8")
     spec = REGISTRY[name]
     body = f"+t:\n  {spec.key}: {A_GOOD_COMMAND[spec.command]}\n"
+    body += A_GOOD_OPTION.get(name, "")
     if spec.control is not None:
         body += "  _do:\n    +a:\n      echo>: hi\n"
     task = parse_workflow_text(body, "wf.dig", tmp_path).root.children[0]
