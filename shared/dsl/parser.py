@@ -26,6 +26,7 @@ from shared.dsl.operator_options import (
     OPERATOR_KEYS,
     PY_TARGET,
     check_command,
+    check_operator_params,
     extra_directives,
     param_takes_secrets,
     read_control,
@@ -267,6 +268,7 @@ class _ProjectParser(Reporter):
                 secrets_allowed = param_takes_secrets(spec, key)
                 self.check_values(value, body.line_of(key), where, secrets_allowed)
                 params[key] = plain(value)
+        check_operator_params(self, operator, body, where)
         common = self._directives(body, where, OPERATOR_DIRECTIVES, is_group=False)
         if spec is not None and spec.control is not None:
             control = read_control(self, spec, spec.control, name, body, where, self._body)

@@ -12,6 +12,7 @@ from services.agent.operators.echo import run_echo
 from services.agent.operators.fail import run_fail
 from services.agent.operators.http import run_http
 from services.agent.operators.mail import run_mail
+from services.agent.operators.pg import run_pg
 from services.agent.operators.py import run_py
 from services.agent.operators.sh import run_sh
 
@@ -20,6 +21,7 @@ OPERATORS: dict[str, Operator] = {
     "fail": run_fail,
     "http": run_http,
     "mail": run_mail,
+    "pg": run_pg,
     "py": run_py,
     "sh": run_sh,
 }
