@@ -149,20 +149,24 @@ def _check_pg(reporter: Reporter, body: LineMap, where: Where) -> None:
         if isinstance(value, str) and "${" in value:
             continue  # checked when the task runs
         if key in _PG_TEXT and not (isinstance(value, str) and value.strip()):
-            bad(key, f"must be a non-empty string, got {describe(value)}")
+            bad(key, f"must be a non-empty string, got {_shown(value)}")
         elif key in _PG_FLAGS and not _is_flag(value):
-            bad(key, f"must be true or false, got {describe(value)}")
+            bad(key, f"must be true or false, got {_shown(value)}")
         elif key in _PG_DURATIONS and not _is_duration(value):
-            bad(key, f"must be a duration (30s, 1m, or seconds), got {describe(value)}")
+            bad(key, f"must be a duration (30s, 1m, or seconds), got {_shown(value)}")
         elif key == "port" and not _is_port(value):
-            bad(key, f"must be a port number, got {describe(value)}")
+            bad(key, f"must be a port number, got {_shown(value)}")
         elif key == "store_last_results" and str(value).lower() not in ("false", "first", "all"):
-            bad(key, f"must be false, first or all, got {describe(value)}")
+            bad(key, f"must be false, first or all, got {_shown(value)}")
         elif key == "download_file" and _escapes(value):
             bad(key, f"must be a relative path inside the task's directory, got {value!r}")
     given = [key for key in PG_MODIFIERS if key in body and _pg_modifier_set(body[key])]
     for key in given[1:]:
         bad(key, f"can't be used together with {given[0]}")
+
+
+def _shown(value: Any) -> str:
+    return repr(value) if isinstance(value, str | int | float | bool) else describe(value)
 
 
 def _pg_modifier_set(value: Any) -> bool:

@@ -86,9 +86,7 @@ def run_pg(context: OperatorContext) -> dict[str, Any]:
         if options.read_only:
             return _read(context, conn, query, options)
         statement = modified_statement(query, options)
-        query_id = uuid.uuid5(
-            QUERY_NAMESPACE, f"{context.message.attempt_id}/{context.message.task_id}"
-        )
+        query_id = _query_id(context)
         if options.strict_transaction:
             applied = _strict(conn, options, str(query_id), lambda: _execute(conn, statement))
         else:
@@ -100,6 +98,14 @@ def run_pg(context: OperatorContext) -> dict[str, Any]:
     else:
         context.write_log("pg>: already applied by an earlier run of this task; skipped\n")
     return {}
+
+
+def _query_id(context: OperatorContext) -> uuid.UUID:
+    """The same for every run of one task of one attempt, and for nothing else: the random
+    session UUID keeps apart the tasks of two stores that share one user database."""
+    message = context.message
+    session = message.params.get("session_uuid", "")
+    return uuid.uuid5(QUERY_NAMESPACE, f"{session}/{message.attempt_id}/{message.task_id}")
 
 
 def merged_params(params: dict[str, Any]) -> dict[str, Any]:
