@@ -40,9 +40,9 @@ def count(url: str, table: str) -> int:
 
 def set_secret(project: Project, name: str, value: str) -> None:
     project.database_path.parent.mkdir(parents=True, exist_ok=True)
+    store = f"sqlite:///{project.database_path}"
     subprocess.run(
-        [*tickwork_command(), "secrets", "set", "project", name]
-        + ["--database-url", f"sqlite:///{project.database_path}"],
+        [*tickwork_command(), "secrets", "set", "project", name, "--database-url", store],
         cwd=project.root,
         env=project.environment({"TICKWORK_SECRET_KEY": KEY}),
         input=value,
