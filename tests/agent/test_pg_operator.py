@@ -5,6 +5,8 @@ twice, as Digdag's pg> does."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,10 +15,11 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from services.agent.operators.base import OperatorContext, OperatorFailed
+from services.agent.operators.base import OperatorContext, OperatorFailed, RunControl, StopReason
 from services.agent.operators.pg import connection_settings, run_pg
 from shared.dispatch.messages import TaskMessage
 from tests.support.servers import libpq_conninfo, throwaway_postgres_database
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -194,3 +197,36 @@ def test_secrets_win_over_params_for_the_connection() -> None:
 def test_a_connection_failure_names_the_server(tmp_path: Path, database: str) -> None:
     with pytest.raises(OperatorFailed, match=r"could not connect to .*no_such_database"):
         run(tmp_path, database, "SELECT 1", {"database": "no_such_database"})
+
+
+def test_stopping_the_run_cancels_the_query_on_the_server(tmp_path: Path, database: str) -> None:
+    (tmp_path / "query.sql").write_text("SELECT pg_sleep(30)")
+    params = connection_params(database) | {"store_last_results": "first"}
+    message = TaskMessage(90, 7, 1, "+wf+pg", "pg", "query.sql", params, str(tmp_path))
+    control = RunControl()
+    failures: list[str] = []
+
+    def target() -> None:
+        with (tmp_path / "task.log").open("w") as log_file:
+            try:
+                run_pg(OperatorContext(message, log_file, tmp_path / "task.log", control=control))
+            except OperatorFailed as exc:
+                failures.append(str(exc))
+
+    runner = threading.Thread(target=target)
+    started = time.monotonic()
+    runner.start()
+    wait_until("the query runs on the server", lambda: sleeping_queries(database) == 1, 10)
+    assert control.stop(StopReason.KILLED)
+    runner.join(timeout=10)
+    assert not runner.is_alive() and time.monotonic() - started < 15
+    assert failures and "canceling statement due to user request" in failures[0]
+
+
+def sleeping_queries(database: str) -> int:
+    found = rows(
+        database,
+        "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(30)'"
+        " AND pid <> pg_backend_pid()",
+    )
+    return int(found[0][0])

@@ -253,7 +253,9 @@ def _connect(context: OperatorContext, settings: dict[str, Any]) -> Iterator[psy
             f"'pg>' could not connect to {where}: {_server_message(exc)}"
         ) from None
     # Killing the task or stopping the agent cancels the query running on the server.
-    context.control.attach(conn.cancel_safe, lambda: False)
+    if not context.control.attach(conn.cancel_safe, lambda: False):
+        conn.close()
+        raise OperatorFailed(f"'pg>' stopped before its query ran: {context.control.reason}")
     try:
         with conn:
             yield conn
