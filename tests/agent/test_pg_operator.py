@@ -230,3 +230,14 @@ def sleeping_queries(database: str) -> int:
         " AND pid <> pg_backend_pid()",
     )
     return int(found[0][0])
+
+
+def test_a_plain_select_leaves_nothing_behind(postgres_server_url: str, tmp_path: Path) -> None:
+    with throwaway_postgres_database(postgres_server_url) as url:
+        conninfo = libpq_conninfo(url)
+        run(tmp_path, conninfo, "SELECT 1; SELECT 2")
+        tables = "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
+        assert rows(conninfo, tables) == [(0,)]
+        run(tmp_path, conninfo, "CREATE TABLE made (n int); INSERT INTO made VALUES (1)")
+        assert rows(conninfo, "SELECT n FROM made") == [(1,)]
+        assert rows(conninfo, tables) == [(2,)]  # made, and the status table

@@ -11,7 +11,8 @@ its params. What the query does depends on its options:
 * ``download_file: FILE``: the rows as CSV in a file of the task's directory (read-only);
 * ``store_last_results: first|all``: the first row or every row as ``${pg.last_results}``
   (read-only);
-* none of them: the file runs as a script in one transaction.
+* none of them: the file runs as a script in one transaction; a script that only reads
+  runs in a read-only transaction and leaves nothing behind.
 
 Except in the read-only modes, ``strict_transaction`` (true by default) makes a re-run of
 the same task apply its statement once only: a row of the status table
@@ -87,6 +88,10 @@ def run_pg(context: OperatorContext) -> dict[str, Any]:
             return _read(context, conn, query, options)
         statement = modified_statement(query, options)
         query_id = _query_id(context)
+        plain = options.create_table is None and options.insert_into is None
+        if plain and _only_reads(conn, statement):
+            context.write_log(f"pg>: ran {context.message.command} (it only reads)\n")
+            return {}
         if options.strict_transaction:
             applied = _strict(
                 conn,
@@ -360,6 +365,22 @@ def _text(value: Any) -> str:
     if isinstance(value, dict | list):
         return json.dumps(value, default=_text)
     return str(value)
+
+
+def _only_reads(conn: psycopg.Connection, statement: sql.Composable) -> bool:
+    """Run a plain script in a read-only transaction: True if it ran so (a SELECT leaves
+    nothing behind, not even a status row), False if it writes (nothing of it was kept)."""
+    conn.read_only = True
+    try:
+        with conn.transaction():
+            _execute(conn, statement)
+    except psycopg.Error as exc:
+        if exc.sqlstate != READ_ONLY_VIOLATION:
+            raise OperatorFailed(f"'pg>' the query failed: {_server_message(exc)}") from None
+        return False
+    finally:
+        conn.read_only = False
+    return True
 
 
 def _execute(conn: psycopg.Connection, statement: sql.Composable) -> None:
