@@ -125,6 +125,14 @@ _SPECS = (
         implicit_secret_prefix="mail.",
     ),
     OperatorSpec(
+        "pg",
+        RunsOn.AGENT,
+        CommandKind.TEXT,
+        "runs the SQL of a template file against PostgreSQL",
+        secret_params=("host", "port", "user", "password", "database", "ssl", "schema"),
+        implicit_secret_prefix="pg.",
+    ),
+    OperatorSpec(
         "loop", RunsOn.EXECUTOR, CommandKind.CONTROL_VALUE, "runs _do N times", control=_LOOP
     ),
     OperatorSpec(

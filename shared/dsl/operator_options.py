@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import PurePosixPath
 from typing import Any
 
 from shared.domain.control import (
@@ -159,6 +160,8 @@ def check_options(
         _check_wait(reporter, body, where)
     elif spec is not None and spec.name == "sh":
         check_sh_options(reporter, body, where)
+    elif spec is not None and spec.name == "pg":
+        _check_pg(reporter, body, where)
 
 
 def _check_wait(reporter: Reporter, body: LineMap, where: Where) -> None:
@@ -217,3 +220,75 @@ def check_param_store_options(
         ):
             message = f"'{spec.key}' needs a param name to store '{key}' in, got {value!r}"
             reporter.report(where, line, message)
+
+
+PG_MODIFIERS = ("create_table", "insert_into", "download_file", "store_last_results")
+"""The ``pg>`` options of which a task may give one only (as in Digdag)."""
+_PG_TEXT = (
+    "create_table",
+    "insert_into",
+    "download_file",
+    "database",
+    "host",
+    "user",
+    "schema",
+    "status_table",
+    "status_table_schema",
+)
+_PG_FLAGS = ("ssl", "strict_transaction")
+_PG_DURATIONS = ("connect_timeout", "status_table_cleanup")
+
+
+def _check_pg(reporter: Reporter, body: LineMap, where: Where) -> None:
+    def bad(key: str, message: str) -> None:
+        reporter.report(where, body.line_of(key), f"'pg>' {key} {message}")
+
+    for key in (k for k in body if isinstance(k, str)):
+        value = body[key]
+        if isinstance(value, str) and "${" in value:
+            continue  # checked when the task runs
+        if key in _PG_TEXT and not (isinstance(value, str) and value.strip()):
+            bad(key, f"must be a non-empty string, got {_shown(value)}")
+        elif key in _PG_FLAGS and not _is_flag(value):
+            bad(key, f"must be true or false, got {_shown(value)}")
+        elif key in _PG_DURATIONS and not _is_duration(value):
+            bad(key, f"must be a duration (30s, 1m, or seconds), got {_shown(value)}")
+        elif key == "port" and not _is_port(value):
+            bad(key, f"must be a port number, got {_shown(value)}")
+        elif key == "store_last_results" and str(value).lower() not in ("false", "first", "all"):
+            bad(key, f"must be false, first or all, got {_shown(value)}")
+        elif key == "download_file" and _escapes(value):
+            bad(key, f"must be a relative path inside the task's directory, got {value!r}")
+    given = [key for key in PG_MODIFIERS if key in body and _pg_modifier_set(body[key])]
+    for key in given[1:]:
+        bad(key, f"can't be used together with {given[0]}")
+
+
+def _shown(value: Any) -> str:
+    return repr(value) if isinstance(value, str | int | float | bool) else describe(value)
+
+
+def _pg_modifier_set(value: Any) -> bool:
+    return value is not None and str(value).lower() != "false"
+
+
+def _is_flag(value: Any) -> bool:
+    return isinstance(value, bool) or str(value).lower() in ("true", "false")
+
+
+def _is_duration(value: Any) -> bool:
+    try:
+        parse_duration(value, minimum=1)
+    except BadDuration:
+        return False
+    return True
+
+
+def _is_port(value: Any) -> bool:
+    text = str(value)
+    return not isinstance(value, bool) and text.isdigit() and 0 < int(text) < 65536
+
+
+def _escapes(value: str) -> bool:
+    path = PurePosixPath(value)
+    return path.is_absolute() or ".." in path.parts or value.startswith("~")

@@ -40,7 +40,7 @@ class TestRegistry:
         }
 
     def test_agents_run_the_rest(self) -> None:
-        assert agent_operators() == {"echo", "sh", "py", "fail", "http", "mail"}
+        assert agent_operators() == {"echo", "sh", "py", "fail", "http", "mail", "pg", "http_call"}
 
     def test_control_operators_run_on_the_executor(self) -> None:
         assert set(control_operators()) <= executor_operators()
@@ -83,5 +83,10 @@ class TestDerivedSets:
         assert SECRET_PARAMS["http"] == ("headers",)
         assert "password" in SECRET_PARAMS["mail"]
 
-    def test_mail_and_http_read_their_secrets_by_prefix(self) -> None:
-        assert implicit_secret_prefixes() == {"mail": "mail.", "http": "http."}
+    def test_mail_http_and_pg_read_their_secrets_by_prefix(self) -> None:
+        assert implicit_secret_prefixes() == {
+            "mail": "mail.",
+            "http": "http.",
+            "pg": "pg.",
+            "http_call": "http.",
+        }

@@ -13,6 +13,7 @@ from services.agent.operators.fail import run_fail
 from services.agent.operators.http import run_http
 from services.agent.operators.http_call import run_http_call
 from services.agent.operators.mail import run_mail
+from services.agent.operators.pg import run_pg
 from services.agent.operators.py import run_py
 from services.agent.operators.sh import run_sh
 
@@ -22,6 +23,7 @@ OPERATORS: dict[str, Operator] = {
     "http": run_http,
     "http_call": run_http_call,
     "mail": run_mail,
+    "pg": run_pg,
     "py": run_py,
     "sh": run_sh,
 }
