@@ -33,10 +33,13 @@ MAX_SECRET_BYTES = 64 * 1024
 MIN_PASSPHRASE_CHARS = 16
 _KDF_SALT = b"tickwork-secrets-v1"  # fixed: the key must be derivable again from the phrase
 _KDF_ITERATIONS = 200_000
-WHERE_ALLOWED = "secrets may be used only in sh> commands, _env and http> headers"
 SECRET_PARAMS: dict[str, tuple[str, ...]] = secret_params()
 """The params of an operator where ``${secret:name}`` may stand, besides ``sh>`` commands
 and ``_env`` values."""
+WHERE_ALLOWED = "secrets may be used only in sh> commands, _env and " + "; ".join(
+    f"{operator}> {', '.join(params)}" for operator, params in sorted(SECRET_PARAMS.items())
+)
+"""Where a secret may stand, as an error says it (from the operator registry)."""
 
 
 class SecretKeyError(TickworkError):

@@ -58,7 +58,8 @@ def test_secrets_stand_only_in_the_params_the_registry_names(tmp_path: Path) -> 
         """
     assert problems(tmp_path, text) == [
         "wf.dig:5: '${secret:token}': secrets may be used only in sh> commands, _env and "
-        "http> headers"
+        "http> headers; http_call> headers; mail> host, port, username, password, tls, ssl; "
+        "pg> host, port, user, password, database, ssl, schema"
     ]
 
 
