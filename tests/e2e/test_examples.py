@@ -10,8 +10,10 @@ import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
+from tests.e2e._examples_database import SECRET_KEY, pg_secrets
 from tests.e2e._run import (
     EXAMPLES_DIR,
     RUN_TIMEOUT_SECONDS,
@@ -21,6 +23,7 @@ from tests.e2e._run import (
     tickwork_command,
 )
 from tests.e2e._status_service import StatusService, serve_status
+from tests.support.servers import libpq_conninfo, throwaway_postgres_database
 
 pytestmark = pytest.mark.e2e
 
@@ -445,3 +448,55 @@ class TestQualityGate:
         assert run.exit_code == 1, run.explain()
         assert examples.notes("quality_gate") == ["load", "check nulls 2%"]
         assert "failed +quality_gate+load" in run.summary
+
+
+@pytest.fixture
+def orders_database(postgres_server_url: str) -> Iterator[str]:
+    """A throwaway database for incremental_load.dig (the example's own is tickwork_examples)."""
+    with throwaway_postgres_database(postgres_server_url) as url:
+        yield url
+
+
+def set_secrets(project: Project, secrets: dict[str, str]) -> None:
+    """Set the secrets of the local project the examples run as (``tickwork secrets set``)."""
+    store = f"sqlite:///{project.database_path}"
+    project.database_path.parent.mkdir(parents=True, exist_ok=True)
+    for name, value in secrets.items():
+        command = ["secrets", "set", project.root.name, name, "--value", value]
+        done = subprocess.run(
+            [*tickwork_command(), *command, "--database-url", store],
+            cwd=project.root,
+            env=project.environment({"TICKWORK_SECRET_KEY": SECRET_KEY}),
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_SECONDS,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+
+
+def test_incremental_load_loads_only_what_came_since_the_session_before(
+    examples: Project, orders_database: str
+) -> None:
+    # Given the example pointed at a database of its own through the project's secrets
+    set_secrets(examples, pg_secrets(orders_database))
+
+    # When two days' sessions run, one after the other
+    runs = [
+        examples.run("incremental_load.dig", "-t", day, env={"TICKWORK_SECRET_KEY": SECRET_KEY})
+        for day in ("2026-01-30", "2026-01-31")
+    ]
+
+    # Then the second loaded only the orders after the day the first one stored
+    for run in runs:
+        assert run.exit_code == 0, run.explain()
+    assert examples.notes("incremental_load") == [
+        "load orders after the start, 3 new, 3 in all",
+        "orders loaded until 2026-01-30",
+        "load orders after 2026-01-30, 3 new, 6 in all",
+        "orders loaded until 2026-01-31",
+    ]
+    assert ("+incremental_load+load^sub+copy", "success") in runs[1].progress()
+    with psycopg.connect(libpq_conninfo(orders_database)) as conn:
+        days = conn.execute("SELECT day::text, count(*) FROM orders GROUP BY 1 ORDER BY 1")
+        assert days.fetchall() == [("2026-01-30", 3), ("2026-01-31", 3)]

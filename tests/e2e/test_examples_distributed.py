@@ -4,8 +4,10 @@ agent processes on PostgreSQL and Redis (the ``cluster`` fixture), all examples 
 Each example is submitted as an attempt of its own; the test waits for all of them and
 checks that each ended as it does under ``tickwork run`` (success, or error for the two
 that fail on purpose) and that its tasks noted what they did, in order and how often.
-No example is skipped: ``http_status.dig`` asks a status service this test serves, and
-``scheduled.dig`` runs one session by hand (its schedule is covered by test_api_cluster).
+No example is skipped: ``http_status.dig`` asks a status service this test serves,
+``incremental_load.dig`` loads into a throwaway database the project's secrets point it at
+and runs a second session once the first has ended, and ``scheduled.dig`` runs one session
+by hand (its schedule is covered by test_api_cluster).
 """
 
 from __future__ import annotations
@@ -14,17 +16,22 @@ import shutil
 import textwrap
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from services.embedded import RunRequest, create_run_attempt
+from shared.clock import utc_now
 from shared.dsl.parser import parse_workflow_text
+from shared.secrets import SecretBox
+from shared.store import secrets as secret_store
+from tests.e2e._examples_database import SECRET_KEY, pg_secrets
 from tests.e2e._run import EXAMPLES_DIR, NOTES_DIR, max_running_at_once
 from tests.e2e._status_service import serve_status
 from tests.fault._cluster import DONE_ATTEMPT_STATES, Cluster
+from tests.support.servers import throwaway_postgres_database
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -64,6 +71,12 @@ SEQUENTIAL_NOTES: dict[str, list[str]] = {
     "backfill": ["load 2026-01-30 (previous 2026-01-29, next 2026-01-31)"],
     "sh_output": ["count", "batch b-20260130 from shop_db: 42 rows in 2 tables, first orders"],
     "quality_gate": ["load", "check nulls 2%", "publish"],
+    "incremental_load": [
+        "load orders after the start, 3 new, 3 in all",
+        "orders loaded until 2026-01-30",
+        "load orders after 2026-01-30, 3 new, 6 in all",
+        "orders loaded until 2026-01-31",
+    ],
 }
 """What the examples whose tasks run one at a time note, exactly, in order."""
 
@@ -77,7 +90,29 @@ def status_url() -> Iterator[str]:
         yield service.url
 
 
-def submit_example(cluster: Cluster, workflow: Path, params: dict[str, Any]) -> int:
+@pytest.fixture
+def orders_database(postgres_server_url: str) -> Iterator[str]:
+    """A throwaway database for incremental_load.dig (the example's own is tickwork_examples)."""
+    with throwaway_postgres_database(postgres_server_url) as url:
+        yield url
+
+
+def set_secrets(cluster: Cluster, secrets: dict[str, str]) -> None:
+    """Store secrets of the cluster's project, encrypted with the agents' key."""
+    box = SecretBox(SECRET_KEY)
+    with cluster.engine.begin() as conn:
+        for name, value in secrets.items():
+            encrypted = box.encrypt(value)
+            project = cluster.project_dir.name
+            secret_store.set_secret(conn, project, name, encrypted, utc_now(), create_project=True)
+
+
+def submit_example(
+    cluster: Cluster,
+    workflow: Path,
+    params: dict[str, Any],
+    session_time: datetime = SESSION_TIME,
+) -> int:
     """Create an attempt of one example (copied into the cluster's project); its id."""
     text = textwrap.dedent(workflow.read_text(encoding="utf-8"))
     definition = parse_workflow_text(text, workflow.name, cluster.project_dir)
@@ -87,7 +122,7 @@ def submit_example(cluster: Cluster, workflow: Path, params: dict[str, Any]) -> 
         state_dir=cluster.root / "state",
         database_url=cluster.database_url,
         params=params,
-        session_time=SESSION_TIME,
+        session_time=session_time,
     )
     with cluster.engine.begin() as conn:
         return create_run_attempt(conn, request, datetime.now(UTC)).attempt_id
@@ -115,7 +150,7 @@ def notes(cluster: Cluster, example: str) -> list[str]:
 
 
 def test_every_example_runs_on_an_executor_and_two_agents(
-    cluster: Cluster, status_url: str
+    cluster: Cluster, status_url: str, orders_database: str
 ) -> None:
     # Given the examples project and a cluster of an executor and two agents
     shutil.copytree(
@@ -124,9 +159,11 @@ def test_every_example_runs_on_an_executor_and_two_agents(
         ignore=shutil.ignore_patterns(".tickwork", "__pycache__"),
         dirs_exist_ok=True,
     )
+    set_secrets(cluster, pg_secrets(orders_database))
     cluster.start_executor()
-    cluster.start_agent("agent-1", concurrency=4)
-    cluster.start_agent("agent-2", concurrency=4)
+    key = {"TICKWORK_SECRET_KEY": SECRET_KEY}
+    cluster.start_agent("agent-1", concurrency=4, env=key)
+    cluster.start_agent("agent-2", concurrency=4, env=key)
 
     # When every example is submitted at once
     workflows = sorted(cluster.project_dir.glob("*.dig"))
@@ -137,6 +174,13 @@ def test_every_example_runs_on_an_executor_and_two_agents(
         for w in workflows
     }
     ended = wait_for_all(cluster, attempts)
+    # and incremental_load's next day once its first session ended
+    next_day = SESSION_TIME + timedelta(days=1)
+    workflow = cluster.project_dir / "incremental_load.dig"
+    next_session = submit_example(cluster, workflow, {}, next_day)
+    assert wait_for_all(cluster, {"incremental_load": next_session}) == {
+        "incremental_load": "success"
+    }, cluster.explain(next_session)
 
     # Then each ended as under `tickwork run`: success, or error where it fails on purpose
     expected = {name: "error" if name in FAILING_ON_PURPOSE else "success" for name in attempts}
