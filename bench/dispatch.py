@@ -44,7 +44,16 @@ TICKWORK_BENCH_DATABASE_URL (default: the local server), dropped at the end, and
 Redis prefix of its own on TICKWORK_BENCH_REDIS_URL (default: the local server), whose
 keys are deleted at the end. Services are OS processes in their own process groups, with
 their logs in a temporary directory; they are stopped (SIGTERM, then SIGKILL) even after
-a failure or Ctrl-C. Progress goes to stderr (a bar on a terminal, one line per part
+a failure or Ctrl-C.
+
+**CPU per task.** A service's CPU is the user and system time of every process in its
+process group (read from ``/proc/<pid>/stat``, all threads included, plus what its exited
+children had used once reaped). For the fan-out and the chain it is read just before the
+transaction that creates the attempt and again when the attempt is seen in ``success``,
+and divided by the attempt's tasks. For the raw workers it is read before the raw client
+starts and after it ends, and divided by every task it sent (warm-up and all rounds).
+
+Progress goes to stderr (a bar on a terminal, one line per part
 otherwise); the last stdout line is one JSON object of figures. ``--repeat N`` runs each
 part N times and keeps the run with the median wall time of each.
 """
@@ -126,10 +135,33 @@ class RawResult:
     tasks: int
     publish_seconds: float
     wall_seconds: float
+    worker_cpu_ms_per_task: float  # both workers' process groups, over every task sent
 
     @property
     def tasks_per_s(self) -> float:
         return self.tasks / self.wall_seconds
+
+
+def group_cpu_seconds(pgid: int) -> float:
+    """User and system CPU seconds of the live processes in process group ``pgid``, with
+    what their reaped children had used."""
+    total_ticks = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:  # the process has gone
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # from the state on: field 3 is [0]
+        if int(fields[2]) == pgid:
+            total_ticks += sum(int(value) for value in fields[11:15])  # utime .. cstime
+    return total_ticks / os.sysconf("SC_CLK_TCK")
+
+
+def services_cpu_seconds(services: Sequence[Service]) -> float:
+    """The summed CPU seconds of the services' process groups."""
+    return sum(group_cpu_seconds(service.process.pid) for service in services)
 
 
 def run_raw_celery(
@@ -185,6 +217,7 @@ def run_raw_celery(
             "--timeout",
             str(ATTEMPT_TIMEOUT_SECONDS),
         ]
+        cpu_before = services_cpu_seconds(services)
         try:
             done = subprocess.run(
                 client,
@@ -198,10 +231,12 @@ def run_raw_celery(
             raise BenchFailed("the raw Celery client did not finish in time") from None
         if done.returncode != 0:
             raise BenchFailed(f"the raw Celery client failed: {done.stderr.strip()[-800:]}")
+        cpu_seconds = services_cpu_seconds(services) - cpu_before
         for service in services:
             service.check_alive()
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    return [RawResult(found["tasks"], publish, wall) for publish, wall in found["rounds"]]
+    cpu_ms = 1000 * cpu_seconds / (RAW_WARMUP_TASKS + rounds * found["tasks"])
+    return [RawResult(found["tasks"], publish, wall, cpu_ms) for publish, wall in found["rounds"]]
 
 
 # --- (a) and (c) tickwork ----------------------------------------------------------------
@@ -218,10 +253,20 @@ class AttemptRun:
     rows: list[TaskRow]  # operator tasks, in definition order
     agent_metrics: dict[str, float]  # both agents' growth over the attempt (empty: unread)
     agent_times: dict[int, AgentTimes]  # by task id, from the event tap (empty: not tapped)
+    executor_cpu_seconds: float  # the executor's process group over the attempt
+    agent_cpu_seconds: float  # every agent's process group over the attempt
 
     @property
     def tasks_per_s(self) -> float:
         return self.tasks / self.wall_seconds
+
+    @property
+    def executor_cpu_ms_per_task(self) -> float:
+        return 1000 * self.executor_cpu_seconds / self.tasks
+
+    @property
+    def agent_cpu_ms_per_task(self) -> float:
+        return 1000 * self.agent_cpu_seconds / self.tasks
 
     @property
     def pickup_ms(self) -> float:
@@ -322,12 +367,14 @@ class Tickwork:
             events = (
                 stack.enter_context(EventTap(self.redis_url, self.redis_prefix)) if tap else None
             )
+            cpu_before = self.cpu_seconds()
             created_at = time.time()
             started = time.perf_counter()
             with self.engine.begin() as conn:
                 attempt_id = create_run_attempt(conn, request, SystemClock().now()).attempt_id
             state = self.wait_for_attempt(attempt_id, timeout)
             ended = time.perf_counter()
+            cpu_after = self.cpu_seconds()
         metrics_after = self.agent_metrics()
         with self.engine.connect() as conn:
             rows = [r for r in list_attempt_tasks(conn, attempt_id) if not r.is_group]
@@ -341,7 +388,13 @@ class Tickwork:
             rows=rows,
             agent_metrics=metric_differences(metrics_before, metrics_after),
             agent_times={} if events is None else {r.id: events.times(r.id) for r in rows},
+            executor_cpu_seconds=cpu_after[0] - cpu_before[0],
+            agent_cpu_seconds=cpu_after[1] - cpu_before[1],
         )
+
+    def cpu_seconds(self) -> tuple[float, float]:
+        """CPU seconds used so far by the executor and by all agents together."""
+        return services_cpu_seconds([self.executor]), services_cpu_seconds(self.agents)
 
     def agent_metrics(self) -> dict[str, float] | None:
         """Every agent's metrics, summed by series; None if one cannot be read."""
@@ -571,7 +624,9 @@ def describe_parallel(run: AttemptRun, raw: RawResult) -> str:
     return (
         f"(a) tickwork fan-out: {run.tasks:,} tasks in {run.wall_seconds:.2f} s "
         f"({run.tasks_per_s:,.0f} tasks/s, {run.wall_seconds / raw.wall_seconds:.2f}x raw "
-        f"Celery's time; first task queued {run.pickup_ms:.0f} ms after the attempt)"
+        f"Celery's time; first task queued {run.pickup_ms:.0f} ms after the attempt; "
+        f"CPU per task: executor {run.executor_cpu_ms_per_task:.2f} ms, agents "
+        f"{run.agent_cpu_ms_per_task:.2f} ms)"
     )
 
 
@@ -615,6 +670,11 @@ def figures(results: Results) -> dict[str, Any]:
         "chain_tasks": chain.tasks,
     }
     out["hop_mean_ms"] = round(1000 * statistics.fmean(hops), 2)
+    out["executor_cpu_ms_per_task"] = round(parallel.executor_cpu_ms_per_task, 2)
+    out["agent_cpu_ms_per_task"] = round(parallel.agent_cpu_ms_per_task, 2)
+    out["celery_worker_cpu_ms_per_task"] = round(raw.worker_cpu_ms_per_task, 2)
+    out["chain_executor_cpu_ms_per_task"] = round(chain.executor_cpu_ms_per_task, 2)
+    out["chain_agent_cpu_ms_per_task"] = round(chain.agent_cpu_ms_per_task, 2)
     parts = hop_parts(chain)
     if parts is not None:
         out["hop_agent_gap_p50_ms"] = round(1000 * percentile(parts.agent_gap, 0.5), 2)
