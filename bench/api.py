@@ -30,6 +30,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType
@@ -75,6 +76,19 @@ def api_server(
     extra_env: Mapping[str, str] | None = None,
 ) -> Iterator[str]:
     """``tickwork api`` in its own process group; yields its base URL once /readyz is 200."""
+    with served_api(database_url, workers, server_log, extra_env) as (base_url, _group):
+        yield base_url
+
+
+@contextmanager
+def served_api(
+    database_url: str,
+    workers: int,
+    server_log: IO[bytes],
+    extra_env: Mapping[str, str] | None = None,
+) -> Iterator[tuple[str, int]]:
+    """``tickwork api`` in its own process group; yields its base URL and the group's id
+    (the gunicorn master's pid) once /readyz is 200."""
     port = free_port()
     command = [
         str(Path(sys.executable).with_name("tickwork")),
@@ -97,7 +111,7 @@ def api_server(
     try:
         base_url = f"http://127.0.0.1:{port}"
         wait_until_ready(process, base_url)
-        yield base_url
+        yield base_url, process.pid
     finally:
         stop_process_group(process)
 
@@ -125,6 +139,25 @@ def stop_process_group(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=10)
+
+
+def group_cpu_seconds(group: int) -> float:
+    """User and system CPU seconds of every process in a process group so far, with the
+    children each has waited for (a gunicorn worker that exited counts in its master).
+
+    A process that ends is either waited for by a member, and so still counted, or leaves
+    the group's total; the gunicorn master waits for its workers."""
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue  # the process ended while the table was read
+        # fields[0] is the state (field 3 of proc_pid_stat(5)); pgrp is field 5,
+        # utime, stime, cutime and cstime fields 14 to 17.
+        if int(fields[2]) == group:
+            ticks += sum(int(value) for value in fields[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def find_deep_cursor(base_url: str, headers: dict[str, str], depth: int) -> tuple[str, int]:
@@ -167,22 +200,39 @@ class StartRequests:
         return Request("POST", "/api/attempts", body)
 
 
+@dataclass
+class Measured:
+    """One request kind's timed run and the server's CPU seconds over it."""
+
+    load: LoadResult
+    server_cpu_s: float
+
+    @property
+    def served(self) -> int:
+        """Requests the server answered: good answers and answers with another status."""
+        return len(self.load.latencies_s) + self.load.error_count
+
+
 def measure(
     name: str,
-    base_url: str,
+    server: tuple[str, int],
     make_request: Callable[[int], Request],
     expected_status: int,
     args: argparse.Namespace,
-) -> LoadResult:
-    """A warm-up (not counted), then the timed run of one request kind."""
+) -> Measured:
+    """A warm-up (not counted), then the timed run of one request kind, with the CPU the
+    server's process group spent during that run."""
+    base_url, group = server
     headers = {"Authorization": f"Bearer {TOKEN}"}
     options = {"rate": args.rate, "expected_status": expected_status}
     run_fixed_rate(base_url, headers, make_request, duration_s=args.warmup, **options)
+    cpu_before = group_cpu_seconds(group)
     result = run_fixed_rate(base_url, headers, make_request, duration_s=args.duration, **options)
+    measured = Measured(result, group_cpu_seconds(group) - cpu_before)
     timed = result.latencies_s + result.unanswered_s
     log.info(
         "measured kind=%s answered=%d errors=%d error_kinds=%s unanswered=%d p50_ms=%.2f "
-        "p99_ms=%.2f achieved_rps=%.1f",
+        "p99_ms=%.2f achieved_rps=%.1f server_cpu_s=%.2f",
         name,
         len(result.latencies_s),
         result.error_count,
@@ -191,10 +241,11 @@ def measure(
         1000 * percentile(timed or [0.0], 0.5),
         1000 * percentile(timed or [0.0], 0.99),
         result.achieved_rps,
+        measured.server_cpu_s,
     )
     if not result.latencies_s:
         raise BenchFailed(f"every {name} request failed: {result.errors}")
-    return result
+    return measured
 
 
 def run_all(args: argparse.Namespace, server_url: str, work_dir: Path) -> dict[str, Any]:
@@ -209,8 +260,9 @@ def run_all(args: argparse.Namespace, server_url: str, work_dir: Path) -> dict[s
         log.info("seeded sessions=%d seconds=%.1f", seeded.sessions, seed_seconds)
         with (
             (work_dir / "api.log").open("wb") as server_log,
-            api_server(url, args.workers, server_log) as base_url,
+            served_api(url, args.workers, server_log) as server,
         ):
+            base_url = server[0]
             log.info("serving url=%s workers=%d", base_url, args.workers)
             first = f"/api/sessions?limit={PAGE_LIMIT}"
             check_page(base_url, headers, first)
@@ -220,23 +272,24 @@ def run_all(args: argparse.Namespace, server_url: str, work_dir: Path) -> dict[s
             log.info("deep cursor found depth=%d", depth)
             load_average = os.getloadavg()[0]  # before the load: what else the machine runs
             results = {
-                "list": measure("list", base_url, lambda _: Request("GET", first), 200, args),
+                "list": measure("list", server, lambda _: Request("GET", first), 200, args),
                 "deep_page": measure(
-                    "deep_page", base_url, lambda _: Request("GET", deep), 200, args
+                    "deep_page", server, lambda _: Request("GET", deep), 200, args
                 ),
-                "start": measure("start", base_url, StartRequests(), 201, args),
+                "start": measure("start", server, StartRequests(), 201, args),
             }
     return figures(results, args, depth, seed_seconds, load_average)
 
 
 def figures(
-    results: dict[str, LoadResult],
+    measured: dict[str, Measured],
     args: argparse.Namespace,
     depth: int,
     seed_seconds: float,
     load_average: float,
 ) -> dict[str, Any]:
     """The JSON figures: the four headline ones first, then what supports them."""
+    results = {name: run.load for name, run in measured.items()}
 
     def ms(name: str, fraction: float) -> float:
         # Unanswered requests count with a lower bound of their latency.
@@ -250,6 +303,7 @@ def figures(
         "deep_page_p99_ms": ms("deep_page", 0.99),
         "start_p99_ms": ms("start", 0.99),
         "rps": round(good / span, 1),
+        "server_cpu_ms_per_request": cpu_ms_per_request(list(measured.values())),
     }
     for name, result in results.items():
         out[f"{name}_p50_ms"] = ms(name, 0.5)
@@ -258,6 +312,7 @@ def figures(
         out[f"{name}_errors"] = result.error_count
         out[f"{name}_unanswered"] = len(result.unanswered_s)
         out[f"{name}_generator_late_max_ms"] = round(1000 * result.lateness_max_s, 2)
+        out[f"{name}_server_cpu_ms_per_request"] = cpu_ms_per_request([measured[name]])
     ratio = out["deep_page_p50_ms"] / out["list_p50_ms"]
     out |= {
         "deep_to_first_p50_ratio": round(ratio, 3),
@@ -272,6 +327,14 @@ def figures(
         and not any(r.error_count or r.unanswered_s for r in results.values()),
     }
     return out
+
+
+def cpu_ms_per_request(runs: list[Measured]) -> float | None:
+    """The server's CPU milliseconds per request served over some timed runs; None when
+    it served none."""
+    served = sum(run.served for run in runs)
+    cpu_s = sum(run.server_cpu_s for run in runs)
+    return round(1000 * cpu_s / served, 2) if served else None
 
 
 def log_tail(work_dir: Path) -> str:
