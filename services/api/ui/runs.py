@@ -117,43 +117,34 @@ def _render(template: str, load: Loader) -> tuple[str, int]:
     return html, 200
 
 
-def _sessions(filters: RunFilters) -> tuple[list[history.SessionView], int | None]:
-    with read_connection() as conn:
-        page = history.list_sessions(
-            conn,
-            project=filters.project,
-            workflow=filters.workflow,
-            state=filters.state,
-            time_from=filters.time_from,
-            time_to=filters.time_to,
-            after=filters.after,
-            limit=PAGE_SIZE,
-        )
-    return page.items, page.next_after
+def _page_of(list_page: Callable[..., history.Page[Any]]) -> Loader:
+    """A loader reading one page of ``list_page`` (the store's sessions or attempts list,
+    which take the same filters) in a read connection."""
 
+    def load(filters: RunFilters) -> tuple[Sequence[Any], int | None]:
+        with read_connection() as conn:
+            page = list_page(
+                conn,
+                project=filters.project,
+                workflow=filters.workflow,
+                state=filters.state,
+                time_from=filters.time_from,
+                time_to=filters.time_to,
+                after=filters.after,
+                limit=PAGE_SIZE,
+            )
+        return page.items, page.next_after
 
-def _attempts(filters: RunFilters) -> tuple[list[history.AttemptView], int | None]:
-    with read_connection() as conn:
-        page = history.list_attempts(
-            conn,
-            project=filters.project,
-            workflow=filters.workflow,
-            state=filters.state,
-            time_from=filters.time_from,
-            time_to=filters.time_to,
-            after=filters.after,
-            limit=PAGE_SIZE,
-        )
-    return page.items, page.next_after
+    return load
 
 
 @blueprint.get("/sessions")
 def sessions_page() -> tuple[str, int]:
     """Sessions, newest first, each with its last attempt."""
-    return _render("ui/runs_sessions.html", _sessions)
+    return _render("ui/runs_sessions.html", _page_of(history.list_sessions))
 
 
 @blueprint.get("/attempts")
 def attempts_page() -> tuple[str, int]:
     """Attempts, newest first."""
-    return _render("ui/runs_attempts.html", _attempts)
+    return _render("ui/runs_attempts.html", _page_of(history.list_attempts))
