@@ -153,10 +153,13 @@ WAIT_OPTIONS = ("blocking", "poll_interval")
 
 
 def check_options(
-    reporter: Reporter, spec: OperatorSpec | None, body: LineMap, where: Where
+    reporter: Reporter, spec: OperatorSpec | None, name: str, body: LineMap, where: Where
 ) -> None:
-    """Report an operator's literal option values that the operator would refuse."""
-    if spec is not None and spec.name == "wait":
+    """Report an operator's literal option values that the operator would refuse (the
+    task is ``name``)."""
+    if spec is not None and spec.name in _PARAM_STORE:
+        check_param_store_options(reporter, spec, name, body, where)
+    elif spec is not None and spec.name == "wait":
         _check_wait(reporter, body, where)
     elif spec is not None and spec.name == "sh":
         check_sh_options(reporter, body, where)

@@ -27,7 +27,6 @@ from shared.dsl.operator_options import (
     PY_TARGET,
     check_command,
     check_options,
-    check_param_store_options,
     extra_directives,
     param_takes_secrets,
     read_control,
@@ -302,8 +301,7 @@ class _ProjectParser(Reporter):
                 secrets_allowed = param_takes_secrets(spec, key)
                 self.check_values(value, body.line_of(key), where, secrets_allowed)
                 params[key] = plain(value)
-        check_options(self, spec, body, where)
-        check_param_store_options(self, spec, name, body, where)
+        check_options(self, spec, name, body, where)
         common = self._directives(body, where, OPERATOR_DIRECTIVES, is_group=False)
         if workdir:
             common["export"] = {**common.get("export", {}), **workdir}
