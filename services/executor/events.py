@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from services.executor import results
 from services.executor.graph import TaskGraph
 from services.executor.messages import build_task_message
 from services.executor.report import Pass, TickReport
@@ -23,7 +24,6 @@ from shared.dispatch.messages import (
     TaskMessage,
     TaskReleased,
     TaskStarted,
-    WorkCommitted,
 )
 from shared.domain.states import TaskState
 from shared.domain.workflow import TaskSpec
@@ -43,28 +43,83 @@ class ResultFate(StrEnum):
 
 def apply_events(work: Pass, scope: Scope, events: Sequence[TaskEvent]) -> None:
     """Apply agents' events; the messages of tasks released to be run elsewhere go to
-    ``work.messages``."""
-    conn, report = work.conn, work.report
+    ``work.messages``.
+
+    Between two releases, starts are applied first in one statement, then results in
+    batches (see :mod:`~services.executor.results`): a task's own events keep their order.
+    """
     finished = {(e.task_id, e.lease_token) for e in events if isinstance(e, TaskFinished)}
     logs: list[dict[str, Any]] = []
+    starts: list[TaskStarted] = []
+    results: list[TaskFinished] = []
     for event in events:
-        if isinstance(event, WorkCommitted):
-            continue
         if isinstance(event, TaskReleased):
+            _apply_starts(work, starts)
+            _apply_results(work, scope, results, logs)
+            starts, results = [], []
             _release(work, scope, event)
         elif isinstance(event, TaskStarted):
             # A result in the same batch makes the RUNNING step moot.
-            if (event.task_id, event.lease_token) in finished:
-                continue
-            name = task_store.mark_task_running(conn, event.task_id, event.lease_token, work.now)
-            if name is not None:
-                work.graph.record(event.task_id, name, TaskState.RUNNING)
-                report.events_applied += 1
-            else:
-                report.stale_results += 1
+            if (event.task_id, event.lease_token) not in finished:
+                starts.append(event)
+        elif isinstance(event, TaskFinished):
+            results.append(event)
+    _apply_starts(work, starts)
+    _apply_results(work, scope, results, logs)
+    task_store.record_task_logs(work.conn, [{**row, "created_at": work.now} for row in logs])
+
+
+def _apply_starts(work: Pass, starts: Sequence[TaskStarted]) -> None:
+    """QUEUED -> RUNNING under each start's token, in one statement."""
+    if not starts:
+        return
+    runs = [(e.task_id, e.lease_token) for e in starts]
+    moved = task_store.mark_tasks_running(work.conn, runs, work.now)
+    for event in starts:
+        name = moved.pop(event.task_id, None)  # a start sent twice counts once
+        if name is not None:
+            work.graph.record(event.task_id, name, TaskState.RUNNING)
+            work.report.events_applied += 1
         else:
-            _count(report, apply_result(work.graph, event, logs, scope.max_tasks_per_attempt))
-    task_store.record_task_logs(conn, [{**row, "created_at": work.now} for row in logs])
+            work.report.stale_results += 1
+
+
+def _apply_results(
+    work: Pass, scope: Scope, events: Sequence[TaskFinished], logs: list[dict[str, Any]]
+) -> None:
+    """Apply results in arrival order: simple fresh ones in set-based batches, refused
+    ones from the row read, the rest one by one (after the batch before them)."""
+    if not events:
+        return
+    graph, limit = work.graph, scope.max_tasks_per_attempt
+    rows = results.read_tasks(graph, events)
+    batch: list[tuple[TaskFinished, TaskRow]] = []
+    seen: set[int] = set()  # tasks a result of this batch was applied to (or is waiting)
+
+    def flush() -> None:
+        moved = results.apply_simple(graph, batch)
+        for event, task in batch:
+            fate = ResultFate.APPLIED if task.id in moved else _refused(task, event)
+            _count(work.report, fate)
+            row = results.log_row(task, event) if fate is ResultFate.APPLIED else None
+            if row is not None:
+                logs.append(row)
+        batch.clear()
+
+    for event in events:
+        task = rows.get(event.task_id)
+        if event.task_id in seen:  # its row changed: read it again
+            flush()
+            _count(work.report, apply_result(graph, event, logs, limit))
+        elif task is None or not results.is_fresh(task, event):
+            _count(work.report, _refused(task, event))
+        elif results.is_simple(task, event):
+            batch.append((event, task))
+        else:
+            flush()
+            _count(work.report, apply_result(graph, event, logs, limit, task=task))
+        seen.add(event.task_id)
+    flush()
 
 
 def _release(work: Pass, scope: Scope, event: TaskReleased) -> None:
@@ -86,7 +141,12 @@ def _count(report: TickReport, fate: ResultFate) -> None:
 
 
 def apply_result(
-    graph: TaskGraph, event: TaskFinished, logs: list[dict[str, Any]], max_tasks: int
+    graph: TaskGraph,
+    event: TaskFinished,
+    logs: list[dict[str, Any]],
+    max_tasks: int,
+    *,
+    task: TaskRow | None = None,
 ) -> ResultFate:
     """Apply a result under its lease token, whether or not its lease still exists;
     refused as ``stale`` if that token is not the task's, as ``repeated`` if the run
@@ -94,8 +154,10 @@ def apply_result(
 
     The token is checked in the row read first (most stale results stop there) and
     again in the UPDATE that moves the task (``... AND lease_token = :token``): that
-    one is the fence, whatever happened in between."""
-    task = task_store.find_task(graph.conn, event.task_id)
+    one is the fence, whatever happened in between. ``task`` is the task's row if it
+    was just read."""
+    if task is None:
+        task = task_store.find_task(graph.conn, event.task_id)
     applied = False
     if (
         task is not None
@@ -109,32 +171,27 @@ def apply_result(
         else:
             error = {"message": event.error_message or "failed"}
             applied = graph.fail(task, error, fence=event.lease_token)
-    if task is not None and not applied and _ended_under(task, event.lease_token):
+    if task is None or not applied:
+        return _refused(task, event)
+    row = results.log_row(task, event)
+    if row is not None:
+        logs.append(row)
+    return ResultFate.APPLIED
+
+
+def _refused(task: TaskRow | None, event: TaskFinished) -> ResultFate:
+    """The fate of a result that did not move its task (``task`` as read before)."""
+    if task is not None and _ended_under(task, event.lease_token):
         log.info(
             "refused a result already settled task_id=%d lease_token=%d",
             event.task_id,
             event.lease_token,
         )
         return ResultFate.REPEATED
-    if task is None or not applied:
-        log.warning(
-            "refused a stale result task_id=%d lease_token=%d",
-            event.task_id,
-            event.lease_token,
-        )
-        return ResultFate.STALE
-    if event.log_path is not None:
-        logs.append(
-            {
-                "task_id": task.id,
-                "attempt_id": task.attempt_id,
-                "lease_token": event.lease_token,
-                "path": event.log_path,
-                "size_bytes": event.log_size_bytes,
-                "truncated_bytes": event.log_truncated_bytes,
-            }
-        )
-    return ResultFate.APPLIED
+    log.warning(
+        "refused a stale result task_id=%d lease_token=%d", event.task_id, event.lease_token
+    )
+    return ResultFate.STALE
 
 
 def requeue(

@@ -54,7 +54,11 @@ class TaskGraph:
     """State transitions of task rows, applied with guarded updates in one transaction."""
 
     def __init__(
-        self, conn: Connection, now: datetime, limits: dict[int, int | None] | None = None
+        self,
+        conn: Connection,
+        now: datetime,
+        limits: dict[int, int | None] | None = None,
+        sibling_edges: dict[int, bool] | None = None,
     ) -> None:
         self.conn = conn
         self.now = now
@@ -64,6 +68,8 @@ class TaskGraph:
         self.earliest_wake: datetime | None = None  # soonest not_before this pass set
         self._attempts: dict[int, AttemptRow] = {}  # session time and zone, for delays
         self._limits = {} if limits is None else limits  # parent id -> _parallel limit
+        # parent id -> whether a child may wait for a sibling, as its children started
+        self._sibling_edges = {} if sibling_edges is None else sibling_edges
         self._unsettled: dict[int, None] = {}  # parents whose children may all have ended
         self.moves: list[TaskMove] = []  # the states tasks entered, in order
 
@@ -206,14 +212,21 @@ class TaskGraph:
         A limited group starts no new child once one has failed (as Digdag's waves would
         not): the running ones finish, the rest end canceled.
         """
-        room = None
-        if limit is not None:
-            if task_store.has_child_in(self.conn, parent_id, (TaskState.ERROR,)):
-                return
-            room = limit - task_store.count_children_in(self.conn, parent_id, ACTIVE_TASK_STATES)
-            if room <= 0:
-                return
-        self.promote(task_store.select_startable_children(self.conn, parent_id, room))
+        if limit is None:
+            # Every BLOCKED child startable at once: none waits for a sibling, so none
+            # needs looking for when a sibling ends (until the children start again).
+            children = task_store.select_blocked_children(self.conn, parent_id)
+            startable = [task_id for task_id, can_start in children if can_start]
+            if len(self._sibling_edges) > 100_000:
+                self._sibling_edges.clear()
+            self._sibling_edges[parent_id] = len(startable) < len(children)
+            self.promote(startable)
+            return
+        if task_store.has_child_in(self.conn, parent_id, (TaskState.ERROR,)):
+            return
+        room = limit - task_store.count_children_in(self.conn, parent_id, ACTIVE_TASK_STATES)
+        if room > 0:
+            self.promote(task_store.select_startable_children(self.conn, parent_id, room))
 
     # -- operator results --------------------------------------------------------------
 
@@ -324,6 +337,42 @@ class TaskGraph:
             if startable and self.promote(startable):
                 return  # a sibling started: the parent is not done, no need to look
         self._unsettled[task.parent_id] = None
+
+    def ended(self, task: TaskRow, state: TaskState, values: dict[str, Any]) -> None:
+        """Note that ``task`` entered ``state`` through a store update made outside this
+        class (a batch of results), with the column ``values`` written with it."""
+        log.debug("task %s -> %s task_id=%d", task.full_name, state.value, task.id)
+        self.moves.append(_move_of(task, state, self.now, values))
+
+    def after_terminal_many(self, ended: Sequence[tuple[TaskRow, TaskState]]) -> None:
+        """:meth:`after_terminal` for the tasks of one batch, in order.
+
+        Downstream tasks are looked for in one statement for the whole batch, and only
+        for tasks that may have any: a child of a plain group none of whose children
+        waits for a sibling (a ``_parallel`` group without ``_after``) has none.
+        """
+        looked: dict[int, int] = {}  # task id -> parent id
+        for task, state in ended:
+            parent_id = task.parent_id
+            if parent_id is None or self._parent_limit(parent_id) is not None:
+                self.after_terminal(task, state)
+            elif state is TaskState.SUCCESS and self._may_wait_for_siblings(parent_id):
+                looked[task.id] = parent_id
+            else:
+                self._unsettled[parent_id] = None
+        if not looked:
+            return
+        found = task_store.startable_downstream_of(self.conn, list(looked))
+        promoted = set(self.promote(list(dict.fromkeys(down for _, down in found))))
+        started_after = {up for up, down in found if down in promoted}
+        for task_id, parent_id in looked.items():
+            if task_id not in started_after:  # a sibling started: the parent is not done
+                self._unsettled[parent_id] = None
+
+    def _may_wait_for_siblings(self, parent_id: int) -> bool:
+        """Whether a child of ``parent_id`` may wait for a sibling: unless known from the
+        pass that started the children (see :meth:`_fill`), it may."""
+        return self._sibling_edges.get(parent_id, True)
 
     def settle(self) -> None:
         """Conclude every parent touched by an ended child once none of its children runs.

@@ -91,6 +91,7 @@ class WorkflowExecutor:
         )
         self._pending: list[TaskEvent] = []
         self._limits: dict[int, int | None] = {}  # parent id -> _parallel limit
+        self._sibling_edges: dict[int, bool] = {}  # plain group id -> a child waits for one
         self._timers = Timers()
 
     @property
@@ -133,7 +134,8 @@ class WorkflowExecutor:
         """The pass's steps in one transaction; its events are redelivered if it fails."""
         try:
             with self.engine.begin() as conn:
-                work = Pass(conn, TaskGraph(conn, now, self._limits), now, plan)
+                graph = TaskGraph(conn, now, self._limits, self._sibling_edges)
+                work = Pass(conn, graph, now, plan)
                 if plan.look:
                     self._look_for_attempts(work)
                 apply_events(work, self.scope, events)

@@ -20,8 +20,11 @@ import json
 import logging
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 from redis.client import Pipeline
 from redis.exceptions import RedisError
@@ -49,13 +52,24 @@ CRASH_AFTER_COMMIT = "after-commit-before-publish"
 CRASH_AFTER_MARK = "after-mark-before-send"
 """A fault test's crash point: the tasks' queued marks left in Redis, no message sent."""
 CRASH_POINTS = (CRASH_AFTER_COMMIT, CRASH_AFTER_MARK)
+PUBLISH_BATCH_SIZE = 500
+"""Messages one Redis round trip sends, at most."""
+OPEN_LOG_FILES = 64
+"""Log files kept open between chunks, at most (the least recently written is closed)."""
 
 
 class LogDirectory:
-    """Task logs streamed from agents, stored as files under one root."""
+    """Task logs streamed from agents, stored as files under one root.
 
-    def __init__(self, root: Path) -> None:
+    Files being written stay open between chunks (at most ``open_files`` of them, the
+    least recently written closed first); :meth:`close` closes a run's file once its
+    result came.
+    """
+
+    def __init__(self, root: Path, open_files: int = OPEN_LOG_FILES) -> None:
         self.root = root.resolve()
+        self.open_files = open_files
+        self._fds: OrderedDict[str, int] = OrderedDict()  # relative path -> open fd
 
     def path_of(self, relative: str) -> Path | None:
         """Where a log file goes; None if ``relative`` would leave the root."""
@@ -64,17 +78,48 @@ class LogDirectory:
 
     def write(self, chunk: TaskLogChunk) -> None:
         """Write a chunk at its offset (writing the same chunk twice changes nothing)."""
-        path = self.path_of(chunk.path)
-        if path is None or chunk.offset < 0:
+        if chunk.offset < 0:
+            log.warning("refused a log chunk at a negative offset: %r", chunk.path)
+            return
+        fd = self._fd_of(chunk.path)
+        if fd is None:
             log.warning("refused a log chunk outside the log directory: %r", chunk.path)
             return
+        os.pwrite(fd, chunk.data.encode("utf-8", "surrogateescape"), chunk.offset)
+
+    def _fd_of(self, relative: str) -> int | None:
+        """The open file of ``relative``, opened (and checked to stay under the root) if
+        it is not open yet; None if it would leave the root."""
+        fd = self._fds.get(relative)
+        if fd is not None:
+            self._fds.move_to_end(relative)
+            return fd
+        path = self.path_of(relative)
+        if path is None:
+            return None
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = chunk.data.encode("utf-8", "surrogateescape")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o640)
-        try:
-            os.pwrite(fd, data, chunk.offset)
-        finally:
+        self._fds[relative] = fd
+        while len(self._fds) > self.open_files:
+            os.close(self._fds.popitem(last=False)[1])
+        return fd
+
+    def close(self, relative: str) -> None:
+        """Close the file of ``relative`` if it is open (its run ended)."""
+        fd = self._fds.pop(relative, None)
+        if fd is not None:
             os.close(fd)
+
+    def close_all(self) -> None:
+        """Close every open file."""
+        while self._fds:
+            os.close(self._fds.popitem()[1])
+
+
+def _batch_of(producer: Any) -> AbstractContextManager[Any]:
+    """The producer's publish batch (kombu 5.7 and later), or nothing to enter."""
+    batch = getattr(producer, "batch", None)
+    return contextlib.nullcontext() if batch is None else batch(PUBLISH_BATCH_SIZE)
 
 
 class CeleryDispatcher:
@@ -144,7 +189,9 @@ class CeleryDispatcher:
         self.leases.mark(marks, QUEUED, PENDING_MARK_TTL_MS)
         self._crash_at(CRASH_AFTER_MARK)
         now = time.time()
-        with self.app.producer_or_acquire() as producer:
+        # One producer on one channel; kombu's batch sends the messages' LPUSHes as
+        # pipelines of PUBLISH_BATCH_SIZE, each message the standard Celery one.
+        with self.app.producer_or_acquire() as producer, _batch_of(producer):
             for message in messages:
                 body = dataclasses.replace(message, dispatched_at=now).to_json()
                 name = f"{message.task_id}.{message.lease_token}"
@@ -189,6 +236,8 @@ class CeleryDispatcher:
                 events.append(event)
             if isinstance(event, TaskFinished):
                 self._delivered_results.append((event.task_id, event.lease_token))
+                if event.log_path is not None:
+                    self.logs.close(event.log_path)
         return events
 
     def acknowledge(self) -> None:
@@ -263,4 +312,5 @@ class CeleryDispatcher:
         """Acknowledge what was applied; release connections."""
         with contextlib.suppress(RedisError):
             self._send_acknowledgements(self.client.pipeline(transaction=False))
+        self.logs.close_all()
         self.client.close()

@@ -9,13 +9,13 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, exists, func, select
+from sqlalchemy import Connection, bindparam, case, exists, func, select, tuple_
 from sqlalchemy.orm import aliased
 from sqlalchemy.sql import Update
 from sqlalchemy.sql.elements import BindParameter
 
 from shared.domain.choices import parse_choice
-from shared.domain.states import TERMINAL_TASK_STATES, TaskState
+from shared.domain.states import TERMINAL_TASK_STATES, TaskState, states_before
 from shared.errors import NotFound
 from shared.store.dialects import dialect_of
 from shared.store.tables import task_dependencies, task_logs, tasks
@@ -124,6 +124,91 @@ def mark_task_running(
 
 
 _IDS: BindParameter[int] = bindparam("ids", expanding=True)
+_RUNS = bindparam("runs", expanding=True)
+_IN_RUNS = tuple_(tasks.c.id, tasks.c.lease_token).in_(_RUNS)
+_MARK_MANY_RUNNING = (
+    tasks.update()
+    .where(tasks.c.id.in_(_IDS), _IN_RUNS, tasks.c.state == TaskState.QUEUED.value)
+    .values(state=TaskState.RUNNING.value, updated_at=bindparam("now"))
+    .returning(tasks.c.id, tasks.c.full_name)
+)
+
+
+def mark_tasks_running(
+    conn: Connection, runs: Sequence[tuple[int, int]], now: datetime
+) -> dict[int, str]:
+    """QUEUED -> RUNNING for many ``(task id, lease token)`` runs in one statement, each
+    only under its own token; ``{task id: full name}`` of those that moved."""
+    if not runs:
+        return {}
+    values = {"ids": [i for i, _ in runs], "runs": list(runs), "now": now}
+    return {int(row.id): str(row.full_name) for row in conn.execute(_MARK_MANY_RUNNING, values)}
+
+
+_END_FROM = {
+    state: [s.value for s in states_before(state)] for state in (TaskState.SUCCESS, TaskState.ERROR)
+}
+_JSON_NONE = bindparam("json_none", None, type_=tasks.c.result.type)
+_SUCCEED_RUNS = (
+    tasks.update()
+    .where(
+        tasks.c.id.in_(_IDS),
+        _IN_RUNS,
+        tasks.c.state.in_(_END_FROM[TaskState.SUCCESS]),
+    )
+    .values(
+        state=TaskState.SUCCESS.value,
+        result=_JSON_NONE,
+        output_params=case(
+            (tasks.c.id.in_(bindparam("passing_ids", expanding=True)), tasks.c.params),
+            else_=_JSON_NONE,
+        ),
+        finished_at=bindparam("now"),
+        updated_at=bindparam("now"),
+    )
+    .returning(tasks.c.id)
+)
+_FAIL_RUNS = (
+    tasks.update()
+    .where(tasks.c.id.in_(_IDS), _IN_RUNS, tasks.c.state.in_(_END_FROM[TaskState.ERROR]))
+    .values(
+        state=TaskState.ERROR.value,
+        error=bindparam("error", type_=tasks.c.error.type),
+        finished_at=bindparam("now"),
+        updated_at=bindparam("now"),
+    )
+    .returning(tasks.c.id)
+)
+
+
+def succeed_runs(
+    conn: Connection, runs: Sequence[tuple[int, int]], passing: Collection[int], now: datetime
+) -> set[int]:
+    """End many runs that stored nothing in SUCCESS in one statement, each fenced by its
+    lease token in the UPDATE itself: ``(task id, lease token)`` runs, ``passing`` the ids
+    whose params pass on to later tasks as their output (those with non-empty params).
+    The ids of the tasks that moved."""
+    if not runs:
+        return set()
+    values = {
+        "ids": [i for i, _ in runs],
+        "runs": list(runs),
+        "passing_ids": list(passing) or [0],
+        "now": now,
+    }
+    return {int(i) for i in conn.execute(_SUCCEED_RUNS, values).scalars()}
+
+
+def fail_runs(
+    conn: Connection, runs: Sequence[tuple[int, int]], error: dict[str, Any], now: datetime
+) -> set[int]:
+    """End many runs in ERROR with the same ``error`` in one statement, fenced as
+    :func:`succeed_runs`; the ids of the tasks that moved."""
+    if not runs:
+        return set()
+    values = {"ids": [i for i, _ in runs], "runs": list(runs), "error": error, "now": now}
+    return {int(i) for i in conn.execute(_FAIL_RUNS, values).scalars()}
+
 _BY_IDS = select(*_TASK_COLUMNS).where(tasks.c.id.in_(_IDS)).order_by(tasks.c.id)
 
 
@@ -437,6 +522,26 @@ _STARTABLE_DOWNSTREAM = (
 )
 
 
+_STARTABLE_DOWNSTREAM_OF_MANY = (
+    select(_EDGE.c.upstream_id, tasks.c.id)
+    .select_from(_EDGE.join(tasks, tasks.c.id == _EDGE.c.downstream_id))
+    .where(
+        _EDGE.c.upstream_id.in_(_IDS),
+        func.coalesce(tasks.c.state, "") == TaskState.BLOCKED.value,
+        _all_upstreams_succeeded(),
+    )
+)
+
+
+def startable_downstream_of(conn: Connection, task_ids: Sequence[int]) -> list[tuple[int, int]]:
+    """``(upstream id, downstream id)`` of the BLOCKED tasks that wait for any of
+    ``task_ids`` and whose upstreams all succeeded, in one statement."""
+    if not task_ids:
+        return []
+    found = conn.execute(_STARTABLE_DOWNSTREAM_OF_MANY, {"ids": list(task_ids)})
+    return [(int(up), int(down)) for up, down in found]
+
+
 def startable_downstream(conn: Connection, task_id: int) -> list[int]:
     """The BLOCKED tasks that wait for ``task_id`` and whose upstreams all succeeded."""
     return [int(i) for i in conn.execute(_STARTABLE_DOWNSTREAM, {"task_id": task_id}).scalars()]
@@ -456,6 +561,18 @@ def select_startable_children(conn: Connection, parent_id: int, limit: int | Non
     if limit is not None:
         query = query.limit(limit)
     return [int(i) for i in conn.execute(query).scalars()]
+
+
+def select_blocked_children(conn: Connection, parent_id: int) -> list[tuple[int, bool]]:
+    """``(id, startable)`` of a task's BLOCKED children in definition order: startable
+    when their upstreams all succeeded."""
+    startable = case((_all_upstreams_succeeded(), True), else_=False)
+    query = (
+        select(tasks.c.id, startable)
+        .where(tasks.c.parent_id == parent_id, tasks.c.state == TaskState.BLOCKED.value)
+        .order_by(tasks.c.position)
+    )
+    return [(int(task_id), bool(ok)) for task_id, ok in conn.execute(query)]
 
 
 def count_attempt_tasks(conn: Connection, attempt_id: int) -> int:
