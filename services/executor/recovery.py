@@ -14,7 +14,7 @@ from shared.dispatch.seam import Dispatcher
 from shared.domain.states import AttemptState, TaskState
 from shared.store import sessions as session_store
 from shared.store import tasks as task_store
-from shared.store.tasks import TaskRow
+from shared.store.tasks import InFlightRun, TaskRow
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,10 @@ KILLS_PER_PASS = 100
 
 def reap(work: Pass, scope: Scope, recovery: Recovery, dispatcher: Dispatcher) -> None:
     """Republish lost messages, requeue tasks whose agent was lost (see :class:`Recovery`);
-    the messages go to ``work.messages``."""
+    the messages go to ``work.messages``.
+
+    Candidates are read as ``(id, state, token)`` only; whole rows are read for the few
+    whose lease says they need something done."""
     quiet_since = work.now - timedelta(seconds=recovery.grace_seconds)
     candidates = task_store.select_in_flight(
         work.conn, quiet_since, REAP_BATCH, attempt_ids=scope.attempt_ids
@@ -35,24 +38,28 @@ def reap(work: Pass, scope: Scope, recovery: Recovery, dispatcher: Dispatcher) -
     states = dispatcher.lease_states([t.id for t in candidates])
     if not candidates or states is None:
         return
+    lost: dict[int, InFlightRun] = {}  # not held: their message or their agent was lost
+    for run in candidates:
+        if not _still_held(run, states[run.id]):  # else queued, running, or reporting
+            lost[run.id] = run
     republished: list[int] = []
-    for task in candidates:
-        state = states[task.id]
-        if _still_held(task, state):
-            continue  # queued, running, or its result is on the way
-        if task.state is TaskState.QUEUED and state.taken < task.lease_token:
+    for task in task_store.get_tasks(work.conn, lost):
+        run = lost[task.id]
+        if (task.state, task.lease_token) != (run.state, run.lease_token):
+            continue  # it moved on meanwhile
+        if task.state is TaskState.QUEUED and states[task.id].taken < task.lease_token:
             # No agent ever took this token: its message was lost.
             work.messages.append(message_of(work.conn, scope, task))
             republished.append(task.id)
-            continue
-        _lost_agent(work, scope, recovery, task)
+        else:
+            _lost_agent(work, scope, recovery, task)
     if republished:
         log.warning("republishing %d queued tasks whose message was lost", len(republished))
         task_store.touch_tasks(work.conn, republished, work.now)
         work.report.republished += len(republished)
 
 
-def _still_held(task: TaskRow, state: LeaseState) -> bool:
+def _still_held(task: InFlightRun, state: LeaseState) -> bool:
     """Whether a lease covers the task's current token, and its publisher confirmed it.
 
     A mark its publisher never confirmed, this long after: it died between marking and

@@ -195,8 +195,13 @@ class CeleryDispatcher:
             for message in messages:
                 body = dataclasses.replace(message, dispatched_at=now).to_json()
                 name = f"{message.task_id}.{message.lease_token}"
+                # A queue is declared with its first message only (Celery would check
+                # its binding with every message): messages go straight to its list.
+                declared = message.queue in self.queues_seen
+                self.queues_seen.add(message.queue)
                 self.app.send_task(
                     TASK_NAME,
+                    declare=[] if declared else None,
                     args=[body],
                     queue=message.queue,
                     task_id=name,
@@ -206,7 +211,6 @@ class CeleryDispatcher:
                     argsrepr=f"{message.full_name} task {name}",
                     kwargsrepr="{}",
                 )
-        self.queues_seen.update(m.queue for m in messages)
         pipe = self.client.pipeline(transaction=False)
         self.leases.confirm(marks, QUEUED, QUEUED_MARK_TTL_MS, pipe)
         self._send_acknowledgements(pipe)

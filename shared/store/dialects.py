@@ -79,6 +79,13 @@ class StoreDialect(ABC):
         """``INSERT INTO table ... ON CONFLICT DO NOTHING`` (on ``index_elements``, if given)."""
 
     @abstractmethod
+    def upsert(
+        self, table: Table, *, index_elements: Sequence[str], updated: Sequence[str]
+    ) -> Insert:
+        """``INSERT INTO table ... ON CONFLICT (index_elements) DO UPDATE`` setting the
+        ``updated`` columns to the values the conflicting row would have been inserted with."""
+
+    @abstractmethod
     def insert_rows(
         self,
         conn: Connection,
@@ -156,6 +163,13 @@ class PostgresDialect(StoreDialect):
         self, table: Table, *, index_elements: Sequence[str] | None = None
     ) -> Insert:
         return postgresql.insert(table).on_conflict_do_nothing(index_elements=index_elements)
+
+    def upsert(
+        self, table: Table, *, index_elements: Sequence[str], updated: Sequence[str]
+    ) -> Insert:
+        insert = postgresql.insert(table)
+        values = {name: insert.excluded[name] for name in updated}
+        return insert.on_conflict_do_update(index_elements=index_elements, set_=values)
 
     def insert_rows(
         self,
@@ -242,6 +256,13 @@ class SqliteDialect(StoreDialect):
         self, table: Table, *, index_elements: Sequence[str] | None = None
     ) -> Insert:
         return sqlite.insert(table).on_conflict_do_nothing(index_elements=index_elements)
+
+    def upsert(
+        self, table: Table, *, index_elements: Sequence[str], updated: Sequence[str]
+    ) -> Insert:
+        insert = sqlite.insert(table)
+        values = {name: insert.excluded[name] for name in updated}
+        return insert.on_conflict_do_update(index_elements=index_elements, set_=values)
 
     def insert_rows(
         self,

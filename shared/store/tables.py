@@ -256,6 +256,8 @@ tasks = Table(
     # Serves "active children of P" probes and, in position order, the next child to start.
     Index("ix_tasks_parent_state_position", "parent_id", "state", "position"),
     Index("ix_tasks_state_not_before", "state", "not_before"),
+    # The reaper's in-flight tasks unchanged since its grace.
+    Index("ix_tasks_state_updated_at", "state", "updated_at"),
     # Ids are never reused: a deleted task's id coming back would restart its fencing token.
     sqlite_autoincrement=True,
 )

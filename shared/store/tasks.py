@@ -209,6 +209,7 @@ def fail_runs(
     values = {"ids": [i for i, _ in runs], "runs": list(runs), "error": error, "now": now}
     return {int(i) for i in conn.execute(_FAIL_RUNS, values).scalars()}
 
+
 _BY_IDS = select(*_TASK_COLUMNS).where(tasks.c.id.in_(_IDS)).order_by(tasks.c.id)
 
 
@@ -414,22 +415,35 @@ def mark_tasks_queued(
 IN_FLIGHT_STATES = (TaskState.QUEUED, TaskState.RUNNING)
 
 
+@dataclass(frozen=True)
+class InFlightRun:
+    """What the reaper needs first of an in-flight task: which run it is in, and how."""
+
+    id: int
+    state: TaskState
+    lease_token: int
+
+
 def select_in_flight(
     conn: Connection,
     updated_before: datetime,
     limit: int,
     *,
     attempt_ids: Collection[int] | None = None,
-) -> list[TaskRow]:
+) -> list[InFlightRun]:
     """QUEUED and RUNNING tasks unchanged since ``updated_before``, oldest first: those the
-    reaper checks for a lost message or a lost agent."""
-    query = select(*_TASK_COLUMNS).where(
+    reaper checks for a lost message or a lost agent. Read from the old end of
+    ``ix_tasks_state_updated_at``: tasks changed since cost nothing."""
+    query = select(tasks.c.id, tasks.c.state, tasks.c.lease_token).where(
         tasks.c.state.in_(_states(IN_FLIGHT_STATES)), tasks.c.updated_at <= updated_before
     )
     if attempt_ids is not None:
         query = query.where(tasks.c.attempt_id.in_(list(attempt_ids)))
     query = query.order_by(tasks.c.updated_at, tasks.c.id).limit(limit)
-    return [_task_from_row(row) for row in conn.execute(query)]
+    return [
+        InFlightRun(int(row.id), TaskState(row.state), int(row.lease_token))
+        for row in conn.execute(query)
+    ]
 
 
 def requeue_task(
@@ -698,19 +712,6 @@ def _regenerated_descendants(conn: Connection, task_id: int) -> list[int]:
 
 
 _RUN_KEY = ["task_id", "lease_token"]
-_SETTLE_LOG = (
-    task_logs.update()
-    .where(
-        task_logs.c.task_id == bindparam("b_task_id"),
-        task_logs.c.lease_token == bindparam("b_lease_token"),
-    )
-    .values(
-        path=bindparam("b_path"),
-        size_bytes=bindparam("b_size_bytes"),
-        truncated_bytes=bindparam("b_truncated_bytes"),
-        ended_at=bindparam("b_ended_at", type_=task_logs.c.ended_at.type),
-    )
-)
 
 
 def index_task_logs(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
@@ -722,29 +723,22 @@ def index_task_logs(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
         conn.execute(insert, [{**row, "size_bytes": 0, "truncated_bytes": 0} for row in rows])
 
 
+_SETTLED_LOG_COLUMNS = ("path", "size_bytes", "truncated_bytes", "ended_at")
+
+
 def record_task_logs(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
     """Record the log files runs of tasks wrote, as their results describe them:
     ``task_id, attempt_id, lease_token, path, size_bytes, truncated_bytes, created_at``
     (when the result came) per row. The row indexed when the run was dispatched gets the
     path, size and cut of the stored file and ends; a run without one (dispatched by an
-    executor that did not index runs) gets one."""
+    executor that did not index runs) gets one. One statement (an upsert) for all rows."""
     if not rows:
         return
-    settled = [
-        {
-            "b_task_id": row["task_id"],
-            "b_lease_token": row["lease_token"],
-            "b_path": row["path"],
-            "b_size_bytes": row["size_bytes"],
-            "b_truncated_bytes": row.get("truncated_bytes", 0),
-            "b_ended_at": row["created_at"],
-        }
-        for row in rows
-    ]
-    conn.execute(_SETTLE_LOG, settled)
-    insert = dialect_of(conn).insert_ignoring_conflicts(task_logs, index_elements=_RUN_KEY)
+    upsert = dialect_of(conn).upsert(
+        task_logs, index_elements=_RUN_KEY, updated=_SETTLED_LOG_COLUMNS
+    )
     ended = [{"truncated_bytes": 0, **row, "ended_at": row["created_at"]} for row in rows]
-    conn.execute(insert, ended)
+    conn.execute(upsert, ended)
 
 
 def list_task_logs(conn: Connection, attempt_id: int) -> list[tuple[str, str, int]]:
