@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
+from functools import lru_cache
 from typing import Any, ClassVar
 
 from sqlalchemy import (
@@ -79,11 +80,17 @@ class StoreDialect(ABC):
         """``INSERT INTO table ... ON CONFLICT DO NOTHING`` (on ``index_elements``, if given)."""
 
     @abstractmethod
-    def upsert(
-        self, table: Table, *, index_elements: Sequence[str], updated: Sequence[str]
-    ) -> Insert:
-        """``INSERT INTO table ... ON CONFLICT (index_elements) DO UPDATE`` setting the
-        ``updated`` columns to the values the conflicting row would have been inserted with."""
+    def upsert_rows(
+        self,
+        conn: Connection,
+        table: Table,
+        rows: Sequence[Mapping[str, Any]],
+        *,
+        index_elements: Sequence[str],
+        updated: Sequence[str],
+    ) -> None:
+        """Insert non-empty ``rows`` (all with the same keys) at once; a row that conflicts
+        on ``index_elements`` sets the ``updated`` columns of the row it met instead."""
 
     @abstractmethod
     def insert_rows(
@@ -164,12 +171,20 @@ class PostgresDialect(StoreDialect):
     ) -> Insert:
         return postgresql.insert(table).on_conflict_do_nothing(index_elements=index_elements)
 
-    def upsert(
-        self, table: Table, *, index_elements: Sequence[str], updated: Sequence[str]
-    ) -> Insert:
-        insert = postgresql.insert(table)
+    def upsert_rows(
+        self,
+        conn: Connection,
+        table: Table,
+        rows: Sequence[Mapping[str, Any]],
+        *,
+        index_elements: Sequence[str],
+        updated: Sequence[str],
+    ) -> None:
+        # INSERT ... SELECT FROM unnest(...) ON CONFLICT DO UPDATE: one round trip.
+        source = rows_select(rows, column_types(table)).subquery()
+        insert = postgresql.insert(table).from_select(list(rows[0]), select(*source.c))
         values = {name: insert.excluded[name] for name in updated}
-        return insert.on_conflict_do_update(index_elements=index_elements, set_=values)
+        conn.execute(insert.on_conflict_do_update(index_elements=index_elements, set_=values))
 
     def insert_rows(
         self,
@@ -257,12 +272,16 @@ class SqliteDialect(StoreDialect):
     ) -> Insert:
         return sqlite.insert(table).on_conflict_do_nothing(index_elements=index_elements)
 
-    def upsert(
-        self, table: Table, *, index_elements: Sequence[str], updated: Sequence[str]
-    ) -> Insert:
-        insert = sqlite.insert(table)
-        values = {name: insert.excluded[name] for name in updated}
-        return insert.on_conflict_do_update(index_elements=index_elements, set_=values)
+    def upsert_rows(
+        self,
+        conn: Connection,
+        table: Table,
+        rows: Sequence[Mapping[str, Any]],
+        *,
+        index_elements: Sequence[str],
+        updated: Sequence[str],
+    ) -> None:
+        conn.execute(_sqlite_upsert(table, tuple(index_elements), tuple(updated)), list(rows))
 
     def insert_rows(
         self,
@@ -309,6 +328,15 @@ class SqliteDialect(StoreDialect):
 
     def advisory_transaction_lock(self, conn: Connection, key: int) -> None:
         pass  # a writing transaction already holds the whole file
+
+
+@lru_cache(maxsize=16)
+def _sqlite_upsert(
+    table: Table, index_elements: tuple[str, ...], updated: tuple[str, ...]
+) -> Insert:
+    insert = sqlite.insert(table)
+    values = {name: insert.excluded[name] for name in updated}
+    return insert.on_conflict_do_update(index_elements=index_elements, set_=values)
 
 
 def _configure_sqlite(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:

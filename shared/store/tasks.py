@@ -18,6 +18,7 @@ from shared.domain.choices import parse_choice
 from shared.domain.states import TERMINAL_TASK_STATES, TaskState, states_before
 from shared.errors import NotFound
 from shared.store.dialects import dialect_of
+from shared.store.sql import insert_rows
 from shared.store.tables import task_dependencies, task_logs, tasks
 
 
@@ -86,8 +87,11 @@ def insert_tasks(conn: Connection, rows: Sequence[dict[str, Any]]) -> list[int]:
     """Insert task rows (every column but the id) and return their ids in the same order."""
     if not rows:
         return []
-    statement = tasks.insert().returning(tasks.c.id, sort_by_parameter_order=True)
-    return [int(i) for i in conn.execute(statement, list(rows)).scalars()]
+    # One statement for all rows (unnest on PostgreSQL); full names are unique within
+    # an attempt, so they give each id its row.
+    inserted = insert_rows(conn, tasks, rows, (tasks.c.id, tasks.c.attempt_id, tasks.c.full_name))
+    ids = {(int(row.attempt_id), str(row.full_name)): int(row.id) for row in inserted}
+    return [ids[(int(row["attempt_id"]), str(row["full_name"]))] for row in rows]
 
 
 def insert_dependencies(conn: Connection, edges: Sequence[tuple[int, int]]) -> None:
@@ -734,11 +738,18 @@ def record_task_logs(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
     executor that did not index runs) gets one. One statement (an upsert) for all rows."""
     if not rows:
         return
-    upsert = dialect_of(conn).upsert(
-        task_logs, index_elements=_RUN_KEY, updated=_SETTLED_LOG_COLUMNS
+    columns = ("task_id", "attempt_id", "lease_token", "path", "size_bytes", "created_at")
+    ended = [
+        {
+            **{name: row[name] for name in columns},
+            "truncated_bytes": row.get("truncated_bytes", 0),
+            "ended_at": row["created_at"],
+        }
+        for row in rows
+    ]
+    dialect_of(conn).upsert_rows(
+        conn, task_logs, ended, index_elements=_RUN_KEY, updated=_SETTLED_LOG_COLUMNS
     )
-    ended = [{"truncated_bytes": 0, **row, "ended_at": row["created_at"]} for row in rows]
-    conn.execute(upsert, ended)
 
 
 def list_task_logs(conn: Connection, attempt_id: int) -> list[tuple[str, str, int]]:
