@@ -200,7 +200,9 @@ class TaskGraph:
         params = self.stored_params([group])[group.id]
         if not self._move(group, TaskState.PLANNED, params=params, started_at=self.now):
             return
-        self._start_children(group.id, group.config.get("parallel_limit"))
+        limit = group.config.get("parallel_limit")
+        self._remember_limit(group.id, limit)
+        self._start_children(group.id, limit)
 
     def _start_children(self, parent_id: int, limit: int | None) -> None:
         self._fill(parent_id, limit)
@@ -389,10 +391,13 @@ class TaskGraph:
     def _parent_limit(self, parent_id: int) -> int | None:
         if parent_id not in self._limits:
             limit = task_store.get_task(self.conn, parent_id).config.get("parallel_limit")
-            if len(self._limits) > 100_000:
-                self._limits.clear()
-            self._limits[parent_id] = None if limit is None else int(limit)
+            self._remember_limit(parent_id, limit)
         return self._limits[parent_id]
+
+    def _remember_limit(self, parent_id: int, limit: int | None) -> None:
+        if len(self._limits) > 100_000:
+            self._limits.clear()
+        self._limits[parent_id] = None if limit is None else int(limit)
 
     def conclude(self, parent_id: int) -> None:
         """Every child of a PLANNED task has ended: decide the task's own end."""

@@ -25,6 +25,7 @@ from sqlalchemy import (
     Table,
     any_,
     bindparam,
+    column,
     create_engine,
     event,
     func,
@@ -180,11 +181,11 @@ class PostgresDialect(StoreDialect):
         index_elements: Sequence[str],
         updated: Sequence[str],
     ) -> None:
-        # INSERT ... SELECT FROM unnest(...) ON CONFLICT DO UPDATE: one round trip.
-        source = rows_select(rows, column_types(table)).subquery()
-        insert = postgresql.insert(table).from_select(list(rows[0]), select(*source.c))
-        values = {name: insert.excluded[name] for name in updated}
-        conn.execute(insert.on_conflict_do_update(index_elements=index_elements, set_=values))
+        # INSERT ... SELECT FROM unnest(...) ON CONFLICT DO UPDATE, one array per column:
+        # one round trip, and one statement built once per table and columns.
+        names = tuple(rows[0])
+        statement = _postgres_upsert(table, names, tuple(index_elements), tuple(updated))
+        conn.execute(statement, {f"a_{name}": [row[name] for row in rows] for name in names})
 
     def insert_rows(
         self,
@@ -328,6 +329,18 @@ class SqliteDialect(StoreDialect):
 
     def advisory_transaction_lock(self, conn: Connection, key: int) -> None:
         pass  # a writing transaction already holds the whole file
+
+
+@lru_cache(maxsize=16)
+def _postgres_upsert(
+    table: Table, names: tuple[str, ...], index_elements: tuple[str, ...], updated: tuple[str, ...]
+) -> Insert:
+    arrays = [bindparam(f"a_{name}", type_=postgresql.ARRAY(table.c[name].type)) for name in names]
+    columns = [column(name, table.c[name].type) for name in names]
+    source = func.unnest(*arrays).table_valued(*columns).render_derived()
+    insert = postgresql.insert(table).from_select(list(names), select(*source.c))
+    values = {name: insert.excluded[name] for name in updated}
+    return insert.on_conflict_do_update(index_elements=index_elements, set_=values)
 
 
 @lru_cache(maxsize=16)

@@ -1,0 +1,198 @@
+"""Specifications of results applied in batches: each result's fate, the statements a
+batch costs, and promotion only where a sibling may wait.
+
+Statements are counted, never timed. Both store backends run every scenario.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Engine, event
+
+from shared.dispatch.messages import Outcome, TaskMessage
+from shared.domain.states import AttemptState, TaskState
+from shared.store import tasks as task_store
+from tests.executor.scenario import Scenario, finished
+
+FAN_OUT = """
+    +fan:
+      _parallel: true
+      +t0:
+        echo>: 0
+      +t1:
+        echo>: 1
+      +t2:
+        echo>: 2
+      +t3:
+        echo>: 3
+"""
+
+
+@contextmanager
+def statements_of(engine: Engine) -> Iterator[list[str]]:
+    """The SQL statements run on ``engine`` inside the block, in order."""
+    seen: list[str] = []
+
+    def before(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        seen.append(" ".join(statement.split()))
+
+    event.listen(engine, "before_cursor_execute", before)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", before)
+
+
+def _downstream_queries(statements: list[str]) -> list[str]:
+    return [s for s in statements if s.startswith("SELECT") and "task_dependencies" in s]
+
+
+def _task_updates_to(statements: list[str], state: str) -> list[str]:
+    return [s for s in statements if s.startswith("UPDATE tasks") and state in s]
+
+
+def _started_fan_out(run: Scenario) -> dict[str, TaskMessage]:
+    run.start(FAN_OUT)
+    run.step()
+    messages = {name.rsplit("+", 1)[-1]: run.open.pop(name) for name in list(run.open)}
+    assert sorted(messages) == ["t0", "t1", "t2", "t3"]
+    return messages
+
+
+class TestFates:
+    def test_a_batch_mixing_fresh_stale_and_repeated_results_gives_each_its_fate(
+        self, run: Scenario
+    ) -> None:
+        # Given a fan-out whose t0 already succeeded
+        messages = _started_fan_out(run)
+        run.agent.report(finished(messages["t0"]))
+        run.step()
+        # When one batch brings t0's result again, t1's under a token it never had, t2's
+        # success twice and t3's failure
+        stale = dataclasses.replace(messages["t1"], lease_token=messages["t1"].lease_token + 1)
+        run.agent.report(
+            finished(messages["t0"]),
+            finished(stale),
+            finished(messages["t2"]),
+            finished(messages["t2"]),
+            finished(messages["t3"], Outcome.ERROR, error="boom"),
+        )
+        run.tick()
+        # Then the fresh ones are applied, the stale one refused, the repeats counted so
+        report = run.report
+        assert (report.events_applied, report.stale_results, report.repeated_results) == (
+            2,
+            1,
+            2,
+        )
+        states = run.states()
+        assert states["+wf+fan+t1"] is TaskState.QUEUED
+        assert states["+wf+fan+t2"] is TaskState.SUCCESS
+        assert states["+wf+fan+t3"] is TaskState.ERROR
+        assert run.task("+wf+fan+t3").error == {"message": "boom"}
+        # And the moves say it in arrival order, each start before its end
+        assert [(m.full_name, m.state) for m in report.moves] == [
+            ("+wf+fan+t2", TaskState.RUNNING),
+            ("+wf+fan+t2", TaskState.SUCCESS),
+            ("+wf+fan+t3", TaskState.RUNNING),
+            ("+wf+fan+t3", TaskState.ERROR),
+        ]
+        # And the attempt still ends once t1 reports under its own token
+        run.agent.report(finished(messages["t1"]))
+        run.step()
+        assert run.attempt_state() is AttemptState.ERROR
+
+    def test_a_result_that_stores_params_is_applied_beside_plain_ones(self, run: Scenario) -> None:
+        messages = _started_fan_out(run)
+        run.agent.report(
+            finished(messages["t0"]),
+            finished(messages["t1"], store={"k": 1}),
+            finished(messages["t2"]),
+            finished(messages["t3"]),
+        )
+        run.step()
+        assert run.attempt_state() is AttemptState.SUCCESS
+        assert run.task("+wf+fan+t1").output_params == {"k": 1}
+        assert run.task("+wf+fan").output_params == {"k": 1}
+
+
+class TestStatements:
+    def test_plain_results_of_one_batch_end_their_tasks_in_one_update(self, run: Scenario) -> None:
+        # Given a fan-out of four, three of which report in one batch (the group goes on)
+        messages = _started_fan_out(run)
+        run.agent.report(*(finished(messages[name]) for name in ("t0", "t1", "t2")))
+        with statements_of(run.engine) as statements:
+            run.tick()
+        # Then one statement reads them, one UPDATE ends them, and nothing else moves
+        assert run.report.events_applied == 3
+        updates = _task_updates_to(statements, "")
+        assert len(updates) == 1
+        assert "lease_token" in updates[0].split("WHERE", 1)[1]  # fenced in the UPDATE
+        reads = [s for s in statements if s.startswith("SELECT tasks.id, tasks.attempt_id")]
+        assert len(reads) == 1
+        assert run.in_flight() == ["+wf+fan+t3"]
+
+    def test_a_parallel_childs_success_issues_no_downstream_query(self, run: Scenario) -> None:
+        messages = _started_fan_out(run)
+        run.agent.report(finished(messages["t0"]), finished(messages["t1"]))
+        with statements_of(run.engine) as statements:
+            run.tick()
+        assert run.report.events_applied == 2
+        assert _downstream_queries(statements) == []
+
+    def test_a_sequential_groups_result_looks_for_its_downstream_once(self, run: Scenario) -> None:
+        run.start("""
+            +a:
+              echo>: a
+            +b:
+              echo>: b
+        """)
+        run.step()
+        run.succeed("+wf+a")
+        with statements_of(run.engine) as statements:
+            assert run.tick() == ["+wf+b"]
+        assert len(_downstream_queries(statements)) == 2  # the promotion, then b's params
+
+    def test_after_in_a_parallel_group_is_still_followed(self, run: Scenario) -> None:
+        run.start("""
+            +fan:
+              _parallel: true
+              +a:
+                echo>: a
+              +b:
+                _after: [+a]
+                echo>: b
+              +c:
+                echo>: c
+        """)
+        assert sorted(run.step()) == ["+wf+fan+a", "+wf+fan+c"]
+        run.succeed("+wf+fan+c")
+        assert run.step() == []
+        run.succeed("+wf+fan+a")
+        assert run.step() == ["+wf+fan+b"]
+        run.succeed("+wf+fan+b")
+        run.step()
+        assert run.attempt_state() is AttemptState.SUCCESS
+
+
+class TestFencedUpdate:
+    def test_only_runs_under_their_current_token_end(self, run: Scenario) -> None:
+        messages = _started_fan_out(run)
+        t0, t1 = messages["t0"], messages["t1"]
+        with run.engine.begin() as conn:
+            moved = task_store.succeed_runs(
+                conn,
+                [(t0.task_id, t0.lease_token), (t1.task_id, t1.lease_token + 1)],
+                (),
+                run.clock.now(),
+            )
+            failed = task_store.fail_runs(
+                conn, [(t1.task_id, t1.lease_token - 1)], {"message": "late"}, run.clock.now()
+            )
+        assert (moved, failed) == ({t0.task_id}, set())
+        assert run.task("+wf+fan+t0").state is TaskState.SUCCESS
+        assert run.task("+wf+fan+t1").state is TaskState.QUEUED
