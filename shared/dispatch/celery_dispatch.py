@@ -193,7 +193,7 @@ class CeleryDispatcher:
         # pipelines of PUBLISH_BATCH_SIZE, each message the standard Celery one.
         with self.app.producer_or_acquire() as producer, _batch_of(producer):
             for message in messages:
-                body = dataclasses.replace(message, dispatched_at=now).to_json()
+                body = {**message.to_json(), "dispatched_at": now}
                 name = f"{message.task_id}.{message.lease_token}"
                 # A queue is declared with its first message only (Celery would check
                 # its binding with every message): messages go straight to its list.

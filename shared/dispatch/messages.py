@@ -38,8 +38,8 @@ class TaskMessage:
     workdir: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON body of the message."""
-        return asdict(self)
+        """The JSON body of the message (shallow: its values are the message's own)."""
+        return {name: getattr(self, name) for name in _MESSAGE_FIELDS}
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> TaskMessage:
@@ -47,6 +47,8 @@ class TaskMessage:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in body.items() if k in known})
 
+
+_MESSAGE_FIELDS = tuple(f.name for f in fields(TaskMessage))
 
 _UNSAFE_IN_FILE_NAME = re.compile(r"[^A-Za-z0-9_.=-]+")
 

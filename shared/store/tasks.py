@@ -128,7 +128,7 @@ def mark_task_running(
 
 
 _IDS: BindParameter[int] = bindparam("ids", expanding=True)
-_RUNS = bindparam("runs", expanding=True)
+_RUNS: BindParameter[Any] = bindparam("runs", expanding=True)
 _IN_RUNS = tuple_(tasks.c.id, tasks.c.lease_token).in_(_RUNS)
 _MARK_MANY_RUNNING = (
     tasks.update()

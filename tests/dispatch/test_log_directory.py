@@ -1,0 +1,53 @@
+"""Specifications of the executor's log directory: chunks appended through files kept
+open, closed when their run ends or when too many are open, never outside the root."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from shared.dispatch.celery_dispatch import LogDirectory
+from shared.dispatch.messages import TaskLogChunk
+
+
+def chunk(path: str, offset: int, data: str) -> TaskLogChunk:
+    return TaskLogChunk(task_id=1, lease_token=1, path=path, offset=offset, data=data)
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+class TestLogDirectory:
+    def test_chunks_of_one_run_land_at_their_offsets_through_one_open_file(
+        self, tmp_path: Path
+    ) -> None:
+        logs = LogDirectory(tmp_path)
+        before = open_fds()
+        logs.write(chunk("a/1.log", 0, "hello "))
+        logs.write(chunk("a/1.log", 6, "world\n"))
+        logs.write(chunk("a/1.log", 0, "hello "))  # sent again: changes nothing
+        assert open_fds() == before + 1
+        assert (tmp_path / "a/1.log").read_text() == "hello world\n"
+        logs.close("a/1.log")
+        assert open_fds() == before
+
+    def test_the_least_recently_written_file_is_closed_past_the_limit(self, tmp_path: Path) -> None:
+        logs = LogDirectory(tmp_path, open_files=2)
+        before = open_fds()
+        for name in ("1.log", "2.log", "3.log"):
+            logs.write(chunk(name, 0, name))
+        assert open_fds() == before + 2
+        logs.write(chunk("1.log", 5, "+"))  # opened again where it was left
+        assert (tmp_path / "1.log").read_text() == "1.log+"
+        logs.close_all()
+        assert open_fds() == before
+
+    def test_a_chunk_outside_the_root_is_refused(self, tmp_path: Path) -> None:
+        root = tmp_path / "logs"
+        logs = LogDirectory(root)
+        logs.write(chunk("../escaped.log", 0, "x"))
+        logs.write(chunk("a.log", -1, "x"))
+        assert not (tmp_path / "escaped.log").exists()
+        assert not (root / "a.log").exists()
+        logs.close_all()
