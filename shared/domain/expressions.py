@@ -565,7 +565,9 @@ class _Scope:
     def render(self, value: Any) -> Any:
         if isinstance(value, str):
             return value if "$" not in value else self.render_text(value)
-        if isinstance(value, Mapping):
+        if value is None or isinstance(value, bool | int | float):
+            return value  # before the Mapping check: an ABC's isinstance is slow
+        if isinstance(value, dict | Mapping):
             return {key: self.render(item) for key, item in value.items()}
         if isinstance(value, list | tuple):
             return [self.render(item) for item in value]
