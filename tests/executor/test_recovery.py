@@ -7,11 +7,12 @@ lease keys (a task absent from it has no lease at all).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import pytest
 
 from services.executor.loop import Recovery
-from shared.dispatch.leases import CANCELED, DONE, QUEUED, Lease
+from shared.dispatch.leases import CANCELED, DONE, QUEUED, Lease, LeaseState
 from shared.dispatch.messages import TaskReleased, TaskStarted
 from shared.domain.states import AttemptState, TaskState
 from shared.store import sessions as session_store
@@ -91,6 +92,37 @@ class TestLostMessages:
         reaping.start(ONE_TASK)
         reaping.step()
         assert reaping.step(after_seconds=1) == []
+
+
+class TestWhatTheReaperReads:
+    def test_it_asks_redis_only_about_tasks_unchanged_for_its_grace(
+        self, reaping: Scenario
+    ) -> None:
+        # Given two in-flight tasks, one of which changed a second ago
+        reaping.start("""
+            +fan:
+              _parallel: true
+              +a:
+                echo>: a
+              +b:
+                echo>: b
+        """)
+        reaping.step()
+        asked: list[list[int]] = []
+        lease_states = reaping.agent.lease_states
+
+        def recorded(task_ids: Sequence[int]) -> dict[int, LeaseState] | None:
+            asked.append(list(task_ids))
+            return lease_states(task_ids)
+
+        reaping.agent.lease_states = recorded  # type: ignore[method-assign]
+        reaping.clock.advance(1.5)
+        started(reaping, "+wf+fan+b")  # b is RUNNING since now
+        # When the reaper looks 1 second later (a's message went out 2.5 seconds ago)
+        reaping.tick(after_seconds=1)
+        # Then only a was a candidate
+        a = reaping.task("+wf+fan+a").id
+        assert asked[-1] == [a]
 
 
 class TestLostAgents:
