@@ -2,7 +2,10 @@
 
 Every method runs inside the caller's transaction. Work follows events: a finished task
 promotes its downstream siblings and, once its parent has no active child left, concludes
-the parent, so the cost per task does not grow with the size of the workflow.
+the parent, so the cost per task does not grow with the size of the workflow. Tasks a
+batch of results ended (see :mod:`~services.executor.results`) are followed together:
+one statement looks for their downstream tasks, and none at all for the children of a
+group whose children all started at once (no child waits for a sibling).
 """
 
 from __future__ import annotations

@@ -2,12 +2,15 @@
 
 ``publish`` runs after the transaction that made the tasks QUEUED committed (the outbox
 rule), makes sure the project archives the tasks run in are in Redis (see
-:mod:`shared.dispatch.archives`), sends one Celery message per task to the task's queue,
-then leaves the ``queued`` mark on each lease key: a QUEUED task whose key is empty lost
-its message, and the reaper publishes it again. Events come from the stream (see
+:mod:`shared.dispatch.archives`), sends one Celery message per task to the task's queue
+(standard protocol-2 messages, written by one producer in kombu's publish batches: one
+Redis round trip per :data:`PUBLISH_BATCH_SIZE` messages), then leaves the ``queued``
+mark on each lease key: a QUEUED task whose key is empty lost its message, and the
+reaper publishes it again. Events come from the stream (see
 :mod:`shared.dispatch.events`); log chunks among them are written to the log directory
-here and never reach the loop. Once the loop committed a pass, every result it applied or
-refused gets the ``applied`` mark on its lease key, so that the agent holding it (see
+here, through files kept open until their run's result arrives, and never reach the
+loop. Once the loop committed a pass, every result it applied or refused gets the
+``applied`` mark on its lease key, so that the agent holding it (see
 :mod:`services.agent.outbox`) forgets it; right after Redis lost its keys the lease states
 are withheld from the reaper for a while (see :mod:`shared.dispatch.keyspace`).
 """
