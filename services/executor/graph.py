@@ -115,29 +115,36 @@ class TaskGraph:
         if first_time and len(promoted) < len(task_ids):
             moved = {task.id for task in promoted}
             promoted += self._start_delayed([i for i in task_ids if i not in moved])
-        for task in promoted:
+        self._note_ready(promoted)
+        return [task.id for task in promoted]
+
+    def _note_ready(self, tasks: Sequence[TaskRow]) -> None:
+        """List tasks that became READY to be started or dispatched in this pass."""
+        for task in tasks:
             if task.is_group:
                 self.ready_groups.append(task.id)
             else:
                 self.ready_operators.append(task)
-        return [task.id for task in promoted]
 
-    def _start_delayed(self, task_ids: Sequence[int]) -> list[TaskRow]:
-        """BLOCKED tasks with a start rule -> DELAYED, or READY (returned) if already due."""
+    def _start_delayed(
+        self, task_ids: Sequence[int], from_state: TaskState = TaskState.BLOCKED
+    ) -> list[TaskRow]:
+        """Tasks with a start rule, BLOCKED (or just made READY) -> DELAYED, or READY
+        (returned) if already due."""
         started: list[TaskRow] = []
         for task in task_store.get_tasks(self.conn, task_ids):
             rule = task.config.get("start")
-            if task.state is not TaskState.BLOCKED or rule is None:
+            if task.state is not from_state or rule is None:
                 continue  # another executor moved it meanwhile
             attempt = self._attempt(task.attempt_id)
             start = StartRule.from_config(rule)
             not_before = start.not_before(self.now, attempt.session_time, attempt.timezone)
             target = TaskState.DELAYED if not_before > self.now else TaskState.READY
-            # Guarded on BLOCKED alone: a task another executor delayed stays delayed.
+            # Guarded on its state alone: a task another executor delayed stays delayed.
             if not task_store.update_task(
                 self.conn,
                 task.id,
-                (TaskState.BLOCKED,),
+                (from_state,),
                 state=target,
                 not_before=not_before,
                 updated_at=self.now,
@@ -367,11 +374,14 @@ class TaskGraph:
                 self._unsettled[parent_id] = None
         if not looked:
             return
-        found = task_store.startable_downstream_of(self.conn, list(looked))
-        promoted = set(self.promote(list(dict.fromkeys(down for _, down in found))))
-        started_after = {up for up, down in found if down in promoted}
-        for task_id, parent_id in looked.items():
-            if task_id not in started_after:  # a sibling started: the parent is not done
+        ready = task_store.make_downstream_ready(self.conn, list(looked), self.now)
+        timed = [task.id for task in ready if task.config.get("start") is not None]
+        ready = [task for task in ready if task.config.get("start") is None]
+        ready += self._start_delayed(timed, from_state=TaskState.READY)
+        self._note_ready(ready)
+        started = {task.parent_id for task in ready}
+        for parent_id in looked.values():
+            if parent_id not in started:  # a child started: the parent is not done
                 self._unsettled[parent_id] = None
 
     def _may_wait_for_siblings(self, parent_id: int) -> bool:

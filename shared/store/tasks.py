@@ -540,24 +540,28 @@ _STARTABLE_DOWNSTREAM = (
 )
 
 
-_STARTABLE_DOWNSTREAM_OF_MANY = (
-    select(_EDGE.c.upstream_id, tasks.c.id)
-    .select_from(_EDGE.join(tasks, tasks.c.id == _EDGE.c.downstream_id))
+_MAKE_DOWNSTREAM_READY = (
+    tasks.update()
     .where(
-        _EDGE.c.upstream_id.in_(_IDS),
+        tasks.c.id.in_(select(_EDGE.c.downstream_id).where(_EDGE.c.upstream_id.in_(_IDS))),
         func.coalesce(tasks.c.state, "") == TaskState.BLOCKED.value,
         _all_upstreams_succeeded(),
     )
+    .values(state=TaskState.READY.value, updated_at=bindparam("now"))
+    .returning(*_TASK_COLUMNS)
 )
 
 
-def startable_downstream_of(conn: Connection, task_ids: Sequence[int]) -> list[tuple[int, int]]:
-    """``(upstream id, downstream id)`` of the BLOCKED tasks that wait for any of
-    ``task_ids`` and whose upstreams all succeeded, in one statement."""
+def make_downstream_ready(
+    conn: Connection, task_ids: Sequence[int], now: datetime
+) -> list[TaskRow]:
+    """BLOCKED tasks that wait for any of ``task_ids`` and whose upstreams all succeeded
+    -> READY, in one statement; their rows as they are now. Those with a start rule
+    (``_delay``/``_start_at``) are READY too: the caller works out their time."""
     if not task_ids:
         return []
-    found = conn.execute(_STARTABLE_DOWNSTREAM_OF_MANY, {"ids": list(task_ids)})
-    return [(int(up), int(down)) for up, down in found]
+    values = {"ids": list(task_ids), "now": now}
+    return [_task_from_row(row) for row in conn.execute(_MAKE_DOWNSTREAM_READY, values)]
 
 
 def startable_downstream(conn: Connection, task_id: int) -> list[int]:
