@@ -16,7 +16,6 @@ all executors, and then:
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
 from datetime import datetime
 
 from sqlalchemy import Connection
@@ -29,6 +28,7 @@ from shared.domain.states import TaskState
 from shared.domain.workflow import TaskSpec, WorkflowDefinition
 from shared.store import sla as sla_store
 from shared.store import tasks as task_store
+from shared.store.partitions import AttemptSet
 from shared.store.projects import load_workflow_definition
 from shared.store.sessions import AttemptRow, get_attempt
 
@@ -51,7 +51,7 @@ def set_deadline(
 
 
 def fire_missed_slas(
-    conn: Connection, graph: TaskGraph, now: datetime, among: Collection[int] | None
+    conn: Connection, graph: TaskGraph, now: datetime, among: AttemptSet
 ) -> tuple[int, list[tuple[int, int]]]:
     """React to every missed SLA this executor claims; how many, and the in-flight
     ``(task id, lease token)`` pairs to revoke after the commit."""

@@ -1,10 +1,12 @@
 """The executor's side of the distributed seam: Celery messages out, Redis events in.
 
 ``publish`` runs after the transaction that made the tasks QUEUED committed (the outbox
-rule), makes sure the project archives the tasks run in are in Redis (see
+rule), names in each message the partition whose event stream the agent reports to,
+makes sure the project archives the tasks run in are in Redis (see
 :mod:`shared.dispatch.archives`), sends one Celery message per task to the task's queue,
 then leaves the ``queued`` mark on each lease key: a QUEUED task whose key is empty lost
-its message, and the reaper publishes it again. Events come from the stream (see
+its message, and the reaper publishes it again. Events come from the streams of the
+partitions this executor follows, every one unless told (see
 :mod:`shared.dispatch.events`); log chunks among them are written to the log directory
 here and never reach the loop. Once the loop committed a pass, every result it applied or
 refused gets the ``applied`` mark on its lease key, so that the agent holding it (see
@@ -28,10 +30,11 @@ from redis.exceptions import RedisError
 
 from shared.dispatch.archives import ArchiveSource, RedisArchives
 from shared.dispatch.celery_app import TASK_NAME, RedisSettings, make_celery
-from shared.dispatch.events import EventReader, EventStream, decode
+from shared.dispatch.events import EntryRef, EventReader, EventStream, decode, stream_key
 from shared.dispatch.keyspace import SETTLE_MS, KeyspaceWatch
 from shared.dispatch.leases import APPLIED, CANCELED, QUEUED, LeaseState, LeaseStore
 from shared.dispatch.messages import TaskEvent, TaskFinished, TaskLogChunk, TaskMessage
+from shared.domain.partitions import DEFAULT_PARTITION_COUNT, partition_of
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +88,9 @@ class CeleryDispatcher:
     (without it, tasks of pushed projects fail on the agent). ``crash_point``
     (one of :data:`CRASH_POINTS`) exits the process there (a fault test's crash point).
     ``settle_ms`` is how long the reaper learns nothing of leases after Redis lost its
-    keys (see :mod:`shared.dispatch.keyspace`).
+    keys (see :mod:`shared.dispatch.keyspace`). ``partition_count`` is how many partitions
+    attempts are spread over; it reads the streams of all of them until
+    :meth:`follow_partitions` says which.
     """
 
     def __init__(
@@ -97,8 +102,10 @@ class CeleryDispatcher:
         crash_point: str = "",
         archive_source: ArchiveSource | None = None,
         settle_ms: int = SETTLE_MS,
+        partition_count: int = DEFAULT_PARTITION_COUNT,
     ) -> None:
         self.redis = redis
+        self.partition_count = partition_count
         self.app = make_celery(redis)
         self.client = redis.client()
         self.leases = LeaseStore(self.client, redis.prefix)
@@ -109,13 +116,13 @@ class CeleryDispatcher:
         self.crash_point = crash_point
         self.archives = RedisArchives(self.client, redis.prefix)
         self.archive_source = archive_source
-        self._delivered: list[bytes] = []  # read, not yet applied
-        self._applied: list[bytes] = []  # applied and committed, not yet acknowledged
+        self._delivered: list[EntryRef] = []  # read, not yet applied
+        self._applied: list[EntryRef] = []  # applied and committed, not yet acknowledged
         self._delivered_results: list[tuple[int, int]] = []  # (task id, token) of results
         self._settled_results: list[tuple[int, int]] = []  # committed, not yet marked
         self.keyspace = KeyspaceWatch(self.client, redis.prefix, settle_ms)
         self.queues_seen: set[str] = set()
-        self.reader.ensure_group()
+        self.reader.follow(self._stream_keys(range(partition_count)))
 
     def _crash_at(self, point: str) -> None:
         if self.crash_point == point:
@@ -126,6 +133,22 @@ class CeleryDispatcher:
         """This executor became the active one: claim what others read and left."""
         self.reader.ensure_group()
         return self.reader.claim_orphans()
+
+    def _stream_keys(self, partitions: Sequence[int] | range) -> list[str]:
+        """The streams of ``partitions``; the holder of partition 0 also reads the single
+        stream of old (agents of a release before partitions, during an upgrade)."""
+        keys = [stream_key(self.redis.prefix, p) for p in partitions]
+        return [*keys, stream_key(self.redis.prefix, None)] if 0 in partitions else keys
+
+    def follow_partitions(self, partitions: Sequence[int]) -> int:
+        """Read the event streams of ``partitions`` only, from the next poll on; claim what
+        others read and left in the streams not read before. How many were claimed.
+
+        Called between passes: the acknowledgements due are sent first, so that a
+        partition given up leaves nothing pending that this executor already applied."""
+        self._send_acknowledgements(self.client.pipeline(transaction=False))
+        new = self.reader.follow(self._stream_keys(sorted(partitions)))
+        return self.reader.claim_orphans(new) if new else 0
 
     def publish(self, messages: Sequence[TaskMessage]) -> None:
         """Mark each task queued for a short while, send its message, then keep the mark.
@@ -146,7 +169,9 @@ class CeleryDispatcher:
         now = time.time()
         with self.app.producer_or_acquire() as producer:
             for message in messages:
-                body = dataclasses.replace(message, dispatched_at=now).to_json()
+                partition = partition_of(message.attempt_id, self.partition_count)
+                sent = dataclasses.replace(message, dispatched_at=now, event_partition=partition)
+                body = sent.to_json()
                 name = f"{message.task_id}.{message.lease_token}"
                 self.app.send_task(
                     TASK_NAME,
@@ -256,8 +281,9 @@ class CeleryDispatcher:
         return dict(zip(queues, (int(n) for n in pipe.execute()), strict=True))
 
     def wake(self) -> None:
-        """Wake the executor waiting on the stream (new work was committed)."""
-        self.stream.wake()
+        """Wake this executor waiting on its streams (new work was committed); with no
+        stream to read it wakes at its next look anyway."""
+        self.reader.wake()
 
     def close(self) -> None:
         """Acknowledge what was applied; release connections."""

@@ -9,13 +9,13 @@ its deadline has the deadline cleared once it passes, so the executor's look-up 
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import Connection, select
 
 from shared.domain.states import AttemptState, TaskState
+from shared.store.partitions import AttemptSet, restrict
 from shared.store.sql import insert_ignoring_conflict
 from shared.store.tables import alerts, attempts, tasks
 
@@ -37,7 +37,7 @@ def set_sla_deadline(conn: Connection, attempt_id: int, deadline: datetime) -> N
 
 
 def select_missed_slas(
-    conn: Connection, now: datetime, limit: int, *, among: Collection[int] | None = None
+    conn: Connection, now: datetime, limit: int, *, among: AttemptSet = None
 ) -> list[tuple[int, datetime]]:
     """``(id, deadline)`` of RUNNING attempts whose deadline is at or before ``now`` and
     that have not fired yet, earliest deadline first; only those in ``among`` if given."""
@@ -46,8 +46,7 @@ def select_missed_slas(
         attempts.c.sla_fired_at.is_(None),
         attempts.c.state == AttemptState.RUNNING.value,
     )
-    if among is not None:
-        query = query.where(attempts.c.id.in_(list(among)))
+    query = restrict(query, attempts.c.id, among)
     query = query.order_by(attempts.c.sla_deadline, attempts.c.id).limit(limit)
     return [(int(row.id), row.sla_deadline) for row in conn.execute(query)]
 
