@@ -118,11 +118,11 @@ class EventReader:
         self._backlog = True  # read our own pending entries first (a restart)
 
     def follow(self, keys: Sequence[str]) -> list[str]:
-        """Read the streams ``keys`` from now on; the keys not read before (their groups
-        made sure of: claim their orphans next)."""
+        """Read the streams ``keys`` from now on (their groups made sure of); the keys not
+        read before (claim their orphans next)."""
         new = [key for key in keys if key not in self.keys]
         self.keys = tuple(keys)
-        self._ensure_groups(new)
+        self._ensure_groups(self.keys)
         self._backlog = True
         return new
 
