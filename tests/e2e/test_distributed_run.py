@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 
 import pytest
 import sqlalchemy as sa
