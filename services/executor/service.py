@@ -26,7 +26,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import psycopg
 from redis.exceptions import RedisError
@@ -53,7 +53,7 @@ from shared.store.engine import (
     read_only,
 )
 from shared.store.migrate import is_up_to_date
-from shared.store.partitions import AttemptFilter
+from shared.store.partitions import AttemptFilter, attempts_of_tasks
 from shared.store.projects import archive_reader
 
 log = logging.getLogger(__name__)
@@ -127,6 +127,7 @@ class ExecutorService:
             crash_point=settings.crash_point,
             archive_source=archive_reader(self.engine),
             partition_count=settings.partition_count,
+            attempts_of_tasks=self._attempts_of_tasks,
         )
         self.executor = WorkflowExecutor(
             self.engine,
@@ -139,6 +140,10 @@ class ExecutorService:
         self._leases: PartitionLeases | None = None
         self._listeners: list[NotifyListener] = []  # stopped, joined at the end
         self._stop = threading.Event()
+
+    def _attempts_of_tasks(self, task_ids: Sequence[int]) -> dict[int, int]:
+        with read_only(self.engine) as conn:
+            return attempts_of_tasks(conn, task_ids)
 
     def stop(self) -> None:
         """Ask :meth:`run` to return after the current pass."""

@@ -22,7 +22,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from redis.client import Pipeline
@@ -30,7 +30,14 @@ from redis.exceptions import RedisError
 
 from shared.dispatch.archives import ArchiveSource, RedisArchives
 from shared.dispatch.celery_app import TASK_NAME, RedisSettings, make_celery
-from shared.dispatch.events import EntryRef, EventReader, EventStream, decode, stream_key
+from shared.dispatch.events import (
+    STREAM_CAP,
+    EntryRef,
+    EventReader,
+    EventStream,
+    decode,
+    stream_key,
+)
 from shared.dispatch.keyspace import SETTLE_MS, KeyspaceWatch
 from shared.dispatch.leases import APPLIED, CANCELED, QUEUED, LeaseState, LeaseStore
 from shared.dispatch.messages import TaskEvent, TaskFinished, TaskLogChunk, TaskMessage
@@ -52,6 +59,15 @@ CRASH_AFTER_COMMIT = "after-commit-before-publish"
 CRASH_AFTER_MARK = "after-mark-before-send"
 """A fault test's crash point: the tasks' queued marks left in Redis, no message sent."""
 CRASH_POINTS = (CRASH_AFTER_COMMIT, CRASH_AFTER_MARK)
+
+
+AttemptsOfTasks = Callable[[Sequence[int]], dict[int, int]]
+"""The attempt of each task id (those found): how old-format events find their partition."""
+
+
+def _task_id_of(body: dict[str, object]) -> int | None:
+    task_id = body.get("task_id")
+    return task_id if isinstance(task_id, int) else None
 
 
 class LogDirectory:
@@ -90,7 +106,9 @@ class CeleryDispatcher:
     ``settle_ms`` is how long the reaper learns nothing of leases after Redis lost its
     keys (see :mod:`shared.dispatch.keyspace`). ``partition_count`` is how many partitions
     attempts are spread over; it reads the streams of all of them until
-    :meth:`follow_partitions` says which.
+    :meth:`follow_partitions` says which. With ``attempts_of_tasks``, the events read
+    from the single stream of old are moved to their partitions' streams rather than
+    applied here (an executor that may not hold their partitions).
     """
 
     def __init__(
@@ -103,9 +121,11 @@ class CeleryDispatcher:
         archive_source: ArchiveSource | None = None,
         settle_ms: int = SETTLE_MS,
         partition_count: int = DEFAULT_PARTITION_COUNT,
+        attempts_of_tasks: AttemptsOfTasks | None = None,
     ) -> None:
         self.redis = redis
         self.partition_count = partition_count
+        self.attempts_of_tasks = attempts_of_tasks
         self.app = make_celery(redis)
         self.client = redis.client()
         self.leases = LeaseStore(self.client, redis.prefix)
@@ -205,7 +225,8 @@ class CeleryDispatcher:
         if self._settled_results:
             self._send_acknowledgements(self.client.pipeline(transaction=False))
         applied, self._applied = self._applied, []
-        for entry_id, body in self.reader.read(timeout_seconds, acknowledge=applied):
+        entries = self.reader.read(timeout_seconds, acknowledge=applied)
+        for entry_id, body in self._route_old_events(entries):
             self._delivered.append(entry_id)
             event = decode(body)
             if isinstance(event, TaskLogChunk):
@@ -215,6 +236,36 @@ class CeleryDispatcher:
             if isinstance(event, TaskFinished):
                 self._delivered_results.append((event.task_id, event.lease_token))
         return events
+
+    def _route_old_events(
+        self, entries: list[tuple[EntryRef, dict[str, object]]]
+    ) -> list[tuple[EntryRef, dict[str, object]]]:
+        """Move the task events read from the single stream of old (agents of a release
+        before partitions) to their partitions' streams; the entries left to apply here.
+
+        Sent on and acknowledged in one round trip: dying between the two sends an
+        event twice, which changes nothing (results apply once per token)."""
+        old_key = self.stream.key
+        if self.attempts_of_tasks is None or not any(ref[0] == old_key for ref, _ in entries):
+            return entries
+        moving = {
+            ref: (task_id, body)
+            for ref, body in entries
+            if ref[0] == old_key and (task_id := _task_id_of(body)) is not None
+        }
+        attempts = self.attempts_of_tasks(sorted({task_id for task_id, _ in moving.values()}))
+        pipe = self.client.pipeline(transaction=False)
+        for task_id, body in moving.values():
+            attempt = attempts.get(task_id)
+            if attempt is None:
+                log.warning("dropped an event of an unknown task task_id=%d", task_id)
+                continue
+            key = stream_key(self.redis.prefix, partition_of(attempt, self.partition_count))
+            raw = json.dumps(body, separators=(",", ":"))
+            pipe.xadd(key, {"e": raw}, maxlen=STREAM_CAP, approximate=True)
+        self.reader.add_acknowledgement(pipe, list(moving))
+        pipe.execute()
+        return [(ref, body) for ref, body in entries if ref not in moving]
 
     def acknowledge(self) -> None:
         """The events polled so far are committed: acknowledge them, and mark their

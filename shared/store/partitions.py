@@ -13,9 +13,10 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, false, literal_column
+from sqlalchemy import ColumnElement, Connection, false, literal_column, select
 
 from shared.domain.partitions import DEFAULT_PARTITION_COUNT, partition_of
+from shared.store.tables import tasks
 
 
 @dataclass(frozen=True)
@@ -79,3 +80,11 @@ def restrict(query: Q, column: ColumnElement[Any], among: AttemptSet) -> Q:
     found = as_filter(among)
     condition = None if found is None else found.clause(column)
     return query if condition is None else query.where(condition)  # type: ignore[attr-defined]
+
+
+def attempts_of_tasks(conn: Connection, task_ids: Collection[int]) -> dict[int, int]:
+    """The attempt of each of ``task_ids`` that exists."""
+    if not task_ids:
+        return {}
+    query = select(tasks.c.id, tasks.c.attempt_id).where(tasks.c.id.in_(sorted(task_ids)))
+    return {int(row.id): int(row.attempt_id) for row in conn.execute(query)}
