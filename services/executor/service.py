@@ -233,12 +233,14 @@ class ExecutorService:
             on_pass=self.metrics.record,
         )
 
-    def rebalance(self) -> None:
-        """Move towards this executor's share of the partitions (between passes); raises
-        SQLAlchemyError when the lock connection is lost."""
+    def rebalance(self) -> bool:
+        """Move towards this executor's share of the partitions (between passes); whether
+        what it holds changed. Raises SQLAlchemyError when the lock connection is lost."""
         leases = self._leases
-        if leases is not None and leases.rebalance():
-            self._held_changed(leases.held)
+        if leases is None or not leases.rebalance():
+            return False
+        self._held_changed(leases.held)
+        return True
 
     def _held_changed(self, held: frozenset[int]) -> None:
         """Keep the passes and the events read to the partitions held now."""
@@ -277,10 +279,10 @@ class ExecutorService:
 
 
 class _MemberPasses:
-    """The passes of one membership: a look at the partitions every
-    :data:`REBALANCE_SECONDS` after a pass (None once the lock connection is lost: this
-    executor joins again), a pass over the partitions held (nothing while it holds
-    none), and the gauges updated every :data:`GAUGE_SECONDS`."""
+    """The passes of one membership: a pass over the partitions held (nothing while it
+    holds none), then a look at the partitions every :data:`REBALANCE_SECONDS` (None
+    once the lock connection is lost: this executor joins again), and the gauges
+    updated every :data:`GAUGE_SECONDS`."""
 
     def __init__(self, service: ExecutorService, lock_conn: Connection) -> None:
         self.service = service
@@ -291,28 +293,29 @@ class _MemberPasses:
 
     def tick(self) -> TickReport | None:
         service = self.service
-        if service.is_postgres and not self._looked_at_partitions():
-            return None
         report = service.executor.tick() if service.held else TickReport()
-        if service.is_postgres and not self._looked_at_partitions():
-            return None
+        if service.is_postgres:
+            changed = self._looked_at_partitions()
+            if changed is None:
+                return None
+            report.more_ready = report.more_ready or changed  # a first pass over new ones
         if time.monotonic() - self.gauges_at >= GAUGE_SECONDS:
             self.gauges_at = time.monotonic()
             service.update_gauges()
         return report
 
-    def _looked_at_partitions(self) -> bool:
-        """Rebalance when due (the pass before it committed, the next one not begun);
-        False once the lock connection is lost."""
+    def _looked_at_partitions(self) -> bool | None:
+        """Rebalance when due, right after a pass: its events are applied and nothing is
+        read yet for the next one. Whether the partitions held changed; None once the
+        lock connection is lost."""
         if time.monotonic() - self.rebalanced_at < REBALANCE_SECONDS:
-            return True
+            return False
         self.rebalanced_at = time.monotonic()
         try:
-            self.service.rebalance()
+            return self.service.rebalance()
         except SQLAlchemyError as exc:
             log.warning("lost the lock connection (%s); joining again", _one_line(exc))
-            return False
-        return True
+            return None
 
 
 def _open_migrated(database_url: str) -> Engine:

@@ -55,7 +55,7 @@ def fire_missed_slas(
 ) -> tuple[int, list[tuple[int, int]]]:
     """React to every missed SLA this executor claims; how many, and the in-flight
     ``(task id, lease token)`` pairs to revoke after the commit."""
-    sla_store.clear_met_slas(conn, now)
+    sla_store.clear_met_slas(conn, now, among=among)
     fired = 0
     revoked: list[tuple[int, int]] = []
     for attempt_id, deadline in sla_store.select_missed_slas(conn, now, SLA_BATCH, among=among):

@@ -70,18 +70,15 @@ def claim_missed_sla(conn: Connection, attempt_id: int, now: datetime) -> bool:
     return result.rowcount == 1
 
 
-def clear_met_slas(conn: Connection, now: datetime) -> int:
+def clear_met_slas(conn: Connection, now: datetime, *, among: AttemptSet = None) -> int:
     """Clear the passed deadlines of attempts that are no longer running and never fired
-    (they ended in time, or were killed); how many."""
-    result = conn.execute(
-        attempts.update()
-        .where(
-            attempts.c.sla_deadline <= now,
-            attempts.c.sla_fired_at.is_(None),
-            attempts.c.state != AttemptState.RUNNING.value,
-        )
-        .values(sla_deadline=None)
+    (they ended in time, or were killed); only those in ``among`` if given; how many."""
+    statement = attempts.update().where(
+        attempts.c.sla_deadline <= now,
+        attempts.c.sla_fired_at.is_(None),
+        attempts.c.state != AttemptState.RUNNING.value,
     )
+    result = conn.execute(restrict(statement, attempts.c.id, among).values(sla_deadline=None))
     return int(result.rowcount)
 
 
