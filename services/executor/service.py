@@ -138,6 +138,7 @@ class ExecutorService:
         )
         self.health = LoopHealth()
         self._leases: PartitionLeases | None = None
+        self._streams_behind = False  # the streams read lag the partitions held
         self._listeners: list[NotifyListener] = []  # stopped, joined at the end
         self._stop = threading.Event()
 
@@ -156,7 +157,7 @@ class ExecutorService:
                 with self._member() as lock_conn:
                     if lock_conn is None:
                         continue
-                    self._run_member(lock_conn)
+                    self._run_member()
         finally:
             for listener in self._listeners:
                 listener.stop()
@@ -201,7 +202,7 @@ class ExecutorService:
             self._stop.wait(STANDBY_POLL_SECONDS)
         yield None
 
-    def _run_member(self, lock_conn: Connection) -> None:
+    def _run_member(self) -> None:
         listener = NotifyListener(self.settings.database_url, self.dispatcher)
         if self.is_postgres:
             listener.start()
@@ -214,16 +215,16 @@ class ExecutorService:
             self.metrics.active.set(1)
             self.metrics.partitions.set(self.settings.partition_count)
         try:
-            self._loop(lock_conn)
+            self._loop()
         finally:
             # The listener may sit in a one-second wait: it is not waited for here, so
             # that the locks (released once this returns) go to the others at once.
             listener.stop(wait=False)
 
-    def _loop(self, lock_conn: Connection) -> None:
+    def _loop(self) -> None:
         """Run passes with the shared runner until stopped or the lock's connection is lost."""
         run_until_stopped(
-            _MemberPasses(self, lock_conn).tick,
+            _MemberPasses(self).tick,
             stop=self._stop,
             wait=self._wait,
             idle=IdleBackoff(cap_seconds=IDLE_CAP_SECONDS),
@@ -237,20 +238,26 @@ class ExecutorService:
         """Move towards this executor's share of the partitions (between passes); whether
         what it holds changed. Raises SQLAlchemyError when the lock connection is lost."""
         leases = self._leases
-        if leases is None or not leases.rebalance():
+        if leases is None:
             return False
-        self._held_changed(leases.held)
-        return True
+        self.dispatcher.flush_acknowledgements()
+        changed = leases.rebalance()
+        if changed or self._streams_behind:
+            self._held_changed(leases.held)
+        return changed
 
     def _held_changed(self, held: frozenset[int]) -> None:
-        """Keep the passes and the events read to the partitions held now."""
+        """Keep the passes and the events read to the partitions held now (the streams
+        again at the next rebalance if Redis fails meanwhile: the error is raised)."""
         count = self.settings.partition_count
         self.executor.keep_to(AttemptFilter.of_partitions(held, count))
-        claimed = self.dispatcher.follow_partitions(sorted(held))
-        if claimed:
-            log.info("claimed %d events others left unacknowledged in taken partitions", claimed)
         self.metrics.partitions.set(len(held))
         self.metrics.active.set(1 if held else 0)
+        self._streams_behind = True
+        claimed = self.dispatcher.follow_partitions(sorted(held))
+        self._streams_behind = False
+        if claimed:
+            log.info("claimed %d events others left unacknowledged in taken partitions", claimed)
 
     @property
     def held(self) -> frozenset[int]:
@@ -284,10 +291,8 @@ class _MemberPasses:
     once the lock connection is lost: this executor joins again), and the gauges
     updated every :data:`GAUGE_SECONDS`."""
 
-    def __init__(self, service: ExecutorService, lock_conn: Connection) -> None:
+    def __init__(self, service: ExecutorService) -> None:
         self.service = service
-        self.lock_conn = lock_conn
-        self.checked_at = 0.0
         self.rebalanced_at = 0.0
         self.gauges_at = 0.0
 

@@ -143,6 +143,7 @@ class CeleryDispatcher:
         self.keyspace = KeyspaceWatch(self.client, redis.prefix, settle_ms)
         self.queues_seen: set[str] = set()
         self.reader.follow(self._stream_keys(range(partition_count)))
+        self._claimed: set[str] = set()  # streams whose orphans were claimed since followed
 
     def _crash_at(self, point: str) -> None:
         if self.crash_point == point:
@@ -162,13 +163,20 @@ class CeleryDispatcher:
 
     def follow_partitions(self, partitions: Sequence[int]) -> int:
         """Read the event streams of ``partitions`` only, from the next poll on; claim what
-        others read and left in the streams not read before. How many were claimed.
+        others read and left in the streams taken since the last call that succeeded (a
+        call that failed on Redis claims them the next time). How many were claimed."""
+        keys = self._stream_keys(sorted(partitions))
+        self.reader.follow(keys)
+        new = [key for key in keys if key not in self._claimed]
+        claimed = self.reader.claim_orphans(new) if new else 0
+        self._claimed = set(keys)
+        return claimed
 
-        Called between passes: the acknowledgements due are sent first, so that a
-        partition given up leaves nothing pending that this executor already applied."""
-        self._send_acknowledgements(self.client.pipeline(transaction=False))
-        new = self.reader.follow(self._stream_keys(sorted(partitions)))
-        return self.reader.claim_orphans(new) if new else 0
+    def flush_acknowledgements(self) -> None:
+        """Send the acknowledgements and ``applied`` marks due now (before partitions are
+        given up, so that their next holder finds nothing pending already applied)."""
+        if self._applied or self._settled_results:
+            self._send_acknowledgements(self.client.pipeline(transaction=False))
 
     def publish(self, messages: Sequence[TaskMessage]) -> None:
         """Mark each task queued for a short while, send its message, then keep the mark.
