@@ -65,7 +65,8 @@ STANDBY_POLL_SECONDS = 0.25
 """How often an executor tries to join while it cannot (the store is down, or an executor
 of an older release holds the lock alone)."""
 IDLE_CAP_SECONDS = 1.0
-"""The longest an idle executor sleeps: it looks at the partitions after each pass."""
+"""The longest an idle executor sleeps (on PostgreSQL, no longer than the next look at
+the partitions is due: it looks after a pass)."""
 GAUGE_SECONDS = 2.0
 ERROR_BACKOFF_CAP_SECONDS = 10.0
 SCHEMA_WAIT_LOG_SECONDS = 10.0
@@ -259,6 +260,11 @@ class ExecutorService:
         if claimed:
             log.info("claimed %d events others left unacknowledged in taken partitions", claimed)
 
+    def rebalance_seconds(self) -> float:
+        """How often to look at the partitions: an executor that holds none looks as
+        often as one stood by for the lock of old, to take a dead one's share at once."""
+        return REBALANCE_SECONDS if self.held else STANDBY_POLL_SECONDS
+
     @property
     def held(self) -> frozenset[int]:
         """The partitions this executor runs now (every one on SQLite)."""
@@ -267,7 +273,11 @@ class ExecutorService:
         return self._leases.held if self._leases is not None else frozenset()
 
     def _wait(self, idle_seconds: float) -> None:
-        """Wait for agents' events; a Redis that fails is read again a second later."""
+        """Wait for agents' events, no longer than the next look at the partitions is due
+        (sooner while this executor holds none); a Redis that fails is read again a
+        second later."""
+        if self.is_postgres:
+            idle_seconds = min(idle_seconds, self.rebalance_seconds())
         try:
             self.executor.wait(idle_seconds)
         except RedisError as exc:
@@ -313,7 +323,7 @@ class _MemberPasses:
         """Rebalance when due, right after a pass: its events are applied and nothing is
         read yet for the next one. Whether the partitions held changed; None once the
         lock connection is lost."""
-        if time.monotonic() - self.rebalanced_at < REBALANCE_SECONDS:
+        if time.monotonic() - self.rebalanced_at < self.service.rebalance_seconds():
             return False
         self.rebalanced_at = time.monotonic()
         try:
