@@ -518,13 +518,14 @@ class SpreadRun:
 def run_executor_counts(
     counts: Sequence[int], url: str, redis_url: str, tasks: int, work_dir: Path, err: Console
 ) -> list[SpreadRun]:
-    """For each count, fresh executors and agents running one spread fan-out."""
+    """For each count, fresh executors and agents running one spread fan-out (a count
+    given twice runs twice, e.g. ``1,2,3,3,2,1``; its keys hold the last run)."""
     runs = []
-    for count in counts:
+    for index, count in enumerate(counts):
         with ExitStack() as stack:
             prefix = stack.enter_context(redis_prefix(redis_url))
             services = stack.enter_context(running([]))
-            directory = work_dir / f"executors-{count}"
+            directory = work_dir / f"executors-{index}-{count}"
             directory.mkdir()
             tickwork = Tickwork.start(services, url, redis_url, f"{prefix}tw:", directory, count)
             stack.callback(tickwork.close)
