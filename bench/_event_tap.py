@@ -1,8 +1,9 @@
 """A read-only tap on the agents' event stream, for bench/dispatch.py.
 
 Agents append ``started`` and ``finished`` events, stamped with their own clock, to the
-Redis stream ``<prefix>events``; the executor reads them through a consumer group and
-deletes each entry once its pass has committed. This tap reads the same stream with plain
+Redis stream of the attempt's partition, ``<prefix>events:<partition>`` (or the single
+``<prefix>events`` of old); the executors read them through a consumer group and
+deletes each entry once its pass has committed. This tap reads all of those streams with plain
 ``XREAD`` (outside any group, so the executor's reading is unaffected) in a thread,
 blocking for new entries, so it sees each one as it is appended, well before the executor
 deletes it. An entry deleted before the tap read it is simply missing.
@@ -20,6 +21,7 @@ from typing import Any
 import redis
 
 BLOCK_MS = 100
+PARTITIONS = 16  # the executors' default (TICKWORK_EXECUTOR_PARTITIONS)
 
 
 @dataclass(frozen=True)
@@ -35,19 +37,21 @@ class EventTap:
 
     def __init__(self, redis_url: str, prefix: str) -> None:
         self.key = f"{prefix}events"
+        self.keys = [self.key, *(f"{prefix}events:{p}" for p in range(PARTITIONS))]
         self.client = redis.Redis.from_url(redis_url, socket_timeout=10)
         self.started: dict[int, float] = {}
         self.finished: dict[int, float] = {}
         self.failure: Exception | None = None
-        self._last = "$"
+        self._last = dict.fromkeys(self.keys, "$")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._read, name="event-tap", daemon=True)
 
     def __enter__(self) -> EventTap:
         # The id of the newest entry, so that nothing appended from now on is missed.
-        newest: Any = self.client.xrevrange(self.key, count=1)  # redis-py's types are loose
-        if newest:
-            self._last = _text(newest[0][0])
+        for key in self.keys:
+            newest: Any = self.client.xrevrange(key, count=1)  # redis-py's types are loose
+            if newest:
+                self._last[key] = _text(newest[0][0])
         self._thread.start()
         return self
 
@@ -68,10 +72,11 @@ class EventTap:
     def _read(self) -> None:
         try:
             while not self._stop.is_set():
-                reply: Any = self.client.xread({self.key: self._last}, count=1000, block=BLOCK_MS)
-                for _stream, entries in reply or []:
+                streams: Any = self._last
+                reply: Any = self.client.xread(streams, count=1000, block=BLOCK_MS)
+                for stream, entries in reply or []:
                     for entry_id, fields in entries:
-                        self._last = _text(entry_id)
+                        self._last[_text(stream)] = _text(entry_id)
                         self._note(fields.get(b"e"))
         except (redis.RedisError, OSError) as exc:  # reported by the caller, not fatal
             self.failure = exc

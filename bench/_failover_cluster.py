@@ -73,6 +73,9 @@ class Cluster:
             "TICKWORK_REDIS_URL": self.redis_url,
             "TICKWORK_REDIS_PREFIX": self.redis_prefix,
             "TICKWORK_LOG_DIR": str(self.task_log_dir),
+            # One partition: one executor holds it and works, the other stands by, and
+            # the handover of a stopped executor's partition is what part (1) measures.
+            "TICKWORK_EXECUTOR_PARTITIONS": "1",
         }
         return self._start("executor", ["executor"], env)
 

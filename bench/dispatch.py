@@ -53,6 +53,14 @@ transaction that creates the attempt and again when the attempt is seen in ``suc
 and divided by the attempt's tasks. For the raw workers it is read before the raw client
 starts and after it ends, and divided by every task it sent (warm-up and all rounds).
 
+**More executors** (``--executors 1,2,3``, off by default). After the three parts, for
+each count N: a fresh set of N ``tickwork executor`` processes (sharing the attempts'
+partitions) and the same two agents runs the fan-out's tasks spread over
+:data:`SPREAD_ATTEMPTS` attempts (one per partition: a single attempt is one partition,
+run by one executor), created in one transaction; the clock runs until every one of them
+is in ``success``. Reported per N: tasks/s, and CPU ms per task of each executor process,
+of the executors together and of the agents (``executors_<N>_*`` keys).
+
 Progress goes to stderr (a bar on a terminal, one line per part
 otherwise); the last stdout line is one JSON object of figures. ``--repeat N`` runs each
 part N times and keeps the run with the median wall time of each.
@@ -61,6 +69,7 @@ part N times and keeps the run with the median wall time of each.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -88,6 +97,7 @@ from _services import (
     running,
     service_env,
     start_service,
+    stop_services,
     wait_until,
 )
 from _stores import noop_workflow_text, percentile, run_request, throwaway_database
@@ -120,6 +130,7 @@ BIN_DIR = Path(sys.executable).parent
 TARGET_WALL_TIME_RATIO = 2.0
 TARGET_HOP_P50_MS = 10.0
 TARGET_HOP_P99_MS = 30.0
+SPREAD_ATTEMPTS = 16  # the executors' default partition count: one attempt per partition
 
 
 # --- processes and stores: bench/_services.py ----------------------------------------------
@@ -284,34 +295,44 @@ class Tickwork:
         project_dir: Path,
         services: list[Service],
         redis_at: tuple[str, str],  # URL and key prefix
+        executors: int = 1,
     ) -> None:
         self.engine = engine
         self.project_dir = project_dir
         self.redis_url, self.redis_prefix = redis_at
         self.services = services
         self.executor = services[0]
-        self.agents = services[1:]
+        self.executors = services[:executors]
+        self.agents = services[executors:]
 
     @classmethod
     def start(
-        cls, services: list[Service], url: str, redis_url: str, prefix: str, work_dir: Path
+        cls,
+        services: list[Service],
+        url: str,
+        redis_url: str,
+        prefix: str,
+        work_dir: Path,
+        executors: int = 1,
     ) -> Tickwork:
-        """Migrate the database, then start ``tickwork executor`` and the agents, appending
-        each to ``services`` as it starts."""
+        """Migrate the database, then start ``executors`` ``tickwork executor`` processes
+        and the agents, appending each to ``services`` as it starts."""
         engine = open_migrated_store(url)
         common = {"TICKWORK_REDIS_URL": redis_url, "TICKWORK_REDIS_PREFIX": prefix}
         tickwork = str(BIN_DIR / "tickwork")
         log_dir = work_dir / "task-logs"
         log_dir.mkdir()
-        port = free_port()
-        env = service_env(
-            **common,
-            TICKWORK_DATABASE_URL=url,
-            TICKWORK_LOG_DIR=str(log_dir),
-            TICKWORK_METRICS_PORT=str(port),
-        )
-        command = [tickwork, "executor", "--metrics-port", str(port)]
-        services.append(start_service("executor", command, env, work_dir, work_dir, port))
+        for index in range(1, executors + 1):
+            port = free_port()
+            env = service_env(
+                **common,
+                TICKWORK_DATABASE_URL=url,
+                TICKWORK_LOG_DIR=str(log_dir),
+                TICKWORK_METRICS_PORT=str(port),
+            )
+            command = [tickwork, "executor", "--metrics-port", str(port)]
+            name = "executor" if executors == 1 else f"executor-{index}"
+            services.append(start_service(name, command, env, work_dir, work_dir, port))
         for index in range(1, AGENTS + 1):
             port = free_port()
             env = service_env(**common, TICKWORK_METRICS_PORT=str(port))  # no database URL
@@ -319,7 +340,51 @@ class Tickwork:
             services.append(start_service(f"agent-{index}", command, env, work_dir, work_dir, port))
         project_dir = work_dir / "project"
         project_dir.mkdir()
-        return cls(engine, project_dir, services, (redis_url, prefix))
+        return cls(engine, project_dir, services, (redis_url, prefix), executors)
+
+    def wait_for_partitions(self) -> None:
+        """Wait until every executor holds some of the partitions and all are held."""
+
+        def held() -> list[float]:
+            found = [read_metrics(e.metrics_port) for e in self.executors]
+            return [metric_total(m, "tickwork_executor_partitions") if m else 0.0 for m in found]
+
+        wait_until(
+            lambda: all(held()) and sum(held()) == SPREAD_ATTEMPTS,
+            START_TIMEOUT_SECONDS,
+            "the executors to share the partitions out",
+            self.services,
+        )
+
+    def run_spread(self, name: str, tasks: int, timeout: float) -> SpreadRun:
+        """``tasks`` echo> tasks spread over :data:`SPREAD_ATTEMPTS` parallel attempts
+        created in one transaction; wait until every one succeeded."""
+        spread = [
+            tasks // SPREAD_ATTEMPTS + (i < tasks % SPREAD_ATTEMPTS) for i in range(SPREAD_ATTEMPTS)
+        ]
+        sizes = [size for size in spread if size]
+        url = self.engine.url.render_as_string(hide_password=False)
+        requests = [
+            run_request(url, self.project_dir, f"{name}_{i}", noop_workflow_text(size, True))
+            for i, size in enumerate(sizes)
+        ]
+        cpu_before = [services_cpu_seconds([e]) for e in self.executors]
+        agents_before = services_cpu_seconds(self.agents)
+        started = time.perf_counter()
+        with self.engine.begin() as conn:
+            now = SystemClock().now()
+            ids = [create_run_attempt(conn, request, now).attempt_id for request in requests]
+        states = [self.wait_for_attempt(attempt_id, timeout) for attempt_id in ids]
+        wall = time.perf_counter() - started
+        cpu = [
+            services_cpu_seconds([e]) - b for e, b in zip(self.executors, cpu_before, strict=True)
+        ]
+        agents = services_cpu_seconds(self.agents) - agents_before
+        for attempt_id, state, size in zip(ids, states, sizes, strict=True):
+            with self.engine.connect() as conn:
+                rows = [r for r in list_attempt_tasks(conn, attempt_id) if not r.is_group]
+            check_attempt(f"{name} attempt {attempt_id}", size, state, rows)
+        return SpreadRun(len(self.executors), sum(sizes), wall, cpu, agents)
 
     def warm_up(self, err: Console) -> None:
         """Run small attempts until every agent has run a task: the services are ready."""
@@ -432,6 +497,69 @@ class Tickwork:
         self.engine.dispose()
 
 
+@dataclass(frozen=True)
+class SpreadRun:
+    """A fan-out spread over several attempts, run by ``executors`` executor processes."""
+
+    executors: int
+    tasks: int
+    wall_seconds: float
+    executor_cpu_seconds: list[float]  # each executor's process group
+    agent_cpu_seconds: float
+
+    @property
+    def tasks_per_s(self) -> float:
+        return self.tasks / self.wall_seconds
+
+    def cpu_ms_per_task(self, seconds: float) -> float:
+        return 1000 * seconds / self.tasks
+
+
+def run_executor_counts(
+    counts: Sequence[int], url: str, redis_url: str, tasks: int, work_dir: Path, err: Console
+) -> list[SpreadRun]:
+    """For each count, fresh executors and agents running one spread fan-out (a count
+    given twice runs twice, e.g. ``1,2,3,3,2,1``; its keys hold the last run)."""
+    runs = []
+    for index, count in enumerate(counts):
+        with ExitStack() as stack:
+            prefix = stack.enter_context(redis_prefix(redis_url))
+            services = stack.enter_context(running([]))
+            directory = work_dir / f"executors-{index}-{count}"
+            directory.mkdir()
+            tickwork = Tickwork.start(services, url, redis_url, f"{prefix}tw:", directory, count)
+            stack.callback(tickwork.close)
+            tickwork.warm_up(err)
+            tickwork.wait_for_partitions()
+            run = tickwork.run_spread(f"spread_{count}", tasks, ATTEMPT_TIMEOUT_SECONDS)
+            err.print(describe_spread(run), highlight=False, soft_wrap=True)
+            runs.append(run)
+    return runs
+
+
+def describe_spread(run: SpreadRun) -> str:
+    each = ", ".join(f"{run.cpu_ms_per_task(s):.2f}" for s in run.executor_cpu_seconds)
+    return (
+        f"(d) {run.executors} executor(s): {run.tasks:,} tasks in {SPREAD_ATTEMPTS} attempts "
+        f"in {run.wall_seconds:.2f} s ({run.tasks_per_s:,.0f} tasks/s; CPU per task: "
+        f"executors {each} ms, agents {run.cpu_ms_per_task(run.agent_cpu_seconds):.2f} ms)"
+    )
+
+
+def spread_figures(runs: Sequence[SpreadRun]) -> dict[str, Any]:
+    """The ``executors_<N>_*`` figures of each count."""
+    out: dict[str, Any] = {}
+    for run in runs:
+        key = f"executors_{run.executors}"
+        each = [round(run.cpu_ms_per_task(s), 2) for s in run.executor_cpu_seconds]
+        out[f"{key}_tasks_per_s"] = round(run.tasks_per_s, 1)
+        out[f"{key}_wall_seconds"] = round(run.wall_seconds, 3)
+        out[f"{key}_executor_cpu_ms_per_task"] = round(sum(each), 2)
+        out[f"{key}_executor_cpu_ms_per_task_each"] = each
+        out[f"{key}_agent_cpu_ms_per_task"] = round(run.cpu_ms_per_task(run.agent_cpu_seconds), 2)
+    return out
+
+
 def check_attempt(name: str, tasks: int, state: AttemptState, rows: list[TaskRow]) -> None:
     """Fail unless the attempt succeeded and ran each of its tasks exactly once."""
     problems = []
@@ -528,15 +656,22 @@ class Results:
     raw: RawResult
     parallel: AttemptRun
     chain: AttemptRun
+    spread: list[SpreadRun] = dataclasses.field(default_factory=list)  # --executors
 
 
 def run_all(
-    server_url: str, redis_url: str, sizes: tuple[int, int], repeat: int, err: Console
+    server_url: str,
+    redis_url: str,
+    sizes: tuple[int, int],
+    repeat: int,
+    err: Console,
+    executor_counts: Sequence[int] = (),
 ) -> Results:
-    """Run the three parts in a temporary directory, kept (with the logs) after a failure."""
+    """Run the three parts (and one spread fan-out per executor count) in a temporary
+    directory, kept (with the logs) after a failure."""
     work_dir = Path(tempfile.mkdtemp(prefix="tickwork-bench-dispatch-"))
     try:
-        results = run_parts(server_url, redis_url, sizes, repeat, work_dir, err)
+        results = run_parts(server_url, redis_url, sizes, repeat, work_dir, err, executor_counts)
     except BenchFailed:
         err.print(f"service logs kept in {work_dir}", highlight=False, soft_wrap=True)
         raise
@@ -559,9 +694,11 @@ def run_parts(
     repeat: int,
     work_dir: Path,
     err: Console,
+    executor_counts: Sequence[int] = (),
 ) -> Results:
     """Raw Celery first, then tickwork's services for the fan-out and the chain; each part
-    ``repeat`` times, of which the run with the median wall time counts."""
+    ``repeat`` times, of which the run with the median wall time counts; then the spread
+    fan-out with each of ``executor_counts`` executors."""
     tasks, chain = sizes
     columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
     with ExitStack() as stack:
@@ -610,7 +747,15 @@ def run_parts(
             chains.append(run)
             say(describe_chain(run))
             progress.advance(bar)
-    return Results(raw, median_by_wall(parallels), median_by_wall(chains))
+        spread: list[SpreadRun] = []
+        if executor_counts:
+            stop_services(services)  # nothing else runs while the executor counts are timed
+            services.clear()
+            progress.update(bar, description=f"(d) executors {executor_counts}")
+            spread = run_executor_counts(
+                executor_counts, url, redis_url, tasks, work_dir, progress.console
+            )
+    return Results(raw, median_by_wall(parallels), median_by_wall(chains), spread)
 
 
 def describe_raw(raw: RawResult) -> str:
@@ -686,6 +831,7 @@ def figures(results: Results) -> dict[str, Any]:
     mean_ms = publish_to_start_mean_ms(chain)  # in the fan-out it is mostly time queued
     if mean_ms is not None:
         out["chain_publish_to_start_mean_ms"] = round(mean_ms, 2)
+    out.update(spread_figures(results.spread))
     out["meets_targets"] = (
         ratio <= TARGET_WALL_TIME_RATIO
         and p50_ms < TARGET_HOP_P50_MS
@@ -709,19 +855,37 @@ def report_targets(out: dict[str, Any], err: Console) -> None:
         )
 
 
+def executor_counts(text: str) -> tuple[int, ...]:
+    """``--executors``: a comma-separated list of counts of 1 or more."""
+    try:
+        counts = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of numbers: {text!r}") from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError("executor counts are 1 or more")
+    return counts
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=PARALLEL_TASKS, help="fan-out size")
     parser.add_argument("--chain", type=int, default=CHAIN_TASKS, help="chain length")
     parser.add_argument("--repeat", type=int, default=1, help="runs per part; the median counts")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument(
+        "--executors",
+        type=executor_counts,
+        default=(),
+        help="also run the fan-out spread over 16 attempts with each of these executor "
+        "counts, e.g. 1,2,3",
+    )
     args = parser.parse_args()
     err = Console(stderr=True)
     server_url = os.environ.get("TICKWORK_BENCH_DATABASE_URL", DEFAULT_SERVER_URL)
     redis_url = os.environ.get("TICKWORK_BENCH_REDIS_URL", DEFAULT_REDIS_URL)
     sizes = (max(1, args.tasks), max(2, args.chain))
     results = run_guarded(
-        lambda: run_all(server_url, redis_url, sizes, max(1, args.repeat), err),
+        lambda: run_all(server_url, redis_url, sizes, max(1, args.repeat), err, args.executors),
         server_url,
         redis_url,
         err,

@@ -2,13 +2,16 @@
 
 Three parts, one after another, each on real ``tickwork`` processes:
 
-(1) executor handover: two ``tickwork executor`` processes (one active, holding the
-    PostgreSQL advisory lock, the other standing by; ``tickwork_executor_active`` on
-    their metrics ports says which) and two ``tickwork agent --concurrency 1``. A chain
-    of 300 ``echo>: x`` tasks, each waiting for the one before, runs; when half of it is
-    done the active executor gets SIGTERM (a rolling upgrade stopping it), and in a
-    second chain SIGKILL (a crash: PostgreSQL drops its lock when the connection
-    closes). Between the two a new executor takes the stopped one's place as standby.
+(1) executor handover: two ``tickwork executor`` processes with a single partition of
+    the attempts (one active, holding it under a PostgreSQL advisory lock, the other
+    standing by; ``tickwork_executor_active`` on their metrics ports says which) and two
+    ``tickwork agent --concurrency 1``. A chain of 300 ``echo>: x`` tasks, each waiting
+    for the one before, runs; when half of it is done the active executor gets SIGTERM
+    (a rolling upgrade stopping it), and in a second chain SIGKILL (a crash: PostgreSQL
+    drops its lock when the connection closes). With the default 16 partitions both
+    executors would work, each on its share; one partition isolates the handover that
+    a chain's executor costs. Between the two a new executor takes the stopped one's
+    place as standby.
     The figure is the largest gap between consecutive task completions
     (``tasks.finished_at[n+1] - finished_at[n]``, as bench/dispatch.py measures a hop),
     against the median hop of the rest of the two chains;

@@ -49,6 +49,8 @@ class _Held:
     sent_at: float  # time.monotonic() of the last attempt to send it
     # Events to go out before the result (the log's last chunks) until it was first sent.
     before: list[AgentEvent] = field(default_factory=list)
+    # The stream of the task's partition (None: the outbox's own); sent again there too.
+    stream: EventStream | None = None
 
 
 class ResultOutbox:
@@ -92,6 +94,7 @@ class ResultOutbox:
         before: Sequence[AgentEvent] = (),
         *,
         wait_seconds: float = 0.0,
+        stream: EventStream | None = None,
     ) -> bool:
         """Send ``before`` and ``result`` and turn ``lease`` into its ``done`` mark, in one
         round trip, trying again for up to ``wait_seconds`` while Redis cannot be reached;
@@ -100,8 +103,9 @@ class ResultOutbox:
 
         Waiting matters to Celery: the caller acknowledges the task's message when this
         returns, and an acknowledgement tried while Redis is down can leave the worker's
-        consumer deaf to the queue after Redis comes back."""
-        held = _Held(lease, result, time.monotonic(), list(before))
+        consumer deaf to the queue after Redis comes back. ``stream`` is the task's
+        partition's (default: the outbox's); the result is sent there again if need be."""
+        held = _Held(lease, result, time.monotonic(), list(before), stream)
         with self._lock:
             self._held[(lease.task_id, lease.token)] = held
         try:
@@ -120,7 +124,8 @@ class ResultOutbox:
         """Send each result after the events still held before it (and, with ``mark``,
         turn its lease into the ``done`` mark), in one round trip."""
         pipe = self.stream.client.pipeline(transaction=False)
-        self.stream.emit([event for h in held for event in (*h.before, h.result)], pipe=pipe)
+        for h in held:
+            (h.stream or self.stream).emit([*h.before, h.result], pipe=pipe)
         for h in held if mark else ():
             self.leases.finish(h.lease, self.done_mark_ms, pipe=pipe)
         pipe.execute()

@@ -190,9 +190,10 @@ class AgentRuntime:
             self._runs[message.task_id] = run
         self.heartbeat.hold(lease)
         relative, path = self.runner.log_file_of(message)
-        streamer = LogStreamer(self.stream, message, relative, path, self.settings.log_limits)
+        stream = self.stream.of_partition(message.event_partition)
+        streamer = LogStreamer(stream, message, relative, path, self.settings.log_limits)
         try:
-            self.runner(message, self._reporter(run, streamer), run.control)
+            self.runner(message, self._reporter(run, streamer, stream), run.control)
         finally:
             self.heartbeat.drop(lease)
             streamer.stop()  # the report stopped it already, unless the runner failed
@@ -200,7 +201,11 @@ class AgentRuntime:
                 self._runs.pop(message.task_id, None)
             remove_spool(path)  # sent, or not to be reported: the executor keeps the log
 
-    def _reporter(self, run: _Run, streamer: LogStreamer) -> Callable[[TaskEvent], None]:
+    def _reporter(
+        self, run: _Run, streamer: LogStreamer, stream: EventStream
+    ) -> Callable[[TaskEvent], None]:
+        """What the runner calls with its events; they go to ``stream`` (the partition's)."""
+
         def report(event: TaskEvent) -> None:
             if isinstance(event, TaskStarted):
                 streamer.start(event)
@@ -210,10 +215,12 @@ class AgentRuntime:
             reason = run.control.reason
             # One deadline for everything this report sends: the lease's lifetime.
             deadline = time.monotonic() + self.settings.lease_ttl_seconds
-            pending = self._finish_log(streamer, deadline) if reason in (None, SHUTDOWN) else []
+            pending = (
+                self._finish_log(streamer, stream, deadline) if reason in (None, SHUTDOWN) else []
+            )
             if reason == SHUTDOWN:
                 released = TaskReleased(event.task_id, event.lease_token, reason)
-                self._emit([*pending, released], deadline)
+                self._emit(stream, [*pending, released], deadline)
                 self.leases.release(run.lease)
                 self.metrics.tasks.labels(outcome="released").inc()
             elif reason is not None:
@@ -223,25 +230,28 @@ class AgentRuntime:
             else:
                 finished = streamer.describe(event)
                 wait = max(0.0, deadline - time.monotonic())
-                self.outbox.deliver(run.lease, finished, pending, wait_seconds=wait)
+                self.outbox.deliver(run.lease, finished, pending, wait_seconds=wait, stream=stream)
                 self.metrics.tasks.labels(outcome=event.outcome.value).inc()
 
         return report
 
-    def _finish_log(self, streamer: LogStreamer, deadline: float) -> list[AgentEvent]:
+    def _finish_log(
+        self, streamer: LogStreamer, stream: EventStream, deadline: float
+    ) -> list[AgentEvent]:
         """The rest of the run's log sent, but for its last events (to go out with the
         result). Redis down until ``deadline`` costs the rest of the log, never the
         result: that one waits in the outbox."""
         try:
-            return streamer.finish(lambda events: self._emit(events, deadline))
+            return streamer.finish(lambda events: self._emit(stream, events, deadline))
         except RedisError as exc:
             log.warning("the rest of a log is lost: Redis cannot be reached: %s", exc)
             return []
 
-    def _emit(self, events: list[AgentEvent], deadline: float) -> None:
-        """Send events in one round trip, trying again while Redis is down until
-        ``deadline``."""
-        retry_redis(lambda: self.stream.emit(events), deadline)
+    @staticmethod
+    def _emit(stream: EventStream, events: list[AgentEvent], deadline: float) -> None:
+        """Send events to ``stream`` in one round trip, trying again while Redis is down
+        until ``deadline``."""
+        retry_redis(lambda: stream.emit(events), deadline)
 
 
 _runtime: AgentRuntime | None = None

@@ -159,6 +159,15 @@ def scheduler_command(database_url: str, metrics_port: int, log_level: str) -> N
     show_default=True,
     help="Time limit of one operator run, in seconds (env TICKWORK_TASK_TIMEOUT_SECONDS).",
 )
+@click.option(
+    "--partitions",
+    envvar="TICKWORK_EXECUTOR_PARTITIONS",
+    type=click.IntRange(1, 1024),
+    default=16,
+    show_default=True,
+    help="Partitions the attempts are spread over among the running executors; every "
+    "executor of a deployment uses the same number (env TICKWORK_EXECUTOR_PARTITIONS).",
+)
 @_common_options
 def executor_command(
     database_url: str,
@@ -169,6 +178,7 @@ def executor_command(
     max_lost_leases: int,
     max_tasks_per_attempt: int,
     task_timeout: float,
+    partitions: int,
     metrics_port: int,
     log_level: str,
 ) -> None:
@@ -188,6 +198,7 @@ def executor_command(
             max_lost_leases=max_lost_leases,
             max_tasks_per_attempt=max_tasks_per_attempt,
             task_timeout_seconds=task_timeout,
+            executor_partitions=partitions,
             metrics_port=metrics_port,
             log_level=log_level.upper(),
         )

@@ -24,6 +24,7 @@ from shared.config import (
 )
 from shared.dispatch.celery_app import RedisSettings
 from shared.dispatch.celery_dispatch import CRASH_POINTS
+from shared.domain.partitions import DEFAULT_PARTITION_COUNT
 
 EXECUTOR_SETTINGS = (
     Setting("TICKWORK_DATABASE_URL", "", "the store (PostgreSQL in production); required"),
@@ -33,6 +34,11 @@ EXECUTOR_SETTINGS = (
     Setting("TICKWORK_MAX_LOST_LEASES", "3", "a task whose agent was lost this many times fails"),
     Setting("TICKWORK_MAX_TASKS_PER_ATTEMPT", "10000", "tasks one attempt may have, generated too"),
     Setting("TICKWORK_TASK_TIMEOUT_SECONDS", "86400", "time limit of one operator run"),
+    Setting(
+        "TICKWORK_EXECUTOR_PARTITIONS",
+        str(DEFAULT_PARTITION_COUNT),
+        "partitions attempts are spread over among executors; the same in every executor",
+    ),
     Setting("TICKWORK_CRASH_POINT", "", "fault tests only: exit at this point of a dispatch"),
     *COMMON_SETTINGS,
 )
@@ -52,6 +58,7 @@ class ExecutorSettings:
     max_tasks_per_attempt: int = MAX_TASKS_PER_ATTEMPT
     metrics_port: int = 0
     log_level: str = "INFO"
+    partition_count: int = DEFAULT_PARTITION_COUNT
 
     @classmethod
     def from_environment(
@@ -74,4 +81,5 @@ class ExecutorSettings:
             max_tasks_per_attempt=values.get("max_tasks_per_attempt", int_range(1)),
             metrics_port=values.get("metrics_port", port_setting),
             log_level=values.get("log_level", log_level),
+            partition_count=values.get("executor_partitions", int_range(1, 1024)),
         )

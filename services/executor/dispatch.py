@@ -230,7 +230,7 @@ def _run_nop(here: _Here) -> None:
 
 def _run_require(here: _Here) -> None:
     required = run_require(here.conn, here.graph, here.task, here.message(), here.stored)
-    if here.scope.attempt_ids is not None:  # an embedded run runs what it requires, too
+    if isinstance(here.scope.attempt_ids, frozenset):  # an embedded run runs it, too
         here.scope.attempt_ids = here.scope.attempt_ids | {required}
 
 

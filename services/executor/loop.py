@@ -35,6 +35,7 @@ from shared.dispatch.messages import TaskEvent, TaskStarted
 from shared.dispatch.seam import Dispatcher
 from shared.domain.states import TIMED_TASK_STATES
 from shared.store import tasks as task_store
+from shared.store.partitions import AttemptFilter
 
 __all__ = [
     "ATTEMPTS_PER_PASS",
@@ -95,9 +96,15 @@ class WorkflowExecutor:
         self._timers = Timers()
 
     @property
-    def attempt_ids(self) -> frozenset[int] | None:
+    def attempt_ids(self) -> frozenset[int] | AttemptFilter | None:
         """The attempts this executor runs; None: all of them."""
         return self.scope.attempt_ids
+
+    def keep_to(self, attempts: AttemptFilter) -> None:
+        """Run only ``attempts`` from the next pass on (the partitions this executor
+        holds changed); that pass rescans, reaps and looks for attempts, as a first one."""
+        self.scope.attempt_ids = attempts
+        self._timers = Timers()
 
     @property
     def max_tasks_per_attempt(self) -> int:

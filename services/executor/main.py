@@ -3,7 +3,8 @@
 
 Both run :meth:`WorkflowExecutor.tick <services.executor.loop.WorkflowExecutor.tick>`
 through the shared runner (:func:`shared.runner.run_until_stopped`); the distributed
-one only while it holds the executor lock (:class:`~services.executor.service.ExecutorService`).
+one over the partitions of the attempts it holds
+(:class:`~services.executor.service.ExecutorService`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ IN_PROCESS_IDLE_CAP_SECONDS = 1.0
 
 def serve(settings: ExecutorSettings) -> None:
     """Run ``tickwork executor`` until SIGTERM or SIGINT: serve the metrics and probes
-    (if a port is set), wait to be the active executor, run passes.
+    (if a port is set), join the live executors, run passes over its partitions.
 
     Raises StoreUnavailable or RedisError if the store or Redis cannot be used at start.
     """

@@ -60,7 +60,12 @@ class ExecutorMetrics:
         self.running_tasks = Gauge("tickwork_running_tasks", "Tasks running.", registry=r)
         self.active = Gauge(
             "tickwork_executor_active",
-            "1 while this executor holds the lock that makes it the active one.",
+            "1 while this executor holds at least one partition of the attempts.",
+            registry=r,
+        )
+        self.partitions = Gauge(
+            "tickwork_executor_partitions",
+            "Partitions of the attempts this executor holds (and runs).",
             registry=r,
         )
 

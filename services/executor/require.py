@@ -200,7 +200,10 @@ def _hold(graph: TaskGraph, task: TaskRow, required_id: int, polls: int) -> None
 
 
 def wake_requiring_tasks(conn: Connection, graph: TaskGraph, ended: Collection[int]) -> None:
-    """``require>`` tasks waiting on attempts that just ended look at them now."""
+    """``require>`` tasks waiting on attempts that just ended look at them now.
+
+    They may be in partitions other executors hold: only their due time moves to now,
+    which the holder's next rescan (within a second) acts on."""
     if ended and wake_tasks_requiring(conn, ended, graph.now):
         graph.wake_at(graph.now)
 

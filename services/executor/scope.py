@@ -13,6 +13,7 @@ from shared.domain.workflow import TaskSpec, WorkflowDefinition
 from shared.store import secrets as secret_store
 from shared.store import sessions as session_store
 from shared.store import tasks as task_store
+from shared.store.partitions import AttemptFilter
 from shared.store.projects import archive_digest_of_attempt, load_workflow_definition
 from shared.store.sessions import AttemptRow
 from shared.store.tasks import TaskRow
@@ -62,11 +63,13 @@ class AttemptContexts:
 class Scope:
     """Which attempts an executor runs and within which limits.
 
-    ``attempt_ids`` None means every attempt; an embedded run names its own, and adds
-    those its ``require>`` tasks start.
+    ``attempt_ids`` None means every attempt; an embedded run names its own (a frozenset),
+    and adds those its ``require>`` tasks start; a distributed executor keeps to the
+    partitions it holds (an :class:`~shared.store.partitions.AttemptFilter`, changed
+    between passes). The store's queries take either as their ``attempt_ids``.
     """
 
-    attempt_ids: frozenset[int] | None
+    attempt_ids: frozenset[int] | AttemptFilter | None
     task_timeout_seconds: float | None = None
     max_tasks_per_attempt: int = MAX_TASKS_PER_ATTEMPT
     dispatch_batch_size: int = 1000

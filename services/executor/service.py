@@ -1,13 +1,21 @@
 """``tickwork executor``: the executor loop against PostgreSQL, dispatching through Celery.
 
-Any number of executors may run (a second replica during a rollout, say); one is active
-at a time. The active one holds a PostgreSQL advisory lock on a connection of its own: if
-it dies, the database drops the lock with the connection, and a standby takes over within
-a second, claiming the events the dead one had read but not committed.
+Any number of executors may run, and all of them work: attempts are spread over a fixed
+number of partitions (``attempt_id % TICKWORK_EXECUTOR_PARTITIONS``, 16 by default), and
+each live executor runs the partitions it holds under PostgreSQL advisory locks on a
+connection of its own, a fair share of them (see :mod:`services.executor.partitions`).
+Every pass keeps to those partitions: new attempts and kills, ready, due and waiting
+tasks, the reaper, SLAs, and the agents' events, which come through one Redis stream per
+partition. When an executor starts or stops, the others give up or take partitions
+within a second; when one dies, the database drops its locks with its connection, and
+the others take its partitions and claim the events it had read but not committed.
+A partition changes hands only between passes; the lease tokens fence what a stalled
+executor might still write.
 
-The active executor wakes on agents' events (it blocks reading the Redis stream) and on
-new work committed by others (PostgreSQL ``NOTIFY``, turned into a wake-up on the
-stream), and rescans the store every second as the fallback.
+Each executor wakes on agents' events of its partitions (it blocks reading their
+streams) and on new work committed by others (PostgreSQL ``NOTIFY``, which every
+executor listens to, turned into a wake-up on one of its streams), and rescans the store
+every second as the fallback. On SQLite there is one executor, running every attempt.
 """
 
 from __future__ import annotations
@@ -18,16 +26,17 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import psycopg
 from redis.exceptions import RedisError
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from services.executor.config import ExecutorSettings
 from services.executor.loop import WorkflowExecutor
 from services.executor.metrics import ExecutorMetrics
+from services.executor.partitions import MEMBER_KEY, REBALANCE_SECONDS, PartitionLeases
 from services.executor.report import TickReport
 from shared.dispatch.celery_dispatch import CeleryDispatcher
 from shared.dispatch.messages import DEFAULT_QUEUE
@@ -44,17 +53,21 @@ from shared.store.engine import (
     read_only,
 )
 from shared.store.migrate import is_up_to_date
+from shared.store.partitions import AttemptFilter, attempts_of_tasks
 from shared.store.projects import archive_reader
 
 log = logging.getLogger(__name__)
 
-LOCK_KEY = 0x7469636B  # "tick": the advisory lock only the active executor holds
+LOCK_KEY = MEMBER_KEY
+"""The advisory lock every live executor holds in shared mode (see
+:mod:`services.executor.partitions`)."""
 STANDBY_POLL_SECONDS = 0.25
-"""How often a standby tries the executor lock: the handover's wait after the active one
-stops (a pooled connection and one query each time)."""
+"""How often an executor tries to join while it cannot (the store is down, or an executor
+of an older release holds the lock alone)."""
 IDLE_CAP_SECONDS = 1.0
+"""The longest an idle executor sleeps (on PostgreSQL, no longer than the next look at
+the partitions is due: it looks after a pass)."""
 GAUGE_SECONDS = 2.0
-LOCK_CHECK_SECONDS = 5.0
 ERROR_BACKOFF_CAP_SECONDS = 10.0
 SCHEMA_WAIT_LOG_SECONDS = 10.0
 STREAM_RETRY_SECONDS = 1.0
@@ -100,7 +113,7 @@ class NotifyListener:
 
 
 class ExecutorService:
-    """Runs the executor loop whenever this process is the active executor."""
+    """Runs the executor loop over the partitions this process holds."""
 
     def __init__(self, settings: ExecutorSettings, metrics: ExecutorMetrics | None = None):
         self.settings = settings
@@ -114,6 +127,8 @@ class ExecutorService:
             consumer,
             crash_point=settings.crash_point,
             archive_source=archive_reader(self.engine),
+            partition_count=settings.partition_count,
+            attempts_of_tasks=self._attempts_of_tasks,
         )
         self.executor = WorkflowExecutor(
             self.engine,
@@ -123,21 +138,27 @@ class ExecutorService:
             max_tasks_per_attempt=settings.max_tasks_per_attempt,
         )
         self.health = LoopHealth()
+        self._leases: PartitionLeases | None = None
+        self._streams_behind = False  # the streams read lag the partitions held
         self._listeners: list[NotifyListener] = []  # stopped, joined at the end
         self._stop = threading.Event()
+
+    def _attempts_of_tasks(self, task_ids: Sequence[int]) -> dict[int, int]:
+        with read_only(self.engine) as conn:
+            return attempts_of_tasks(conn, task_ids)
 
     def stop(self) -> None:
         """Ask :meth:`run` to return after the current pass."""
         self._stop.set()
 
     def run(self) -> None:
-        """Wait to become the active executor, then run until stopped."""
+        """Join the live executors, then run the partitions given to this one until stopped."""
         try:
             while not self._stop.is_set():
-                with self._active() as lock_conn:
+                with self._member() as lock_conn:
                     if lock_conn is None:
                         continue
-                    self._run_active(lock_conn)
+                    self._run_member()
         finally:
             for listener in self._listeners:
                 listener.stop()
@@ -145,8 +166,9 @@ class ExecutorService:
             self.engine.dispose()
 
     @contextlib.contextmanager
-    def _active(self) -> Iterator[Connection | None]:
-        """The connection holding the executor lock, once taken; None if stopped first."""
+    def _member(self) -> Iterator[Connection | None]:
+        """The lock connection once this executor joined the live ones; None if stopped
+        first. On SQLite, a connection at once (one executor, every attempt)."""
         if not self.is_postgres:
             with self.engine.connect() as conn:
                 yield conn
@@ -160,45 +182,50 @@ class ExecutorService:
                 self._stop.wait(STANDBY_POLL_SECONDS)
                 continue
             try:
-                taken = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": LOCK_KEY})
-                if taken.scalar():
-                    log.info("this executor is now the active one")
-                    self.metrics.active.set(1)
+                leases = PartitionLeases(conn, self.settings.partition_count)
+                if leases.join():
+                    log.info("this executor joined the live ones")
+                    self._leases = leases
+                    self._held_changed(frozenset())
                     try:
                         yield conn
                     finally:
-                        self.metrics.active.set(0)
+                        self._leases = None
+                        self._held_changed(frozenset())
                         with contextlib.suppress(SQLAlchemyError):
-                            conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": LOCK_KEY})
+                            leases.leave()
                     return
             except SQLAlchemyError as exc:
                 log.warning("%s", describe_store_error(self.settings.database_url, exc))
             finally:
                 conn.close()
-            self.health.beat(reason="standby: another executor is active")
+            self.health.beat(reason="standby: an executor of an older release is active")
             self._stop.wait(STANDBY_POLL_SECONDS)
         yield None
 
-    def _run_active(self, lock_conn: Connection) -> None:
-        claimed = self.dispatcher.take_over()
-        if claimed:
-            log.info("claimed %d events a previous executor left unacknowledged", claimed)
+    def _run_member(self) -> None:
         listener = NotifyListener(self.settings.database_url, self.dispatcher)
         if self.is_postgres:
             listener.start()
             self._listeners = [other for other in self._listeners if other.running()]
             self._listeners.append(listener)
+        else:
+            claimed = self.dispatcher.take_over()
+            if claimed:
+                log.info("claimed %d events a previous executor left unacknowledged", claimed)
+            self.metrics.active.set(1)
+            self.metrics.partitions.set(self.settings.partition_count)
         try:
-            self._loop(lock_conn)
+            self._loop()
         finally:
             # The listener may sit in a one-second wait: it is not waited for here, so
-            # that the lock (released once this returns) goes to a standby at once.
+            # that the locks (released once this returns) go to the others at once.
             listener.stop(wait=False)
 
-    def _loop(self, lock_conn: Connection) -> None:
+    def _loop(self) -> None:
         """Run passes with the shared runner until stopped or the lock's connection is lost."""
         run_until_stopped(
-            _ActivePasses(self, lock_conn).tick,
+            _MemberPasses(self).tick,
             stop=self._stop,
             wait=self._wait,
             idle=IdleBackoff(cap_seconds=IDLE_CAP_SECONDS),
@@ -208,8 +235,49 @@ class ExecutorService:
             on_pass=self.metrics.record,
         )
 
+    def rebalance(self) -> bool:
+        """Move towards this executor's share of the partitions (between passes); whether
+        what it holds changed. Raises SQLAlchemyError when the lock connection is lost."""
+        leases = self._leases
+        if leases is None:
+            return False
+        self.dispatcher.flush_acknowledgements()
+        changed = leases.rebalance()
+        if changed or self._streams_behind:
+            self._held_changed(leases.held)
+        return changed
+
+    def _held_changed(self, held: frozenset[int]) -> None:
+        """Keep the passes and the events read to the partitions held now (the streams
+        again at the next rebalance if Redis fails meanwhile: the error is raised)."""
+        count = self.settings.partition_count
+        self.executor.keep_to(AttemptFilter.of_partitions(held, count))
+        self.metrics.partitions.set(len(held))
+        self.metrics.active.set(1 if held else 0)
+        self._streams_behind = True
+        claimed = self.dispatcher.follow_partitions(sorted(held))
+        self._streams_behind = False
+        if claimed:
+            log.info("claimed %d events others left unacknowledged in taken partitions", claimed)
+
+    def rebalance_seconds(self) -> float:
+        """How often to look at the partitions: an executor that holds none looks as
+        often as one stood by for the lock of old, to take a dead one's share at once."""
+        return REBALANCE_SECONDS if self.held else STANDBY_POLL_SECONDS
+
+    @property
+    def held(self) -> frozenset[int]:
+        """The partitions this executor runs now (every one on SQLite)."""
+        if not self.is_postgres:
+            return frozenset(range(self.settings.partition_count))
+        return self._leases.held if self._leases is not None else frozenset()
+
     def _wait(self, idle_seconds: float) -> None:
-        """Wait for agents' events; a Redis that fails is read again a second later."""
+        """Wait for agents' events, no longer than the next look at the partitions is due
+        (sooner while this executor holds none); a Redis that fails is read again a
+        second later."""
+        if self.is_postgres:
+            idle_seconds = min(idle_seconds, self.rebalance_seconds())
         try:
             self.executor.wait(idle_seconds)
         except RedisError as exc:
@@ -227,29 +295,42 @@ class ExecutorService:
             self.metrics.queue_depth.labels(queue=queue).set(depth)
 
 
-class _ActivePasses:
-    """The passes of one active period: a pass, after checking every
-    :data:`LOCK_CHECK_SECONDS` that the lock's connection is alive (None once it is not:
-    this executor stands by), and the gauges updated every :data:`GAUGE_SECONDS`."""
+class _MemberPasses:
+    """The passes of one membership: a pass over the partitions held (nothing while it
+    holds none), then a look at the partitions every :data:`REBALANCE_SECONDS` (None
+    once the lock connection is lost: this executor joins again), and the gauges
+    updated every :data:`GAUGE_SECONDS`."""
 
-    def __init__(self, service: ExecutorService, lock_conn: Connection) -> None:
+    def __init__(self, service: ExecutorService) -> None:
         self.service = service
-        self.lock_conn = lock_conn
-        self.checked_at = 0.0
+        self.rebalanced_at = 0.0
         self.gauges_at = 0.0
 
     def tick(self) -> TickReport | None:
         service = self.service
-        if service.is_postgres and time.monotonic() - self.checked_at >= LOCK_CHECK_SECONDS:
-            self.checked_at = time.monotonic()
-            if not _still_connected(self.lock_conn):
-                log.warning("lost the executor lock's connection; standing by")
+        report = service.executor.tick() if service.held else TickReport()
+        if service.is_postgres:
+            changed = self._looked_at_partitions()
+            if changed is None:
                 return None
-        report = service.executor.tick()
+            report.more_ready = report.more_ready or changed  # a first pass over new ones
         if time.monotonic() - self.gauges_at >= GAUGE_SECONDS:
             self.gauges_at = time.monotonic()
             service.update_gauges()
         return report
+
+    def _looked_at_partitions(self) -> bool | None:
+        """Rebalance when due, right after a pass: its events are applied and nothing is
+        read yet for the next one. Whether the partitions held changed; None once the
+        lock connection is lost."""
+        if time.monotonic() - self.rebalanced_at < self.service.rebalance_seconds():
+            return False
+        self.rebalanced_at = time.monotonic()
+        try:
+            return self.service.rebalance()
+        except SQLAlchemyError as exc:
+            log.warning("lost the lock connection (%s); joining again", _one_line(exc))
+            return None
 
 
 def _open_migrated(database_url: str) -> Engine:
@@ -269,14 +350,6 @@ def _open_migrated(database_url: str) -> Engine:
             said_at = time.monotonic()
             log.warning("waiting for the database schema to be current (`tickwork db upgrade`)")
         time.sleep(1.0)
-
-
-def _still_connected(conn: Connection) -> bool:
-    try:
-        conn.execute(text("SELECT 1"))
-    except SQLAlchemyError:
-        return False
-    return True
 
 
 def _one_line(exc: BaseException) -> str:

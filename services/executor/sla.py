@@ -16,7 +16,6 @@ all executors, and then:
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
 from datetime import datetime
 
 from sqlalchemy import Connection
@@ -29,6 +28,7 @@ from shared.domain.states import TaskState
 from shared.domain.workflow import TaskSpec, WorkflowDefinition
 from shared.store import sla as sla_store
 from shared.store import tasks as task_store
+from shared.store.partitions import AttemptSet
 from shared.store.projects import load_workflow_definition
 from shared.store.sessions import AttemptRow, get_attempt
 
@@ -51,11 +51,11 @@ def set_deadline(
 
 
 def fire_missed_slas(
-    conn: Connection, graph: TaskGraph, now: datetime, among: Collection[int] | None
+    conn: Connection, graph: TaskGraph, now: datetime, among: AttemptSet
 ) -> tuple[int, list[tuple[int, int]]]:
     """React to every missed SLA this executor claims; how many, and the in-flight
     ``(task id, lease token)`` pairs to revoke after the commit."""
-    sla_store.clear_met_slas(conn, now)
+    sla_store.clear_met_slas(conn, now, among=among)
     fired = 0
     revoked: list[tuple[int, int]] = []
     for attempt_id, deadline in sla_store.select_missed_slas(conn, now, SLA_BATCH, among=among):

@@ -1,12 +1,8 @@
 """The executor's side of the distributed seam: Celery messages out, Redis events in.
 
 ``publish`` runs after the transaction that made the tasks QUEUED committed (the outbox
-rule), makes sure the project archives the tasks run in are in Redis (see
-:mod:`shared.dispatch.archives`), sends one Celery message per task to the task's queue
-(standard protocol-2 messages, written by one producer in kombu's publish batches: one
-Redis round trip per :data:`PUBLISH_BATCH_SIZE` messages), then leaves the ``queued``
-mark on each lease key: a QUEUED task whose key is empty lost its message, and the
-reaper publishes it again. Events come from the stream (see
+                partition = partition_of(message.attempt_id, self.partition_count)
+                body = {**message.to_json(), "dispatched_at": now, "event_partition": partition}
 :mod:`shared.dispatch.events`); log chunks among them are written to the log directory
 here, through files kept open until their run's result arrives, and never reach the
 loop. Once the loop committed a pass, every result it applied or refused gets the
@@ -24,7 +20,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -34,10 +30,18 @@ from redis.exceptions import RedisError
 
 from shared.dispatch.archives import ArchiveSource, RedisArchives
 from shared.dispatch.celery_app import TASK_NAME, RedisSettings, make_celery
-from shared.dispatch.events import EventReader, EventStream, decode
+from shared.dispatch.events import (
+    STREAM_CAP,
+    EntryRef,
+    EventReader,
+    EventStream,
+    decode,
+    stream_key,
+)
 from shared.dispatch.keyspace import SETTLE_MS, KeyspaceWatch
 from shared.dispatch.leases import APPLIED, CANCELED, QUEUED, LeaseState, LeaseStore
 from shared.dispatch.messages import TaskEvent, TaskFinished, TaskLogChunk, TaskMessage
+from shared.domain.partitions import DEFAULT_PARTITION_COUNT, partition_of
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +63,15 @@ PUBLISH_BATCH_SIZE = 500
 """Messages one Redis round trip sends, at most."""
 OPEN_LOG_FILES = 64
 """Log files kept open between chunks, at most (the least recently written is closed)."""
+
+
+AttemptsOfTasks = Callable[[Sequence[int]], dict[int, int]]
+"""The attempt of each task id (those found): how old-format events find their partition."""
+
+
+def _task_id_of(body: dict[str, object]) -> int | None:
+    task_id = body.get("task_id")
+    return task_id if isinstance(task_id, int) else None
 
 
 class LogDirectory:
@@ -133,7 +146,11 @@ class CeleryDispatcher:
     (without it, tasks of pushed projects fail on the agent). ``crash_point``
     (one of :data:`CRASH_POINTS`) exits the process there (a fault test's crash point).
     ``settle_ms`` is how long the reaper learns nothing of leases after Redis lost its
-    keys (see :mod:`shared.dispatch.keyspace`).
+    keys (see :mod:`shared.dispatch.keyspace`). ``partition_count`` is how many partitions
+    attempts are spread over; it reads the streams of all of them until
+    :meth:`follow_partitions` says which. With ``attempts_of_tasks``, the events read
+    from the single stream of old are moved to their partitions' streams rather than
+    applied here (an executor that may not hold their partitions).
     """
 
     def __init__(
@@ -145,8 +162,12 @@ class CeleryDispatcher:
         crash_point: str = "",
         archive_source: ArchiveSource | None = None,
         settle_ms: int = SETTLE_MS,
+        partition_count: int = DEFAULT_PARTITION_COUNT,
+        attempts_of_tasks: AttemptsOfTasks | None = None,
     ) -> None:
         self.redis = redis
+        self.partition_count = partition_count
+        self.attempts_of_tasks = attempts_of_tasks
         self.app = make_celery(redis)
         self.client = redis.client()
         self.leases = LeaseStore(self.client, redis.prefix)
@@ -157,13 +178,14 @@ class CeleryDispatcher:
         self.crash_point = crash_point
         self.archives = RedisArchives(self.client, redis.prefix)
         self.archive_source = archive_source
-        self._delivered: list[bytes] = []  # read, not yet applied
-        self._applied: list[bytes] = []  # applied and committed, not yet acknowledged
+        self._delivered: list[EntryRef] = []  # read, not yet applied
+        self._applied: list[EntryRef] = []  # applied and committed, not yet acknowledged
         self._delivered_results: list[tuple[int, int]] = []  # (task id, token) of results
         self._settled_results: list[tuple[int, int]] = []  # committed, not yet marked
         self.keyspace = KeyspaceWatch(self.client, redis.prefix, settle_ms)
         self.queues_seen: set[str] = set()
-        self.reader.ensure_group()
+        self.reader.follow(self._stream_keys(range(partition_count)))
+        self._claimed: set[str] = set()  # streams whose orphans were claimed since followed
 
     def _crash_at(self, point: str) -> None:
         if self.crash_point == point:
@@ -174,6 +196,29 @@ class CeleryDispatcher:
         """This executor became the active one: claim what others read and left."""
         self.reader.ensure_group()
         return self.reader.claim_orphans()
+
+    def _stream_keys(self, partitions: Sequence[int] | range) -> list[str]:
+        """The streams of ``partitions``; the holder of partition 0 also reads the single
+        stream of old (agents of a release before partitions, during an upgrade)."""
+        keys = [stream_key(self.redis.prefix, p) for p in partitions]
+        return [*keys, stream_key(self.redis.prefix, None)] if 0 in partitions else keys
+
+    def follow_partitions(self, partitions: Sequence[int]) -> int:
+        """Read the event streams of ``partitions`` only, from the next poll on; claim what
+        others read and left in the streams taken since the last call that succeeded (a
+        call that failed on Redis claims them the next time). How many were claimed."""
+        keys = self._stream_keys(sorted(partitions))
+        self.reader.follow(keys)
+        new = [key for key in keys if key not in self._claimed]
+        claimed = self.reader.claim_orphans(new) if new else 0
+        self._claimed = set(keys)
+        return claimed
+
+    def flush_acknowledgements(self) -> None:
+        """Send the acknowledgements and ``applied`` marks due now (before partitions are
+        given up, so that their next holder finds nothing pending already applied)."""
+        if self._applied or self._settled_results:
+            self._send_acknowledgements(self.client.pipeline(transaction=False))
 
     def publish(self, messages: Sequence[TaskMessage]) -> None:
         """Mark each task queued for a short while, send its message, then keep the mark.
@@ -196,7 +241,8 @@ class CeleryDispatcher:
         # pipelines of PUBLISH_BATCH_SIZE, each message the standard Celery one.
         with self.app.producer_or_acquire() as producer, _batch_of(producer):
             for message in messages:
-                body = {**message.to_json(), "dispatched_at": now}
+                partition = partition_of(message.attempt_id, self.partition_count)
+                body = {**message.to_json(), "dispatched_at": now, "event_partition": partition}
                 name = f"{message.task_id}.{message.lease_token}"
                 # A queue is declared with its first message only (Celery would check
                 # its binding with every message): messages go straight to its list.
@@ -234,7 +280,8 @@ class CeleryDispatcher:
         if self._settled_results:
             self._send_acknowledgements(self.client.pipeline(transaction=False))
         applied, self._applied = self._applied, []
-        for entry_id, body in self.reader.read(timeout_seconds, acknowledge=applied):
+        entries = self.reader.read(timeout_seconds, acknowledge=applied)
+        for entry_id, body in self._route_old_events(entries):
             self._delivered.append(entry_id)
             event = decode(body)
             if isinstance(event, TaskLogChunk):
@@ -246,6 +293,36 @@ class CeleryDispatcher:
                 if event.log_path is not None:
                     self.logs.close(event.log_path)
         return events
+
+    def _route_old_events(
+        self, entries: list[tuple[EntryRef, dict[str, object]]]
+    ) -> list[tuple[EntryRef, dict[str, object]]]:
+        """Move the task events read from the single stream of old (agents of a release
+        before partitions) to their partitions' streams; the entries left to apply here.
+
+        Sent on and acknowledged in one round trip: dying between the two sends an
+        event twice, which changes nothing (results apply once per token)."""
+        old_key = self.stream.key
+        if self.attempts_of_tasks is None or not any(ref[0] == old_key for ref, _ in entries):
+            return entries
+        moving = {
+            ref: (task_id, body)
+            for ref, body in entries
+            if ref[0] == old_key and (task_id := _task_id_of(body)) is not None
+        }
+        attempts = self.attempts_of_tasks(sorted({task_id for task_id, _ in moving.values()}))
+        pipe = self.client.pipeline(transaction=False)
+        for task_id, body in moving.values():
+            attempt = attempts.get(task_id)
+            if attempt is None:
+                log.warning("dropped an event of an unknown task task_id=%d", task_id)
+                continue
+            key = stream_key(self.redis.prefix, partition_of(attempt, self.partition_count))
+            raw = json.dumps(body, separators=(",", ":"))
+            pipe.xadd(key, {"e": raw}, maxlen=STREAM_CAP, approximate=True)
+        self.reader.add_acknowledgement(pipe, list(moving))
+        pipe.execute()
+        return [(ref, body) for ref, body in entries if ref not in moving]
 
     def acknowledge(self) -> None:
         """The events polled so far are committed: acknowledge them, and mark their
@@ -312,8 +389,9 @@ class CeleryDispatcher:
         return dict(zip(queues, (int(n) for n in pipe.execute()), strict=True))
 
     def wake(self) -> None:
-        """Wake the executor waiting on the stream (new work was committed)."""
-        self.stream.wake()
+        """Wake this executor waiting on its streams (new work was committed); with no
+        stream to read it wakes at its next look anyway."""
+        self.reader.wake()
 
     def close(self) -> None:
         """Acknowledge what was applied; release connections."""

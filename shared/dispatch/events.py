@@ -1,12 +1,16 @@
-"""Agents' events on their way to the executor: one Redis stream read by a consumer group.
+"""Agents' events on their way to the executors: Redis streams read by a consumer group.
 
-Agents append (``XADD``) started, finished, released and log events to
-``<prefix>events``. Executors read them through the group ``executors``: an entry stays
-pending until the executor that read it acknowledges it after its transaction committed,
-so an executor that dies mid-pass leaves its entries for the next one to claim. Entries
-are deleted once acknowledged; the stream is also capped, as a guard.
+Agents append (``XADD``) started, finished, released and log events of a task to the
+stream of its attempt's partition, ``<prefix>events:<partition>`` (the partition travels
+in the task's message; a message without one, from an executor before partitions, sends
+them to the single ``<prefix>events`` of old, which the holder of partition 0 reads too).
+Executors read the streams of the partitions they hold through the group ``executors``:
+an entry stays pending until the executor that read it acknowledges it after its
+transaction committed, so an executor that dies mid-pass leaves its entries for the next
+holder of the partition to claim. Entries are deleted once acknowledged; each stream is
+also capped, as a guard.
 
-If Redis loses the stream, the events in it are lost, but not the results: each agent
+If Redis loses a stream, the events in it are lost, but not the results: each agent
 keeps the results it reported until the executor marked them applied, and sends them
 again (see :mod:`services.agent.outbox`); a task whose agent died meanwhile is found
 silent by the reaper and runs again (at least once). Results already committed stay.
@@ -18,7 +22,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from redis import Redis
 from redis.client import Pipeline
@@ -52,67 +56,120 @@ def retry_redis(action: Callable[[], T], deadline: float) -> T:
             time.sleep(REDIS_RETRY_SECONDS)
 
 
-class EventStream:
-    """The stream under one prefix: agents emit into it, executors read from it."""
+EntryRef = tuple[str, bytes]
+"""An entry of a stream: the stream's key and the entry's id in it."""
 
-    def __init__(self, client: Redis, prefix: str) -> None:
+
+def stream_key(prefix: str, partition: int | None) -> str:
+    """The key of a partition's stream; ``None``: the single stream of old."""
+    return f"{prefix}events" if partition is None else f"{prefix}events:{int(partition)}"
+
+
+class EventStream:
+    """One stream under a prefix (a partition's, or the single one of old): agents emit
+    into it, executors read from it."""
+
+    def __init__(self, client: Redis, prefix: str, partition: int | None = None) -> None:
         self.client = client
-        self.key = f"{prefix}events"
+        self.prefix = prefix
+        self.partition = partition
+        self.key = stream_key(prefix, partition)
+
+    def of_partition(self, partition: int | None) -> EventStream:
+        """The stream of ``partition`` under the same prefix and client."""
+        if partition == self.partition:
+            return self
+        return EventStream(self.client, self.prefix, partition)
 
     # -- the agents' side --------------------------------------------------------------
 
     def emit(self, events: Sequence[AgentEvent], *, pipe: Pipeline | None = None) -> None:
         """Append events in order, in one round trip (or as part of ``pipe``, which the
         caller then executes)."""
+        self.emit_to(self.key, events, pipe=pipe)
+
+    def emit_to(
+        self, key: str, events: Sequence[AgentEvent], *, pipe: Pipeline | None = None
+    ) -> None:
+        """:meth:`emit` into the stream ``key``."""
         own = pipe is None
         pipe = self.client.pipeline(transaction=False) if pipe is None else pipe
         for event in events:
             body = json.dumps(event_to_json(event), separators=(",", ":"))
-            pipe.xadd(self.key, {"e": body}, maxlen=STREAM_CAP, approximate=True)
+            pipe.xadd(key, {"e": body}, maxlen=STREAM_CAP, approximate=True)
         if own:
             pipe.execute()
 
     def wake(self) -> None:
-        """Wake one waiting executor: work was committed (a new attempt, a kill)."""
+        """Wake the executor reading this stream: work was committed (a new attempt, a
+        kill)."""
         self.emit([WorkCommitted()])
 
 
 class EventReader:
-    """An executor's view of the stream: read, then acknowledge after committing."""
+    """An executor's view of the streams it reads (``stream``'s alone unless told others
+    with :meth:`follow`): read, then acknowledge after committing."""
 
     def __init__(self, stream: EventStream, consumer: str) -> None:
         self.stream = stream
         self.client = stream.client
         self.consumer = consumer
+        self.keys: tuple[str, ...] = (stream.key,)
         self._backlog = True  # read our own pending entries first (a restart)
 
-    def ensure_group(self) -> None:
-        """Create the consumer group (and the stream) unless they exist."""
-        try:
-            self.client.xgroup_create(self.stream.key, GROUP, id="0", mkstream=True)
-        except ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+    def follow(self, keys: Sequence[str]) -> list[str]:
+        """Read the streams ``keys`` from now on (their groups made sure of); the keys not
+        read before (claim their orphans next)."""
+        new = [key for key in keys if key not in self.keys]
+        self.keys = tuple(keys)
+        self._ensure_groups(self.keys)
+        self._backlog = True
+        return new
 
-    def claim_orphans(self) -> int:
-        """Take over every entry other consumers read but never acknowledged (they died);
-        called by the executor that just became the active one. How many were claimed."""
+    def ensure_group(self) -> None:
+        """Create the consumer group (and the stream) of each stream read unless they exist."""
+        self._ensure_groups(self.keys)
+
+    def _ensure_groups(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            try:
+                self.client.xgroup_create(key, GROUP, id="0", mkstream=True)
+            except ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+
+    def wake(self) -> None:
+        """Wake this reader's wait: a wake-up on the first stream it reads (none when it
+        reads none: it looks again soon anyway)."""
+        if self.keys:
+            self.stream.emit_to(self.keys[0], [WorkCommitted()])
+
+    def claim_orphans(self, keys: Sequence[str] | None = None) -> int:
+        """Take over every entry of ``keys`` (default: the streams read) that other
+        consumers read but never acknowledged (they died, or gave the partition up);
+        called by the executor that just took the streams. How many were claimed."""
+        claimed = 0
+        for key in self.keys if keys is None else keys:
+            claimed += self._claim(key)
+        self._backlog = True
+        return claimed
+
+    def _claim(self, key: str) -> int:
         claimed = 0
         start = "0-0"
         for _ in range(1000):
             reply = self.client.xautoclaim(
-                self.stream.key, GROUP, self.consumer, min_idle_time=0, start_id=start, count=1000
+                key, GROUP, self.consumer, min_idle_time=0, start_id=start, count=1000
             )
             start, entries = reply[0], reply[1]
             claimed += len(entries)
             if start in (b"0-0", "0-0"):
                 break
-        self._backlog = True
         return claimed
 
     def read(
-        self, timeout_seconds: float, count: int = 1000, *, acknowledge: Sequence[bytes] = ()
-    ) -> list[tuple[bytes, dict[str, object]]]:
+        self, timeout_seconds: float, count: int = 1000, *, acknowledge: Sequence[EntryRef] = ()
+    ) -> list[tuple[EntryRef, dict[str, object]]]:
         """Up to ``count`` entries ``(id, body)``, waiting up to the timeout for the first.
 
         Pending entries of this consumer come first (after a restart or a claim).
@@ -128,14 +185,20 @@ class EventReader:
             return []
 
     def _read(
-        self, timeout_seconds: float, count: int, acknowledge: Sequence[bytes]
-    ) -> list[tuple[bytes, dict[str, object]]]:
+        self, timeout_seconds: float, count: int, acknowledge: Sequence[EntryRef]
+    ) -> list[tuple[EntryRef, dict[str, object]]]:
         if len(acknowledge) > ACK_CHUNK:
             self.acknowledge(acknowledge)
             acknowledge = ()
+        if not self.keys:  # no stream to read (no partition held): wait all the same
+            if acknowledge:
+                self.acknowledge(acknowledge)
+            time.sleep(max(0.0, timeout_seconds))
+            return []
         if self._backlog:
             pipe = self._pipeline(acknowledge)
-            pipe.xreadgroup(GROUP, self.consumer, {self.stream.key: "0"}, count=count)
+            backlog: dict[Any, Any] = dict.fromkeys(self.keys, "0")
+            pipe.xreadgroup(GROUP, self.consumer, backlog, count=count)
             entries = self._entries(pipe.execute()[-1])
             acknowledge = ()
             if entries:
@@ -143,40 +206,45 @@ class EventReader:
             self._backlog = False
         block_ms = max(1, int(timeout_seconds * 1000)) if timeout_seconds > 0 else None
         pipe = self._pipeline(acknowledge)
-        pipe.xreadgroup(GROUP, self.consumer, {self.stream.key: ">"}, count=count, block=block_ms)
+        streams: dict[Any, Any] = dict.fromkeys(self.keys, ">")
+        pipe.xreadgroup(GROUP, self.consumer, streams, count=count, block=block_ms)
         return self._entries(pipe.execute()[-1])
 
-    def _pipeline(self, acknowledge: Sequence[bytes]) -> Pipeline:
+    def _pipeline(self, acknowledge: Sequence[EntryRef]) -> Pipeline:
         pipe = self.client.pipeline(transaction=False)
         self.add_acknowledgement(pipe, acknowledge)
         return pipe
 
-    def add_acknowledgement(self, pipe: Pipeline, entry_ids: Sequence[bytes]) -> None:
-        """Add acknowledging (and deleting) ``entry_ids`` to ``pipe``."""
-        if entry_ids:
-            pipe.xack(self.stream.key, GROUP, *entry_ids)
-            pipe.xdel(self.stream.key, *entry_ids)
+    def add_acknowledgement(self, pipe: Pipeline, entries: Sequence[EntryRef]) -> None:
+        """Add acknowledging (and deleting) ``entries`` to ``pipe``."""
+        by_key: dict[str, list[bytes]] = {}
+        for key, entry_id in entries:
+            by_key.setdefault(key, []).append(entry_id)
+        for key, ids in by_key.items():
+            pipe.xack(key, GROUP, *ids)
+            pipe.xdel(key, *ids)
 
     @staticmethod
-    def _entries(reply: object) -> list[tuple[bytes, dict[str, object]]]:
-        entries: list[tuple[bytes, dict[str, object]]] = []
+    def _entries(reply: object) -> list[tuple[EntryRef, dict[str, object]]]:
+        entries: list[tuple[EntryRef, dict[str, object]]] = []
         if not reply:
             return entries
-        for _stream, rows in reply:  # type: ignore[attr-defined]
+        for stream, rows in reply:  # type: ignore[attr-defined]
+            key = stream.decode() if isinstance(stream, bytes) else str(stream)
             for entry_id, fields in rows:
                 raw = fields.get(b"e") if fields else None
                 try:
                     body = json.loads(raw) if raw is not None else {}
                 except ValueError:
                     body = {}
-                entries.append((entry_id, body if isinstance(body, dict) else {}))
+                entries.append(((key, entry_id), body if isinstance(body, dict) else {}))
         return entries
 
-    def acknowledge(self, entry_ids: Sequence[bytes]) -> None:
+    def acknowledge(self, entries: Sequence[EntryRef]) -> None:
         """Acknowledge and delete entries whose effects are committed."""
-        for start in range(0, len(entry_ids), ACK_CHUNK):
+        for start in range(0, len(entries), ACK_CHUNK):
             pipe = self.client.pipeline(transaction=False)
-            self.add_acknowledgement(pipe, entry_ids[start : start + ACK_CHUNK])
+            self.add_acknowledgement(pipe, entries[start : start + ACK_CHUNK])
             pipe.execute()
 
 

@@ -36,6 +36,9 @@ class TaskMessage:
     secret_marker: str = ""
     # The folder the task's commands run in (``_workdir``), from the project's root.
     workdir: str = ""
+    # The partition of the attempt: the agent sends the task's events to its stream
+    # (None: to the single stream of executors before partitions).
+    event_partition: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON body of the message (shallow: its values are the message's own)."""

@@ -52,7 +52,7 @@ class StoreDialect(ABC):
     """SQLAlchemy's name for the dialect."""
     serves_many_processes: ClassVar[bool]
     """Whether separate services share this database as a server: it has session advisory
-    locks (one active executor) and LISTEN/NOTIFY (wake-ups across processes)."""
+    locks (executors sharing the partitions) and LISTEN/NOTIFY (wake-ups across processes)."""
     concurrent_writers: ClassVar[bool]
     """Whether two transactions can write at once (SQLite holds one writer at a time)."""
     chains_inserts: ClassVar[bool]

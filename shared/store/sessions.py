@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -13,6 +12,7 @@ from sqlalchemy import Connection, func, select
 from shared.domain.choices import parse_choice
 from shared.domain.states import KILLABLE_ATTEMPT_STATES, AttemptState
 from shared.errors import NotFound
+from shared.store.partitions import AttemptSet, restrict
 from shared.store.sql import insert_ignoring_conflict
 from shared.store.tables import attempts, sessions
 
@@ -149,12 +149,11 @@ def list_attempt_ids_in_state(
     state: AttemptState,
     limit: int,
     *,
-    among: Collection[int] | None = None,
+    among: AttemptSet = None,
 ) -> list[int]:
     """Ids of attempts in ``state``, oldest first; only those in ``among`` if given."""
     query = select(attempts.c.id).where(attempts.c.state == state.value)
-    if among is not None:
-        query = query.where(attempts.c.id.in_(list(among)))
+    query = restrict(query, attempts.c.id, among)
     query = query.order_by(attempts.c.id).limit(limit)
     return [int(i) for i in conn.execute(query).scalars()]
 

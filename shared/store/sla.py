@@ -9,13 +9,13 @@ its deadline has the deadline cleared once it passes, so the executor's look-up 
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import Connection, select
 
 from shared.domain.states import AttemptState, TaskState
+from shared.store.partitions import AttemptSet, restrict
 from shared.store.sql import insert_ignoring_conflict
 from shared.store.tables import alerts, attempts, tasks
 
@@ -37,7 +37,7 @@ def set_sla_deadline(conn: Connection, attempt_id: int, deadline: datetime) -> N
 
 
 def select_missed_slas(
-    conn: Connection, now: datetime, limit: int, *, among: Collection[int] | None = None
+    conn: Connection, now: datetime, limit: int, *, among: AttemptSet = None
 ) -> list[tuple[int, datetime]]:
     """``(id, deadline)`` of RUNNING attempts whose deadline is at or before ``now`` and
     that have not fired yet, earliest deadline first; only those in ``among`` if given."""
@@ -46,8 +46,7 @@ def select_missed_slas(
         attempts.c.sla_fired_at.is_(None),
         attempts.c.state == AttemptState.RUNNING.value,
     )
-    if among is not None:
-        query = query.where(attempts.c.id.in_(list(among)))
+    query = restrict(query, attempts.c.id, among)
     query = query.order_by(attempts.c.sla_deadline, attempts.c.id).limit(limit)
     return [(int(row.id), row.sla_deadline) for row in conn.execute(query)]
 
@@ -71,18 +70,15 @@ def claim_missed_sla(conn: Connection, attempt_id: int, now: datetime) -> bool:
     return result.rowcount == 1
 
 
-def clear_met_slas(conn: Connection, now: datetime) -> int:
+def clear_met_slas(conn: Connection, now: datetime, *, among: AttemptSet = None) -> int:
     """Clear the passed deadlines of attempts that are no longer running and never fired
-    (they ended in time, or were killed); how many."""
-    result = conn.execute(
-        attempts.update()
-        .where(
-            attempts.c.sla_deadline <= now,
-            attempts.c.sla_fired_at.is_(None),
-            attempts.c.state != AttemptState.RUNNING.value,
-        )
-        .values(sla_deadline=None)
+    (they ended in time, or were killed); only those in ``among`` if given; how many."""
+    statement = attempts.update().where(
+        attempts.c.sla_deadline <= now,
+        attempts.c.sla_fired_at.is_(None),
+        attempts.c.state != AttemptState.RUNNING.value,
     )
+    result = conn.execute(restrict(statement, attempts.c.id, among).values(sla_deadline=None))
     return int(result.rowcount)
 
 

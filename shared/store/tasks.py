@@ -18,6 +18,7 @@ from shared.domain.choices import parse_choice
 from shared.domain.states import TERMINAL_TASK_STATES, TaskState, states_before
 from shared.errors import NotFound
 from shared.store.dialects import dialect_of
+from shared.store.partitions import AttemptFilter, AttemptSet, restrict
 from shared.store.sql import insert_rows
 from shared.store.tables import task_dependencies, task_logs, tasks
 
@@ -248,18 +249,22 @@ def select_tasks_due(
     limit: int,
     *,
     is_group: bool | None = None,
-    attempt_ids: Collection[int] | None = None,
+    attempt_ids: AttemptSet = None,
 ) -> list[TaskRow]:
     """Tasks in ``state`` whose ``not_before`` has passed, oldest first.
 
-    ``attempt_ids`` keeps the search to those attempts (an embedded run drives only its own).
+    ``attempt_ids`` keeps the search to those attempts (an embedded run drives only its
+    own, an executor those of its partitions).
     """
     values: dict[str, Any] = {"state": state.value, "now": now, "limit": limit}
     if is_group is not None:
         values["is_group"] = is_group
-    if attempt_ids is not None:
-        values["attempt_ids"] = list(attempt_ids)
-    query = _due_query(is_group is not None, attempt_ids is not None)
+    by_ids = attempt_ids is not None and not isinstance(attempt_ids, AttemptFilter)
+    if by_ids:
+        values["attempt_ids"] = list(attempt_ids)  # type: ignore[arg-type]
+    query = _due_query(is_group is not None, by_ids)
+    if isinstance(attempt_ids, AttemptFilter):
+        query = restrict(query, tasks.c.attempt_id, attempt_ids)
     return [_task_from_row(row) for row in conn.execute(query, values)]
 
 
@@ -280,12 +285,11 @@ def earliest_not_before(
     conn: Connection,
     states: Iterable[TaskState],
     *,
-    attempt_ids: Collection[int] | None = None,
+    attempt_ids: AttemptSet = None,
 ) -> datetime | None:
     """The soonest ``not_before`` among tasks in ``states``: when a waiting task is due."""
     query = select(func.min(tasks.c.not_before)).where(tasks.c.state.in_(_states(states)))
-    if attempt_ids is not None:
-        query = query.where(tasks.c.attempt_id.in_(list(attempt_ids)))
+    query = restrict(query, tasks.c.attempt_id, attempt_ids)
     value: datetime | None = conn.execute(query).scalar_one_or_none()
     return value
 
@@ -433,7 +437,7 @@ def select_in_flight(
     updated_before: datetime,
     limit: int,
     *,
-    attempt_ids: Collection[int] | None = None,
+    attempt_ids: AttemptSet = None,
 ) -> list[InFlightRun]:
     """QUEUED and RUNNING tasks unchanged since ``updated_before``, oldest first: those the
     reaper checks for a lost message or a lost agent. Read from the old end of
@@ -441,8 +445,7 @@ def select_in_flight(
     query = select(tasks.c.id, tasks.c.state, tasks.c.lease_token).where(
         tasks.c.state.in_(_states(IN_FLIGHT_STATES)), tasks.c.updated_at <= updated_before
     )
-    if attempt_ids is not None:
-        query = query.where(tasks.c.attempt_id.in_(list(attempt_ids)))
+    query = restrict(query, tasks.c.attempt_id, attempt_ids)
     query = query.order_by(tasks.c.updated_at, tasks.c.id).limit(limit)
     return [
         InFlightRun(int(row.id), TaskState(row.state), int(row.lease_token))

@@ -1,21 +1,21 @@
 """The distributed mode when nothing goes wrong: real executors and agents as OS processes.
 
 The cluster harness of the fault tests (tests/fault/_cluster.py) starts the services:
-`tickwork run --on-executor` (the by-hand flow of the README), `_queue` routing, a
-standby executor taking over, and the agents' metrics summed over their processes.
+`tickwork run --on-executor` (the by-hand flow of the README), `_queue` routing, two
+executors sharing the partitions out and one taking them all when the other dies, and
+the agents' metrics summed over their processes.
 """
 
 from __future__ import annotations
 
 import json
 import signal
-import time
 
 import pytest
 import sqlalchemy as sa
 
-from services.executor.service import LOCK_KEY, STANDBY_POLL_SECONDS
-from tests.fault._cluster import Cluster, literal, session_of, workflow_text
+from services.executor.service import LOCK_KEY
+from tests.fault._cluster import Cluster, Service, literal, session_of, workflow_text
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e]
@@ -74,10 +74,22 @@ def test_a_task_with_a_queue_runs_only_on_the_agents_serving_that_queue(
     assert ran_on == {"plain": plain_agent.pid, "routed": gpu_agent.pid}, cluster.explain(attempt)
 
 
+PARTITIONS = 16
+REBALANCE_BOUND_SECONDS = 5.0
+"""How long the executors may take to share the partitions out again (about a second)."""
+
+
+def partitions_held(*executors: Service) -> list[float]:
+    return [e.metric("tickwork_executor_partitions") for e in executors]
+
+
 @pytest.mark.timeout(60)
-def test_a_standby_executor_takes_over_when_the_active_one_dies(cluster: Cluster) -> None:
+def test_a_second_executor_takes_half_of_the_partitions_and_all_once_the_first_dies(
+    cluster: Cluster,
+) -> None:
+    # Given one executor, which holds every partition (and the membership lock, shared)
     first = cluster.start_executor()
-    wait_until("one executor is active", lambda: first.metric("tickwork_executor_active") == 1, 10)
+    wait_until("the first holds all", lambda: partitions_held(first) == [PARTITIONS], 10)
     with cluster.engine.connect() as conn:
         # pg_locks shows the whole server: other tests' executors hold the same key elsewhere.
         held = (
@@ -85,18 +97,54 @@ def test_a_standby_executor_takes_over_when_the_active_one_dies(cluster: Cluster
             " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
         )
         assert conn.execute(sa.text(held), {"key": LOCK_KEY}).scalar_one() == 1
+    # When a second one starts, both work: half of the partitions each
     second = cluster.start_executor()
-    time.sleep(2 * STANDBY_POLL_SECONDS)  # it tried for the lock, at least once
-    assert second.metric("tickwork_executor_active") == 0  # it stands by
+    wait_until(
+        "each holds half",
+        lambda: partitions_held(first, second) == [PARTITIONS / 2, PARTITIONS / 2],
+        REBALANCE_BOUND_SECONDS,
+    )
+    assert first.metric("tickwork_executor_active") == second.metric("tickwork_executor_active")
     cluster.start_agent("agent-a")
 
+    # When the first dies, the second holds them all and runs new work
     first.signal_group(signal.SIGKILL)
     first.wait_exit(10)
-    attempt = cluster.submit("after_failover", workflow_text({"t": cluster.ledger.task("t")}))
+    wait_until(
+        "the second holds all",
+        lambda: partitions_held(second) == [PARTITIONS],
+        REBALANCE_BOUND_SECONDS,
+    )
+    attempts = [
+        cluster.submit(
+            f"after_failover_{i}", workflow_text({f"t{i}": cluster.ledger.task(f"t{i}")})
+        )
+        for i in range(4)
+    ]
 
-    assert cluster.wait_for_attempt_end(attempt, 30) == "success", cluster.explain(attempt)
-    assert second.metric("tickwork_executor_active") == 1
-    assert [e.token for e in cluster.ledger.ends("t")] == [1]
+    for attempt in attempts:
+        assert cluster.wait_for_attempt_end(attempt, 30) == "success", cluster.explain(attempt)
+    assert sorted(e.token for e in cluster.ledger.ends()) == [1, 1, 1, 1]
+
+
+@pytest.mark.timeout(60)
+def test_an_executor_stopped_gives_its_partitions_to_the_other(cluster: Cluster) -> None:
+    first = cluster.start_executor()
+    second = cluster.start_executor()
+    wait_until(
+        "each holds half",
+        lambda: partitions_held(first, second) == [PARTITIONS / 2, PARTITIONS / 2],
+        REBALANCE_BOUND_SECONDS,
+    )
+
+    second.process.send_signal(signal.SIGTERM)
+    assert second.wait_exit(10) == 0
+
+    wait_until(
+        "the first holds all",
+        lambda: partitions_held(first) == [PARTITIONS],
+        REBALANCE_BOUND_SECONDS,
+    )
 
 
 @pytest.mark.timeout(60)

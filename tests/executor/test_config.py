@@ -23,6 +23,7 @@ class TestExecutorSettings:
         assert settings.task_timeout_seconds == 86400.0
         assert settings.max_tasks_per_attempt == 10_000
         assert (settings.crash_point, settings.metrics_port, settings.log_level) == ("", 0, "INFO")
+        assert settings.partition_count == 16
 
     def test_every_variable_is_declared_once_with_a_doc(self) -> None:
         names = [setting.name for setting in EXECUTOR_SETTINGS]
@@ -36,6 +37,10 @@ class TestExecutorSettings:
         )
         assert settings.recovery == Recovery(every_seconds=2.5, max_lost=7)
 
+    def test_the_partition_count_is_read(self) -> None:
+        settings = ExecutorSettings.from_environment({**BASE, "TICKWORK_EXECUTOR_PARTITIONS": "4"})
+        assert settings.partition_count == 4
+
     @pytest.mark.parametrize(
         ("name", "value"),
         [
@@ -48,6 +53,7 @@ class TestExecutorSettings:
             ("TICKWORK_CRASH_POINT", "somewhere"),
             ("TICKWORK_METRICS_PORT", "70000"),
             ("TICKWORK_LOG_LEVEL", "LOUD"),
+            ("TICKWORK_EXECUTOR_PARTITIONS", "0"),
         ],
     )
     def test_a_bad_value_is_refused_naming_its_variable(self, name: str, value: str) -> None:

@@ -1,0 +1,136 @@
+"""Partitions: an executor runs only the attempts of the partitions it holds, and the live
+executors share the partitions out fairly under PostgreSQL advisory locks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import Connection, create_engine
+
+from services.executor.partitions import MEMBER_KEY, PartitionLeases, fair_share
+from shared.domain.partitions import partition_of
+from shared.domain.states import AttemptState
+from shared.store.partitions import AttemptFilter
+from tests.executor.scenario import Scenario
+
+PARTITIONS = 4
+
+WORKFLOW = """
+    +a:
+      echo>: a
+    +b:
+      echo>: b
+"""
+
+
+class TestFairShare:
+    def test_the_shares_add_up_to_every_partition_and_differ_by_one_at_most(self) -> None:
+        members = [300, 100, 200]
+        shares = [fair_share(members, pid, 16) for pid in members]
+        assert sum(shares) == 16
+        assert sorted(shares) == [5, 5, 6]
+
+    def test_a_lone_executor_holds_every_partition(self) -> None:
+        assert fair_share([42], 42, 16) == 16
+
+    def test_an_executor_not_seen_yet_counts_itself(self) -> None:
+        assert fair_share([1], 2, 16) == 8
+
+
+class TestTheFilter:
+    def test_it_keeps_the_attempts_of_its_partitions_and_of_its_ids(self) -> None:
+        kept = AttemptFilter(ids=frozenset({5, 6, 9}), partitions=frozenset({1}), partition_count=4)
+        assert [a for a in range(12) if kept.keeps(a)] == [5, 9]
+
+    def test_every_partition_adds_no_condition(self) -> None:
+        every = AttemptFilter.of_partitions(range(PARTITIONS), PARTITIONS)
+        assert every.every_partition
+
+
+class TestAnExecutorKeptToPartitions:
+    def test_it_leaves_the_attempts_of_other_partitions_alone(self, run: Scenario) -> None:
+        attempt = run.start(WORKFLOW)
+        others = set(range(PARTITIONS)) - {partition_of(attempt, PARTITIONS)}
+        run.executor.keep_to(AttemptFilter.of_partitions(others, PARTITIONS))
+
+        assert run.step() == []
+        assert run.attempt_state() is AttemptState.CREATED
+
+    def test_it_runs_the_attempts_of_its_own_to_the_end(self, run: Scenario) -> None:
+        attempt = run.start(WORKFLOW)
+        run.executor.keep_to(AttemptFilter.of_partitions([partition_of(attempt, 4)], 4))
+
+        assert run.step() == ["+wf+a"]
+        assert run.run_to_end() is AttemptState.SUCCESS
+
+    def test_a_partition_taken_over_is_picked_up_where_it_was_left(self, run: Scenario) -> None:
+        # Given an executor that dispatched the first task, then gave the partition up
+        attempt = run.start(WORKFLOW)
+        own = partition_of(attempt, PARTITIONS)
+        run.executor.keep_to(AttemptFilter.of_partitions([own], PARTITIONS))
+        assert run.step() == ["+wf+a"]
+        run.executor.keep_to(AttemptFilter.of_partitions([], PARTITIONS))
+        # When its result comes and the partition is held again
+        run.succeed("+wf+a")
+        run.executor.keep_to(AttemptFilter.of_partitions([own], PARTITIONS))
+        # Then the next task goes out
+        assert run.step() == ["+wf+b"]
+
+
+@pytest.fixture
+def lock_connections(migrated_postgres_url: str) -> Iterator[list[Connection]]:
+    engine = create_engine(migrated_postgres_url, poolclass=None)
+    opened = [engine.connect().execution_options(isolation_level="AUTOCOMMIT") for _ in range(3)]
+    try:
+        yield opened
+    finally:
+        for conn in opened:
+            conn.close()
+        engine.dispose()
+
+
+def settle(leases: list[PartitionLeases]) -> None:
+    """Rebalance every executor until none changes (a few rounds at most)."""
+    for _ in range(10):
+        if not any([lease.rebalance() for lease in leases]):
+            return
+    raise AssertionError("the partitions never settled")
+
+
+class TestSharingThePartitions:
+    def test_two_executors_hold_half_each_and_together_all(
+        self, lock_connections: list[Connection]
+    ) -> None:
+        first, second = (PartitionLeases(c, 16) for c in lock_connections[:2])
+        assert first.join()
+        settle([first])
+        assert first.held == frozenset(range(16))
+
+        assert second.join()
+        settle([first, second])
+
+        assert len(first.held) == len(second.held) == 8
+        assert first.held | second.held == frozenset(range(16))
+
+    def test_the_partitions_of_one_that_leaves_go_to_the_others(
+        self, lock_connections: list[Connection]
+    ) -> None:
+        leases = [PartitionLeases(c, 16) for c in lock_connections]
+        for lease in leases:
+            assert lease.join()
+        settle(leases)
+        assert sorted(len(lease.held) for lease in leases) == [5, 5, 6]
+
+        leases[0].leave()
+        settle(leases[1:])
+
+        assert len(leases[1].held) == len(leases[2].held) == 8
+        assert leases[1].held | leases[2].held == frozenset(range(16))
+
+    def test_an_executor_of_an_older_release_keeps_the_others_out(
+        self, lock_connections: list[Connection]
+    ) -> None:
+        old, new = lock_connections[:2]
+        old.exec_driver_sql(f"SELECT pg_advisory_lock({MEMBER_KEY})")  # as the old active one
+        assert not PartitionLeases(new, 16).join()
