@@ -20,7 +20,7 @@ from services.api.paging import (
     next_cursor,
     page_limit,
 )
-from services.api.responses import typed_json
+from services.api.responses import json_response
 from services.api.routes.attempts import AttemptOut, AttemptPage, attempt_item, parse_time
 from shared.domain.instants import shown_in
 from shared.domain.states import AttemptState
@@ -118,9 +118,7 @@ def list_sessions(query: SessionsQuery) -> Response:
             limit=page_limit(query),
         )
     cursor = next_cursor(page.next_after)
-    return typed_json(
-        SessionPage, {"items": [session_item(s) for s in page.items], "next_cursor": cursor}
-    )
+    return json_response({"items": [session_item(s) for s in page.items], "next_cursor": cursor})
 
 
 @blueprint.get("/api/sessions/<id:session_id>")
