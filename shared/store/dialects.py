@@ -8,10 +8,12 @@ SQLite serves the embedded, one-process mode, where one writer at a time holds t
 
 from __future__ import annotations
 
+import _socket
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
+from functools import partial
 from typing import Any, ClassVar
 
 from sqlalchemy import (
@@ -33,6 +35,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Dialect
+from sqlalchemy.exc import InvalidatePoolError
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from shared.store.unnest import column_types, rows_select
@@ -134,13 +137,14 @@ class PostgresDialect(StoreDialect):
     alters_tables_in_place = True
 
     def create_engine(self, url: URL, *, pool_size: int, json_serializer: JsonSerializer) -> Engine:
-        return create_engine(
+        engine = create_engine(
             url,
             json_serializer=json_serializer,
             pool_size=pool_size,
-            pool_pre_ping=True,
             connect_args={"connect_timeout": 10},  # an unreachable server fails, not hangs
         )
+        event.listen(engine, "checkout", partial(_refuse_lost_connection, engine.dialect))
+        return engine
 
     @contextmanager
     def connect_for_reads(self, engine: Engine) -> Iterator[Connection]:
@@ -288,6 +292,40 @@ class SqliteDialect(StoreDialect):
 
     def advisory_transaction_lock(self, conn: Connection, key: int) -> None:
         pass  # a writing transaction already holds the whole file
+
+
+def _refuse_lost_connection(
+    dialect: Dialect, dbapi_connection: Any, _record: Any, _proxy: Any
+) -> None:
+    """Refuse, at checkout, a pooled connection the server has closed (it restarted, or
+    ended the backend): the pool then drops every connection older than this moment and
+    hands out a new one, as a pre-ping would.
+
+    An idle connection's server sends nothing unasked, so its socket is looked at without
+    waiting: nothing to read (the usual case) is a live connection, with no ``SELECT 1``
+    round trip; the end of the stream is a closed one; anything else (a shutdown's error
+    message, a notice) is settled by the ping itself.
+    """
+    if not dbapi_connection.closed and not _has_input(dbapi_connection.pgconn.socket):
+        return
+    try:
+        dialect.do_ping(dbapi_connection)
+    except Exception as exc:  # whatever the ping met, the connection cannot be used
+        raise InvalidatePoolError(f"the server ended the connection: {exc}") from None
+
+
+def _has_input(fd: int) -> bool:
+    """Whether the socket ``fd`` has bytes to read or has ended (peeked, not consumed)."""
+    probe = _socket.socket(fileno=fd)  # the unpatched socket module: never a green wait
+    try:
+        probe.recv(1, _socket.MSG_PEEK | _socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    finally:
+        probe.detach()  # the descriptor stays libpq's
+    return True
 
 
 def _configure_sqlite(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
