@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from sqlalchemy import (
@@ -11,6 +12,7 @@ from sqlalchemy import (
     Connection,
     DateTime,
     Select,
+    bindparam,
     case,
     func,
     null,
@@ -22,7 +24,7 @@ from sqlalchemy.orm import aliased
 from shared.domain.choices import parse_choice
 from shared.domain.states import AttemptState
 from shared.errors import NotFound
-from shared.store.paging import fetch_keyset_page
+from shared.store.paging import fetch_statement_page, keyset_statement
 from shared.store.tables import (
     attempts,
     projects,
@@ -201,14 +203,40 @@ def _attempt_query() -> Select[Any]:
     return select(*_ATTEMPT_COLUMNS).select_from(_ATTEMPTS_FROM)
 
 
-def _project_filters(project: str | None, workflow: str | None) -> list[ColumnElement[bool]]:
+def _filters(
+    project: str | None,
+    workflow: str | None,
+    state: AttemptState | None,
+    time_from: datetime | None,
+    time_to: datetime | None,
+) -> dict[str, Any]:
+    """The filters given, by the name of the bound parameter each fills."""
+    given = {
+        "project": project,
+        "workflow": workflow,
+        "state": None if state is None else state.value,
+        "time_from": time_from,
+        "time_to": time_to,
+    }
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def _filter_conditions(names: frozenset[str]) -> list[ColumnElement[bool]]:
+    """The conditions on a session of the filters ``names`` (but ``state``), each bound to
+    the parameter of its name."""
     found: list[ColumnElement[bool]] = []
-    if project is not None:
+    if "project" in names:
         # A scalar subquery, so the project's id drives ix_sessions_project_workflow_id.
-        project_id = select(projects.c.id).where(projects.c.name == project).scalar_subquery()
+        project_id = (
+            select(projects.c.id).where(projects.c.name == bindparam("project")).scalar_subquery()
+        )
         found.append(sessions.c.project_id == project_id)
-    if workflow is not None:
-        found.append(sessions.c.workflow_name == workflow)
+    if "workflow" in names:
+        found.append(sessions.c.workflow_name == bindparam("workflow"))
+    if "time_from" in names:
+        found.append(sessions.c.session_time >= bindparam("time_from"))
+    if "time_to" in names:
+        found.append(sessions.c.session_time < bindparam("time_to"))
     return found
 
 
@@ -229,15 +257,18 @@ def list_sessions(
     ``time_to`` (exclusive) bound the session time. The latest attempts are read for the
     page's sessions only, one index probe each.
     """
-    query = _sessions_with_latest_attempt() if state is None else _sessions_in_state(state)
-    for condition in _project_filters(project, workflow):
-        query = query.where(condition)
-    if time_from is not None:
-        query = query.where(sessions.c.session_time >= time_from)
-    if time_to is not None:
-        query = query.where(sessions.c.session_time < time_to)
-    page = fetch_keyset_page(conn, query, sessions.c.id, after=after, limit=limit)
+    filters = _filters(project, workflow, state, time_from, time_to)
+    statement = _session_page_statement(frozenset(filters), after is not None)
+    page = fetch_statement_page(conn, statement, filters, after=after, limit=limit)
     return Page([_session_view(row) for row in page.rows], page.next_after)
+
+
+@lru_cache(maxsize=128)
+def _session_page_statement(filters: frozenset[str], after: bool) -> Select[Any]:
+    """The page statement of :func:`list_sessions` with ``filters``, made once each."""
+    query = _sessions_in_state() if "state" in filters else _sessions_with_latest_attempt()
+    query = query.where(*_filter_conditions(filters))
+    return keyset_statement(query, sessions.c.id, after=after)
 
 
 # The latest attempt of a session, joined in the page's own query: one backward probe of
@@ -265,11 +296,11 @@ def _sessions_with_latest_attempt() -> Select[Any]:
     )
 
 
-def _sessions_in_state(state: AttemptState) -> Select[Any]:
-    """Sessions whose latest attempt is in ``state``, read from that state's attempts
-    newest session first (ix_attempts_state_session_id), each kept when no newer attempt
-    of its session exists: a page costs what an unfiltered one does, however rare the
-    state, instead of a probe per session until the page is full."""
+def _sessions_in_state() -> Select[Any]:
+    """Sessions whose latest attempt is in the state bound to ``state``, read from that
+    state's attempts newest session first (ix_attempts_state_session_id), each kept when
+    no newer attempt of its session exists: a page costs what an unfiltered one does,
+    however rare the state, instead of a probe per session until the page is full."""
     newer = select(attempts.c.id).where(
         attempts.c.session_id == _LATEST.c.session_id, attempts.c.id > _LATEST.c.id
     )
@@ -280,7 +311,7 @@ def _sessions_in_state(state: AttemptState) -> Select[Any]:
                 projects, projects.c.id == sessions.c.project_id
             )
         )
-        .where(_LATEST.c.state == state.value, ~newer.exists())
+        .where(_LATEST.c.state == bindparam("state"), ~newer.exists())
     )
 
 
@@ -335,17 +366,19 @@ def list_attempts(
 ) -> Page[AttemptView]:
     """Attempts newest first (by id), filtered by project, workflow, state and the session
     time (``time_from`` inclusive, ``time_to`` exclusive)."""
-    query = _attempt_query()
-    for condition in _project_filters(project, workflow):
-        query = query.where(condition)
-    if time_from is not None:
-        query = query.where(sessions.c.session_time >= time_from)
-    if time_to is not None:
-        query = query.where(sessions.c.session_time < time_to)
-    if state is not None:
-        query = query.where(attempts.c.state == state.value)
-    page = fetch_keyset_page(conn, query, attempts.c.id, after=after, limit=limit)
+    filters = _filters(project, workflow, state, time_from, time_to)
+    statement = _attempt_page_statement(frozenset(filters), after is not None)
+    page = fetch_statement_page(conn, statement, filters, after=after, limit=limit)
     return Page([_attempt_view(row) for row in page.rows], page.next_after)
+
+
+@lru_cache(maxsize=128)
+def _attempt_page_statement(filters: frozenset[str], after: bool) -> Select[Any]:
+    """The page statement of :func:`list_attempts` with ``filters``, made once each."""
+    query = _attempt_query().where(*_filter_conditions(filters))
+    if "state" in filters:
+        query = query.where(attempts.c.state == bindparam("state"))
+    return keyset_statement(query, attempts.c.id, after=after)
 
 
 def get_attempt_view(conn: Connection, attempt_id: int) -> AttemptView:
