@@ -44,6 +44,7 @@ READ_ONLY_OPTION = "tickwork_read_only"
 """The execution option of a connection that only reads (see :meth:`connect_for_reads`)."""
 
 JsonSerializer = Callable[[Any], str]
+JsonDeserializer = Callable[[str | bytes], Any]
 
 
 class StoreDialect(ABC):
@@ -64,7 +65,14 @@ class StoreDialect(ABC):
     the table instead (Alembic's batch mode)."""
 
     @abstractmethod
-    def create_engine(self, url: URL, *, pool_size: int, json_serializer: JsonSerializer) -> Engine:
+    def create_engine(
+        self,
+        url: URL,
+        *,
+        pool_size: int,
+        json_serializer: JsonSerializer,
+        json_deserializer: JsonDeserializer,
+    ) -> Engine:
         """An engine for ``url``, set up the way the store expects this database."""
 
     @abstractmethod
@@ -136,10 +144,18 @@ class PostgresDialect(StoreDialect):
     chains_inserts = True
     alters_tables_in_place = True
 
-    def create_engine(self, url: URL, *, pool_size: int, json_serializer: JsonSerializer) -> Engine:
+    def create_engine(
+        self,
+        url: URL,
+        *,
+        pool_size: int,
+        json_serializer: JsonSerializer,
+        json_deserializer: JsonDeserializer,
+    ) -> Engine:
         engine = create_engine(
             url,
             json_serializer=json_serializer,
+            json_deserializer=json_deserializer,
             pool_size=pool_size,
             connect_args={"connect_timeout": 10},  # an unreachable server fails, not hangs
         )
@@ -222,11 +238,19 @@ class SqliteDialect(StoreDialect):
     chains_inserts = False
     alters_tables_in_place = False
 
-    def create_engine(self, url: URL, *, pool_size: int, json_serializer: JsonSerializer) -> Engine:
+    def create_engine(
+        self,
+        url: URL,
+        *,
+        pool_size: int,
+        json_serializer: JsonSerializer,
+        json_deserializer: JsonDeserializer,
+    ) -> Engine:
         # No pool size: SQLAlchemy picks SQLite's own pool.
         engine = create_engine(
             url,
             json_serializer=json_serializer,
+            json_deserializer=json_deserializer,
             connect_args={"check_same_thread": False, "timeout": 30},
         )
         event.listen(engine, "connect", _configure_sqlite)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import JSON, Column, Engine, MetaData, Table, select, text
 
 from shared.store.dialects import PostgresDialect, SqliteDialect, dialect_named, dialect_of
 from shared.store.engine import create_store_engine
@@ -106,3 +107,28 @@ def test_a_live_pooled_connection_is_reused_without_a_ping(
         assert pings == []
     finally:
         engine.dispose()
+
+
+JSON_TEXTS = [
+    "{}",
+    '{"a": 1, "a": 2, "b": [true, null, -0.0]}',
+    "[12345678901234567890123456789, -98765432109876543210]",
+    "[0.1, 1e100, 1.7976931348623157e308, 5e-324, 1E-7, 1.0]",
+    '"caf\\u00e9 \\u2028 \\ud83d\\ude00 \\ud800"',
+    '{"nested": {"x": "\\n\\t\\"\\\\/"}, "text": "été"}',
+]
+
+
+@pytest.mark.parametrize("stored", JSON_TEXTS)
+def test_a_json_column_reads_as_json_loads_reads_its_text(engine: Engine, stored: str) -> None:
+    # Given JSON text as a table holds it (another writer, or psql, may have written it)
+    probe = Table("json_probe", MetaData(), Column("value", JSON))
+    value = "CAST(:v AS json)" if engine.dialect.name == "postgresql" else ":v"
+    with engine.begin() as conn:
+        probe.create(conn)
+        conn.execute(text(f"INSERT INTO json_probe (value) VALUES ({value})"), {"v": stored})
+    # When it is read through the table's JSON column
+    with engine.connect() as conn:
+        read = conn.execute(select(probe.c.value)).scalar_one()
+    # Then it is exactly the value json.loads gives: same types, same key order
+    assert repr(read) == repr(json.loads(stored))
