@@ -159,6 +159,7 @@ class PostgresDialect(StoreDialect):
             pool_size=pool_size,
             connect_args={"connect_timeout": 10},  # an unreachable server fails, not hangs
         )
+        event.listen(engine, "connect", _use_utc)
         event.listen(engine, "checkout", partial(_refuse_lost_connection, engine.dialect))
         return engine
 
@@ -316,6 +317,15 @@ class SqliteDialect(StoreDialect):
 
     def advisory_transaction_lock(self, conn: Connection, key: int) -> None:
         pass  # a writing transaction already holds the whole file
+
+
+def _use_utc(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+    """Have PostgreSQL send times in UTC, whatever the server's ``TimeZone``: psycopg then
+    reads them with ``datetime.UTC``, which the store's timestamps keep as they are (no
+    SQL of the store depends on the session's zone)."""
+    with dbapi_connection.cursor() as cursor:
+        cursor.execute("SET TIME ZONE 'UTC'")
+    dbapi_connection.commit()
 
 
 def _refuse_lost_connection(
