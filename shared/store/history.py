@@ -188,14 +188,24 @@ _SESSION_COLUMNS = (
 
 
 _STATE_INDEX = AttemptView._fields.index("state")
+_ATTEMPT_STATES = {state.value: state for state in AttemptState}
+
+
+def _attempt_state(value: str, attempt_id: int) -> AttemptState:
+    """A stored attempt state as its member: a dict lookup, as each row of a page needs;
+    UnknownValue naming the attempt for a value that is none."""
+    found = _ATTEMPT_STATES.get(value)
+    return (
+        parse_choice(AttemptState, value, f"state of attempt {attempt_id}")
+        if found is None
+        else found
+    )
 
 
 def _attempt_view(row: Any) -> AttemptView:
     # The query's columns are the view's fields, in its order (_ATTEMPT_COLUMNS).
     values = list(row)
-    values[_STATE_INDEX] = parse_choice(
-        AttemptState, values[_STATE_INDEX], f"state of attempt {values[0]}"
-    )
+    values[_STATE_INDEX] = _attempt_state(values[_STATE_INDEX], values[0])
     return AttemptView._make(values)
 
 
@@ -331,7 +341,14 @@ def _session_view(row: Any) -> SessionView:
     if latest[0] is not None:
         attempt_id, name, _, definition_id, state, *rest = latest
         last = AttemptView._make(
-            (attempt_id, name, *session[:6], definition_id, AttemptState(state), *rest)
+            (
+                attempt_id,
+                name,
+                *session[:6],
+                definition_id,
+                _attempt_state(state, attempt_id),
+                *rest,
+            )
         )
     return SessionView._make((*session, last))
 
