@@ -398,9 +398,12 @@ def _attempt_page_statement(filters: frozenset[str], after: bool) -> Select[Any]
     return keyset_statement(query, attempts.c.id, after=after)
 
 
+_ATTEMPT_BY_ID = _attempt_query().where(attempts.c.id == bindparam("attempt_id"))
+
+
 def get_attempt_view(conn: Connection, attempt_id: int) -> AttemptView:
     """One attempt with its project and workflow names; raises NotFound if there is none."""
-    row = conn.execute(_attempt_query().where(attempts.c.id == attempt_id)).one_or_none()
+    row = conn.execute(_ATTEMPT_BY_ID, {"attempt_id": attempt_id}).one_or_none()
     if row is None:
         raise NotFound(f"no attempt {attempt_id}")
     return _attempt_view(row)
