@@ -340,7 +340,7 @@ def _refuse_lost_connection(
     round trip; the end of the stream is a closed one; anything else (a shutdown's error
     message, a notice) is settled by the ping itself.
     """
-    if not dbapi_connection.closed and not _has_input(dbapi_connection.pgconn.socket):
+    if not dbapi_connection.closed and not _has_input(_socket_of(dbapi_connection)):
         return
     try:
         dialect.do_ping(dbapi_connection)
@@ -348,8 +348,20 @@ def _refuse_lost_connection(
         raise InvalidatePoolError(f"the server ended the connection: {exc}") from None
 
 
-def _has_input(fd: int) -> bool:
-    """Whether the socket ``fd`` has bytes to read or has ended (peeked, not consumed)."""
+def _socket_of(dbapi_connection: Any) -> int | None:
+    """The descriptor of a psycopg connection's socket; None when it has none any more."""
+    try:
+        fd: int = dbapi_connection.pgconn.socket
+    except Exception:  # psycopg's OperationalError: libpq holds no socket
+        return None
+    return fd
+
+
+def _has_input(fd: int | None) -> bool:
+    """Whether the socket ``fd`` has bytes to read or has ended (peeked, not consumed);
+    True for no socket at all."""
+    if fd is None:
+        return True
     probe = _socket.socket(fileno=fd)  # the unpatched socket module: never a green wait
     try:
         probe.recv(1, _socket.MSG_PEEK | _socket.MSG_DONTWAIT)
