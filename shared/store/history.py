@@ -195,11 +195,9 @@ def _attempt_state(value: str, attempt_id: int) -> AttemptState:
     """A stored attempt state as its member: a dict lookup, as each row of a page needs;
     UnknownValue naming the attempt for a value that is none."""
     found = _ATTEMPT_STATES.get(value)
-    return (
-        parse_choice(AttemptState, value, f"state of attempt {attempt_id}")
-        if found is None
-        else found
-    )
+    if found is None:
+        return parse_choice(AttemptState, value, f"state of attempt {attempt_id}")
+    return found
 
 
 def _attempt_view(row: Any) -> AttemptView:
@@ -323,10 +321,6 @@ def _sessions_in_state() -> Select[Any]:
         )
         .where(_LATEST.c.state == bindparam("state"), ~newer.exists())
     )
-
-
-SESSION_ROW_KEYS = tuple(column.key for column in (*_SESSION_COLUMNS, *_LATEST_COLUMNS))
-"""The columns of a session list's rows, in order: what :func:`_session_view` unpacks."""
 
 
 _SESSION_WIDTH = len(_SESSION_COLUMNS)
