@@ -70,6 +70,7 @@ class StoreDialect(ABC):
         url: URL,
         *,
         pool_size: int,
+        max_overflow: int,
         json_serializer: JsonSerializer,
         json_deserializer: JsonDeserializer,
     ) -> Engine:
@@ -149,6 +150,7 @@ class PostgresDialect(StoreDialect):
         url: URL,
         *,
         pool_size: int,
+        max_overflow: int,
         json_serializer: JsonSerializer,
         json_deserializer: JsonDeserializer,
     ) -> Engine:
@@ -157,6 +159,7 @@ class PostgresDialect(StoreDialect):
             json_serializer=json_serializer,
             json_deserializer=json_deserializer,
             pool_size=pool_size,
+            max_overflow=max_overflow,
             connect_args={"connect_timeout": 10},  # an unreachable server fails, not hangs
         )
         event.listen(engine, "connect", _use_utc)
@@ -244,10 +247,11 @@ class SqliteDialect(StoreDialect):
         url: URL,
         *,
         pool_size: int,
+        max_overflow: int,
         json_serializer: JsonSerializer,
         json_deserializer: JsonDeserializer,
     ) -> Engine:
-        # No pool size: SQLAlchemy picks SQLite's own pool.
+        # No pool size or overflow: SQLAlchemy picks SQLite's own pool.
         engine = create_engine(
             url,
             json_serializer=json_serializer,

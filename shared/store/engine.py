@@ -51,8 +51,11 @@ def _json_loads(text: str | bytes) -> Any:
         return json.loads(text)
 
 
-def create_store_engine(url: str, *, pool_size: int = 5) -> Engine:
+def create_store_engine(url: str, *, pool_size: int = 5, max_overflow: int = 10) -> Engine:
     """An engine for ``url``; SQLite gets WAL, foreign keys and a busy timeout.
+
+    A PostgreSQL pool keeps ``pool_size`` connections once opened, and opens up to
+    ``max_overflow`` more while that many are in use, closing each when it comes back.
 
     ``postgresql://`` URLs are read as ``postgresql+psycopg://`` so psycopg 3 is always used.
     Raises InvalidStoreUrl (a StoreUnavailable) for a URL that is malformed or names another
@@ -70,7 +73,11 @@ def create_store_engine(url: str, *, pool_size: int = 5) -> Engine:
         parsed = parsed.set(drivername="postgresql+psycopg")
     dialect = dialect_named(parsed.get_backend_name())
     return dialect.create_engine(
-        parsed, pool_size=pool_size, json_serializer=_json_dumps, json_deserializer=_json_loads
+        parsed,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        json_serializer=_json_dumps,
+        json_deserializer=_json_loads,
     )
 
 
