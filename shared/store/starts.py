@@ -194,7 +194,7 @@ def _definition(conn: Connection, definition_id: int, digest: str) -> WorkflowDe
     if found is None:
         found = load_workflow_definition(conn, definition_id)
         if len(_DEFINITIONS) >= _MAX_DEFINITIONS:
-            _DEFINITIONS.pop(next(iter(_DEFINITIONS)))  # the oldest parsed
+            _DEFINITIONS.clear()  # bounded; safe beside another thread's lookups
         _DEFINITIONS[digest] = found
     return found
 
