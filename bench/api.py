@@ -53,6 +53,8 @@ CURSOR_WALK_LIMIT = 1000  # page size while walking to the deep cursor (the larg
 START_TIMEOUT_SECONDS = 60.0
 # Deep page p50 at most this many times the first page's; see bench/README.md.
 TARGET_DEEP_TO_FIRST_P50 = 1.5
+# The server's CPU per list request (a page of 100), at most; see bench/README.md.
+TARGET_LIST_SERVER_CPU_MS = 3.0
 
 log = logging.getLogger("bench.api")
 
@@ -324,6 +326,7 @@ def figures(
         "seed_seconds": round(seed_seconds, 2),
         "load_average_1m": round(load_average, 2),
         "meets_targets": ratio <= TARGET_DEEP_TO_FIRST_P50
+        and (out["list_server_cpu_ms_per_request"] or 0.0) <= TARGET_LIST_SERVER_CPU_MS
         and not any(r.error_count or r.unanswered_s for r in results.values()),
     }
     return out

@@ -31,6 +31,10 @@ from services.api.ui import is_ui_path, register_ui
 from shared.store.engine import create_store_engine
 
 API_VERSION = "1"
+# Database connections a worker holds at most, kept once opened: under a burst, connections
+# opened past a smaller pool would be closed as each request ends and opened again by the
+# next, a connection (and a PostgreSQL backend) per request.
+POOL_CONNECTIONS = 15
 RULE_ARGUMENT = re.compile(r"<(?:[^:<>]+:)?([^<>]+)>")
 CONFIG_KEY = "tickwork.config"
 METRICS_KEY = "tickwork.metrics"
@@ -108,7 +112,9 @@ def create_app(config: ApiConfig, engine: Engine | None = None) -> APIFlask:
     )
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.url_map.converters["id"] = IdConverter
-    app.extensions[ENGINE_KEY] = engine or create_store_engine(config.database_url)
+    app.extensions[ENGINE_KEY] = engine or create_store_engine(
+        config.database_url, pool_size=POOL_CONNECTIONS, max_overflow=0
+    )
     app.extensions[CONFIG_KEY] = config
     app.extensions[METRICS_KEY] = ApiMetrics()
     app.extensions[LIMITER_KEY] = RateLimiter(config.rate_limit_per_second, config.rate_limit_burst)

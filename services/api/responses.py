@@ -1,15 +1,20 @@
-"""Typed JSON responses built by pydantic-core in one step, for the lists that must be fast."""
+"""JSON answers serialised in one step by pydantic-core, for the lists that must be fast.
+
+A list route builds its items as plain dicts of the shapes its response model documents
+(``@output(Model)`` keeps the OpenAPI schema) and hands them here: they are written
+straight to JSON, without building and re-validating the model on every request. The
+formats are the model's own (pydantic-core writes both): a datetime as ISO 8601 with its
+offset (``Z`` for UTC), an enum member as its value.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from flask import Response
-from pydantic import BaseModel
+from pydantic_core import to_json
 
 
-def typed_json(model: type[BaseModel], data: Any, status: int = 200) -> Response:
-    """``data`` checked against ``model`` and serialised to JSON, as ``@output(model)`` would
-    do, without the round trip through Python objects and Flask's JSON encoder."""
-    body = model.model_validate(data).model_dump_json(by_alias=True)
-    return Response(body, status=status, mimetype="application/json")
+def json_response(data: Any, status: int = 200) -> Response:
+    """``data`` (dicts, lists, strings, numbers, datetimes, enums) as a JSON answer."""
+    return Response(to_json(data), status=status, mimetype="application/json")

@@ -8,11 +8,12 @@ SQLite serves the embedded, one-process mode, where one writer at a time holds t
 
 from __future__ import annotations
 
+import _socket
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, ClassVar
 
 from sqlalchemy import (
@@ -35,6 +36,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Dialect
+from sqlalchemy.exc import InvalidatePoolError
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from shared.store.unnest import column_types, rows_select
@@ -43,6 +45,7 @@ READ_ONLY_OPTION = "tickwork_read_only"
 """The execution option of a connection that only reads (see :meth:`connect_for_reads`)."""
 
 JsonSerializer = Callable[[Any], str]
+JsonDeserializer = Callable[[str | bytes], Any]
 
 
 class StoreDialect(ABC):
@@ -63,7 +66,15 @@ class StoreDialect(ABC):
     the table instead (Alembic's batch mode)."""
 
     @abstractmethod
-    def create_engine(self, url: URL, *, pool_size: int, json_serializer: JsonSerializer) -> Engine:
+    def create_engine(
+        self,
+        url: URL,
+        *,
+        pool_size: int,
+        max_overflow: int,
+        json_serializer: JsonSerializer,
+        json_deserializer: JsonDeserializer,
+    ) -> Engine:
         """An engine for ``url``, set up the way the store expects this database."""
 
     @abstractmethod
@@ -148,14 +159,26 @@ class PostgresDialect(StoreDialect):
     chains_inserts = True
     alters_tables_in_place = True
 
-    def create_engine(self, url: URL, *, pool_size: int, json_serializer: JsonSerializer) -> Engine:
-        return create_engine(
+    def create_engine(
+        self,
+        url: URL,
+        *,
+        pool_size: int,
+        max_overflow: int,
+        json_serializer: JsonSerializer,
+        json_deserializer: JsonDeserializer,
+    ) -> Engine:
+        engine = create_engine(
             url,
             json_serializer=json_serializer,
+            json_deserializer=json_deserializer,
             pool_size=pool_size,
-            pool_pre_ping=True,
+            max_overflow=max_overflow,
             connect_args={"connect_timeout": 10},  # an unreachable server fails, not hangs
         )
+        event.listen(engine, "connect", _use_utc)
+        event.listen(engine, "checkout", partial(_refuse_lost_connection, engine.dialect))
+        return engine
 
     @contextmanager
     def connect_for_reads(self, engine: Engine) -> Iterator[Connection]:
@@ -248,11 +271,20 @@ class SqliteDialect(StoreDialect):
     chains_inserts = False
     alters_tables_in_place = False
 
-    def create_engine(self, url: URL, *, pool_size: int, json_serializer: JsonSerializer) -> Engine:
-        # No pool size: SQLAlchemy picks SQLite's own pool.
+    def create_engine(
+        self,
+        url: URL,
+        *,
+        pool_size: int,
+        max_overflow: int,
+        json_serializer: JsonSerializer,
+        json_deserializer: JsonDeserializer,
+    ) -> Engine:
+        # No pool size or overflow: SQLAlchemy picks SQLite's own pool.
         engine = create_engine(
             url,
             json_serializer=json_serializer,
+            json_deserializer=json_deserializer,
             connect_args={"check_same_thread": False, "timeout": 30},
         )
         event.listen(engine, "connect", _configure_sqlite)
@@ -350,6 +382,61 @@ def _sqlite_upsert(
     insert = sqlite.insert(table)
     values = {name: insert.excluded[name] for name in updated}
     return insert.on_conflict_do_update(index_elements=index_elements, set_=values)
+
+
+def _use_utc(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+    """Have PostgreSQL send times in UTC, whatever the server's ``TimeZone``: psycopg then
+    reads them with ``datetime.UTC``, which the store's timestamps keep as they are (no
+    SQL of the store depends on the session's zone)."""
+    with dbapi_connection.cursor() as cursor:
+        cursor.execute("SET TIME ZONE 'UTC'")
+    dbapi_connection.commit()
+
+
+def _refuse_lost_connection(
+    dialect: Dialect, dbapi_connection: Any, _record: Any, _proxy: Any
+) -> None:
+    """Refuse, at checkout, a pooled connection the server has closed (it restarted, or
+    ended the backend): the pool then drops every connection older than this moment and
+    hands out a new one, as a pre-ping would.
+
+    An idle connection's server sends nothing unasked, so its socket is looked at without
+    waiting: nothing to read (the usual case) is a live connection, with no ``SELECT 1``
+    round trip; the end of the stream is a closed one; anything else (a shutdown's error
+    message, a notice) is settled by the ping itself.
+    """
+    if not dbapi_connection.closed and not _has_input(_socket_of(dbapi_connection)):
+        return
+    try:
+        dialect.do_ping(dbapi_connection)
+    except Exception as exc:  # whatever the ping met, the connection cannot be used
+        raise InvalidatePoolError(f"the server ended the connection: {exc}") from None
+
+
+def _socket_of(dbapi_connection: Any) -> int | None:
+    """The descriptor of a psycopg connection's socket; None when it has none any more."""
+    try:
+        fd: int = dbapi_connection.pgconn.socket
+    except Exception:  # psycopg's OperationalError: libpq holds no socket
+        return None
+    return fd
+
+
+def _has_input(fd: int | None) -> bool:
+    """Whether the socket ``fd`` has bytes to read or has ended (peeked, not consumed);
+    True for no socket at all."""
+    if fd is None:
+        return True
+    probe = _socket.socket(fileno=fd)  # the unpatched socket module: never a green wait
+    try:
+        probe.recv(1, _socket.MSG_PEEK | _socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    finally:
+        probe.detach()  # the descriptor stays libpq's
+    return True
 
 
 def _configure_sqlite(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:

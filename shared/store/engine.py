@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from pydantic_core import from_json
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
@@ -36,8 +37,25 @@ def _json_dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=False)
 
 
-def create_store_engine(url: str, *, pool_size: int = 5) -> Engine:
+def _json_loads(text: str | bytes) -> Any:
+    """A JSON column's text as Python values, as ``json.loads`` reads it.
+
+    pydantic-core's parser gives the same values (big integers, floats to the last bit,
+    the last of duplicate keys) in a fraction of the time a page of rows spends in
+    ``json.loads``; the text it refuses (a lone UTF-16 surrogate, which ``json`` columns
+    keep and ``json.loads`` accepts) is left to ``json.loads``.
+    """
+    try:
+        return from_json(text)
+    except ValueError:
+        return json.loads(text)
+
+
+def create_store_engine(url: str, *, pool_size: int = 5, max_overflow: int = 10) -> Engine:
     """An engine for ``url``; SQLite gets WAL, foreign keys and a busy timeout.
+
+    A PostgreSQL pool keeps ``pool_size`` connections once opened, and opens up to
+    ``max_overflow`` more while that many are in use, closing each when it comes back.
 
     ``postgresql://`` URLs are read as ``postgresql+psycopg://`` so psycopg 3 is always used.
     Raises InvalidStoreUrl (a StoreUnavailable) for a URL that is malformed or names another
@@ -54,7 +72,13 @@ def create_store_engine(url: str, *, pool_size: int = 5) -> Engine:
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     dialect = dialect_named(parsed.get_backend_name())
-    return dialect.create_engine(parsed, pool_size=pool_size, json_serializer=_json_dumps)
+    return dialect.create_engine(
+        parsed,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        json_serializer=_json_dumps,
+        json_deserializer=_json_loads,
+    )
 
 
 @contextmanager

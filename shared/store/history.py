@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from sqlalchemy import (
@@ -11,6 +12,7 @@ from sqlalchemy import (
     Connection,
     DateTime,
     Select,
+    bindparam,
     case,
     func,
     null,
@@ -22,7 +24,7 @@ from sqlalchemy.orm import aliased
 from shared.domain.choices import parse_choice
 from shared.domain.states import AttemptState
 from shared.errors import NotFound
-from shared.store.paging import fetch_keyset_page
+from shared.store.paging import fetch_statement_page, keyset_statement
 from shared.store.tables import (
     attempts,
     projects,
@@ -34,9 +36,11 @@ from shared.store.tables import (
 from shared.store.tasks import TaskRow, list_attempt_tasks
 
 
-@dataclass(frozen=True)
-class AttemptView:
-    """One attempt with the names of its session, project and workflow."""
+class AttemptView(NamedTuple):
+    """One attempt with the names of its session, project and workflow.
+
+    A tuple of plain values, as :class:`TaskSummary`: pages build a hundred at a time, and
+    a tuple is made in a fraction of a frozen dataclass's time."""
 
     id: int
     name: str
@@ -57,9 +61,9 @@ class AttemptView:
     finished_at: datetime | None
 
 
-@dataclass(frozen=True)
-class SessionView:
-    """One session with its latest attempt (None while it has none)."""
+class SessionView(NamedTuple):
+    """One session with its latest attempt (None while it has none); a tuple, as
+    :class:`AttemptView`."""
 
     id: int
     session_uuid: str
@@ -183,26 +187,64 @@ _SESSION_COLUMNS = (
 )
 
 
+_STATE_INDEX = AttemptView._fields.index("state")
+_ATTEMPT_STATES = {state.value: state for state in AttemptState}
+
+
+def _attempt_state(value: str, attempt_id: int) -> AttemptState:
+    """A stored attempt state as its member: a dict lookup, as each row of a page needs;
+    UnknownValue naming the attempt for a value that is none."""
+    found = _ATTEMPT_STATES.get(value)
+    if found is None:
+        return parse_choice(AttemptState, value, f"state of attempt {attempt_id}")
+    return found
+
+
 def _attempt_view(row: Any) -> AttemptView:
-    values = dict(row._mapping)
-    values["state"] = parse_choice(
-        AttemptState, values["state"], f"state of attempt {values['id']}"
-    )
-    return AttemptView(**values)
+    # The query's columns are the view's fields, in its order (_ATTEMPT_COLUMNS).
+    values = list(row)
+    values[_STATE_INDEX] = _attempt_state(values[_STATE_INDEX], values[0])
+    return AttemptView._make(values)
 
 
 def _attempt_query() -> Select[Any]:
     return select(*_ATTEMPT_COLUMNS).select_from(_ATTEMPTS_FROM)
 
 
-def _project_filters(project: str | None, workflow: str | None) -> list[ColumnElement[bool]]:
+def _filters(
+    project: str | None,
+    workflow: str | None,
+    state: AttemptState | None,
+    time_from: datetime | None,
+    time_to: datetime | None,
+) -> dict[str, Any]:
+    """The filters given, by the name of the bound parameter each fills."""
+    given = {
+        "project": project,
+        "workflow": workflow,
+        "state": None if state is None else state.value,
+        "time_from": time_from,
+        "time_to": time_to,
+    }
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def _filter_conditions(names: frozenset[str]) -> list[ColumnElement[bool]]:
+    """The conditions on a session of the filters ``names`` (but ``state``), each bound to
+    the parameter of its name."""
     found: list[ColumnElement[bool]] = []
-    if project is not None:
+    if "project" in names:
         # A scalar subquery, so the project's id drives ix_sessions_project_workflow_id.
-        project_id = select(projects.c.id).where(projects.c.name == project).scalar_subquery()
+        project_id = (
+            select(projects.c.id).where(projects.c.name == bindparam("project")).scalar_subquery()
+        )
         found.append(sessions.c.project_id == project_id)
-    if workflow is not None:
-        found.append(sessions.c.workflow_name == workflow)
+    if "workflow" in names:
+        found.append(sessions.c.workflow_name == bindparam("workflow"))
+    if "time_from" in names:
+        found.append(sessions.c.session_time >= bindparam("time_from"))
+    if "time_to" in names:
+        found.append(sessions.c.session_time < bindparam("time_to"))
     return found
 
 
@@ -223,15 +265,18 @@ def list_sessions(
     ``time_to`` (exclusive) bound the session time. The latest attempts are read for the
     page's sessions only, one index probe each.
     """
-    query = _sessions_with_latest_attempt() if state is None else _sessions_in_state(state)
-    for condition in _project_filters(project, workflow):
-        query = query.where(condition)
-    if time_from is not None:
-        query = query.where(sessions.c.session_time >= time_from)
-    if time_to is not None:
-        query = query.where(sessions.c.session_time < time_to)
-    page = fetch_keyset_page(conn, query, sessions.c.id, after=after, limit=limit)
+    filters = _filters(project, workflow, state, time_from, time_to)
+    statement = _session_page_statement(frozenset(filters), after is not None)
+    page = fetch_statement_page(conn, statement, filters, after=after, limit=limit)
     return Page([_session_view(row) for row in page.rows], page.next_after)
+
+
+@lru_cache(maxsize=128)
+def _session_page_statement(filters: frozenset[str], after: bool) -> Select[Any]:
+    """The page statement of :func:`list_sessions` with ``filters``, made once each."""
+    query = _sessions_in_state() if "state" in filters else _sessions_with_latest_attempt()
+    query = query.where(*_filter_conditions(filters))
+    return keyset_statement(query, sessions.c.id, after=after)
 
 
 # The latest attempt of a session, joined in the page's own query: one backward probe of
@@ -259,11 +304,11 @@ def _sessions_with_latest_attempt() -> Select[Any]:
     )
 
 
-def _sessions_in_state(state: AttemptState) -> Select[Any]:
-    """Sessions whose latest attempt is in ``state``, read from that state's attempts
-    newest session first (ix_attempts_state_session_id), each kept when no newer attempt
-    of its session exists: a page costs what an unfiltered one does, however rare the
-    state, instead of a probe per session until the page is full."""
+def _sessions_in_state() -> Select[Any]:
+    """Sessions whose latest attempt is in the state bound to ``state``, read from that
+    state's attempts newest session first (ix_attempts_state_session_id), each kept when
+    no newer attempt of its session exists: a page costs what an unfiltered one does,
+    however rare the state, instead of a probe per session until the page is full."""
     newer = select(attempts.c.id).where(
         attempts.c.session_id == _LATEST.c.session_id, attempts.c.id > _LATEST.c.id
     )
@@ -274,27 +319,32 @@ def _sessions_in_state(state: AttemptState) -> Select[Any]:
                 projects, projects.c.id == sessions.c.project_id
             )
         )
-        .where(_LATEST.c.state == state.value, ~newer.exists())
+        .where(_LATEST.c.state == bindparam("state"), ~newer.exists())
     )
 
 
-_SESSION_KEYS = tuple(column.key for column in _SESSION_COLUMNS)
-_LATEST_KEYS = tuple(column.key[len(_LATEST_PREFIX) :] for column in _LATEST_COLUMNS)
-_SHARED_KEYS = ("session_uuid", "session_time", "project_id", "project_name", "workflow_name")
+_SESSION_WIDTH = len(_SESSION_COLUMNS)
 
 
 def _session_view(row: Any) -> SessionView:
     # By position: this runs once per row of every page, so it avoids the mapping view.
+    # The session's first six columns are the attempt's session_id to workflow_name.
     values = tuple(row)
-    session = dict(zip(_SESSION_KEYS, values, strict=False))
+    session, latest = values[:_SESSION_WIDTH], values[_SESSION_WIDTH:]
     last = None
-    attempt_values = values[len(_SESSION_KEYS) :]
-    if attempt_values[0] is not None:
-        attempt = dict(zip(_LATEST_KEYS, attempt_values, strict=True))
-        attempt["state"] = AttemptState(attempt["state"])
-        attempt.update((key, session[key]) for key in _SHARED_KEYS)
-        last = AttemptView(**attempt)
-    return SessionView(**session, last_attempt=last)
+    if latest[0] is not None:
+        attempt_id, name, _, definition_id, state, *rest = latest
+        last = AttemptView._make(
+            (
+                attempt_id,
+                name,
+                *session[:6],
+                definition_id,
+                _attempt_state(state, attempt_id),
+                *rest,
+            )
+        )
+    return SessionView._make((*session, last))
 
 
 def get_session(conn: Connection, session_id: int) -> SessionView:
@@ -327,22 +377,27 @@ def list_attempts(
 ) -> Page[AttemptView]:
     """Attempts newest first (by id), filtered by project, workflow, state and the session
     time (``time_from`` inclusive, ``time_to`` exclusive)."""
-    query = _attempt_query()
-    for condition in _project_filters(project, workflow):
-        query = query.where(condition)
-    if time_from is not None:
-        query = query.where(sessions.c.session_time >= time_from)
-    if time_to is not None:
-        query = query.where(sessions.c.session_time < time_to)
-    if state is not None:
-        query = query.where(attempts.c.state == state.value)
-    page = fetch_keyset_page(conn, query, attempts.c.id, after=after, limit=limit)
+    filters = _filters(project, workflow, state, time_from, time_to)
+    statement = _attempt_page_statement(frozenset(filters), after is not None)
+    page = fetch_statement_page(conn, statement, filters, after=after, limit=limit)
     return Page([_attempt_view(row) for row in page.rows], page.next_after)
+
+
+@lru_cache(maxsize=128)
+def _attempt_page_statement(filters: frozenset[str], after: bool) -> Select[Any]:
+    """The page statement of :func:`list_attempts` with ``filters``, made once each."""
+    query = _attempt_query().where(*_filter_conditions(filters))
+    if "state" in filters:
+        query = query.where(attempts.c.state == bindparam("state"))
+    return keyset_statement(query, attempts.c.id, after=after)
+
+
+_ATTEMPT_BY_ID = _attempt_query().where(attempts.c.id == bindparam("attempt_id"))
 
 
 def get_attempt_view(conn: Connection, attempt_id: int) -> AttemptView:
     """One attempt with its project and workflow names; raises NotFound if there is none."""
-    row = conn.execute(_attempt_query().where(attempts.c.id == attempt_id)).one_or_none()
+    row = conn.execute(_ATTEMPT_BY_ID, {"attempt_id": attempt_id}).one_or_none()
     if row is None:
         raise NotFound(f"no attempt {attempt_id}")
     return _attempt_view(row)

@@ -74,7 +74,28 @@ def ensure_session(
     now: datetime,
 ) -> int:
     """The id of the one session for (project, workflow, session time); idempotent."""
-    insert_ignoring_conflict(
+    session_id, _created = claim_session(
+        conn,
+        project_id=project_id,
+        workflow_name=workflow_name,
+        session_time=session_time,
+        now=now,
+    )
+    return session_id
+
+
+def claim_session(
+    conn: Connection,
+    *,
+    project_id: int,
+    workflow_name: str,
+    session_time: datetime,
+    now: datetime,
+) -> tuple[int, bool]:
+    """The id of the one session for (project, workflow, session time), and whether this
+    call created it (then it has no attempt yet); idempotent. A new session costs one
+    statement, an existing one two."""
+    created = insert_ignoring_conflict(
         conn,
         sessions,
         {
@@ -85,12 +106,14 @@ def ensure_session(
             "created_at": now,
         },
     )
+    if created is not None:
+        return created, True
     query = select(sessions.c.id).where(
         sessions.c.project_id == project_id,
         sessions.c.workflow_name == workflow_name,
         sessions.c.session_time == session_time,
     )
-    return int(conn.execute(query).scalar_one())
+    return int(conn.execute(query).scalar_one()), False
 
 
 def insert_attempt(

@@ -9,7 +9,8 @@ from enum import StrEnum
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, bindparam, func, select
+from sqlalchemy.orm import aliased
 
 from shared.domain.instants import out_of_range
 from shared.domain.params import merge_params
@@ -21,7 +22,7 @@ from shared.store.engine import notify_work
 from shared.store.projects import load_workflow_definition
 from shared.store.sessions import (
     AttemptRow,
-    ensure_session,
+    claim_session,
     get_attempt,
     list_session_attempts,
     request_kill,
@@ -33,6 +34,7 @@ from shared.store.tables import (
     revisions,
     task_dependencies,
     tasks,
+    workflow_configs,
     workflow_definitions,
 )
 
@@ -89,10 +91,10 @@ def start_attempt(
             return existing
     target = _latest_workflow(conn, project, workflow)
     when = _session_time(target.definition, session_time, now)
-    session_id = ensure_session(
+    session_id, new_session = claim_session(
         conn, project_id=target.project_id, workflow_name=workflow, session_time=when, now=now
     )
-    latest = _latest_attempt_id(conn, session_id)
+    latest = None if new_session else _latest_attempt_id(conn, session_id)
     if latest is not None:
         return StartResult(latest, session_id, created=False)
     attempt_id = insert_ignoring_conflict(
@@ -135,37 +137,66 @@ def _latest_attempt_id(conn: Connection, session_id: int) -> int | None:
     return None if found is None else int(found)
 
 
+_LATEST_REVISION = aliased(revisions, name="latest_revision")
+_TARGET_QUERY = (
+    select(
+        projects.c.id,
+        _LATEST_REVISION.c.id,
+        _LATEST_REVISION.c.default_params,
+        workflow_definitions.c.id,
+        workflow_configs.c.digest,
+    )
+    .select_from(
+        projects.outerjoin(
+            _LATEST_REVISION,
+            _LATEST_REVISION.c.id
+            == select(func.max(revisions.c.id))
+            .where(revisions.c.project_id == projects.c.id)
+            .scalar_subquery(),
+        )
+        .outerjoin(
+            workflow_definitions,
+            (workflow_definitions.c.revision_id == _LATEST_REVISION.c.id)
+            & (workflow_definitions.c.name == bindparam("workflow")),
+        )
+        .outerjoin(workflow_configs, workflow_configs.c.id == workflow_definitions.c.config_id)
+    )
+    .where(projects.c.name == bindparam("project"), projects.c.deleted_at.is_(None))
+)
+"""A live project's id, its latest revision (id and default params), and that revision's
+definition of a workflow (id and config digest): one statement, made once."""
+
+
 def _latest_workflow(conn: Connection, project: str, workflow: str) -> _Target:
     """The definition of ``workflow`` in the latest revision of a live ``project``."""
-    project_query = select(projects.c.id).where(
-        projects.c.name == project, projects.c.deleted_at.is_(None)
-    )
-    project_id = conn.execute(project_query).scalar_one_or_none()
-    if project_id is None:
+    row = conn.execute(_TARGET_QUERY, {"project": project, "workflow": workflow}).first()
+    if row is None:
         raise NotFound(f"no project {project!r}")
-    revision_query = (
-        select(revisions.c.id, revisions.c.default_params)
-        .where(revisions.c.project_id == project_id)
-        .order_by(revisions.c.id.desc())
-        .limit(1)
-    )
-    revision = conn.execute(revision_query).one_or_none()
-    definition_id = None
-    if revision is not None:
-        definition_id = conn.execute(
-            select(workflow_definitions.c.id).where(
-                workflow_definitions.c.revision_id == revision.id,
-                workflow_definitions.c.name == workflow,
-            )
-        ).scalar_one_or_none()
-    if revision is None or definition_id is None:
+    project_id, revision_id, default_params, definition_id, digest = row
+    if revision_id is None or definition_id is None:
         raise NotFound(f"no workflow {workflow!r} in project {project!r}")
     return _Target(
         project_id=int(project_id),
         definition_id=int(definition_id),
-        definition=load_workflow_definition(conn, int(definition_id)),
-        default_params=dict(revision.default_params or {}),
+        definition=_definition(conn, int(definition_id), digest),
+        default_params=dict(default_params or {}),
     )
+
+
+_DEFINITIONS: dict[str, WorkflowDefinition] = {}
+_MAX_DEFINITIONS = 256
+
+
+def _definition(conn: Connection, definition_id: int, digest: str) -> WorkflowDefinition:
+    """The parsed workflow of a definition whose config has ``digest``: parsed once per
+    config, since a config's digest names its content (the same in every database)."""
+    found = _DEFINITIONS.get(digest)
+    if found is None:
+        found = load_workflow_definition(conn, definition_id)
+        if len(_DEFINITIONS) >= _MAX_DEFINITIONS:
+            _DEFINITIONS.clear()  # bounded; safe beside another thread's lookups
+        _DEFINITIONS[digest] = found
+    return found
 
 
 def _session_time(

@@ -54,9 +54,13 @@ class UtcDateTime(TypeDecorator[datetime]):
         return dialect_of(dialect).timestamp_param(value)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        # Pages read thousands: a value already in UTC (PostgreSQL's, when the session's
+        # time zone is UTC) is returned as it is, before anything else is looked at.
         if value is None:
             return None
         assert isinstance(value, datetime)
+        if value.tzinfo is UTC:
+            return value
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 

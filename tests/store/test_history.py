@@ -61,6 +61,25 @@ class TestListSessions:
         assert found.last_attempt.state is AttemptState.CREATED
         assert found.project_name == "etl"
 
+    def test_a_session_s_latest_attempt_reads_as_the_attempt_itself(
+        self, engine: Engine, project: int
+    ) -> None:
+        # Given sessions, one of them without an attempt
+        ids = add_sessions(engine, project, "more", 3, state=AttemptState.SUCCESS)
+        with engine.begin() as conn:
+            conn.execute(text("DELETE FROM attempts WHERE session_id = :id"), {"id": ids[0]})
+        with engine.connect() as conn:
+            # When the sessions are listed and one is read alone
+            listed = {s.id: s for s in history.list_sessions(conn).items}
+            alone = history.get_session(conn, ids[1])
+            # Then every field of a latest attempt is the attempt's own, read by its id
+            for session in listed.values():
+                if session.last_attempt is not None:
+                    own = history.get_attempt_view(conn, session.last_attempt.id)
+                    assert session.last_attempt == own
+        assert listed[ids[0]].last_attempt is None
+        assert listed[ids[1]] == alone
+
     def test_filters_by_project_workflow_state_of_the_last_attempt_and_time(
         self, engine: Engine, project: int
     ) -> None:

@@ -17,7 +17,7 @@ from services.api.database import read_connection, write_transaction
 from services.api.errors import InvalidBody
 from services.api.models import RequestBody, UserParams
 from services.api.paging import PageQuery, cursor_after, next_cursor, page_limit
-from services.api.responses import typed_json
+from services.api.responses import json_response
 from shared.clock import utc_now
 from shared.domain.instants import shown_in
 from shared.domain.states import AttemptState
@@ -237,7 +237,7 @@ def list_attempts(query: AttemptsQuery) -> Response:
             after=after,
             limit=page_limit(query),
         )
-    return typed_json(AttemptPage, page_of(page))
+    return json_response(page_of(page))
 
 
 @blueprint.post("/api/attempts")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from apiflask import APIBlueprint
 from flask import Response
@@ -20,9 +19,8 @@ from services.api.paging import (
     next_cursor,
     page_limit,
 )
-from services.api.responses import typed_json
+from services.api.responses import json_response
 from services.api.routes.attempts import AttemptOut, AttemptPage, attempt_item, parse_time
-from shared.domain.instants import shown_in
 from shared.domain.states import AttemptState
 from shared.store import history
 from shared.store.history import SessionView
@@ -81,19 +79,18 @@ def _utc(value: str | None, parameter: str) -> datetime | None:
 def session_item(session: SessionView) -> dict[str, Any]:
     """The JSON of a session (ids as strings)."""
     last = session.last_attempt
-    session_time = session.session_time
-    if last is not None:
-        session_time = shown_in(session_time, ZoneInfo(last.timezone))
+    attempt = None if last is None else attempt_item(last)
     return {
         "id": str(session.id),
         "session_uuid": session.session_uuid,
-        "session_time": session_time,
+        # In the zone of the last attempt's workflow, as that attempt shows it.
+        "session_time": session.session_time if attempt is None else attempt["session_time"],
         "project": session.project_name,
         "project_id": str(session.project_id),
         "workflow": session.workflow_name,
         "schedule_id": None if session.schedule_id is None else str(session.schedule_id),
         "created_at": session.created_at,
-        "last_attempt": None if last is None else attempt_item(last),
+        "last_attempt": attempt,
     }
 
 
@@ -118,9 +115,7 @@ def list_sessions(query: SessionsQuery) -> Response:
             limit=page_limit(query),
         )
     cursor = next_cursor(page.next_after)
-    return typed_json(
-        SessionPage, {"items": [session_item(s) for s in page.items], "next_cursor": cursor}
-    )
+    return json_response({"items": [session_item(s) for s in page.items], "next_cursor": cursor})
 
 
 @blueprint.get("/api/sessions/<id:session_id>")
