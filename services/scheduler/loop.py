@@ -1,12 +1,19 @@
 """The scheduler's pass: each ``tick()`` emits the sessions that schedules have due.
 
-A tick claims due schedules in batches (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so
-replicas, and a tick's own workers, share the work and never handle one schedule at
-once), plans each one from its checkpoint with :func:`shared.domain.catchup.plan_pass`,
-applies the overlap policy, and in one transaction per batch inserts the sessions
-(``ON CONFLICT DO NOTHING`` on the session's idempotency key) and advances the
-checkpoints. A crash before the commit changes nothing; a crash after it left nothing
-undone. Either way, every session time is emitted once.
+A tick lists the due schedules once, with their checkpoints, and counts the attempts
+running or waiting for every schedule; then it claims the listed schedules in batches by
+id (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so replicas, and a tick's own workers,
+share the work and never handle one schedule at once), plans each one from its
+checkpoint with :func:`shared.domain.catchup.plan_pass`, applies the overlap policy, and
+in one transaction per batch inserts the sessions (``ON CONFLICT DO NOTHING`` on the
+session's idempotency key) and advances the checkpoints. A crash before the commit
+changes nothing; a crash after it left nothing undone. Either way, every session time is
+emitted once.
+
+The overlap policy reads the counts taken when the pass began. A schedule whose
+checkpoint moved since (another replica emitted for it) is counted again in its batch;
+attempts that finished since only make the policy hold back a session that
+``_start_waiting`` then releases at the end of the tick.
 
 Looping, waiting and back-off are the shared runner's (:mod:`shared.runner`, driven by
 :mod:`services.scheduler.main`).
