@@ -355,6 +355,8 @@ def run_burst(
             with engine.begin() as conn:
                 armed = arm_minutely(conn, boundary)
             err.print(f"({part}) {armed:,} every-minute schedules due at {boundary:%H:%M:%S} UTC")
+            # The CPU count starts at the boundary: the idle wait before it varies by run.
+            time.sleep(max(0.0, boundary.timestamp() - offset - time.time()))
             cpu_before = process_cpu_seconds(process.pid)
             wait_for_burst(engine, boundary, offset, minutely, err)
             cpu_seconds = process_cpu_seconds(process.pid) - cpu_before
