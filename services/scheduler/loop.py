@@ -208,13 +208,13 @@ class Scheduler:
             return self._one_by_one(now, [row.id for row in rows], report)
 
     def _one_by_one(self, now: datetime | None, ids: list[int], report: TickReport) -> int:
+        with self.engine.connect() as conn:
+            at = now or self.now(conn)
         for schedule_id in ids:
             try:
                 with self.engine.begin() as conn:
-                    at = now or self.now(conn)
                     self._emit(conn, _claim_one(conn, schedule_id, at), at, report)
             except SQLAlchemyError as exc:
-                at = now or SystemClock().now()
                 self._fail(schedule_id, at, str(exc).splitlines()[0], report)
         return len(ids)
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Engine, event, func, select, update
+from sqlalchemy.exc import OperationalError
 
 from services.scheduler.loop import Scheduler
 from shared.domain.instants import LATEST
@@ -492,6 +493,30 @@ class TestFailures:
             )
         report = Scheduler(store.engine).tick(minute(1))
         assert report.failures == 1
+        assert store.session_times("good") == [minute(1)]
+        bad = store.schedule("bad")
+        assert bad.failures == 1 and bad.last_error
+        assert bad.next_run_time is not None and bad.next_run_time > minute(1)
+        assert bad.last_session_time == T0
+
+    def test_a_batch_the_database_refuses_is_retried_schedule_by_schedule(
+        self, store: Store, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # Given two schedules due together, one whose sessions the database refuses
+        store.push("cron>: '* * * * *'", now=T0, name="good")
+        store.push("cron>: '* * * * *'", now=T0, name="bad")
+        insert = emission_store.insert_sessions
+
+        def refuse_bad(conn: Any, new: Any, now: datetime) -> list[int]:
+            if any(item.workflow_name == "bad" for item in new):
+                raise OperationalError("INSERT", {}, Exception("refused"))
+            return insert(conn, new, now)
+
+        monkeypatch.setattr(emission_store, "insert_sessions", refuse_bad)
+        # When a tick emits their batch
+        report = Scheduler(store.engine).tick(minute(1))
+        # Then the other one is emitted, and the refused one waits and is tried again
+        assert (report.emitted, report.failures) == (1, 1)
         assert store.session_times("good") == [minute(1)]
         bad = store.schedule("bad")
         assert bad.failures == 1 and bad.last_error
