@@ -1,12 +1,19 @@
 """The scheduler's pass: each ``tick()`` emits the sessions that schedules have due.
 
-A tick claims due schedules in batches (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so
-replicas, and a tick's own workers, share the work and never handle one schedule at
-once), plans each one from its checkpoint with :func:`shared.domain.catchup.plan_pass`,
-applies the overlap policy, and in one transaction per batch inserts the sessions
-(``ON CONFLICT DO NOTHING`` on the session's idempotency key) and advances the
-checkpoints. A crash before the commit changes nothing; a crash after it left nothing
-undone. Either way, every session time is emitted once.
+A tick lists the due schedules once, with their checkpoints, and counts the attempts
+running or waiting for every schedule; then it claims the listed schedules in batches by
+id (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so replicas, and a tick's own workers,
+share the work and never handle one schedule at once), plans each one from its
+checkpoint with :func:`shared.domain.catchup.plan_pass`, applies the overlap policy, and
+in one transaction per batch inserts the sessions (``ON CONFLICT DO NOTHING`` on the
+session's idempotency key) and advances the checkpoints. A crash before the commit
+changes nothing; a crash after it left nothing undone. Either way, every session time is
+emitted once.
+
+The overlap policy reads the counts taken when the pass began. A schedule whose
+checkpoint moved since (another replica emitted for it) is counted again in its batch;
+attempts that finished since only make the policy hold back a session that
+``_start_waiting`` then releases at the end of the tick.
 
 Looping, waiting and back-off are the shared runner's (:mod:`shared.runner`, driven by
 :mod:`services.scheduler.main`).
@@ -45,6 +52,9 @@ log = logging.getLogger(__name__)
 
 BATCH_SCHEDULES = 1000
 """Schedules claimed per transaction."""
+
+PASS_BATCHES = 100
+"""Batches one pass lists at most; what is due beyond them waits for the next pass."""
 
 TIMES_PER_PASS = 1000
 """Session times one schedule emits per batch: a long catch-up yields to other schedules
@@ -132,52 +142,74 @@ class Scheduler:
         return emission_store.database_now(conn) or SystemClock().now()
 
     def tick(self, now: datetime | None = None) -> TickReport:
-        """Emit everything due (at ``now``, default the database's clock), batch by batch."""
+        """Emit everything due (at ``now``, default the database's clock), pass by pass."""
         started = time.perf_counter()
         report = TickReport()
         with self.engine.connect() as conn:
             report.due = emission_store.count_due(conn, now or self.now(conn))
         self.metrics.due_schedules.set(report.due)
-        workers = min(self.workers, -(-report.due // self.batch_size))
-        if workers <= 1:
-            self._drain(now, report)
-        else:
-            parts = [TickReport() for _ in range(workers)]
-            with ThreadPoolExecutor(workers, thread_name_prefix="scheduler-batch") as pool:
-                for done in [pool.submit(self._drain, now, part) for part in parts]:
-                    done.result()
-            for part in parts:
-                report.add(part)
+        # A pass handles each schedule due when it began once: a long catch-up yields to
+        # the others until the next tick. Another pass follows only when the first could
+        # not list everything that was due.
+        while report.due and not self.stopping.is_set() and self._pass(now, report):
+            pass
         report.started_waiting = self._start_waiting()
         self.metrics.tick_duration.observe(time.perf_counter() - started)
         return report
 
-    def _drain(self, now: datetime | None, report: TickReport) -> None:
-        """Handle batch after batch until one comes back short: nothing more is due."""
-        while not self.stopping.is_set():
-            if self._batch(now, report) < self.batch_size:
-                return
+    def _pass(self, now: datetime | None, report: TickReport) -> bool:
+        """List the due schedules and their running attempts, then claim and emit them
+        batch by batch, on up to :attr:`workers` connections; whether more may be due."""
+        limit = self.batch_size * PASS_BATCHES
+        with self.engine.connect() as conn:
+            at = now or self.now(conn)
+            due = emission_store.list_due(conn, at, limit)
+            if not due:
+                return False
+            # Read after the list: a schedule emitted in between shows a new checkpoint
+            # when it is claimed, and is counted again (see _counts).
+            counts = emission_store.active_counts(conn, None)
+        listing = _DueList(due, counts, self.batch_size)
+        workers = min(self.workers, listing.batches)
+        if workers <= 1:
+            claimed = self._drain(now, listing, report)
+        else:
+            parts = [TickReport() for _ in range(workers)]
+            with ThreadPoolExecutor(workers, thread_name_prefix="scheduler-batch") as pool:
+                drained = [pool.submit(self._drain, now, listing, part) for part in parts]
+                claimed = sum(done.result() for done in drained)
+            for part in parts:
+                report.add(part)
+        return len(due) == limit and claimed > 0
 
-    def _batch(self, now: datetime | None, report: TickReport) -> int:
-        """Claim and handle one batch of due schedules; returns how many were claimed."""
+    def _drain(self, now: datetime | None, listing: _DueList, report: TickReport) -> int:
+        """Handle the listing's batches until none is left; how many schedules were claimed."""
+        claimed = 0
+        while not self.stopping.is_set() and (batch := listing.next_batch()):
+            claimed += self._batch(now, batch, listing, report)
+        return claimed
+
+    def _batch(
+        self, now: datetime | None, batch: list[int], listing: _DueList, report: TickReport
+    ) -> int:
+        """Claim and handle one batch of listed schedules; returns how many were claimed."""
         rows: list[ScheduleRow] = []
         try:
             with self.engine.begin() as conn:
                 at = now or self.now(conn)
-                rows = emission_store.claim_due(conn, at, self.batch_size)
-                self._emit(conn, rows, at, report)
+                rows = emission_store.claim_listed(conn, batch, at)
+                self._emit(conn, rows, at, report, listing)
             return len(rows)
         except SQLAlchemyError as exc:
             if not rows:
                 raise
             # One schedule broke the batch: handle them one by one to find it.
             log.warning("scheduler batch failed (%s); retrying schedule by schedule", exc)
-            return self._one_by_one(now, report)
+            return self._one_by_one(now, [row.id for row in rows], report)
 
-    def _one_by_one(self, now: datetime | None, report: TickReport) -> int:
+    def _one_by_one(self, now: datetime | None, ids: list[int], report: TickReport) -> int:
         with self.engine.connect() as conn:
             at = now or self.now(conn)
-            ids = [row.id for row in emission_store.claim_due(conn, at, self.batch_size)]
         for schedule_id in ids:
             try:
                 with self.engine.begin() as conn:
@@ -187,7 +219,12 @@ class Scheduler:
         return len(ids)
 
     def _emit(
-        self, conn: Connection, rows: Sequence[ScheduleRow], now: datetime, report: TickReport
+        self,
+        conn: Connection,
+        rows: Sequence[ScheduleRow],
+        now: datetime,
+        report: TickReport,
+        listing: _DueList | None = None,
     ) -> None:
         """Plan every claimed schedule and write the outcome in the caller's transaction."""
         started = time.perf_counter()
@@ -201,8 +238,7 @@ class Scheduler:
             except Exception as exc:
                 log.exception("schedule %s/%s failed", row.project_name, row.workflow_name)
                 self._record_failure(conn, row.id, now, f"{type(exc).__name__}: {exc}", report)
-        wanting = [e.row.id for e in emissions if e.plan.emit]
-        counts = emission_store.active_counts(conn, wanting)
+        counts = _counts(conn, [e.row for e in emissions if e.plan.emit], listing)
         for emission in emissions:
             _apply_overlap(emission, counts.get(emission.row.id, (0, 0)))
         new = [item for emission in emissions for item in emission.new]
@@ -327,6 +363,48 @@ def _claim_one(conn: Connection, schedule_id: int, now: datetime) -> list[Schedu
     row = schedule_store.get_schedule(conn, schedule_id)
     due = row.next_run_time is not None and row.next_run_time <= now
     return [row] if due else []
+
+
+class _DueList:
+    """What one pass handles: the due schedules it listed, in batches handed out to its
+    workers, with the checkpoints they had and the attempts running or waiting then."""
+
+    def __init__(
+        self,
+        due: Sequence[emission_store.DueSchedule],
+        counts: dict[int, tuple[int, int]],
+        batch_size: int,
+    ) -> None:
+        self.checkpoints = {item.schedule_id: item.checkpoint for item in due}
+        self.counts = counts
+        ids = [item.schedule_id for item in due]
+        self._batches = [ids[i : i + batch_size] for i in range(0, len(ids), batch_size)]
+        self.batches = len(self._batches)
+        self._lock = threading.Lock()
+
+    def next_batch(self) -> list[int]:
+        """The next batch's schedule ids; empty once every batch is handed out."""
+        with self._lock:
+            return self._batches.pop(0) if self._batches else []
+
+
+def _counts(
+    conn: Connection, rows: Sequence[ScheduleRow], listing: _DueList | None
+) -> dict[int, tuple[int, int]]:
+    """(active, waiting) attempts of each schedule about to emit.
+
+    Counting a batch's schedules alone still reads every running attempt (attempts do
+    not name their schedule), so a pass counts them once, for all. A schedule whose
+    checkpoint moved since (another batch or replica emitted for it) is counted again.
+    """
+    if listing is None:
+        return emission_store.active_counts(conn, [row.id for row in rows])
+    counts = {row.id: listing.counts.get(row.id, (0, 0)) for row in rows}
+    moved = [row.id for row in rows if listing.checkpoints.get(row.id) != row.last_session_time]
+    if moved:
+        fresh = emission_store.active_counts(conn, moved)
+        counts.update({schedule_id: fresh.get(schedule_id, (0, 0)) for schedule_id in moved})
+    return counts
 
 
 def _apply_overlap(emission: _Emission, counts: tuple[int, int]) -> None:

@@ -11,11 +11,12 @@ import json
 import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, Text, and_, cast, func, literal, select
+from sqlalchemy import Connection, Select, Text, and_, cast, func, literal, select
 
 from shared.domain.catchup import Span
 from shared.domain.schedule import ScheduleSpec
@@ -48,33 +49,87 @@ def database_now(conn: Connection) -> datetime | None:
 
 def claim_due(conn: Connection, now: datetime, limit: int) -> list[ScheduleRow]:
     """Due schedules, oldest first, locked for this transaction (skipping others' locks)."""
-    # Lock first, join projects after: sorting the due schedules (all of them, when
-    # thousands share one minute) then costs a third. The locked rows' own (latest)
-    # versions are what the outer query reads.
     due = (
         select(schedules)
         .where(schedules.c.next_run_time <= now)
         .order_by(schedules.c.next_run_time, schedules.c.id)
         .limit(limit)
     )
+    return _claimed_rows(conn, due)
+
+
+@dataclass(frozen=True)
+class DueSchedule:
+    """A due schedule as a pass lists it: its id and the checkpoint it had then."""
+
+    schedule_id: int
+    checkpoint: datetime | None
+
+
+def list_due(conn: Connection, now: datetime, limit: int) -> list[DueSchedule]:
+    """Up to ``limit`` due schedules, oldest first, unlocked: what a pass will claim.
+
+    A pass reads this once and claims its batches by id (:func:`claim_listed`): a batch
+    then costs a lookup per schedule, where claiming from the due-time index would
+    step again over the entries of every schedule the pass has already advanced.
+    """
+    query = (
+        select(schedules.c.id, schedules.c.last_session_time)
+        .where(schedules.c.next_run_time <= now)
+        .order_by(schedules.c.next_run_time, schedules.c.id)
+        .limit(limit)
+    )
+    return [DueSchedule(int(id_), checkpoint) for id_, checkpoint in conn.execute(query).all()]
+
+
+def claim_listed(
+    conn: Connection, schedule_ids: Collection[int], now: datetime
+) -> list[ScheduleRow]:
+    """Those of ``schedule_ids`` still due at ``now``, oldest first, locked for this
+    transaction; schedules another transaction holds are skipped."""
+    if not schedule_ids:
+        return []
+    due = select(schedules).where(
+        in_ids(conn, schedules.c.id, schedule_ids), schedules.c.next_run_time <= now
+    )
+    return _claimed_rows(conn, due)
+
+
+def _claimed_rows(conn: Connection, due: Select[Any]) -> list[ScheduleRow]:
+    """The rows of ``due`` locked (skipping others' locks), with their projects, oldest first."""
+    # Lock first, join projects after: sorting the due schedules (all of them, when
+    # thousands share one minute) then costs a third. The locked rows' own (latest)
+    # versions are what the outer query reads.
     claimed = dialect_of(conn).skip_locked(due).cte("claimed")
     query = (
         select(*schedule_columns(claimed, spec=cast(claimed.c.spec, Text)))
         .select_from(claimed.join(projects, projects.c.id == claimed.c.project_id))
         .order_by(claimed.c.next_run_time, claimed.c.id)
     )
-    # The spec comes as text, decoded once per distinct text: at a busy minute thousands
-    # of claimed schedules share a handful of specs.
-    return [
-        ScheduleRow(**{**row._mapping, "spec": dict(_decoded_spec(row.spec))})
-        for row in conn.execute(query)
-    ]
+    # The spec comes as text, decoded and parsed once per distinct text: at a busy
+    # minute thousands of claimed schedules share a handful of specs.
+    rows = []
+    for values in conn.execute(query).all():  # all(): fetched at once, not row by row
+        fields = dict(zip(_ROW_FIELDS, values, strict=True))
+        text = fields["spec"]
+        row = ScheduleRow(**{**fields, "spec": dict(_decoded_spec(text))})
+        row.__dict__["schedule"] = _parsed_spec(text)  # its cached property, filled in
+        rows.append(row)
+    return rows
+
+
+_ROW_FIELDS = tuple(field.name for field in dataclass_fields(ScheduleRow))
 
 
 @lru_cache(maxsize=4096)
 def _decoded_spec(text: str) -> dict[str, Any]:
     decoded: dict[str, Any] = json.loads(text)
     return decoded  # callers copy it: a row's spec is its own
+
+
+@lru_cache(maxsize=4096)
+def _parsed_spec(text: str) -> ScheduleSpec:
+    return ScheduleSpec.from_config(_decoded_spec(text))  # immutable: shared by its rows
 
 
 def count_due(conn: Connection, now: datetime) -> int:
@@ -104,26 +159,38 @@ def inactive_spans(conn: Connection, schedule_ids: Collection[int]) -> dict[int,
     return spans
 
 
-def active_counts(conn: Connection, schedule_ids: Collection[int]) -> dict[int, tuple[int, int]]:
-    """(running or about to run, waiting) attempts of each schedule's sessions."""
-    counts: dict[int, tuple[int, int]] = {}
-    if not schedule_ids:
-        return counts
+def active_counts(
+    conn: Connection, schedule_ids: Collection[int] | None = None
+) -> dict[int, tuple[int, int]]:
+    """(running or about to run, waiting) attempts of each schedule's sessions; of every
+    schedule that has any when ``schedule_ids`` is None.
+
+    Attempts do not name their schedule, so this reads every running and waiting attempt
+    and its session, whatever ids are asked for. Naming the ids in the query would let
+    PostgreSQL, without statistics on a new backlog, join the two sides by rescanning
+    one for each row of the other: seconds for a few thousand waiting attempts.
+    """
+    if schedule_ids is not None and not schedule_ids:
+        return {}
     query = (
         select(sessions.c.schedule_id, attempts.c.state, func.count().label("attempt_count"))
         .select_from(attempts.join(sessions))
         .where(
             attempts.c.state.in_([*ACTIVE, AttemptState.WAITING.value]),
-            in_ids(conn, sessions.c.schedule_id, schedule_ids),
+            sessions.c.schedule_id.is_not(None),
         )
         .group_by(sessions.c.schedule_id, attempts.c.state)
     )
-    for row in conn.execute(query):
-        active, waiting = counts.get(row.schedule_id, (0, 0))
-        if row.state == AttemptState.WAITING.value:
-            counts[row.schedule_id] = (active, waiting + row.attempt_count)
+    wanted = None if schedule_ids is None else set(schedule_ids)
+    counts: dict[int, tuple[int, int]] = {}
+    for schedule_id, state, count in conn.execute(query).all():
+        if wanted is not None and schedule_id not in wanted:
+            continue
+        active, waiting = counts.get(schedule_id, (0, 0))
+        if state == AttemptState.WAITING.value:
+            counts[schedule_id] = (active, waiting + count)
         else:
-            counts[row.schedule_id] = (active + row.attempt_count, waiting)
+            counts[schedule_id] = (active + count, waiting)
     return counts
 
 
@@ -167,15 +234,18 @@ class NewSession:
         """The session's idempotency key: project, workflow and session time."""
         return (self.project_id, self.workflow_name, self.session_time)
 
-    def session_values(self) -> dict[str, Any]:
-        """The ``sessions`` columns of this session (all of :data:`_SESSION_COLUMNS`)."""
+    def key_values(self) -> dict[str, Any]:
+        """The ``sessions`` columns of this session but its UUID (:data:`_KEY_COLUMNS`)."""
         return {
             "project_id": self.project_id,
             "workflow_name": self.workflow_name,
             "session_time": self.session_time,
-            "session_uuid": str(uuid.uuid4()),
             "schedule_id": self.schedule_id,
         }
+
+    def session_values(self) -> dict[str, Any]:
+        """The ``sessions`` columns of this session, with a new UUID."""
+        return {**self.key_values(), "session_uuid": str(uuid.uuid4())}
 
     def attempt_values(self) -> dict[str, Any]:
         """The ``attempts`` columns of its first attempt (all of :data:`_ATTEMPT_COLUMNS`)."""
@@ -224,7 +294,7 @@ def insert_sessions(conn: Connection, new: Sequence[NewSession], now: datetime) 
     return [int(row.id) for row in insert_rows(conn, attempts, attempt_rows, (attempts.c.id,))]
 
 
-_SESSION_COLUMNS = ("project_id", "workflow_name", "session_time", "session_uuid", "schedule_id")
+_KEY_COLUMNS = ("project_id", "workflow_name", "session_time", "schedule_id")
 _ATTEMPT_COLUMNS = (
     "name",
     "workflow_definition_id",
@@ -244,12 +314,14 @@ def _insert_sessions_at_once(
     NOTHING RETURNING ...) INSERT INTO attempts SELECT ... FROM inserted JOIN new``: the
     sessions created never travel back to be turned into attempts.
     """
-    rows = [{**item.session_values(), **item.attempt_values()} for item in unique]
+    rows = [{**item.key_values(), **item.attempt_values()} for item in unique]
     wanted = rows_select(rows, column_types(sessions, attempts)).cte("new_sessions")
     created_at = literal(now, sessions.c.created_at.type)
-    # Each INSERT ... SELECT names its columns with the values they take.
+    # Each INSERT ... SELECT names its columns with the values they take; the server
+    # draws the UUIDs, which would cost the scheduler more to draw and send.
     session_values = {
-        **{name: wanted.c[name] for name in _SESSION_COLUMNS},
+        **{name: wanted.c[name] for name in _KEY_COLUMNS},
+        "session_uuid": cast(func.gen_random_uuid(), Text),
         "created_at": created_at,
     }
     inserted = (

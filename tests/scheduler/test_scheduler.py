@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import Engine, event, func, select, update
+from sqlalchemy.exc import OperationalError
 
 from services.scheduler.loop import Scheduler
 from shared.domain.instants import LATEST
@@ -18,6 +19,7 @@ from shared.errors import UnknownValue
 from shared.store import emission as emission_store
 from shared.store import projects as project_store
 from shared.store import schedules as schedule_store
+from shared.store.dialects import dialect_of
 from shared.store.tables import attempts, schedule_missed, schedules, sessions
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
@@ -203,6 +205,82 @@ class TestEmission:
             query = select(sessions.c.workflow_name, sessions.c.session_time)
             assert sorted(conn.execute(query).all()) == sorted((n, minute(1)) for n in names)
         assert scheduler.tick(minute(1)).emitted == 0
+
+
+class TestBatches:
+    def test_a_batch_inserts_the_sessions_of_all_its_schedules_with_one_statement(
+        self, store: Store
+    ) -> None:
+        # Given twelve schedules due at the same minute
+        for n in range(12):
+            store.push("cron>: '* * * * *'", now=T0, name=f"wf{n}")
+        statements = StatementLog(store.engine)
+        # When one tick emits them in one batch
+        with statements:
+            report = Scheduler(store.engine, workers=1).tick(minute(1))
+        # Then their twelve sessions went in with one INSERT
+        assert report.emitted == 12
+        assert statements.count("INSERT INTO sessions") == 1
+
+    def test_running_attempts_are_read_once_per_pass_not_once_per_batch(self, store: Store) -> None:
+        # Given twelve schedules due at the same minute, in batches of four
+        for n in range(12):
+            store.push("cron>: '* * * * *'", now=T0, name=f"wf{n}")
+        statements = StatementLog(store.engine)
+        # When one tick emits them
+        with statements:
+            report = Scheduler(store.engine, batch_size=4, workers=1).tick(minute(1))
+        # Then the attempts that count against their overlap policies were read once
+        assert (report.schedules, report.emitted) == (12, 12)
+        assert statements.count("GROUP BY sessions.schedule_id") == 1
+
+    def test_a_schedule_emitted_elsewhere_after_the_pass_listed_it_is_counted_again(
+        self, store: Store, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        if not dialect_of(store.engine).serves_many_processes:
+            pytest.skip("one scheduler writes to an embedded store")
+        # Given a schedule with 40 times due, 10 per batch, at most 16 sessions running
+        store.push("cron>: '* * * * *'\ncatchup_window: 7d", now=T0 - timedelta(minutes=40))
+        ours, other = (Scheduler(store.engine, times_per_pass=10, workers=1) for _ in range(2))
+        listed = emission_store.list_due
+        interrupted = threading.Event()
+
+        def list_then_let_the_other_emit(*args: Any) -> Any:
+            due = listed(*args)
+            if not interrupted.is_set():
+                interrupted.set()
+                other.tick(T0)  # between our listing and our claim
+            return due
+
+        monkeypatch.setattr(emission_store, "list_due", list_then_let_the_other_emit)
+        # When our pass claims it after the other scheduler emitted its first 10 times
+        report = ours.tick(T0)
+        # Then ours counted those 10 as running: 6 more start and 4 wait
+        states = list(store.attempt_states().values())
+        assert report.emitted == 10 and len(states) == 20
+        assert (states.count("created"), states.count("waiting")) == (16, 4)
+
+
+class StatementLog:
+    """The SQL statements an engine runs while the log is open."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.statements: list[str] = []
+
+    def _record(self, *args: Any) -> None:
+        self.statements.append(args[2])  # (conn, cursor, statement, ...)
+
+    def __enter__(self) -> StatementLog:
+        event.listen(self.engine, "before_cursor_execute", self._record)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        event.remove(self.engine, "before_cursor_execute", self._record)
+
+    def count(self, text: str) -> int:
+        """How many statements held ``text``."""
+        return sum(text in statement for statement in self.statements)
 
 
 class TestTheEndOfTheAcceptedRange:
@@ -415,6 +493,30 @@ class TestFailures:
             )
         report = Scheduler(store.engine).tick(minute(1))
         assert report.failures == 1
+        assert store.session_times("good") == [minute(1)]
+        bad = store.schedule("bad")
+        assert bad.failures == 1 and bad.last_error
+        assert bad.next_run_time is not None and bad.next_run_time > minute(1)
+        assert bad.last_session_time == T0
+
+    def test_a_batch_the_database_refuses_is_retried_schedule_by_schedule(
+        self, store: Store, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # Given two schedules due together, one whose sessions the database refuses
+        store.push("cron>: '* * * * *'", now=T0, name="good")
+        store.push("cron>: '* * * * *'", now=T0, name="bad")
+        insert = emission_store.insert_sessions
+
+        def refuse_bad(conn: Any, new: Any, now: datetime) -> list[int]:
+            if any(item.workflow_name == "bad" for item in new):
+                raise OperationalError("INSERT", {}, Exception("refused"))
+            return insert(conn, new, now)
+
+        monkeypatch.setattr(emission_store, "insert_sessions", refuse_bad)
+        # When a tick emits their batch
+        report = Scheduler(store.engine).tick(minute(1))
+        # Then the other one is emitted, and the refused one waits and is tried again
+        assert (report.emitted, report.failures) == (1, 1)
         assert store.session_times("good") == [minute(1)]
         bad = store.schedule("bad")
         assert bad.failures == 1 and bad.last_error
