@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import logging
 import os
@@ -63,6 +64,8 @@ PUBLISH_BATCH_SIZE = 500
 """Messages one Redis round trip sends, at most."""
 OPEN_LOG_FILES = 64
 """Log files kept open between chunks, at most (the least recently written is closed)."""
+KNOWN_LOG_DIRECTORIES = 1024
+"""Log directories (one per attempt) remembered as checked and created, at most."""
 
 
 AttemptsOfTasks = Callable[[Sequence[int]], dict[int, int]]
@@ -86,11 +89,7 @@ class LogDirectory:
         self.root = root.resolve()
         self.open_files = open_files
         self._fds: OrderedDict[str, int] = OrderedDict()  # relative path -> open fd
-
-    def path_of(self, relative: str) -> Path | None:
-        """Where a log file goes; None if ``relative`` would leave the root."""
-        path = (self.root / relative).resolve()
-        return path if path.is_relative_to(self.root) and path != self.root else None
+        self._dirs: dict[str, Path] = {}  # relative directory -> resolved, created
 
     def write(self, chunk: TaskLogChunk) -> None:
         """Write a chunk at its offset (writing the same chunk twice changes nothing)."""
@@ -104,21 +103,46 @@ class LogDirectory:
         os.pwrite(fd, chunk.data.encode("utf-8", "surrogateescape"), chunk.offset)
 
     def _fd_of(self, relative: str) -> int | None:
-        """The open file of ``relative``, opened (and checked to stay under the root) if
-        it is not open yet; None if it would leave the root."""
+        """The open file of ``relative``, opened if it is not open yet; None if it would
+        leave the root (its directory resolves outside it, its name is not a plain file
+        name, or it is a symbolic link)."""
         fd = self._fds.get(relative)
         if fd is not None:
             self._fds.move_to_end(relative)
             return fd
-        path = self.path_of(relative)
-        if path is None:
+        head, _, name = relative.rpartition("/")
+        directory = self._directory_of(head)
+        if directory is None or name in ("", ".", ".."):
             return None
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o640)
+        try:
+            fd = os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o640)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            return None
         self._fds[relative] = fd
         while len(self._fds) > self.open_files:
             os.close(self._fds.popitem(last=False)[1])
         return fd
+
+    def _directory_of(self, relative: str) -> Path | None:
+        """The directory ``relative`` names under the root, created once and remembered
+        (at most :data:`KNOWN_LOG_DIRECTORIES`); None if it resolves outside the root."""
+        directory = self._dirs.get(relative)
+        if directory is not None:
+            return directory
+        directory = (self.root / relative).resolve()
+        if not directory.is_relative_to(self.root):
+            return None
+        directory.mkdir(parents=True, exist_ok=True)
+        if len(self._dirs) >= KNOWN_LOG_DIRECTORIES:
+            self._dirs.clear()
+        self._dirs[relative] = directory
+        return directory
+
+    def known_directories(self) -> int:
+        """How many directories are remembered as checked and created."""
+        return len(self._dirs)
 
     def close(self, relative: str) -> None:
         """Close the file of ``relative`` if it is open (its run ended)."""
@@ -344,7 +368,7 @@ class CeleryDispatcher:
         # was published again is stopped), never over a newer token's.
         self.leases.mark(settled, APPLIED, APPLIED_MARK_TTL_MS, replace=True, pipe=pipe)
         try:
-            pipe.execute()
+            self.leases.execute(pipe)
         except RedisError:
             self._settled_results = settled + self._settled_results
             raise
