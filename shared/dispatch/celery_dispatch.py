@@ -196,7 +196,7 @@ class CeleryDispatcher:
         self.client = redis.client()
         self.leases = LeaseStore(self.client, redis.prefix)
         self.stream = EventStream(self.client, redis.prefix)
-        self.reader = EventReader(self.stream, consumer)
+        self.reader = EventReader(self.stream, consumer, execute=self.leases.execute)
         self.logs = LogDirectory(log_root)
         self.kill_channel = f"{redis.prefix}kill"
         self.crash_point = crash_point
@@ -206,6 +206,8 @@ class CeleryDispatcher:
         self._applied: list[EntryRef] = []  # applied and committed, not yet acknowledged
         self._delivered_results: list[tuple[int, int]] = []  # (task id, token) of results
         self._settled_results: list[tuple[int, int]] = []  # committed, not yet marked
+        self._confirming: list[tuple[int, int]] = []  # sent, queued mark not yet kept long
+        self._sending: tuple[list[tuple[int, int]], ...] = ([], [])  # marks in a read's pipe
         self.keyspace = KeyspaceWatch(self.client, redis.prefix, settle_ms)
         self.queues_seen: set[str] = set()
         self.reader.follow(self._stream_keys(range(partition_count)))
@@ -241,24 +243,28 @@ class CeleryDispatcher:
     def flush_acknowledgements(self) -> None:
         """Send the acknowledgements and ``applied`` marks due now (before partitions are
         given up, so that their next holder finds nothing pending already applied)."""
-        if self._applied or self._settled_results:
-            self._send_acknowledgements(self.client.pipeline(transaction=False))
+        if self._applied or self._settled_results or self._confirming:
+            self._send_due(self.client.pipeline(transaction=False))
 
     def publish(self, messages: Sequence[TaskMessage]) -> None:
         """Mark each task queued for a short while, send its message, then keep the mark.
 
         The mark is left before the message goes out, so that losing Redis at any moment
         loses the mark too (the reaper then publishes the message again); it is kept for
-        long only where it survived the sending. Dying between the two costs the task
+        long only where it survived the sending, with the next round trip (the next poll's
+        or publish's), not one of its own. Dying between the two costs the task
         :data:`PENDING_MARK_TTL_MS` of waiting at most, not a lost message; the reaper
         sends it again sooner, once the mark is older than its grace and still unconfirmed.
+        The marks go in one round trip with the acknowledgements and marks due.
         """
         if not messages:
             return
         self._crash_at(CRASH_AFTER_COMMIT)
         self._ensure_archives(messages)
         marks = [(m.task_id, m.lease_token) for m in messages]
-        self.leases.mark(marks, QUEUED, PENDING_MARK_TTL_MS)
+        pipe = self.client.pipeline(transaction=False)
+        self.leases.mark(marks, QUEUED, PENDING_MARK_TTL_MS, pipe=pipe)
+        self._send_due(pipe)
         self._crash_at(CRASH_AFTER_MARK)
         now = time.time()
         # One producer on one channel; kombu's batch sends the messages' LPUSHes as
@@ -284,9 +290,7 @@ class CeleryDispatcher:
                     argsrepr=f"{message.full_name} task {name}",
                     kwargsrepr="{}",
                 )
-        pipe = self.client.pipeline(transaction=False)
-        self.leases.confirm(marks, QUEUED, QUEUED_MARK_TTL_MS, pipe)
-        self._send_acknowledgements(pipe)
+        self._confirming += marks
 
     def _ensure_archives(self, messages: Sequence[TaskMessage]) -> None:
         """Put the archives these tasks run in into Redis (only those it lost or never had)."""
@@ -301,10 +305,14 @@ class CeleryDispatcher:
     def poll_events(self, timeout_seconds: float) -> list[TaskEvent]:
         """Events from the stream; log chunks are stored on the way."""
         events: list[TaskEvent] = []
-        if self._settled_results:
-            self._send_acknowledgements(self.client.pipeline(transaction=False))
         applied, self._applied = self._applied, []
-        entries = self.reader.read(timeout_seconds, acknowledge=applied)
+        try:
+            entries = self.reader.read(timeout_seconds, acknowledge=applied, also=self._add_marks)
+        except RedisError:
+            self._put_back(self._sending)
+            raise
+        finally:
+            self._sending = ([], [])
         for entry_id, body in self._route_old_events(entries):
             self._delivered.append(entry_id)
             event = decode(body)
@@ -358,20 +366,37 @@ class CeleryDispatcher:
         self._settled_results += self._delivered_results
         self._delivered_results = []
 
-    def _send_acknowledgements(self, pipe: Pipeline) -> None:
-        """Add the acknowledgements and ``applied`` marks due to ``pipe`` and execute it;
-        the marks are kept for the next round trip if Redis cannot be reached."""
+    def _send_due(self, pipe: Pipeline) -> None:
+        """Add the acknowledgements, ``applied`` marks and confirmations due to ``pipe``
+        and execute it; the marks are kept for the next round trip if Redis cannot be
+        reached."""
         applied, self._applied = self._applied, []
-        settled, self._settled_results = self._settled_results, []
         self.reader.add_acknowledgement(pipe, applied)
-        # Over a key of the same token whatever holds it (a second run of a message that
-        # was published again is stopped), never over a newer token's.
-        self.leases.mark(settled, APPLIED, APPLIED_MARK_TTL_MS, replace=True, pipe=pipe)
+        self._add_marks(pipe)
         try:
             self.leases.execute(pipe)
         except RedisError:
-            self._settled_results = settled + self._settled_results
+            self._put_back(self._sending)
             raise
+        finally:
+            self._sending = ([], [])
+
+    def _add_marks(self, pipe: Pipeline) -> None:
+        """Add the ``applied`` marks and the confirmations of queued marks due to ``pipe``
+        (remembered until it was sent, to be put back should it fail)."""
+        settled, self._settled_results = self._settled_results, []
+        confirming, self._confirming = self._confirming, []
+        self._sending = (settled, confirming)
+        # Over a key of the same token whatever holds it (a second run of a message that
+        # was published again is stopped), never over a newer token's.
+        self.leases.mark(settled, APPLIED, APPLIED_MARK_TTL_MS, replace=True, pipe=pipe)
+        self.leases.confirm(confirming, QUEUED, QUEUED_MARK_TTL_MS, pipe)
+
+    def _put_back(self, sending: tuple[list[tuple[int, int]], ...]) -> None:
+        """Marks whose pipeline failed are due again."""
+        settled, confirming = sending
+        self._settled_results = settled + self._settled_results
+        self._confirming = confirming + self._confirming
 
     def redeliver(self) -> None:
         """Read the unacknowledged events again on the next poll."""
@@ -420,6 +445,6 @@ class CeleryDispatcher:
     def close(self) -> None:
         """Acknowledge what was applied; release connections."""
         with contextlib.suppress(RedisError):
-            self._send_acknowledgements(self.client.pipeline(transaction=False))
+            self._send_due(self.client.pipeline(transaction=False))
         self.logs.close_all()
         self.client.close()

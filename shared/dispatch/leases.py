@@ -263,16 +263,24 @@ class LeaseStore:
     def execute(self, pipe: Pipeline) -> list[Any]:
         """Execute ``pipe``, its scripts called by digest in the same round trip (redis-py
         would first ask Redis whether it has them, a round trip of its own). Should Redis
-        have lost them (it restarted), they are loaded and the whole pipeline sent again:
-        only for pipelines whose every command may run twice (marks, confirmations,
-        acknowledgements)."""
-        scripts, stack = set(pipe.scripts), list(pipe.command_stack)
+        have lost them (it restarted), they are loaded and the script calls alone sent
+        again; the first other error is then raised, as :meth:`Pipeline.execute` would."""
+        scripts, stack = list(pipe.scripts), list(pipe.command_stack)
         pipe.scripts.clear()
-        try:
-            return pipe.execute()
-        except NoScriptError:
-            pipe.scripts, pipe.command_stack = scripts, stack
-            return pipe.execute()
+        replies = pipe.execute(raise_on_error=False)
+        lost = [n for n, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if lost:
+            again = self.client.pipeline(transaction=False)
+            again.scripts.update(scripts)  # loaded before the calls are sent
+            for n in lost:
+                args, options = stack[n]
+                again.execute_command(*args, **options)  # type: ignore[no-untyped-call]
+            for n, reply in zip(lost, again.execute(raise_on_error=False), strict=True):
+                replies[n] = reply
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
 
     def restore_done(self, tasks: Sequence[tuple[int, int]], ttl_ms: int) -> list[ResultMark]:
         """For each finished ``(task id, token)`` whose result an agent holds: what its
