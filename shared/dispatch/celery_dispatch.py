@@ -1,14 +1,27 @@
 """The executor's side of the distributed seam: Celery messages out, Redis events in.
 
 ``publish`` runs after the transaction that made the tasks QUEUED committed (the outbox
-                partition = partition_of(message.attempt_id, self.partition_count)
-                body = {**message.to_json(), "dispatched_at": now, "event_partition": partition}
+rule), makes sure the project archives the tasks run in are in Redis (see
+:mod:`shared.dispatch.archives`), leaves a short-lived ``queued`` mark on each lease key,
+sends one Celery message per task to the task's queue (standard protocol-2 messages,
+written by one producer in kombu's publish batches: one Redis round trip per
+:data:`PUBLISH_BATCH_SIZE` messages), and has the marks kept for long with its next round
+trip: a QUEUED task whose key is empty lost its message, and the reaper publishes it
+again. Events come from the streams (see
 :mod:`shared.dispatch.events`); log chunks among them are written to the log directory
 here, through files kept open until their run's result arrives, and never reach the
 loop. Once the loop committed a pass, every result it applied or refused gets the
 ``applied`` mark on its lease key, so that the agent holding it (see
 :mod:`services.agent.outbox`) forgets it; right after Redis lost its keys the lease states
 are withheld from the reaper for a while (see :mod:`shared.dispatch.keyspace`).
+
+Acknowledgements, ``applied`` marks and the confirmations of ``queued`` marks never take
+a round trip of their own: they go with the next read of the streams or the next
+publish's marks, so that a pass that applies results and publishes nothing costs one
+round trip to Redis, and one that publishes costs three (its read, its marks, its
+messages). The lease scripts in these pipelines are called by digest, without asking
+Redis first whether it has them (see :meth:`LeaseStore.execute
+<shared.dispatch.leases.LeaseStore.execute>`).
 """
 
 from __future__ import annotations
