@@ -194,10 +194,9 @@ class TaskGraph:
         """Params stored by earlier tasks that each task sees: its parent's, then upstreams'."""
         parent_ids = {r.parent_id for r in rows if r.parent_id is not None}
         # An operator waiting for its subtasks passes on what it stored itself, too.
-        parents = {
-            p.id: p.output_params or p.params for p in task_store.get_tasks(self.conn, parent_ids)
-        }
-        upstream = task_store.upstream_outputs(self.conn, [r.id for r in rows])
+        parents, upstream = task_store.parent_and_upstream_outputs(
+            self.conn, parent_ids, [r.id for r in rows]
+        )
         return {
             r.id: merge_outputs(
                 [parents.get(r.parent_id) if r.parent_id else None, *upstream.get(r.id, [])]

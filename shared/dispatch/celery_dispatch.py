@@ -1,20 +1,34 @@
 """The executor's side of the distributed seam: Celery messages out, Redis events in.
 
 ``publish`` runs after the transaction that made the tasks QUEUED committed (the outbox
-                partition = partition_of(message.attempt_id, self.partition_count)
-                body = {**message.to_json(), "dispatched_at": now, "event_partition": partition}
+rule), makes sure the project archives the tasks run in are in Redis (see
+:mod:`shared.dispatch.archives`), leaves a short-lived ``queued`` mark on each lease key,
+sends one Celery message per task to the task's queue (standard protocol-2 messages,
+written by one producer in kombu's publish batches: one Redis round trip per
+:data:`PUBLISH_BATCH_SIZE` messages), and has the marks kept for long with its next round
+trip: a QUEUED task whose key is empty lost its message, and the reaper publishes it
+again. Events come from the streams (see
 :mod:`shared.dispatch.events`); log chunks among them are written to the log directory
 here, through files kept open until their run's result arrives, and never reach the
 loop. Once the loop committed a pass, every result it applied or refused gets the
 ``applied`` mark on its lease key, so that the agent holding it (see
 :mod:`services.agent.outbox`) forgets it; right after Redis lost its keys the lease states
 are withheld from the reaper for a while (see :mod:`shared.dispatch.keyspace`).
+
+Acknowledgements, ``applied`` marks and the confirmations of ``queued`` marks never take
+a round trip of their own: they go with the next read of the streams or the next
+publish's marks, so that a pass that applies results and publishes nothing costs one
+round trip to Redis, and one that publishes costs three (its read, its marks, its
+messages). The lease scripts in these pipelines are called by digest, without asking
+Redis first whether it has them (see :meth:`LeaseStore.execute
+<shared.dispatch.leases.LeaseStore.execute>`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import logging
 import os
@@ -63,6 +77,8 @@ PUBLISH_BATCH_SIZE = 500
 """Messages one Redis round trip sends, at most."""
 OPEN_LOG_FILES = 64
 """Log files kept open between chunks, at most (the least recently written is closed)."""
+KNOWN_LOG_DIRECTORIES = 1024
+"""Log directories (one per attempt) remembered as checked and created, at most."""
 
 
 AttemptsOfTasks = Callable[[Sequence[int]], dict[int, int]]
@@ -86,11 +102,7 @@ class LogDirectory:
         self.root = root.resolve()
         self.open_files = open_files
         self._fds: OrderedDict[str, int] = OrderedDict()  # relative path -> open fd
-
-    def path_of(self, relative: str) -> Path | None:
-        """Where a log file goes; None if ``relative`` would leave the root."""
-        path = (self.root / relative).resolve()
-        return path if path.is_relative_to(self.root) and path != self.root else None
+        self._dirs: dict[str, Path] = {}  # relative directory -> resolved, created
 
     def write(self, chunk: TaskLogChunk) -> None:
         """Write a chunk at its offset (writing the same chunk twice changes nothing)."""
@@ -104,21 +116,46 @@ class LogDirectory:
         os.pwrite(fd, chunk.data.encode("utf-8", "surrogateescape"), chunk.offset)
 
     def _fd_of(self, relative: str) -> int | None:
-        """The open file of ``relative``, opened (and checked to stay under the root) if
-        it is not open yet; None if it would leave the root."""
+        """The open file of ``relative``, opened if it is not open yet; None if it would
+        leave the root (its directory resolves outside it, its name is not a plain file
+        name, or it is a symbolic link)."""
         fd = self._fds.get(relative)
         if fd is not None:
             self._fds.move_to_end(relative)
             return fd
-        path = self.path_of(relative)
-        if path is None:
+        head, _, name = relative.rpartition("/")
+        directory = self._directory_of(head)
+        if directory is None or name in ("", ".", ".."):
             return None
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o640)
+        try:
+            fd = os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o640)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            return None
         self._fds[relative] = fd
         while len(self._fds) > self.open_files:
             os.close(self._fds.popitem(last=False)[1])
         return fd
+
+    def _directory_of(self, relative: str) -> Path | None:
+        """The directory ``relative`` names under the root, created once and remembered
+        (at most :data:`KNOWN_LOG_DIRECTORIES`); None if it resolves outside the root."""
+        directory = self._dirs.get(relative)
+        if directory is not None:
+            return directory
+        directory = (self.root / relative).resolve()
+        if not directory.is_relative_to(self.root):
+            return None
+        directory.mkdir(parents=True, exist_ok=True)
+        if len(self._dirs) >= KNOWN_LOG_DIRECTORIES:
+            self._dirs.clear()
+        self._dirs[relative] = directory
+        return directory
+
+    def known_directories(self) -> int:
+        """How many directories are remembered as checked and created."""
+        return len(self._dirs)
 
     def close(self, relative: str) -> None:
         """Close the file of ``relative`` if it is open (its run ended)."""
@@ -172,7 +209,7 @@ class CeleryDispatcher:
         self.client = redis.client()
         self.leases = LeaseStore(self.client, redis.prefix)
         self.stream = EventStream(self.client, redis.prefix)
-        self.reader = EventReader(self.stream, consumer)
+        self.reader = EventReader(self.stream, consumer, execute=self.leases.execute)
         self.logs = LogDirectory(log_root)
         self.kill_channel = f"{redis.prefix}kill"
         self.crash_point = crash_point
@@ -182,6 +219,8 @@ class CeleryDispatcher:
         self._applied: list[EntryRef] = []  # applied and committed, not yet acknowledged
         self._delivered_results: list[tuple[int, int]] = []  # (task id, token) of results
         self._settled_results: list[tuple[int, int]] = []  # committed, not yet marked
+        self._confirming: list[tuple[int, int]] = []  # sent, queued mark not yet kept long
+        self._sending: tuple[list[tuple[int, int]], ...] = ([], [])  # marks in a read's pipe
         self.keyspace = KeyspaceWatch(self.client, redis.prefix, settle_ms)
         self.queues_seen: set[str] = set()
         self.reader.follow(self._stream_keys(range(partition_count)))
@@ -217,24 +256,28 @@ class CeleryDispatcher:
     def flush_acknowledgements(self) -> None:
         """Send the acknowledgements and ``applied`` marks due now (before partitions are
         given up, so that their next holder finds nothing pending already applied)."""
-        if self._applied or self._settled_results:
-            self._send_acknowledgements(self.client.pipeline(transaction=False))
+        if self._applied or self._settled_results or self._confirming:
+            self._send_due(self.client.pipeline(transaction=False))
 
     def publish(self, messages: Sequence[TaskMessage]) -> None:
         """Mark each task queued for a short while, send its message, then keep the mark.
 
         The mark is left before the message goes out, so that losing Redis at any moment
         loses the mark too (the reaper then publishes the message again); it is kept for
-        long only where it survived the sending. Dying between the two costs the task
+        long only where it survived the sending, with the next round trip (the next poll's
+        or publish's), not one of its own. Dying between the two costs the task
         :data:`PENDING_MARK_TTL_MS` of waiting at most, not a lost message; the reaper
         sends it again sooner, once the mark is older than its grace and still unconfirmed.
+        The marks go in one round trip with the acknowledgements and marks due.
         """
         if not messages:
             return
         self._crash_at(CRASH_AFTER_COMMIT)
         self._ensure_archives(messages)
         marks = [(m.task_id, m.lease_token) for m in messages]
-        self.leases.mark(marks, QUEUED, PENDING_MARK_TTL_MS)
+        pipe = self.client.pipeline(transaction=False)
+        self.leases.mark(marks, QUEUED, PENDING_MARK_TTL_MS, pipe=pipe)
+        self._send_due(pipe)
         self._crash_at(CRASH_AFTER_MARK)
         now = time.time()
         # One producer on one channel; kombu's batch sends the messages' LPUSHes as
@@ -260,9 +303,7 @@ class CeleryDispatcher:
                     argsrepr=f"{message.full_name} task {name}",
                     kwargsrepr="{}",
                 )
-        pipe = self.client.pipeline(transaction=False)
-        self.leases.confirm(marks, QUEUED, QUEUED_MARK_TTL_MS, pipe)
-        self._send_acknowledgements(pipe)
+        self._confirming += marks
 
     def _ensure_archives(self, messages: Sequence[TaskMessage]) -> None:
         """Put the archives these tasks run in into Redis (only those it lost or never had)."""
@@ -277,10 +318,14 @@ class CeleryDispatcher:
     def poll_events(self, timeout_seconds: float) -> list[TaskEvent]:
         """Events from the stream; log chunks are stored on the way."""
         events: list[TaskEvent] = []
-        if self._settled_results:
-            self._send_acknowledgements(self.client.pipeline(transaction=False))
         applied, self._applied = self._applied, []
-        entries = self.reader.read(timeout_seconds, acknowledge=applied)
+        try:
+            entries = self.reader.read(timeout_seconds, acknowledge=applied, also=self._add_marks)
+        except RedisError:
+            self._put_back(self._sending)
+            raise
+        finally:
+            self._sending = ([], [])
         for entry_id, body in self._route_old_events(entries):
             self._delivered.append(entry_id)
             event = decode(body)
@@ -334,20 +379,37 @@ class CeleryDispatcher:
         self._settled_results += self._delivered_results
         self._delivered_results = []
 
-    def _send_acknowledgements(self, pipe: Pipeline) -> None:
-        """Add the acknowledgements and ``applied`` marks due to ``pipe`` and execute it;
-        the marks are kept for the next round trip if Redis cannot be reached."""
+    def _send_due(self, pipe: Pipeline) -> None:
+        """Add the acknowledgements, ``applied`` marks and confirmations due to ``pipe``
+        and execute it; the marks are kept for the next round trip if Redis cannot be
+        reached."""
         applied, self._applied = self._applied, []
-        settled, self._settled_results = self._settled_results, []
         self.reader.add_acknowledgement(pipe, applied)
+        self._add_marks(pipe)
+        try:
+            self.leases.execute(pipe)
+        except RedisError:
+            self._put_back(self._sending)
+            raise
+        finally:
+            self._sending = ([], [])
+
+    def _add_marks(self, pipe: Pipeline) -> None:
+        """Add the ``applied`` marks and the confirmations of queued marks due to ``pipe``
+        (remembered until it was sent, to be put back should it fail)."""
+        settled, self._settled_results = self._settled_results, []
+        confirming, self._confirming = self._confirming, []
+        self._sending = (settled, confirming)
         # Over a key of the same token whatever holds it (a second run of a message that
         # was published again is stopped), never over a newer token's.
         self.leases.mark(settled, APPLIED, APPLIED_MARK_TTL_MS, replace=True, pipe=pipe)
-        try:
-            pipe.execute()
-        except RedisError:
-            self._settled_results = settled + self._settled_results
-            raise
+        self.leases.confirm(confirming, QUEUED, QUEUED_MARK_TTL_MS, pipe)
+
+    def _put_back(self, sending: tuple[list[tuple[int, int]], ...]) -> None:
+        """Marks whose pipeline failed are due again."""
+        settled, confirming = sending
+        self._settled_results = settled + self._settled_results
+        self._confirming = confirming + self._confirming
 
     def redeliver(self) -> None:
         """Read the unacknowledged events again on the next poll."""
@@ -396,6 +458,6 @@ class CeleryDispatcher:
     def close(self) -> None:
         """Acknowledge what was applied; release connections."""
         with contextlib.suppress(RedisError):
-            self._send_acknowledgements(self.client.pipeline(transaction=False))
+            self._send_due(self.client.pipeline(transaction=False))
         self.logs.close_all()
         self.client.close()

@@ -106,14 +106,29 @@ class EventStream:
         self.emit([WorkCommitted()])
 
 
+PipelineStep = Callable[[Pipeline], None]
+"""Adds commands to a pipeline that is about to be sent."""
+
+
 class EventReader:
     """An executor's view of the streams it reads (``stream``'s alone unless told others
-    with :meth:`follow`): read, then acknowledge after committing."""
+    with :meth:`follow`): read, then acknowledge after committing.
 
-    def __init__(self, stream: EventStream, consumer: str) -> None:
+    ``execute`` sends the pipeline of a read (default: :meth:`Pipeline.execute`); one
+    that calls scripts by digest passes its own (see :meth:`LeaseStore.execute
+    <shared.dispatch.leases.LeaseStore.execute>`)."""
+
+    def __init__(
+        self,
+        stream: EventStream,
+        consumer: str,
+        *,
+        execute: Callable[[Pipeline], list[Any]] | None = None,
+    ) -> None:
         self.stream = stream
         self.client = stream.client
         self.consumer = consumer
+        self._execute: Callable[[Pipeline], list[Any]] = execute or Pipeline.execute
         self.keys: tuple[str, ...] = (stream.key,)
         self._backlog = True  # read our own pending entries first (a restart)
 
@@ -168,14 +183,20 @@ class EventReader:
         return claimed
 
     def read(
-        self, timeout_seconds: float, count: int = 1000, *, acknowledge: Sequence[EntryRef] = ()
+        self,
+        timeout_seconds: float,
+        count: int = 1000,
+        *,
+        acknowledge: Sequence[EntryRef] = (),
+        also: PipelineStep | None = None,
     ) -> list[tuple[EntryRef, dict[str, object]]]:
         """Up to ``count`` entries ``(id, body)``, waiting up to the timeout for the first.
 
         Pending entries of this consumer come first (after a restart or a claim).
-        ``acknowledge`` entries are acknowledged first, in the same round trip."""
+        ``acknowledge`` entries are acknowledged first, and the commands ``also`` adds
+        sent, in the same round trip."""
         try:
-            return self._read(timeout_seconds, count, acknowledge)
+            return self._read(timeout_seconds, count, acknowledge, also)
         except ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
@@ -185,34 +206,40 @@ class EventReader:
             return []
 
     def _read(
-        self, timeout_seconds: float, count: int, acknowledge: Sequence[EntryRef]
+        self,
+        timeout_seconds: float,
+        count: int,
+        acknowledge: Sequence[EntryRef],
+        also: PipelineStep | None,
     ) -> list[tuple[EntryRef, dict[str, object]]]:
         if len(acknowledge) > ACK_CHUNK:
             self.acknowledge(acknowledge)
             acknowledge = ()
         if not self.keys:  # no stream to read (no partition held): wait all the same
-            if acknowledge:
-                self.acknowledge(acknowledge)
+            if acknowledge or also is not None:
+                self._execute(self._pipeline(acknowledge, also))
             time.sleep(max(0.0, timeout_seconds))
             return []
         if self._backlog:
-            pipe = self._pipeline(acknowledge)
+            pipe = self._pipeline(acknowledge, also)
             backlog: dict[Any, Any] = dict.fromkeys(self.keys, "0")
             pipe.xreadgroup(GROUP, self.consumer, backlog, count=count)
-            entries = self._entries(pipe.execute()[-1])
-            acknowledge = ()
+            entries = self._entries(self._execute(pipe)[-1])
+            acknowledge, also = (), None
             if entries:
                 return entries
             self._backlog = False
         block_ms = max(1, int(timeout_seconds * 1000)) if timeout_seconds > 0 else None
-        pipe = self._pipeline(acknowledge)
+        pipe = self._pipeline(acknowledge, also)
         streams: dict[Any, Any] = dict.fromkeys(self.keys, ">")
         pipe.xreadgroup(GROUP, self.consumer, streams, count=count, block=block_ms)
-        return self._entries(pipe.execute()[-1])
+        return self._entries(self._execute(pipe)[-1])
 
-    def _pipeline(self, acknowledge: Sequence[EntryRef]) -> Pipeline:
+    def _pipeline(self, acknowledge: Sequence[EntryRef], also: PipelineStep | None) -> Pipeline:
         pipe = self.client.pipeline(transaction=False)
         self.add_acknowledgement(pipe, acknowledge)
+        if also is not None:
+            also(pipe)
         return pipe
 
     def add_acknowledgement(self, pipe: Pipeline, entries: Sequence[EntryRef]) -> None:

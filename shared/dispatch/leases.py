@@ -39,10 +39,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 from redis import Redis
 from redis.client import Pipeline
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 QUEUED = "queued"
 DONE = "done"
@@ -257,7 +258,29 @@ class LeaseStore:
             args: list[str | int] = [token, mark, ttl_ms, 1 if replace else 0]
             self._mark(keys=[self.key(task_id)], args=args, client=pipe)
         if own:
-            pipe.execute()
+            self.execute(pipe)
+
+    def execute(self, pipe: Pipeline) -> list[Any]:
+        """Execute ``pipe``, its scripts called by digest in the same round trip (redis-py
+        would first ask Redis whether it has them, a round trip of its own). Should Redis
+        have lost them (it restarted), they are loaded and the script calls alone sent
+        again; the first other error is then raised, as :meth:`Pipeline.execute` would."""
+        scripts, stack = list(pipe.scripts), list(pipe.command_stack)
+        pipe.scripts.clear()
+        replies = pipe.execute(raise_on_error=False)
+        lost = [n for n, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if lost:
+            again = self.client.pipeline(transaction=False)
+            again.scripts.update(scripts)  # loaded before the calls are sent
+            for n in lost:
+                args, options = stack[n]
+                again.execute_command(*args, **options)  # type: ignore[no-untyped-call]
+            for n, reply in zip(lost, again.execute(raise_on_error=False), strict=True):
+                replies[n] = reply
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
 
     def restore_done(self, tasks: Sequence[tuple[int, int]], ttl_ms: int) -> list[ResultMark]:
         """For each finished ``(task id, token)`` whose result an agent holds: what its

@@ -9,7 +9,18 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, case, exists, func, select, tuple_
+from sqlalchemy import (
+    Connection,
+    bindparam,
+    case,
+    exists,
+    func,
+    literal_column,
+    null,
+    select,
+    tuple_,
+    union_all,
+)
 from sqlalchemy.orm import aliased
 from sqlalchemy.sql import Update
 from sqlalchemy.sql.elements import BindParameter
@@ -626,23 +637,44 @@ def has_child_in(conn: Connection, parent_id: int, states: Iterable[TaskState]) 
     return bool(conn.execute(_HAS_CHILD_IN, values).scalar())
 
 
-_UPSTREAM_OUTPUTS = (
-    select(task_dependencies.c.downstream_id, _UPSTREAM.c.output_params)
+_PARENT_IDS: BindParameter[int] = bindparam("parent_ids", expanding=True)
+_PARENTS_AND_UPSTREAMS = union_all(
+    select(
+        literal_column("0").label("kind"),
+        tasks.c.id.label("key"),
+        tasks.c.output_params,
+        tasks.c.params,
+        literal_column("0").label("place"),
+        tasks.c.id.label("source"),
+    ).where(tasks.c.id.in_(_PARENT_IDS)),
+    select(
+        literal_column("1"),
+        task_dependencies.c.downstream_id,
+        _UPSTREAM.c.output_params,
+        null(),
+        _UPSTREAM.c.position,
+        _UPSTREAM.c.id,
+    )
     .join(_UPSTREAM, _UPSTREAM.c.id == task_dependencies.c.upstream_id)
-    .where(task_dependencies.c.downstream_id.in_(_IDS), _UPSTREAM.c.output_params.is_not(None))
-    .order_by(_UPSTREAM.c.position, _UPSTREAM.c.id)
-)
+    .where(task_dependencies.c.downstream_id.in_(_IDS), _UPSTREAM.c.output_params.is_not(None)),
+).order_by("kind", "place", "source")
 
 
-def upstream_outputs(conn: Connection, task_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
-    """For each task, the non-empty ``output_params`` of its upstreams in definition order."""
-    if not task_ids:
-        return {}
-    found: dict[int, list[dict[str, Any]]] = {}
-    for row in conn.execute(_UPSTREAM_OUTPUTS, {"ids": list(task_ids)}):
-        if row.output_params:
-            found.setdefault(int(row.downstream_id), []).append(row.output_params)
-    return found
+def parent_and_upstream_outputs(
+    conn: Connection, parent_ids: Iterable[int], task_ids: Sequence[int]
+) -> tuple[dict[int, dict[str, Any] | None], dict[int, list[dict[str, Any]]]]:
+    """In one statement: what each parent passes on (its ``output_params``, or its
+    ``params`` while it has none) and, for each task, the non-empty ``output_params`` of
+    its upstreams in definition order."""
+    parents: dict[int, dict[str, Any] | None] = {}
+    upstream: dict[int, list[dict[str, Any]]] = {}
+    values = {"parent_ids": list(parent_ids), "ids": list(task_ids)}
+    for row in conn.execute(_PARENTS_AND_UPSTREAMS, values):
+        if row.kind == 0:
+            parents[int(row.key)] = row.output_params or row.params
+        elif row.output_params:
+            upstream.setdefault(int(row.key), []).append(row.output_params)
+    return parents, upstream
 
 
 def descendant_ids_query(task_id: int) -> Any:

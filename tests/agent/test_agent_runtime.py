@@ -269,6 +269,7 @@ class TestExecutorSide:
             routed = TaskMessage(**{**plain.to_json(), "task_id": 2, "queue": "gpu"})
             dispatcher.publish([plain, routed])
             assert dispatcher.queue_depths(["default", "gpu"]) == {"default": 1, "gpu": 1}
+            dispatcher.poll_events(0)  # the next round trip, before the next pass's reaper
             states = dispatcher.lease_states([1, 2])
             assert states == {
                 1: LeaseState(Lease(1, 1, "queued"), taken=0),

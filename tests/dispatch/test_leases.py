@@ -7,8 +7,9 @@ import time
 
 import pytest
 from redis import Redis
+from redis.client import Pipeline
 
-from shared.dispatch.leases import Heartbeat, Lease, LeaseStore
+from shared.dispatch.leases import QUEUED, Heartbeat, Lease, LeaseStore
 from tests.support.waiting import wait_until
 
 TTL_MS = 3000
@@ -123,3 +124,28 @@ class TestHeartbeat:
         heartbeat.drop(lease)
         heartbeat.beat()
         wait_until("the lease expired", lambda: leases.holder(7) is None, timeout_seconds=2)
+
+
+class TestScriptedPipelines:
+    def test_marks_go_in_one_round_trip_without_asking_for_the_scripts(
+        self, leases: LeaseStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        leases.mark([(1, 1)], QUEUED, TTL_MS)  # Redis has the script from now on
+        asked: list[object] = []
+        monkeypatch.setattr(Pipeline, "load_scripts", lambda pipe: asked.append(pipe))
+        leases.mark([(7, 2), (8, 3)], QUEUED, TTL_MS)
+        assert asked == []
+        assert leases.holder(7) == Lease(7, 2, QUEUED)
+        assert leases.holder(8) == Lease(8, 3, QUEUED)
+
+    def test_a_pipeline_is_sent_again_once_redis_lost_its_scripts(self, leases: LeaseStore) -> None:
+        leases.mark([(1, 1)], QUEUED, TTL_MS)
+        leases.client.script_flush()  # as after a restart: Redis has no script
+        pipe = leases.client.pipeline(transaction=False)
+        leases.mark([(7, 2)], QUEUED, TTL_MS, pipe=pipe)
+        pipe.set(f"{leases.prefix}other", "1")
+        leases.execute(pipe)
+        assert leases.holder(7) == Lease(7, 2, QUEUED)
+        assert leases.client.get(f"{leases.prefix}other") == b"1"
+        leases.mark([(8, 3)], QUEUED, TTL_MS)
+        assert leases.holder(8) == Lease(8, 3, QUEUED)

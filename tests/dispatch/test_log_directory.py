@@ -51,3 +51,36 @@ class TestLogDirectory:
         assert not (tmp_path / "escaped.log").exists()
         assert not (root / "a.log").exists()
         logs.close_all()
+
+    def test_a_symbolic_link_in_place_of_a_log_file_is_not_written_through(
+        self, tmp_path: Path
+    ) -> None:
+        root, outside = tmp_path / "logs", tmp_path / "outside.log"
+        (root / "a").mkdir(parents=True)
+        (root / "a" / "1.log").symlink_to(outside)
+        logs = LogDirectory(root)
+        logs.write(chunk("a/1.log", 0, "x"))
+        assert not outside.exists()
+        logs.close_all()
+
+    def test_a_directory_linked_outside_the_root_is_refused(self, tmp_path: Path) -> None:
+        root, elsewhere = tmp_path / "logs", tmp_path / "elsewhere"
+        root.mkdir()
+        elsewhere.mkdir()
+        (root / "a").symlink_to(elsewhere)
+        logs = LogDirectory(root)
+        logs.write(chunk("a/1.log", 0, "x"))
+        assert list(elsewhere.iterdir()) == []
+        logs.close_all()
+
+    def test_the_runs_of_one_attempt_share_one_checked_directory(self, tmp_path: Path) -> None:
+        logs = LogDirectory(tmp_path)
+        for task_id in range(3):
+            logs.write(chunk(f"7/t.{task_id}.1.log", 0, "x"))
+        assert logs.known_directories() == 1
+        assert sorted(p.name for p in (tmp_path / "7").iterdir()) == [
+            "t.0.1.log",
+            "t.1.1.log",
+            "t.2.1.log",
+        ]
+        logs.close_all()

@@ -7,16 +7,18 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis import Redis
+from redis.client import Pipeline
 
 from shared.dispatch.celery_app import RedisSettings
-from shared.dispatch.celery_dispatch import CeleryDispatcher
+from shared.dispatch.celery_dispatch import PENDING_MARK_TTL_MS, CeleryDispatcher
 from shared.dispatch.events import EventStream
 from shared.dispatch.keyspace import KeyspaceWatch
 from shared.dispatch.leases import Lease, LeaseStore
-from shared.dispatch.messages import Outcome, TaskFinished, TaskStarted
+from shared.dispatch.messages import Outcome, TaskFinished, TaskMessage, TaskStarted
 from tests.support.waiting import wait_until
 
 TTL_MS = 3000
@@ -85,6 +87,60 @@ class TestAppliedMarks:
         dispatcher.acknowledge()
         dispatcher.poll_events(0)
         assert not leases.take(Lease(7, 1, "agent-b/2"), TTL_MS)
+
+
+def message(task_id: int, token: int, queue: str) -> TaskMessage:
+    return TaskMessage(task_id, 1, token, f"+wf+t{task_id}", "echo", "x", {}, ".", queue=queue)
+
+
+@pytest.fixture
+def round_trips(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the pipelines sent to Redis (each one round trip) from now on."""
+    sent: list[int] = []
+    execute = Pipeline.execute
+
+    def counted(pipe: Pipeline, raise_on_error: bool = True) -> list[Any]:
+        sent.append(len(pipe.command_stack))
+        return execute(pipe, raise_on_error)
+
+    monkeypatch.setattr(Pipeline, "execute", counted)
+    return sent
+
+
+class TestRoundTrips:
+    def test_a_poll_sends_the_due_marks_with_its_read(
+        self,
+        dispatcher: CeleryDispatcher,
+        redis_client: Redis,
+        redis_prefix: str,
+        round_trips: list[int],
+    ) -> None:
+        leases = report_done(redis_client, redis_prefix, 7, 1)
+        dispatcher.poll_events(0)
+        dispatcher.acknowledge()
+        round_trips.clear()
+        dispatcher.poll_events(0)
+        assert len(round_trips) == 1
+        assert leases.holder(7) == Lease(7, 1, "applied")
+
+    def test_queued_marks_are_kept_long_with_the_next_poll_not_a_round_trip_of_their_own(
+        self,
+        dispatcher: CeleryDispatcher,
+        redis_client: Redis,
+        redis_prefix: str,
+        round_trips: list[int],
+    ) -> None:
+        queue = f"{redis_prefix}q"
+        dispatcher.publish([message(7, 1, queue), message(8, 1, queue)])
+        round_trips.clear()
+        dispatcher.publish([message(9, 1, queue)])
+        assert round_trips == [3, 1]  # 9's mark with 7's and 8's confirmations; 9's message
+        leases = LeaseStore(redis_client, redis_prefix)
+        assert 0 < (leases.remaining_ms(9) or 0) <= PENDING_MARK_TTL_MS
+        assert (leases.remaining_ms(7) or 0) > PENDING_MARK_TTL_MS  # with the 2nd publish
+        dispatcher.poll_events(0)
+        assert (leases.remaining_ms(9) or 0) > PENDING_MARK_TTL_MS
+        redis_client.delete(f"{redis_prefix}q")
 
 
 class TestKeyspaceSettling:

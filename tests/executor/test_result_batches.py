@@ -159,6 +159,26 @@ class TestStatements:
         # one UPDATE promotes b, then b's params are read from its upstreams
         assert [s.split()[0] for s in _downstream_queries(statements)] == ["UPDATE", "SELECT"]
 
+    def test_a_chain_link_costs_six_statements(self, run: Scenario) -> None:
+        run.start("""
+            +a:
+              echo>: a
+            +b:
+              echo>: b
+            +c:
+              echo>: c
+        """)
+        run.step()
+        run.succeed("+wf+a")
+        run.tick()
+        run.succeed("+wf+b")
+        with statements_of(run.engine) as statements:
+            assert run.tick() == ["+wf+c"]
+        verbs = [s.split()[0] for s in statements if s.split()[0] not in ("BEGIN", "COMMIT")]
+        # b read, b ended, c promoted, what c sees read (parent's and upstreams' params in
+        # one statement), c queued, c's log indexed
+        assert verbs == ["SELECT", "UPDATE", "UPDATE", "SELECT", "UPDATE", "INSERT"]
+
     def test_after_in_a_parallel_group_is_still_followed(self, run: Scenario) -> None:
         run.start("""
             +fan:
