@@ -264,16 +264,21 @@ class LeaseStore:
         """Execute ``pipe``, its scripts called by digest in the same round trip (redis-py
         would first ask Redis whether it has them, a round trip of its own). Should Redis
         have lost them (it restarted), they are loaded and the script calls alone sent
-        again; the first other error is then raised, as :meth:`Pipeline.execute` would."""
+        again, by the digests Redis gave; the first other error is then raised, as :meth:`Pipeline.execute` would."""
         scripts, stack = list(pipe.scripts), list(pipe.command_stack)
         pipe.scripts.clear()
         replies = pipe.execute(raise_on_error=False)
         lost = [n for n, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if lost:
+            by_digest = {script.sha: script for script in scripts}
+            for script in by_digest.values():
+                script.sha = self.client.script_load(script.script)
             again = self.client.pipeline(transaction=False)
-            again.scripts.update(scripts)  # loaded before the calls are sent
             for n in lost:
                 args, options = stack[n]
+                called = by_digest.get(args[1])
+                if called is not None:  # EVALSHA <digest> ...: by the digest Redis has now
+                    args = (args[0], called.sha, *args[2:])
                 again.execute_command(*args, **options)  # type: ignore[no-untyped-call]
             for n, reply in zip(lost, again.execute(raise_on_error=False), strict=True):
                 replies[n] = reply
