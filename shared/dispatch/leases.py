@@ -264,7 +264,8 @@ class LeaseStore:
         """Execute ``pipe``, its scripts called by digest in the same round trip (redis-py
         would first ask Redis whether it has them, a round trip of its own). Should Redis
         have lost them (it restarted), they are loaded and the script calls alone sent
-        again, by the digests Redis gave; the first other error is then raised, as :meth:`Pipeline.execute` would."""
+        again, by the digests Redis gave; the first other error is then raised, as
+        :meth:`Pipeline.execute` would."""
         scripts, stack = list(pipe.scripts), list(pipe.command_stack)
         pipe.scripts.clear()
         replies = pipe.execute(raise_on_error=False)
