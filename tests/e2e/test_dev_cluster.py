@@ -31,7 +31,7 @@ from sqlalchemy.engine import make_url
 
 from services.agent.worker import SHUTDOWN
 from services.cli.dev import KILL_WAIT_SECONDS, STOP_GRACE_SECONDS
-from shared.dispatch.events import EventStream
+from shared.dispatch.events import stream_key
 from shared.dispatch.messages import TaskReleased, event_from_json
 from tests.e2e._run import Project, tickwork_command
 from tests.fault._cluster import (
@@ -150,11 +150,17 @@ def processes_in_group(group: int) -> list[int]:
 
 
 def released_tasks(redis_url: str, redis_prefix: str) -> list[TaskReleased]:
-    """The ``released`` events agents left in the event stream under ``redis_prefix``."""
+    """The ``released`` events agents left in the event streams under ``redis_prefix``
+    (every partition's, and the single stream of old)."""
     client = redis.Redis.from_url(redis_url)
     try:
-        stream = EventStream(client, redis_prefix)
-        entries = cast(list[tuple[bytes, dict[bytes, bytes]]], client.xrange(stream.key))
+        keys = sorted(client.scan_iter(match=f"{stream_key(redis_prefix, None)}*", count=1000))
+        entries = [
+            entry
+            for key in keys
+            if client.type(key) == b"stream"
+            for entry in cast(list[tuple[bytes, dict[bytes, bytes]]], client.xrange(key))
+        ]
     finally:
         client.close()
     events = (event_from_json(json.loads(fields[b"e"])) for _id, fields in entries)
