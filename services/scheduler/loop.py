@@ -1,9 +1,9 @@
 """The scheduler's pass: each ``tick()`` emits the sessions that schedules have due.
 
 A tick lists the due schedules once, with their checkpoints, and counts the attempts
-running or waiting for every schedule; then it claims the listed schedules in batches by
-id (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so replicas, and a tick's own workers,
-share the work and never handle one schedule at once), plans each one from its
+running or waiting for every schedule beside its first batches; it claims the listed
+schedules in batches by id (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so replicas, and a
+tick's own workers, share the work and never handle one schedule at once), plans each one from its
 checkpoint with :func:`shared.domain.catchup.plan_pass`, applies the overlap policy, and
 in one transaction per batch inserts the sessions (``ON CONFLICT DO NOTHING`` on the
 session's idempotency key) and advances the checkpoints. A crash before the commit
@@ -25,7 +25,8 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import assert_never
@@ -52,6 +53,10 @@ log = logging.getLogger(__name__)
 
 BATCH_SCHEDULES = 1000
 """Schedules claimed per transaction."""
+
+LEAD_FRACTION = 4
+"""A pass's first batch on each worker holds this fraction of :data:`BATCH_SCHEDULES`
+schedules, so that the first sessions of a busy minute commit sooner."""
 
 PASS_BATCHES = 100
 """Batches one pass lists at most; what is due beyond them waits for the next pass."""
@@ -134,6 +139,7 @@ class Scheduler:
         # SQLite has one writer at a time: a second worker would only wait for the first.
         self.workers = workers if dialect_of(engine).concurrent_writers else 1
         self.stopping = threading.Event()  # set by stop(): the runner's stop event
+        self._connections_open = False
 
     def now(self, conn: Connection) -> datetime:
         """What time it is: the given clock, else the database's, else this machine's."""
@@ -145,14 +151,12 @@ class Scheduler:
         """Emit everything due (at ``now``, default the database's clock), pass by pass."""
         started = time.perf_counter()
         report = TickReport()
-        with self.engine.connect() as conn:
-            report.due = emission_store.count_due(conn, now or self.now(conn))
-        self.metrics.due_schedules.set(report.due)
         # A pass handles each schedule due when it began once: a long catch-up yields to
         # the others until the next tick. Another pass follows only when the first could
         # not list everything that was due.
-        while report.due and not self.stopping.is_set() and self._pass(now, report):
+        while not self.stopping.is_set() and self._pass(now, report):
             pass
+        self.metrics.due_schedules.set(report.due)
         report.started_waiting = self._start_waiting()
         self.metrics.tick_duration.observe(time.perf_counter() - started)
         return report
@@ -161,26 +165,35 @@ class Scheduler:
         """List the due schedules and their running attempts, then claim and emit them
         batch by batch, on up to :attr:`workers` connections; whether more may be due."""
         limit = self.batch_size * PASS_BATCHES
+        counts: Future[dict[int, tuple[int, int]]] = Future()
         with self.engine.connect() as conn:
-            at = now or self.now(conn)
-            due = emission_store.list_due(conn, at, limit)
-            if not due:
-                return False
-            # Read after the list: a schedule emitted in between shows a new checkpoint
-            # when it is claimed, and is counted again (see _counts).
-            counts = emission_store.active_counts(conn, None)
-        listing = _DueList(due, counts, self.batch_size)
-        workers = min(self.workers, listing.batches)
-        if workers <= 1:
-            claimed = self._drain(now, listing, report)
-        else:
+            due = emission_store.list_due(conn, now or self.now(conn), limit)
+            if due and self.workers <= 1:  # one connection at a time (SQLite)
+                counts.set_result(emission_store.active_counts(conn, None))
+        if not report.due:
+            report.due = len(due)  # the first pass's listing: what was due at the tick
+        if not due:
+            return False
+        workers = min(self.workers, -(-len(due) // self.batch_size))
+        with ThreadPoolExecutor(workers + 1, thread_name_prefix="scheduler-batch") as pool:
+            if not counts.done():
+                # Counted beside the first batches, which wait for the counts only once
+                # they have claimed and planned: their sessions commit that much sooner.
+                # Read after the list: a schedule emitted in between shows a new
+                # checkpoint when it is claimed, and is counted again (see _counts).
+                counts = pool.submit(self._active_counts)
+            listing = _DueList(due, counts, self.batch_size, workers)
             parts = [TickReport() for _ in range(workers)]
-            with ThreadPoolExecutor(workers, thread_name_prefix="scheduler-batch") as pool:
-                drained = [pool.submit(self._drain, now, listing, part) for part in parts]
-                claimed = sum(done.result() for done in drained)
-            for part in parts:
-                report.add(part)
+            drained = [pool.submit(self._drain, now, listing, part) for part in parts]
+            claimed = sum(done.result() for done in drained)
+        for part in parts:
+            report.add(part)
         return len(due) == limit and claimed > 0
+
+    def _active_counts(self) -> dict[int, tuple[int, int]]:
+        """Running and waiting attempts of every schedule that has any."""
+        with self.engine.connect() as conn:
+            return emission_store.active_counts(conn, None)
 
     def _drain(self, now: datetime | None, listing: _DueList, report: TickReport) -> int:
         """Handle the listing's batches until none is left; how many schedules were claimed."""
@@ -354,7 +367,18 @@ class Scheduler:
     def wait(self, _idle_seconds: float) -> None:
         """Sleep until the soonest due schedule (the runner's wait; at most
         :data:`IDLE_SECONDS`, whatever the runner's idle time), or until stopped."""
+        if not self._connections_open:
+            self.open_connections()
         self.stopping.wait(self.seconds_until_due())
+
+    def open_connections(self) -> None:
+        """Open the connections a busy pass holds at once (its workers' and the count's)
+        while idle, so that a busy minute does not wait for the server to start them.
+        The engine's pool keeps them (five by default)."""
+        with ExitStack() as held:
+            for _ in range(self.workers + 1 if self.workers > 1 else 1):
+                held.enter_context(self.engine.connect())
+        self._connections_open = True
 
 
 def _claim_one(conn: Connection, schedule_id: int, now: datetime) -> list[ScheduleRow]:
@@ -372,15 +396,26 @@ class _DueList:
     def __init__(
         self,
         due: Sequence[emission_store.DueSchedule],
-        counts: dict[int, tuple[int, int]],
+        counts: Future[dict[int, tuple[int, int]]],
         batch_size: int,
+        workers: int = 1,
     ) -> None:
         self.checkpoints = {item.schedule_id: item.checkpoint for item in due}
-        self.counts = counts
+        self._counts = counts
         ids = [item.schedule_id for item in due]
-        self._batches = [ids[i : i + batch_size] for i in range(0, len(ids), batch_size)]
-        self.batches = len(self._batches)
+        # Each worker's first batch is a quarter of the others when there are more
+        # schedules than workers would claim in one round: its sessions commit sooner.
+        lead = max(batch_size // LEAD_FRACTION, 1) if len(ids) > batch_size * workers else 0
+        cut = lead * workers
+        self._batches = [ids[i : i + lead] for i in range(0, cut, lead)] if lead else []
+        self._batches += [ids[i : i + batch_size] for i in range(cut, len(ids), batch_size)]
         self._lock = threading.Lock()
+
+    @property
+    def counts(self) -> dict[int, tuple[int, int]]:
+        """(active, waiting) attempts of each schedule when the pass began (waits for
+        the count under way)."""
+        return self._counts.result()
 
     def next_batch(self) -> list[int]:
         """The next batch's schedule ids; empty once every batch is handed out."""

@@ -36,7 +36,7 @@ class SchedulerMetrics:
         )
         self.due_schedules = Gauge(
             "tickwork_scheduler_due_schedules",
-            "Schedules due at the start of the last pass.",
+            "Schedules due at the start of the last tick (as its first pass listed them).",
             registry=self.registry,
         )
         self.tick_duration = Histogram(

@@ -65,11 +65,10 @@ def plan_pass(
 ) -> Pass:
     """Everything due after ``checkpoint`` at ``now``, per the schedule's catch-up policy."""
     result = Pass(checkpoint=checkpoint)
-    current: datetime | None = _drop_late(spec, checkpoint, now, seed, spans, result)
-    while current is not None:
-        following = spec.next_session_time(current)
-        if following is None:
-            break
+    current = _drop_late(spec, checkpoint, now, seed, spans, result)
+    # One walk through the times, begun anew only where an inactive span moves ahead.
+    times = spec.times_after(current)
+    while (following := next(times, None)) is not None:
         run = spec.run_time(following, seed)
         # Whether a time fell in an inactive span goes by its run time without jitter, as
         # every bound here does, so that skipped and missed times never overlap.
@@ -86,9 +85,11 @@ def plan_pass(
             # Inactive then: those times never happen (they are not missed either).
             current = max(_last_before(spec, span.end) or following, following)
             result.checkpoint = current
+            if current != following:
+                times = spec.times_after(current)
             continue
         result.emit.append(following)
-        result.checkpoint = current = following
+        result.checkpoint = following
     return result
 
 

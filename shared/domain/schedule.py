@@ -14,10 +14,11 @@ from __future__ import annotations
 import difflib
 import hashlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, date, datetime, time, timedelta
 from functools import cached_property, lru_cache
+from itertools import islice
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
@@ -152,17 +153,20 @@ class ScheduleSpec:
             return None
         return found
 
+    def times_after(self, after: datetime) -> Iterator[datetime]:
+        """The session times strictly after ``after`` (UTC), in order: those that
+        :meth:`next_session_time` gives one after another, each step far cheaper."""
+        now = _aware(after)
+        if self._first_instant is not None and now < self._first_instant:
+            now = self._first_instant - timedelta(microseconds=1)
+        for found in self._times.following(now):
+            if found > LATEST or (self._after_end is not None and found >= self._after_end):
+                return
+            yield found
+
     def session_times(self, after: datetime, count: int) -> list[datetime]:
         """Up to ``count`` session times strictly after ``after``, in order."""
-        found: list[datetime] = []
-        current = after
-        while len(found) < count:
-            following = self.next_session_time(current)
-            if following is None:
-                break
-            found.append(following)
-            current = following
-        return found
+        return list(islice(self.times_after(after), count)) if count > 0 else []
 
     def run_time(self, session_time: datetime, seed: str = "") -> datetime:
         """When the session at ``session_time`` is due to start: delay plus jitter.
@@ -189,13 +193,16 @@ class ScheduleSpec:
         """
         if isinstance(self._times, IntervalTimes):
             return self._times.count_between(first, min(last, LATEST))
-        count, current = 1, first
-        while count <= cap:
-            following = self.next_session_time(current)
-            if following is None or following > last:
+        if cap < 1:
+            return None
+        count = 1
+        for following in self.times_after(first):
+            if following > last:
                 return count
-            count, current = count + 1, following
-        return None
+            count += 1
+            if count > cap:
+                return None
+        return count
 
     def local(self, instant: datetime) -> datetime:
         """``instant`` in the schedule's zone, for display (compare instants in UTC only)."""

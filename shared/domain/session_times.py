@@ -45,6 +45,8 @@ class TimeSource(Protocol):
 
     def after(self, instant: datetime) -> datetime | None: ...
 
+    def following(self, instant: datetime) -> Iterator[datetime]: ...
+
     def at_or_before(self, instant: datetime) -> datetime | None: ...
 
 
@@ -121,8 +123,44 @@ def _croniter_at(cron: str, start: datetime) -> croniter:
     return iterator
 
 
+@lru_cache(maxsize=4096)
+def _hourly_minutes(cron: str) -> tuple[int, ...] | None:
+    """The minutes of every hour that ``cron`` fires in, when it fires in every hour of
+    every day (all but its minute field ``*``); else None."""
+    expanded = _parsed(cron).expanded
+    if len(expanded) != 5 or any(field != ["*"] for field in expanded[1:]):
+        return None
+    return tuple(range(60)) if expanded[0] == ["*"] else tuple(sorted(expanded[0]))
+
+
+def _hourly_walls(minutes: tuple[int, ...], start: datetime) -> Iterator[datetime]:
+    """What croniter's walk forward from naive ``start`` finds for a pattern that fires at
+    ``minutes`` of every hour, by arithmetic: at most _MAX_WALLS, none past _LAST_WALL."""
+    hour = start.replace(minute=0, second=0, microsecond=0)
+    found = 0
+    while True:
+        for minute in minutes:
+            wall = hour.replace(minute=minute)
+            if wall <= start:
+                continue
+            if found == _MAX_WALLS:
+                return
+            found += 1
+            yield wall
+        try:
+            hour += timedelta(hours=1)
+        except OverflowError:
+            return
+
+
 def _walls(cron: str, start: datetime, forward: bool) -> Iterator[datetime]:
     """Matching wall times strictly after (or before) naive ``start``, at most _MAX_WALLS."""
+    minutes = _hourly_minutes(cron) if forward else None
+    if minutes is not None:
+        # Every hour alike (``* * * * *``, ``*/15 * * * *``): a step of croniter costs
+        # a hundred times this arithmetic, and a catch-up takes thousands of steps.
+        yield from _hourly_walls(minutes, start.replace(microsecond=0))
+        return
     # Croniter rounds microseconds up to the next second, which overflows on 9999-12-31;
     # matches are whole minutes, so dropping them changes no answer going forward.
     iterator = _croniter_at(cron, start.replace(microsecond=0) if forward else start)
@@ -159,6 +197,44 @@ class CronTimes:
             if found is not None and found > instant:
                 return found
         return None
+
+    def following(self, instant: datetime) -> Iterator[datetime]:
+        """The session times strictly after ``instant``, in order: what :meth:`after`
+        gives applied again and again, each time the same, for a fraction of the cost.
+
+        One croniter walk serves time after time while each time found is its wall's
+        one instant: a fresh walk from that time would then step through the very walls
+        this one steps through next. Anywhere else (a gap, a change of offset, the end
+        of the walk) the next time comes from :meth:`after` and a new walk starts there.
+        """
+        current = instant
+        while True:
+            for found in self._walk(current):
+                yield found
+                current = found
+            following = self.after(current)
+            if following is None:
+                return
+            yield following
+            current = following
+
+    def _walk(self, instant: datetime) -> Iterator[datetime]:
+        """The times after ``instant`` that one walk finds as :meth:`after` would, until
+        a wall needs more than the walk (see :meth:`following`)."""
+        current = instant
+        for wall in _walls(self.cron, _wall(instant, self.zone), forward=True):
+            if self.real_time:
+                found = self._simple(wall, current)
+                if found is None:
+                    return  # near a change of offset: after() searches
+            else:
+                found = self._fixed_instant(wall)
+                if found is None or found <= current:
+                    continue  # as after() steps on
+            yield found
+            if _wall(found, self.zone) != wall:
+                return  # a fresh walk from ``found`` starts at another wall
+            current = found
 
     def at_or_before(self, instant: datetime) -> datetime | None:
         """The last session time at or before ``instant``."""
@@ -244,6 +320,12 @@ class IntervalTimes:
     def after(self, instant: datetime) -> datetime | None:
         """The first tick strictly after ``instant``."""
         return self._instant(self.index_at_or_before(instant) + 1)
+
+    def following(self, instant: datetime) -> Iterator[datetime]:
+        """The ticks strictly after ``instant``, in order, until past year 9999."""
+        k = self.index_at_or_before(instant)
+        while (found := self._instant(k := k + 1)) is not None:
+            yield found
 
     def at_or_before(self, instant: datetime) -> datetime | None:
         """The last tick at or before ``instant``."""

@@ -527,3 +527,64 @@ class TestDelaysAndIntervalsAcrossDaylightSaving:
         times = spec.session_times(datetime(2026, 10, 24, 20, tzinfo=UTC), 10)
         assert all(later - earlier == timedelta(minutes=90) for earlier, later in pairwise(times))
         assert all(t.timestamp() % 5400 == 300 for t in times)
+
+
+def one_by_one(spec: ScheduleSpec, start: datetime, count: int) -> list[datetime]:
+    """``count`` times after ``start`` by :meth:`ScheduleSpec.next_session_time`, each
+    from the one before."""
+    found: list[datetime] = []
+    current: datetime | None = start
+    while len(found) < count and (current := spec.next_session_time(current)) is not None:
+        found.append(current)
+    return found
+
+
+class TestOneWalk:
+    """``times_after`` steps through many times on one walk; each is next_session_time's."""
+
+    @pytest.mark.slow
+    @settings(max_examples=100, deadline=None)
+    @given(st.one_of(schedules(), AROUND_CHANGES))
+    def test_the_walk_gives_what_each_next_time_gives(
+        self, generated: tuple[ScheduleSpec, datetime]
+    ) -> None:
+        spec, start = generated
+        assert spec.session_times(start, 40) == one_by_one(spec, start, 40)
+
+    @pytest.mark.parametrize("zone", ZONES)
+    @pytest.mark.parametrize(
+        "expression", ["* * * * *", "*/15 * * * *", "0 * * * *", "30 2 * * *", "*/20 1-3 * * *"]
+    )
+    def test_across_a_year_of_changes(self, expression: str, zone: str) -> None:
+        spec = cron(expression, zone)
+        start = datetime(2026, 1, 1, tzinfo=UTC)
+        count = 2000 if expression.endswith("* * * *") else 400
+        # Start just before each of the year's changes too.
+        for begin in (
+            start,
+            *(change - HOUR for change in transitions(zone) if change.year == 2026),
+        ):
+            assert spec.session_times(begin, count) == one_by_one(spec, begin, count)
+
+    def test_the_walk_ends_where_the_schedule_ends(self) -> None:
+        spec = parse_schedule({"cron>": "0 * * * *", "end": "2026-03-08"}, "America/New_York")
+        start = datetime(2026, 3, 7, 12, tzinfo=UTC)
+        assert list(spec.times_after(start)) == one_by_one(spec, start, 100)
+        assert len(list(spec.times_after(start))) < 100
+
+    def test_a_pattern_alike_every_hour_takes_no_croniter_step_per_time(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        spec = cron("* * * * *", "Europe/Berlin")
+        steps = 0
+        step = croniter.get_next
+
+        def counted(self: croniter, *args: object, **kwargs: object) -> object:
+            nonlocal steps
+            steps += 1
+            return step(self, *args, **kwargs)
+
+        monkeypatch.setattr(croniter, "get_next", counted)
+        times = spec.session_times(datetime(2026, 3, 1, tzinfo=UTC), 4320)
+        assert len(times) == 4320
+        assert steps == 0

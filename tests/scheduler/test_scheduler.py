@@ -234,6 +234,68 @@ class TestBatches:
         assert (report.schedules, report.emitted) == (12, 12)
         assert statements.count("GROUP BY sessions.schedule_id") == 1
 
+    def test_a_tick_lists_what_is_due_without_counting_it_first(self, store: Store) -> None:
+        # Given twelve schedules due at the same minute
+        for n in range(12):
+            store.push("cron>: '* * * * *'", now=T0, name=f"wf{n}")
+        statements = StatementLog(store.engine)
+        # When one tick emits them
+        with statements:
+            report = Scheduler(store.engine, batch_size=4).tick(minute(1))
+        # Then the listing was its first read of the schedules, and it counted them too
+        assert (report.due, report.emitted) == (12, 12)
+        reads = [s for s in statements.statements if "FROM schedules" in s]
+        assert "count(" not in reads[0] and "schedules.last_session_time" in reads[0]
+
+    def test_every_batch_inserts_after_the_one_count_of_running_attempts(
+        self, store: Store
+    ) -> None:
+        # Given twelve schedules due at the same minute, in batches of four, two workers
+        for n in range(12):
+            store.push("cron>: '* * * * *'", now=T0, name=f"wf{n}")
+        statements = StatementLog(store.engine)
+        # When one tick emits them, counting beside its first batches
+        with statements:
+            report = Scheduler(store.engine, batch_size=4, workers=2).tick(minute(1))
+        # Then no batch inserted before the count was read, and it was read once
+        assert report.emitted == 12
+        counted = [n for n, s in enumerate(statements.statements) if "GROUP BY sessions" in s]
+        inserts = [n for n, s in enumerate(statements.statements) if "INSERT INTO sessions" in s]
+        assert len(counted) == 1 and len(inserts) >= 3
+        assert counted[0] < min(inserts)
+
+    def test_a_busy_pass_starts_with_a_small_batch(
+        self, store: Store, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # Given forty schedules due at the same minute, in batches of eight
+        for n in range(40):
+            store.push("cron>: '* * * * *'", now=T0, name=f"wf{n}")
+        claimed: list[int] = []
+        claim = emission_store.claim_listed
+
+        def counted(conn: Any, schedule_ids: Any, now: datetime) -> Any:
+            claimed.append(len(schedule_ids))
+            return claim(conn, schedule_ids, now)
+
+        monkeypatch.setattr(emission_store, "claim_listed", counted)
+        # When one tick emits them
+        report = Scheduler(store.engine, batch_size=8, workers=1).tick(minute(1))
+        # Then its first batch held a quarter of a batch, so its sessions committed first
+        assert report.emitted == 40
+        assert claimed == [2, 8, 8, 8, 8, 6]
+
+    def test_the_idle_wait_opens_the_connections_a_busy_pass_holds(self, store: Store) -> None:
+        if not dialect_of(store.engine).concurrent_writers:
+            pytest.skip("one connection at a time")
+        # Given a scheduler with two workers, nothing due, and a fresh pool
+        store.engine.dispose()
+        scheduler = Scheduler(store.engine, workers=2)
+        scheduler.stop()  # the wait returns at once
+        # When it waits for the next due time
+        scheduler.wait(1.0)
+        # Then the pool holds a connection for each worker and one for the count
+        assert store.engine.pool.checkedin() == 3  # type: ignore[attr-defined]
+
     def test_a_schedule_emitted_elsewhere_after_the_pass_listed_it_is_counted_again(
         self, store: Store, monkeypatch: pytest.MonkeyPatch
     ) -> None:
