@@ -7,16 +7,12 @@ Statements are counted, never timed. Both store backends run every scenario.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
-
-from sqlalchemy import Engine, event
 
 from shared.dispatch.messages import Outcome, TaskMessage
 from shared.domain.states import AttemptState, TaskState
 from shared.store import tasks as task_store
 from tests.executor.scenario import Scenario, finished
+from tests.support.statements import StatementLog
 
 FAN_OUT = """
     +fan:
@@ -30,21 +26,6 @@ FAN_OUT = """
       +t3:
         echo>: 3
 """
-
-
-@contextmanager
-def statements_of(engine: Engine) -> Iterator[list[str]]:
-    """The SQL statements run on ``engine`` inside the block, in order."""
-    seen: list[str] = []
-
-    def before(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        seen.append(" ".join(statement.split()))
-
-    event.listen(engine, "before_cursor_execute", before)
-    try:
-        yield seen
-    finally:
-        event.remove(engine, "before_cursor_execute", before)
 
 
 def _downstream_queries(statements: list[str]) -> list[str]:
@@ -126,24 +107,24 @@ class TestStatements:
         # Given a fan-out of four, three of which report in one batch (the group goes on)
         messages = _started_fan_out(run)
         run.agent.report(*(finished(messages[name]) for name in ("t0", "t1", "t2")))
-        with statements_of(run.engine) as statements:
+        with StatementLog(run.engine) as log:
             run.tick()
         # Then one statement reads them, one UPDATE ends them, and nothing else moves
         assert run.report.events_applied == 3
-        updates = _task_updates_to(statements, "")
+        updates = _task_updates_to(log.statements, "")
         assert len(updates) == 1
         assert "lease_token" in updates[0].split("WHERE", 1)[1]  # fenced in the UPDATE
-        reads = [s for s in statements if s.startswith("SELECT tasks.id, tasks.attempt_id")]
+        reads = [s for s in log.statements if s.startswith("SELECT tasks.id, tasks.attempt_id")]
         assert len(reads) == 1
         assert run.in_flight() == ["+wf+fan+t3"]
 
     def test_a_parallel_childs_success_issues_no_downstream_query(self, run: Scenario) -> None:
         messages = _started_fan_out(run)
         run.agent.report(finished(messages["t0"]), finished(messages["t1"]))
-        with statements_of(run.engine) as statements:
+        with StatementLog(run.engine) as log:
             run.tick()
         assert run.report.events_applied == 2
-        assert _downstream_queries(statements) == []
+        assert _downstream_queries(log.statements) == []
 
     def test_a_sequential_groups_result_looks_for_its_downstream_once(self, run: Scenario) -> None:
         run.start("""
@@ -154,10 +135,10 @@ class TestStatements:
         """)
         run.step()
         run.succeed("+wf+a")
-        with statements_of(run.engine) as statements:
+        with StatementLog(run.engine) as log:
             assert run.tick() == ["+wf+b"]
         # one UPDATE promotes b, then b's params are read from its upstreams
-        assert [s.split()[0] for s in _downstream_queries(statements)] == ["UPDATE", "SELECT"]
+        assert [s.split()[0] for s in _downstream_queries(log.statements)] == ["UPDATE", "SELECT"]
 
     def test_a_chain_link_costs_six_statements(self, run: Scenario) -> None:
         run.start("""
@@ -172,9 +153,9 @@ class TestStatements:
         run.succeed("+wf+a")
         run.tick()
         run.succeed("+wf+b")
-        with statements_of(run.engine) as statements:
+        with StatementLog(run.engine) as log:
             assert run.tick() == ["+wf+c"]
-        verbs = [s.split()[0] for s in statements if s.split()[0] not in ("BEGIN", "COMMIT")]
+        verbs = [s.split()[0] for s in log.statements if s.split()[0] not in ("BEGIN", "COMMIT")]
         # b read, b ended, c promoted, what c sees read (parent's and upstreams' params in
         # one statement), c queued, c's log indexed
         assert verbs == ["SELECT", "UPDATE", "UPDATE", "SELECT", "UPDATE", "INSERT"]

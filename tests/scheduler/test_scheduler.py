@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event, func, select, update
+from sqlalchemy import Engine, func, select, update
 from sqlalchemy.exc import OperationalError
 
 from services.scheduler.loop import Scheduler
@@ -21,6 +21,7 @@ from shared.store import projects as project_store
 from shared.store import schedules as schedule_store
 from shared.store.dialects import dialect_of
 from shared.store.tables import attempts, schedule_missed, schedules, sessions
+from tests.support.statements import StatementLog
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 
@@ -207,13 +208,18 @@ class TestEmission:
         assert scheduler.tick(minute(1)).emitted == 0
 
 
+def push_every_minute(store: Store, count: int) -> None:
+    """Push ``count`` every-minute schedules, all due at the same minutes."""
+    for n in range(count):
+        store.push("cron>: '* * * * *'", now=T0, name=f"wf{n}")
+
+
 class TestBatches:
     def test_a_batch_inserts_the_sessions_of_all_its_schedules_with_one_statement(
         self, store: Store
     ) -> None:
         # Given twelve schedules due at the same minute
-        for n in range(12):
-            store.push("cron>: '* * * * *'", now=T0, name=f"wf{n}")
+        push_every_minute(store, 12)
         statements = StatementLog(store.engine)
         # When one tick emits them in one batch
         with statements:
@@ -224,8 +230,7 @@ class TestBatches:
 
     def test_running_attempts_are_read_once_per_pass_not_once_per_batch(self, store: Store) -> None:
         # Given twelve schedules due at the same minute, in batches of four
-        for n in range(12):
-            store.push("cron>: '* * * * *'", now=T0, name=f"wf{n}")
+        push_every_minute(store, 12)
         statements = StatementLog(store.engine)
         # When one tick emits them
         with statements:
@@ -236,8 +241,7 @@ class TestBatches:
 
     def test_a_tick_lists_what_is_due_without_counting_it_first(self, store: Store) -> None:
         # Given twelve schedules due at the same minute
-        for n in range(12):
-            store.push("cron>: '* * * * *'", now=T0, name=f"wf{n}")
+        push_every_minute(store, 12)
         statements = StatementLog(store.engine)
         # When one tick emits them
         with statements:
@@ -251,8 +255,7 @@ class TestBatches:
         self, store: Store
     ) -> None:
         # Given twelve schedules due at the same minute, in batches of four, two workers
-        for n in range(12):
-            store.push("cron>: '* * * * *'", now=T0, name=f"wf{n}")
+        push_every_minute(store, 12)
         statements = StatementLog(store.engine)
         # When one tick emits them, counting beside its first batches
         with statements:
@@ -321,28 +324,6 @@ class TestBatches:
         states = list(store.attempt_states().values())
         assert report.emitted == 10 and len(states) == 20
         assert (states.count("created"), states.count("waiting")) == (16, 4)
-
-
-class StatementLog:
-    """The SQL statements an engine runs while the log is open."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.statements: list[str] = []
-
-    def _record(self, *args: Any) -> None:
-        self.statements.append(args[2])  # (conn, cursor, statement, ...)
-
-    def __enter__(self) -> StatementLog:
-        event.listen(self.engine, "before_cursor_execute", self._record)
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        event.remove(self.engine, "before_cursor_execute", self._record)
-
-    def count(self, text: str) -> int:
-        """How many statements held ``text``."""
-        return sum(text in statement for statement in self.statements)
 
 
 class TestTheEndOfTheAcceptedRange:
