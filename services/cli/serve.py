@@ -24,6 +24,7 @@ from services.cli.errors import fail, fail_unavailable
 from services.cli.params import DATABASE_OPTION
 from services.cli.store_access import printable_url
 from shared.dispatch.messages import DEFAULT_QUEUE
+from shared.domain.partitions import DEFAULT_PARTITION_COUNT, MAX_PARTITION_COUNT
 from shared.domain.workflow import QUEUE_NAME
 from shared.errors import InvalidConfig, StoreUnavailable
 from shared.logging import configure_logging
@@ -162,8 +163,8 @@ def scheduler_command(database_url: str, metrics_port: int, log_level: str) -> N
 @click.option(
     "--partitions",
     envvar="TICKWORK_EXECUTOR_PARTITIONS",
-    type=click.IntRange(1, 1024),
-    default=16,
+    type=click.IntRange(1, MAX_PARTITION_COUNT),
+    default=DEFAULT_PARTITION_COUNT,
     show_default=True,
     help="Partitions the attempts are spread over among the running executors; every "
     "executor of a deployment uses the same number (env TICKWORK_EXECUTOR_PARTITIONS).",

@@ -24,7 +24,7 @@ from shared.config import (
 )
 from shared.dispatch.celery_app import RedisSettings
 from shared.dispatch.celery_dispatch import CRASH_POINTS
-from shared.domain.partitions import DEFAULT_PARTITION_COUNT
+from shared.domain.partitions import DEFAULT_PARTITION_COUNT, MAX_PARTITION_COUNT
 
 EXECUTOR_SETTINGS = (
     Setting("TICKWORK_DATABASE_URL", "", "the store (PostgreSQL in production); required"),
@@ -81,5 +81,5 @@ class ExecutorSettings:
             max_tasks_per_attempt=values.get("max_tasks_per_attempt", int_range(1)),
             metrics_port=values.get("metrics_port", port_setting),
             log_level=values.get("log_level", log_level),
-            partition_count=values.get("executor_partitions", int_range(1, 1024)),
+            partition_count=values.get("executor_partitions", int_range(1, MAX_PARTITION_COUNT)),
         )

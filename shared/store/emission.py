@@ -47,17 +47,6 @@ def database_now(conn: Connection) -> datetime | None:
     return dialect_of(conn).database_now(conn)
 
 
-def claim_due(conn: Connection, now: datetime, limit: int) -> list[ScheduleRow]:
-    """Due schedules, oldest first, locked for this transaction (skipping others' locks)."""
-    due = (
-        select(schedules)
-        .where(schedules.c.next_run_time <= now)
-        .order_by(schedules.c.next_run_time, schedules.c.id)
-        .limit(limit)
-    )
-    return _claimed_rows(conn, due)
-
-
 @dataclass(frozen=True)
 class DueSchedule:
     """A due schedule as a pass lists it: its id and the checkpoint it had then."""
@@ -130,12 +119,6 @@ def _decoded_spec(text: str) -> dict[str, Any]:
 @lru_cache(maxsize=4096)
 def _parsed_spec(text: str) -> ScheduleSpec:
     return ScheduleSpec.from_config(_decoded_spec(text))  # immutable: shared by its rows
-
-
-def count_due(conn: Connection, now: datetime) -> int:
-    """How many schedules are due at ``now``."""
-    query = select(func.count()).where(schedules.c.next_run_time <= now)
-    return int(conn.execute(query).scalar_one())
 
 
 def earliest_due(conn: Connection) -> datetime | None:
