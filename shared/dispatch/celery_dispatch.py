@@ -223,6 +223,7 @@ class CeleryDispatcher:
         self._sending: tuple[list[tuple[int, int]], ...] = ([], [])  # marks in a read's pipe
         self.keyspace = KeyspaceWatch(self.client, redis.prefix, settle_ms)
         self.queues_seen: set[str] = set()
+        self._declared: set[str] = set()  # queues whose bindings this process made
         self.reader.follow(self._stream_keys(range(partition_count)))
         self._claimed: set[str] = set()  # streams whose orphans were claimed since followed
 
@@ -280,8 +281,18 @@ class CeleryDispatcher:
         self._send_due(pipe)
         self._crash_at(CRASH_AFTER_MARK)
         now = time.time()
-        # One producer on one channel; kombu's batch sends the messages' LPUSHes as
-        # pipelines of PUBLISH_BATCH_SIZE, each message the standard Celery one.
+        try:
+            self._send(messages, now)
+        except Exception:
+            # Redis may have lost the queues' bindings (it restarted): declare again.
+            self._declared.clear()
+            raise
+        self.queues_seen.update(m.queue for m in messages)
+        self._confirming += marks
+
+    def _send(self, messages: Sequence[TaskMessage], now: float) -> None:
+        """Send the messages on one producer; kombu's batch sends their ``LPUSH``es as
+        pipelines of PUBLISH_BATCH_SIZE, each message the standard Celery one."""
         with self.app.producer_or_acquire() as producer, _batch_of(producer):
             for message in messages:
                 partition = partition_of(message.attempt_id, self.partition_count)
@@ -289,8 +300,8 @@ class CeleryDispatcher:
                 name = f"{message.task_id}.{message.lease_token}"
                 # A queue is declared with its first message only (Celery would check
                 # its binding with every message): messages go straight to its list.
-                declared = message.queue in self.queues_seen
-                self.queues_seen.add(message.queue)
+                declared = message.queue in self._declared
+                self._declared.add(message.queue)
                 self.app.send_task(
                     TASK_NAME,
                     declare=[] if declared else None,
@@ -303,7 +314,6 @@ class CeleryDispatcher:
                     argsrepr=f"{message.full_name} task {name}",
                     kwargsrepr="{}",
                 )
-        self._confirming += marks
 
     def _ensure_archives(self, messages: Sequence[TaskMessage]) -> None:
         """Put the archives these tasks run in into Redis (only those it lost or never had)."""
@@ -326,7 +336,12 @@ class CeleryDispatcher:
             raise
         finally:
             self._sending = ([], [])
-        for entry_id, body in self._route_old_events(entries):
+        try:
+            entries = self._route_old_events(entries)
+        except BaseException:
+            self.reader.reread()  # the entries read stay pending: read them again
+            raise
+        for entry_id, body in entries:
             self._delivered.append(entry_id)
             event = decode(body)
             if isinstance(event, TaskLogChunk):

@@ -159,6 +159,11 @@ class EventReader:
         if self.keys:
             self.stream.emit_to(self.keys[0], [WorkCommitted()])
 
+    def reread(self) -> None:
+        """Read this consumer's pending entries first at the next read (the last ones
+        read could not be handled)."""
+        self._backlog = True
+
     def claim_orphans(self, keys: Sequence[str] | None = None) -> int:
         """Take over every entry of ``keys`` (default: the streams read) that other
         consumers read but never acknowledged (they died, or gave the partition up);
