@@ -159,11 +159,7 @@ def apply_result(
     if task is None:
         task = task_store.find_task(graph.conn, event.task_id)
     applied = False
-    if (
-        task is not None
-        and task.lease_token == event.lease_token
-        and task.state in (TaskState.QUEUED, TaskState.RUNNING)
-    ):
+    if task is not None and results.is_fresh(task, event):
         if task.state is TaskState.QUEUED:  # its start came with its result, or never
             graph.record(task.id, task.full_name, TaskState.RUNNING)
         if event.outcome is Outcome.SUCCESS:

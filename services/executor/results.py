@@ -21,8 +21,6 @@ from shared.domain.states import TaskState
 from shared.store import tasks as task_store
 from shared.store.tasks import TaskRow
 
-IN_FLIGHT = (TaskState.QUEUED, TaskState.RUNNING)
-
 
 def is_simple(task: TaskRow, event: TaskFinished) -> bool:
     """Whether a fresh result ends its task with nothing generated, retried or stored."""
@@ -35,7 +33,11 @@ def is_simple(task: TaskRow, event: TaskFinished) -> bool:
 
 def is_fresh(task: TaskRow | None, event: TaskFinished) -> bool:
     """Whether a result's token is its task's and the run has not ended."""
-    return task is not None and task.lease_token == event.lease_token and task.state in IN_FLIGHT
+    return (
+        task is not None
+        and task.lease_token == event.lease_token
+        and task.state in task_store.IN_FLIGHT_STATES
+    )
 
 
 def apply_simple(graph: TaskGraph, batch: Sequence[tuple[TaskFinished, TaskRow]]) -> set[int]:
