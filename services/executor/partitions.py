@@ -19,7 +19,7 @@ round, so an old and a new executor never run the same attempts.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, text
@@ -94,10 +94,11 @@ class PartitionLeases:
                 holders[int(row.objid)] = int(row.pid)
         return Holdings(tuple(sorted(members)), holders)
 
-    def rebalance(self) -> bool:
+    def rebalance(self, before_release: Callable[[], None] | None = None) -> bool:
         """Give up partitions above this executor's share, take free ones up to it;
-        whether what it holds changed. Raises SQLAlchemyError when the connection is lost
-        (its locks are gone with it)."""
+        whether what it holds changed. ``before_release`` runs before any partition is
+        given up (the executor sends what it owes their next holder). Raises
+        SQLAlchemyError when the connection is lost (its locks are gone with it)."""
         holdings = self.look()
         share = fair_share(holdings.members, self.pid, self.partition_count)
         mine = {p for p, pid in holdings.holders.items() if pid == self.pid}
@@ -106,6 +107,8 @@ class PartitionLeases:
             self.held = frozenset(mine)
         before = self.held
         if len(self.held) > share:
+            if before_release is not None:
+                before_release()
             self.release(sorted(self.held)[share:])
         elif len(self.held) < share:
             free = [p for p in range(self.partition_count) if p not in holdings.holders]

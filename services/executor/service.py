@@ -191,6 +191,8 @@ class ExecutorService:
                         yield conn
                     finally:
                         self._leases = None
+                        with contextlib.suppress(RedisError):  # owed to the next holders
+                            self.dispatcher.flush_acknowledgements()
                         self._held_changed(frozenset())
                         with contextlib.suppress(SQLAlchemyError):
                             leases.leave()
@@ -241,8 +243,7 @@ class ExecutorService:
         leases = self._leases
         if leases is None:
             return False
-        self.dispatcher.flush_acknowledgements()
-        changed = leases.rebalance()
+        changed = leases.rebalance(before_release=self.dispatcher.flush_acknowledgements)
         if changed or self._streams_behind:
             self._held_changed(leases.held)
         return changed
