@@ -184,6 +184,29 @@ class TestDyingWithTheAgent:
             GONE_WITHIN_SECONDS,
         )
 
+    def test_no_process_of_a_killed_task_acts_on_another_ones_death(
+        self, tmp_path: Path, leftovers: list[int]
+    ) -> None:
+        # Given an "agent" running pipelines whose readers write once their input ends
+        count = 40
+        command = f"for i in $(seq {count}); do sleep 30 | (cat; echo $i >> ends) & done; wait"
+        agent = start_agent(tmp_path, command)
+        leftovers.append(agent.pid)  # killed however the test ends
+        wait_until("the pipelines run", lambda: len(sleeps_below(agent)) == count, 10)
+        leftovers.extend(task_processes(agent))
+
+        # When the agent is killed, and with it every writer
+        agent.kill()
+        agent.wait(timeout=5)
+        wait_until(
+            "no process of the task is left",
+            lambda: not [pid for pid in leftovers if is_running(pid)],
+            GONE_WITHIN_SECONDS,
+        )
+
+        # Then no reader saw its input end: each was stopped before any was killed
+        assert not (tmp_path / "ends").exists()
+
     def test_a_task_outlives_the_thread_that_started_it_but_not_its_agent(
         self, tmp_path: Path, leftovers: list[int]
     ) -> None:

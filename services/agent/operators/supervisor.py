@@ -15,7 +15,9 @@ with nothing but the standard library, as the leader of the task's process group
 
    - ``SIGTERM``/``SIGINT`` (the task is stopped: time limit, kill, agent drain): every
      descendant gets ``SIGTERM``, and after ``GRACE`` seconds every one left is killed;
-   - ``SIGUSR1``: every descendant is killed at once (the agent shuts down);
+   - ``SIGUSR1``: every descendant is killed at once (the agent shuts down): all are
+     stopped first, then killed, so none can act on another's death (a pipeline's reader
+     seeing the end of its input as its writer dies);
    - ``SIGHUP`` while the parent is no longer ``PARENT``: the agent died, so every
      descendant is killed at once and the supervisor exits. Linux also sends it when the
      *thread* that started the supervisor exits while its process lives; the parent check
@@ -48,6 +50,9 @@ PARENT_GONE_STATUS = 137
 """Exit status when the parent died before the command could start (128 + SIGKILL)."""
 CANNOT_START_STATUS = 127
 SWEEP_PAUSE_SECONDS = 0.005
+FREEZE_LOOKS = 5
+"""How often the supervisor looks for processes started while it stops them, before a
+kill (those it still misses are killed by the next sweep)."""
 
 
 def parent_of_each_process(proc: str = "/proc") -> dict[int, int]:
@@ -160,9 +165,9 @@ class Supervisor:
         if until_none_left and not self.has_children():
             return  # the usual end: nothing was left behind, no need to look in /proc
         while True:
-            found = descendants_of(os.getpid(), parent_of_each_process())
-            if not found and self.status is None:
-                found = [self.command]  # no /proc: the command is all we know of
+            found = self.descendants()
+            if signum == signal.SIGKILL:
+                found = self.freeze(found)
             for pid in found:
                 _send(pid, signum)
             if not until_none_left:
@@ -171,6 +176,28 @@ class Supervisor:
             if not self.has_children():
                 return  # no child left, hence no descendant
             time.sleep(SWEEP_PAUSE_SECONDS)  # some are still dying
+
+    def descendants(self) -> list[int]:
+        """Every process below the supervisor, parents first."""
+        found = descendants_of(os.getpid(), parent_of_each_process())
+        if not found and self.status is None:
+            found = [self.command]  # no /proc: the command is all we know of
+        return found
+
+    def freeze(self, found: list[int]) -> list[int]:
+        """Stop every descendant (``found`` and any started meanwhile) so none can act on
+        another's death: killed one by one, a pipeline's reader could see the end of its
+        input as its writer dies and write before its own signal came. The stopped pids."""
+        stopped: list[int] = []
+        for _ in range(FREEZE_LOOKS):
+            new = [pid for pid in found if pid not in stopped]
+            if not new:
+                break
+            for pid in new:
+                _send(pid, signal.SIGSTOP)
+            stopped.extend(new)
+            found = self.descendants()
+        return stopped
 
     def has_children(self) -> bool:
         """Whether a child is left, running or not yet reaped."""
