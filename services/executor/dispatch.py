@@ -115,12 +115,13 @@ def start_and_dispatch(work: Pass, scope: Scope) -> bool:
     return full
 
 
-def index_run_logs(work: Pass) -> None:
+def write_run_logs(work: Pass) -> None:
     """Index the log file of each run the pass is about to publish, in its transaction:
     a run's log is listed from the moment it is handed to an agent, whatever then
     becomes of it (a result, a kill, a timeout, a lost agent); its result, if one comes,
-    records the file's final size."""
-    rows = [
+    records the file's final size. The results the pass applied are recorded in the
+    same statement."""
+    started = [
         {
             "task_id": message.task_id,
             "attempt_id": message.attempt_id,
@@ -130,7 +131,7 @@ def index_run_logs(work: Pass) -> None:
         }
         for message in work.messages
     ]
-    task_store.index_task_logs(work.conn, rows)
+    task_store.write_task_logs(work.conn, started, work.ended_logs)
 
 
 def _start_ready_groups(work: Pass, scope: Scope, scan: bool) -> int:
@@ -193,8 +194,10 @@ def _dispatch_ready_operators(
     tokens = task_store.mark_tasks_queued(
         conn, {task_id: stored[task_id] for task_id in drafts}, work.now
     )
-    for task_id in tokens:
+    rows = {task.id: task for task in ready}
+    for task_id, token in tokens.items():
         graph.record(task_id, drafts[task_id].full_name, TaskState.QUEUED)
+        scope.runs.queued(rows[task_id], token, stored[task_id], work.now)
     return [
         dataclasses.replace(drafts[task_id], lease_token=token) for task_id, token in tokens.items()
     ]

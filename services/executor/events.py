@@ -54,7 +54,7 @@ def apply_events(work: Pass, scope: Scope, events: Sequence[TaskEvent]) -> None:
     results: list[TaskFinished] = []
     for event in events:
         if isinstance(event, TaskReleased):
-            _apply_starts(work, starts)
+            _apply_starts(work, scope, starts)
             _apply_results(work, scope, results, logs)
             starts, results = [], []
             _release(work, scope, event)
@@ -64,12 +64,12 @@ def apply_events(work: Pass, scope: Scope, events: Sequence[TaskEvent]) -> None:
                 starts.append(event)
         elif isinstance(event, TaskFinished):
             results.append(event)
-    _apply_starts(work, starts)
+    _apply_starts(work, scope, starts)
     _apply_results(work, scope, results, logs)
-    task_store.record_task_logs(work.conn, [{**row, "created_at": work.now} for row in logs])
+    work.ended_logs += [{**row, "created_at": work.now} for row in logs]
 
 
-def _apply_starts(work: Pass, starts: Sequence[TaskStarted]) -> None:
+def _apply_starts(work: Pass, scope: Scope, starts: Sequence[TaskStarted]) -> None:
     """QUEUED -> RUNNING under each start's token, in one statement."""
     if not starts:
         return
@@ -79,6 +79,7 @@ def _apply_starts(work: Pass, starts: Sequence[TaskStarted]) -> None:
         name = moved.pop(event.task_id, None)  # a start sent twice counts once
         if name is not None:
             work.graph.record(event.task_id, name, TaskState.RUNNING)
+            scope.runs.started(event.task_id, event.lease_token)
             work.report.events_applied += 1
         else:
             work.report.stale_results += 1
@@ -92,14 +93,20 @@ def _apply_results(
     if not events:
         return
     graph, limit = work.graph, scope.max_tasks_per_attempt
-    rows = results.read_tasks(graph, events)
+    rows, known = results.read_tasks(graph, events, scope.runs)
     batch: list[tuple[TaskFinished, TaskRow]] = []
     seen: set[int] = set()  # tasks a result of this batch was applied to (or is waiting)
 
     def flush() -> None:
         moved = results.apply_simple(graph, batch)
+        # A known row is the run's as queued: a refusal is judged on the row as it is.
+        unmoved = {t.id for _, t in batch if t.id not in moved and t.id in known}
+        now_read = {t.id: t for t in task_store.get_tasks(graph.conn, unmoved)}
         for event, task in batch:
-            fate = ResultFate.APPLIED if task.id in moved else _refused(task, event)
+            if task.id in moved:
+                fate = ResultFate.APPLIED
+            else:
+                fate = _refused(now_read.get(task.id) if task.id in known else task, event)
             _count(work.report, fate)
             row = results.log_row(task, event) if fate is ResultFate.APPLIED else None
             if row is not None:
@@ -108,6 +115,7 @@ def _apply_results(
 
     for event in events:
         task = rows.get(event.task_id)
+        scope.runs.forget(event.task_id)
         if event.task_id in seen:  # its row changed: read it again
             flush()
             _count(work.report, apply_result(graph, event, logs, limit))

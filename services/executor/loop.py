@@ -19,9 +19,9 @@ from sqlalchemy import Engine
 from services.executor.dispatch import (
     ATTEMPTS_PER_PASS,
     EXECUTOR_OPERATORS,
-    index_run_logs,
     start_and_dispatch,
     start_created_attempts,
+    write_run_logs,
 )
 from services.executor.events import apply_events
 from services.executor.graph import TaskGraph
@@ -104,6 +104,7 @@ class WorkflowExecutor:
         """Run only ``attempts`` from the next pass on (the partitions this executor
         holds changed); that pass rescans, reaps and looks for attempts, as a first one."""
         self.scope.attempt_ids = attempts
+        self.scope.runs.clear()
         self._timers = Timers()
 
     @property
@@ -157,8 +158,9 @@ class WorkflowExecutor:
                 if start_and_dispatch(work, self.scope):
                     work.report.more_ready = self._timers.scan_ready = True
                 self._end_attempts(work)
-                index_run_logs(work)
+                write_run_logs(work)
         except BaseException:
+            self.scope.runs.clear()  # it may know runs the rollback undid
             self.dispatcher.redeliver()
             raise
         return work

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -92,6 +93,7 @@ class Pass:
     report: TickReport = field(default_factory=TickReport)
     messages: list[TaskMessage] = field(default_factory=list)  # published after the commit
     revoked: list[tuple[int, int]] = field(default_factory=list)  # (task, token) to revoke
+    ended_logs: list[dict[str, Any]] = field(default_factory=list)  # logs results described
 
 
 @dataclass

@@ -1,13 +1,15 @@
 """Agents' results applied in batches: the common case in a few set-based statements, the
 rest one by one.
 
-A batch reads its tasks in one statement. A fresh result (its token is the task's, the
-task still QUEUED or RUNNING) that ends the task without more to do (a success that
-stored, exported and added nothing, of a task without ``_check``; a failure of a task
-without ``_retry`` or ``_error``) joins a set-based UPDATE, fenced by each run's token in
-the UPDATE itself; anything else goes through :func:`~services.executor.events.apply_result`
-in its turn, after the results before it. A task with two results in one batch has the
-second applied after the first, so that it is refused as repeated.
+A batch reads its tasks in one statement, but for the runs this executor queued, whose
+rows it kept (:class:`~services.executor.scope.QueuedRuns`). A fresh result (its token is
+the task's, the task still QUEUED or RUNNING) that ends the task without more to do (a
+success that stored, exported and added nothing, of a task without ``_check``; a failure
+of a task without ``_retry`` or ``_error``) joins a set-based UPDATE, fenced by each run's
+token in the UPDATE itself; anything else goes through
+:func:`~services.executor.events.apply_result` in its turn, after the results before it.
+A task with two results in one batch has the second applied after the first, so that it
+is refused as repeated.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from services.executor.graph import TaskGraph
+from services.executor.scope import QueuedRuns
 from shared.dispatch.messages import Outcome, TaskFinished
 from shared.domain.states import TaskState
 from shared.store import tasks as task_store
@@ -76,9 +79,20 @@ def _end_of(task: TaskRow, event: TaskFinished) -> tuple[TaskState, dict[str, An
     return TaskState.ERROR, {"error": {"message": event.error_message or "failed"}}
 
 
-def read_tasks(graph: TaskGraph, events: Sequence[TaskFinished]) -> dict[int, TaskRow]:
-    """The tasks of a batch of results, by id, in one statement."""
-    return {t.id: t for t in task_store.get_tasks(graph.conn, {e.task_id for e in events})}
+def read_tasks(
+    graph: TaskGraph, events: Sequence[TaskFinished], runs: QueuedRuns
+) -> tuple[dict[int, TaskRow], set[int]]:
+    """The tasks of a batch of results, by id: the rows ``runs`` knows for results that
+    are simple, the rest read in one statement (none when all are known). The ids of the
+    rows that were not read."""
+    known: dict[int, TaskRow] = {}
+    for event in events:
+        task = runs.get(event.task_id, event.lease_token)
+        if task is not None and is_simple(task, event):
+            known[event.task_id] = task
+    missing = {e.task_id for e in events} - known.keys()
+    read = {t.id: t for t in task_store.get_tasks(graph.conn, missing)}
+    return known | read, set(known)
 
 
 def log_row(task: TaskRow, event: TaskFinished) -> dict[str, Any] | None:

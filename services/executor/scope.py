@@ -3,12 +3,16 @@ contexts (read once per attempt), and its limits."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection
 
 from services.executor.messages import AttemptContext
 from shared.domain.schedule import ScheduleSpec
+from shared.domain.states import TaskState
 from shared.domain.workflow import TaskSpec, WorkflowDefinition
 from shared.store import secrets as secret_store
 from shared.store import sessions as session_store
@@ -20,6 +24,9 @@ from shared.store.tasks import TaskRow
 
 MAX_TASKS_PER_ATTEMPT = 10_000
 """Tasks one attempt may have, generated ones included (configurable)."""
+
+QUEUED_RUNS_KEPT = 20_000
+"""Rows of queued runs an executor keeps (see :class:`QueuedRuns`), at most."""
 
 
 class AttemptContexts:
@@ -59,6 +66,62 @@ class AttemptContexts:
         self._contexts.pop(attempt_id, None)
 
 
+class QueuedRuns:
+    """The rows of the runs this executor queued, as they are while those runs last, so
+    that a result of one of them is applied without reading its task first.
+
+    A row is known by its task and lease token. Nothing else of a task changes while one
+    run of it lasts, except its state (QUEUED, then RUNNING as its start is applied here);
+    whatever another process did to it meanwhile (a kill, a requeue, a result applied
+    elsewhere), the UPDATE that ends the run is fenced by the token and the in-flight
+    states, and a result that did not move its task is judged on the row read then. At
+    most ``limit`` rows are kept, the oldest forgotten first (their results read their
+    tasks, as after a restart).
+    """
+
+    def __init__(self, limit: int = QUEUED_RUNS_KEPT) -> None:
+        self.limit = limit
+        self._rows: dict[int, TaskRow] = {}  # task id -> row under its run's token
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def queued(
+        self, task: TaskRow, token: int, params: dict[str, Any] | None, now: datetime
+    ) -> None:
+        """``task`` (as read READY) was queued under ``token`` with ``params``."""
+        self._rows.pop(task.id, None)
+        self._rows[task.id] = dataclasses.replace(
+            task,
+            state=TaskState.QUEUED,
+            lease_token=token,
+            params=params,
+            started_at=task.started_at or now,
+            updated_at=now,
+        )
+        while len(self._rows) > self.limit:
+            del self._rows[next(iter(self._rows))]
+
+    def started(self, task_id: int, token: int) -> None:
+        """The run of ``token`` was applied as RUNNING."""
+        row = self.get(task_id, token)
+        if row is not None:
+            self._rows[task_id] = dataclasses.replace(row, state=TaskState.RUNNING)
+
+    def get(self, task_id: int, token: int) -> TaskRow | None:
+        """The row of the run of ``token``, if it is known."""
+        row = self._rows.get(task_id)
+        return row if row is not None and row.lease_token == token else None
+
+    def forget(self, task_id: int) -> None:
+        """A result of the task came: its run is over, whatever became of the result."""
+        self._rows.pop(task_id, None)
+
+    def clear(self) -> None:
+        """Forget every row (the attempts this executor runs changed)."""
+        self._rows.clear()
+
+
 @dataclass
 class Scope:
     """Which attempts an executor runs and within which limits.
@@ -74,6 +137,7 @@ class Scope:
     max_tasks_per_attempt: int = MAX_TASKS_PER_ATTEMPT
     dispatch_batch_size: int = 1000
     contexts: AttemptContexts = field(default_factory=AttemptContexts)
+    runs: QueuedRuns = field(default_factory=QueuedRuns)
 
 
 def over_task_limit(

@@ -100,9 +100,12 @@ class StoreDialect(ABC):
         *,
         index_elements: Sequence[str],
         updated: Sequence[str],
+        only_given: str | None = None,
     ) -> None:
         """Insert non-empty ``rows`` (all with the same keys) at once; a row that conflicts
-        on ``index_elements`` sets the ``updated`` columns of the row it met instead."""
+        on ``index_elements`` sets the ``updated`` columns of the row it met instead (with
+        ``only_given``, only if its ``only_given`` value is not NULL; else it leaves the row
+        it met as it is)."""
 
     @abstractmethod
     def insert_rows(
@@ -203,11 +206,14 @@ class PostgresDialect(StoreDialect):
         *,
         index_elements: Sequence[str],
         updated: Sequence[str],
+        only_given: str | None = None,
     ) -> None:
         # INSERT ... SELECT FROM unnest(...) ON CONFLICT DO UPDATE, one array per column:
         # one round trip, and one statement built once per table and columns.
         names = tuple(rows[0])
-        statement = _postgres_upsert(table, names, tuple(index_elements), tuple(updated))
+        statement = _postgres_upsert(
+            table, names, tuple(index_elements), tuple(updated), only_given
+        )
         conn.execute(statement, {f"a_{name}": [row[name] for row in rows] for name in names})
 
     def insert_rows(
@@ -313,8 +319,10 @@ class SqliteDialect(StoreDialect):
         *,
         index_elements: Sequence[str],
         updated: Sequence[str],
+        only_given: str | None = None,
     ) -> None:
-        conn.execute(_sqlite_upsert(table, tuple(index_elements), tuple(updated)), list(rows))
+        statement = _sqlite_upsert(table, tuple(index_elements), tuple(updated), only_given)
+        conn.execute(statement, list(rows))
 
     def insert_rows(
         self,
@@ -365,23 +373,29 @@ class SqliteDialect(StoreDialect):
 
 @lru_cache(maxsize=16)
 def _postgres_upsert(
-    table: Table, names: tuple[str, ...], index_elements: tuple[str, ...], updated: tuple[str, ...]
+    table: Table,
+    names: tuple[str, ...],
+    index_elements: tuple[str, ...],
+    updated: tuple[str, ...],
+    only_given: str | None,
 ) -> Insert:
     arrays = [bindparam(f"a_{name}", type_=postgresql.ARRAY(table.c[name].type)) for name in names]
     columns = [column(name, table.c[name].type) for name in names]
     source = func.unnest(*arrays).table_valued(*columns).render_derived()
     insert = postgresql.insert(table).from_select(list(names), select(*source.c))
     values = {name: insert.excluded[name] for name in updated}
-    return insert.on_conflict_do_update(index_elements=index_elements, set_=values)
+    where = None if only_given is None else insert.excluded[only_given].is_not(None)
+    return insert.on_conflict_do_update(index_elements=index_elements, set_=values, where=where)
 
 
 @lru_cache(maxsize=16)
 def _sqlite_upsert(
-    table: Table, index_elements: tuple[str, ...], updated: tuple[str, ...]
+    table: Table, index_elements: tuple[str, ...], updated: tuple[str, ...], only_given: str | None
 ) -> Insert:
     insert = sqlite.insert(table)
     values = {name: insert.excluded[name] for name in updated}
-    return insert.on_conflict_do_update(index_elements=index_elements, set_=values)
+    where = None if only_given is None else insert.excluded[only_given].is_not(None)
+    return insert.on_conflict_do_update(index_elements=index_elements, set_=values, where=where)
 
 
 def _use_utc(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:

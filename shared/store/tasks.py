@@ -757,38 +757,47 @@ def _regenerated_descendants(conn: Connection, task_id: int) -> list[int]:
 _RUN_KEY = ["task_id", "lease_token"]
 
 
-def index_task_logs(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
-    """Index the log files runs about to start will write, empty so far: ``task_id,
-    attempt_id, lease_token, path, created_at`` per row. A run already indexed (its
-    message published again) keeps its row."""
-    if rows:
-        insert = dialect_of(conn).insert_ignoring_conflicts(task_logs, index_elements=_RUN_KEY)
-        conn.execute(insert, [{**row, "size_bytes": 0, "truncated_bytes": 0} for row in rows])
-
-
 _SETTLED_LOG_COLUMNS = ("path", "size_bytes", "truncated_bytes", "ended_at")
+_LOG_COLUMNS = ("task_id", "attempt_id", "lease_token", "path", "size_bytes", "created_at")
 
 
-def record_task_logs(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
-    """Record the log files runs of tasks wrote, as their results describe them:
-    ``task_id, attempt_id, lease_token, path, size_bytes, truncated_bytes, created_at``
-    (when the result came) per row. The row indexed when the run was dispatched gets the
-    path, size and cut of the stored file and ends; a run without one (dispatched by an
-    executor that did not index runs) gets one. One statement (an upsert) for all rows."""
-    if not rows:
-        return
-    columns = ("task_id", "attempt_id", "lease_token", "path", "size_bytes", "created_at")
-    ended = [
-        {
-            **{name: row[name] for name in columns},
+def write_task_logs(
+    conn: Connection, started: Sequence[dict[str, Any]], ended: Sequence[dict[str, Any]]
+) -> None:
+    """Index and record runs' log files, in one statement (an upsert) for all rows.
+
+    ``started``: the files runs about to start will write, empty so far (``task_id,
+    attempt_id, lease_token, path, created_at`` per row); a run already indexed (its
+    message published again) keeps its row. ``ended``: the files runs wrote, as their
+    results describe them (``task_id, attempt_id, lease_token, path, size_bytes,
+    truncated_bytes, created_at``, when the result came); the row indexed when the run
+    was dispatched gets the path, size and cut of the stored file and ends, and a run
+    without one (dispatched by an executor that did not index runs) gets one. A run in
+    both is recorded as ended.
+    """
+    rows: dict[tuple[int, int], dict[str, Any]] = {}
+    for row in started:
+        rows[row["task_id"], row["lease_token"]] = {
+            **{name: row[name] for name in _LOG_COLUMNS if name != "size_bytes"},
+            "size_bytes": 0,
+            "truncated_bytes": 0,
+            "ended_at": None,
+        }
+    for row in ended:
+        rows[row["task_id"], row["lease_token"]] = {
+            **{name: row[name] for name in _LOG_COLUMNS},
             "truncated_bytes": row.get("truncated_bytes", 0),
             "ended_at": row["created_at"],
         }
-        for row in rows
-    ]
-    dialect_of(conn).upsert_rows(
-        conn, task_logs, ended, index_elements=_RUN_KEY, updated=_SETTLED_LOG_COLUMNS
-    )
+    if rows:
+        dialect_of(conn).upsert_rows(
+            conn,
+            task_logs,
+            list(rows.values()),
+            index_elements=_RUN_KEY,
+            updated=_SETTLED_LOG_COLUMNS,
+            only_given="ended_at",
+        )
 
 
 def list_task_logs(conn: Connection, attempt_id: int) -> list[tuple[str, str, int]]:

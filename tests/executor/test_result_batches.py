@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from services.executor.loop import WorkflowExecutor
 from shared.dispatch.messages import Outcome, TaskMessage
 from shared.domain.states import AttemptState, TaskState
 from shared.store import tasks as task_store
+from shared.store.tables import tasks
 from tests.executor.scenario import Scenario, finished
 from tests.support.statements import StatementLog
 
@@ -31,6 +33,11 @@ FAN_OUT = """
 def _downstream_queries(statements: list[str]) -> list[str]:
     """Statements that read the edges between tasks."""
     return [s for s in statements if "task_dependencies" in s]
+
+
+def _task_reads(statements: list[str]) -> list[str]:
+    """Statements that read whole task rows."""
+    return [s for s in statements if s.startswith("SELECT tasks.id, tasks.attempt_id")]
 
 
 def _task_updates_to(statements: list[str], state: str) -> list[str]:
@@ -88,6 +95,25 @@ class TestFates:
         run.step()
         assert run.attempt_state() is AttemptState.ERROR
 
+    def test_a_result_of_a_run_ended_behind_the_executors_back_is_refused(
+        self, run: Scenario
+    ) -> None:
+        # Given a fan-out whose t0 another process canceled under the same token (this
+        # executor still knows t0's run as queued)
+        messages = _started_fan_out(run)
+        with run.engine.begin() as conn:
+            conn.execute(
+                tasks.update()
+                .where(tasks.c.id == messages["t0"].task_id)
+                .values(state=TaskState.CANCELED.value)
+            )
+        # When t0's result comes
+        run.agent.report(finished(messages["t0"]))
+        run.tick()
+        # Then the fence in the UPDATE refuses it, judged on the task as it is now
+        assert (run.report.events_applied, run.report.stale_results) == (0, 1)
+        assert run.task("+wf+fan+t0").state is TaskState.CANCELED
+
     def test_a_result_that_stores_params_is_applied_beside_plain_ones(self, run: Scenario) -> None:
         messages = _started_fan_out(run)
         run.agent.report(
@@ -109,13 +135,28 @@ class TestStatements:
         run.agent.report(*(finished(messages[name]) for name in ("t0", "t1", "t2")))
         with StatementLog(run.engine) as log:
             run.tick()
-        # Then one statement reads them, one UPDATE ends them, and nothing else moves
+        # Then one UPDATE ends them, without reading them (this executor queued them),
+        # and nothing else moves
         assert run.report.events_applied == 3
         updates = _task_updates_to(log.statements, "")
         assert len(updates) == 1
         assert "lease_token" in updates[0].split("WHERE", 1)[1]  # fenced in the UPDATE
-        reads = [s for s in log.statements if s.startswith("SELECT tasks.id, tasks.attempt_id")]
-        assert len(reads) == 1
+        assert _task_reads(log.statements) == []
+        assert run.in_flight() == ["+wf+fan+t3"]
+
+    def test_results_of_runs_another_executor_queued_read_their_tasks_in_one_statement(
+        self, run: Scenario
+    ) -> None:
+        # Given a fan-out queued by an executor that then stopped, and a new one
+        messages = _started_fan_out(run)
+        run.executor = WorkflowExecutor(run.engine, run.agent, clock=run.clock)
+        run.tick()  # its first pass rescans the store
+        run.agent.report(*(finished(messages[name]) for name in ("t0", "t1", "t2")))
+        with StatementLog(run.engine) as log:
+            run.tick()
+        # Then one statement reads the three tasks, and they end
+        assert run.report.events_applied == 3
+        assert len([s for s in _task_reads(log.statements) if "WHERE tasks.id IN" in s]) == 1
         assert run.in_flight() == ["+wf+fan+t3"]
 
     def test_a_parallel_childs_success_issues_no_downstream_query(self, run: Scenario) -> None:
@@ -140,7 +181,7 @@ class TestStatements:
         # one UPDATE promotes b, then b's params are read from its upstreams
         assert [s.split()[0] for s in _downstream_queries(log.statements)] == ["UPDATE", "SELECT"]
 
-    def test_a_chain_link_costs_six_statements(self, run: Scenario) -> None:
+    def test_a_chain_link_costs_five_statements(self, run: Scenario) -> None:
         run.start("""
             +a:
               echo>: a
@@ -156,9 +197,10 @@ class TestStatements:
         with StatementLog(run.engine) as log:
             assert run.tick() == ["+wf+c"]
         verbs = [s.split()[0] for s in log.statements if s.split()[0] not in ("BEGIN", "COMMIT")]
-        # b read, b ended, c promoted, what c sees read (parent's and upstreams' params in
-        # one statement), c queued, c's log indexed
-        assert verbs == ["SELECT", "UPDATE", "UPDATE", "SELECT", "UPDATE", "INSERT"]
+        # b ended (its row is known: this executor queued it), c promoted, what c sees
+        # read (parent's and upstreams' params in one statement), c queued, c's log
+        # indexed (with b's, when b's result describes one)
+        assert verbs == ["UPDATE", "UPDATE", "SELECT", "UPDATE", "INSERT"]
 
     def test_after_in_a_parallel_group_is_still_followed(self, run: Scenario) -> None:
         run.start("""

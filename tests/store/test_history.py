@@ -235,20 +235,29 @@ class TestTasksAndLogs:
                     "updated_at": NOW,
                 },
             )
-            task_store.index_task_logs(conn, [{**run, "lease_token": 1}])
-            task_store.index_task_logs(
-                conn, [{**run, "lease_token": 1}, {**run, "lease_token": 2, "path": "1/a.1.2.log"}]
+            task_store.write_task_logs(conn, [{**run, "lease_token": 1}], [])
+            task_store.write_task_logs(
+                conn,
+                [{**run, "lease_token": 1}, {**run, "lease_token": 2, "path": "1/a.1.2.log"}],
+                [],
             )
             # When the second run's result records its file
             result = {**run, "lease_token": 2, "path": "1/a.1.2.log", "created_at": later}
-            task_store.record_task_logs(conn, [{**result, "size_bytes": 9, "truncated_bytes": 4}])
+            ended = {**result, "size_bytes": 9, "truncated_bytes": 4}
+            task_store.write_task_logs(conn, [], [ended])
+            # And (a message published again late) indexed once more beside a new run
+            task_store.write_task_logs(
+                conn,
+                [{**run, "lease_token": 2, "path": "1/a.1.2.log"}],
+                [{**run, "lease_token": 3, "size_bytes": 5}],
+            )
         with engine.connect() as conn:
             files = history.list_log_files(conn, 1)
-        # Then each run is listed once, in dispatch order, and only the second one ended
+        # Then each run is listed once, in dispatch order; the second one's end stays
         assert [
             (f.lease_token, f.size_bytes, f.truncated_bytes, f.created_at, f.ended_at)
             for f in files
-        ] == [(1, 0, 0, NOW, None), (2, 9, 4, NOW, later)]
+        ] == [(1, 0, 0, NOW, None), (2, 9, 4, NOW, later), (3, 5, 0, NOW, NOW)]
 
 
 @pytest.mark.slow

@@ -409,8 +409,9 @@ class TestResetDescendants:
         task_store.insert_dependencies(
             conn, [(ids["+g+a"], ids["+g+b"]), (ids["^sub+x"], ids["^sub+y"])]
         )
-        task_store.record_task_logs(
+        task_store.write_task_logs(
             conn,
+            [],
             [
                 {
                     "task_id": ids[name],
