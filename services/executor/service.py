@@ -36,7 +36,12 @@ from sqlalchemy.exc import SQLAlchemyError
 from services.executor.config import ExecutorSettings
 from services.executor.loop import WorkflowExecutor
 from services.executor.metrics import ExecutorMetrics
-from services.executor.partitions import MEMBER_KEY, REBALANCE_SECONDS, PartitionLeases
+from services.executor.partitions import (
+    MEMBER_KEY,
+    REBALANCE_SECONDS,
+    PartitionCountConflict,
+    PartitionLeases,
+)
 from services.executor.report import TickReport
 from shared.dispatch.celery_dispatch import CeleryDispatcher
 from shared.dispatch.messages import DEFAULT_QUEUE
@@ -140,6 +145,7 @@ class ExecutorService:
         self.health = LoopHealth()
         self._leases: PartitionLeases | None = None
         self._streams_behind = False  # the streams read lag the partitions held
+        self._standby_reason = ""  # why it last could not join, as logged
         self._listeners: list[NotifyListener] = []  # stopped, joined at the end
         self._stop = threading.Event()
 
@@ -181,10 +187,12 @@ class ExecutorService:
                 self.health.beat(ready=False, reason="the store is unavailable")
                 self._stop.wait(STANDBY_POLL_SECONDS)
                 continue
+            reason = "standby: the store is unavailable"
             try:
                 leases = PartitionLeases(conn, self.settings.partition_count)
                 if leases.join():
                     log.info("this executor joined the live ones")
+                    self._standby_reason = ""
                     self._leases = leases
                     self._held_changed(frozenset())
                     try:
@@ -197,11 +205,15 @@ class ExecutorService:
                         with contextlib.suppress(SQLAlchemyError):
                             leases.leave()
                     return
+                reason = leases.refusal
             except SQLAlchemyError as exc:
                 log.warning("%s", describe_store_error(self.settings.database_url, exc))
             finally:
                 conn.close()
-            self.health.beat(reason="standby: an executor of an older release is active")
+            if reason != self._standby_reason:
+                log.log(logging.ERROR if "partitions" in reason else logging.INFO, "%s", reason)
+                self._standby_reason = reason
+            self.health.beat(reason=reason)
             self._stop.wait(STANDBY_POLL_SECONDS)
         yield None
 
@@ -331,6 +343,9 @@ class _MemberPasses:
             return self.service.rebalance()
         except SQLAlchemyError as exc:
             log.warning("lost the lock connection (%s); joining again", _one_line(exc))
+            return None
+        except PartitionCountConflict as conflict:
+            log.error("giving every partition up: %s", conflict)
             return None
 
 

@@ -8,7 +8,12 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import Connection, create_engine
 
-from services.executor.partitions import MEMBER_KEY, PartitionLeases, fair_share
+from services.executor.partitions import (
+    MEMBER_KEY,
+    PartitionCountConflict,
+    PartitionLeases,
+    fair_share,
+)
 from shared.domain.partitions import partition_of
 from shared.domain.states import AttemptState
 from shared.store.partitions import AttemptFilter
@@ -134,3 +139,69 @@ class TestSharingThePartitions:
         old, new = lock_connections[:2]
         old.exec_driver_sql(f"SELECT pg_advisory_lock({MEMBER_KEY})")  # as the old active one
         assert not PartitionLeases(new, 16).join()
+
+
+class TestAgreeingOnTheCount:
+    def test_an_executor_set_to_another_count_stands_by_while_the_first_runs(
+        self, lock_connections: list[Connection]
+    ) -> None:
+        # Given an executor running 16 partitions
+        first = PartitionLeases(lock_connections[0], 16)
+        assert first.join()
+        settle([first])
+
+        # When one set to 32 tries to join
+        second = PartitionLeases(lock_connections[1], 32)
+        joined = second.join()
+
+        # Then it stands by, saying why, and is not counted as a member
+        assert not joined
+        assert "runs 16 partitions" in second.refusal
+        assert "set to 32" in second.refusal
+        assert second.held == frozenset()
+        assert not first.rebalance()
+        assert first.held == frozenset(range(16))
+
+    def test_the_count_of_the_executors_holding_partitions_rules_whatever_the_order(
+        self, lock_connections: list[Connection]
+    ) -> None:
+        # Given two executors set alike running, and a third set otherwise that joined
+        # before they took any partition (both counts present, none yet holding)
+        alike = [PartitionLeases(c, 16) for c in lock_connections[:2]]
+        other = PartitionLeases(lock_connections[2], 8)
+        for lease in [*alike, other]:
+            lease.join()
+        joined = [lease for lease in [*alike, other] if lease.pid and lease.refusal == ""]
+
+        # When they look at the partitions, the ones that meet a ruling count not their
+        # own give every partition up
+        survivors = []
+        for lease in joined:
+            try:
+                lease.rebalance()
+            except PartitionCountConflict:
+                lease.leave()
+            else:
+                survivors.append(lease)
+        settle(survivors)
+
+        # Then only executors of one count hold partitions, and they hold them all
+        counts = {lease.partition_count for lease in survivors if lease.held}
+        assert len(counts) == 1
+        (count,) = counts
+        assert frozenset().union(*(lease.held for lease in survivors)) == frozenset(range(count))
+
+    def test_one_that_stood_by_joins_once_the_other_count_is_gone(
+        self, lock_connections: list[Connection]
+    ) -> None:
+        first = PartitionLeases(lock_connections[0], 16)
+        assert first.join()
+        settle([first])
+        second = PartitionLeases(lock_connections[1], 32)
+        assert not second.join()
+
+        first.leave()
+
+        assert second.join()
+        settle([second])
+        assert second.held == frozenset(range(32))

@@ -83,3 +83,26 @@ def test_killing_one_of_three_executors_mid_fan_out_loses_no_task(cluster: Clust
     assert len(applied) == total
     assert {name: n for name, n in applied.items() if n != 1} == {}, cluster.explain()
     assert all(e.is_alive() for e in survivors)
+
+
+@pytest.mark.timeout(60)
+def test_an_executor_set_to_another_partition_count_stands_by_until_the_other_stops(
+    cluster: Cluster,
+) -> None:
+    # Given an executor running the default 16 partitions
+    first = cluster.start_executor()
+    wait_until("it holds them all", lambda: first.metric("tickwork_executor_partitions") == 16, 10)
+
+    # When one set to 8 starts beside it
+    second = cluster.start_executor({"TICKWORK_EXECUTOR_PARTITIONS": "8"}, wait=False)
+
+    # Then it says why it stands by, holds nothing, and the first keeps every partition
+    wait_until("it says why it stands by", lambda: "runs 16 partitions" in second.log(), 15)
+    assert "set to 8" in second.log()
+    assert second.metric("tickwork_executor_partitions") == 0
+    assert first.metric("tickwork_executor_partitions") == 16
+
+    # And once the first stops, it runs its 8
+    first.signal_group(signal.SIGTERM)
+    first.wait_exit(15)
+    wait_until("it holds its 8", lambda: second.metric("tickwork_executor_partitions") == 8, 10)
