@@ -37,7 +37,6 @@ from services.executor.config import ExecutorSettings
 from services.executor.loop import WorkflowExecutor
 from services.executor.metrics import ExecutorMetrics
 from services.executor.partitions import (
-    MEMBER_KEY,
     REBALANCE_SECONDS,
     PartitionCountConflict,
     PartitionLeases,
@@ -63,9 +62,6 @@ from shared.store.projects import archive_reader
 
 log = logging.getLogger(__name__)
 
-LOCK_KEY = MEMBER_KEY
-"""The advisory lock every live executor holds in shared mode (see
-:mod:`services.executor.partitions`)."""
 STANDBY_POLL_SECONDS = 0.25
 """How often an executor tries to join while it cannot (the store is down, or an executor
 of an older release holds the lock alone)."""

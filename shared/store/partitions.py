@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, Connection, false, literal_column, select
 
-from shared.domain.partitions import DEFAULT_PARTITION_COUNT, partition_of
+from shared.domain.partitions import DEFAULT_PARTITION_COUNT
 from shared.store.tables import tasks
 
 
@@ -36,14 +36,6 @@ class AttemptFilter:
     def every_partition(self) -> bool:
         """Whether no partition is left out."""
         return self.partitions is None or len(self.partitions) >= self.partition_count
-
-    def keeps(self, attempt_id: int) -> bool:
-        """Whether ``attempt_id`` passes the filter."""
-        if self.ids is not None and attempt_id not in self.ids:
-            return False
-        return self.every_partition or partition_of(attempt_id, self.partition_count) in (
-            self.partitions or ()
-        )
 
     def clause(self, column: ColumnElement[Any]) -> ColumnElement[bool] | None:
         """The condition on an attempt id ``column``; None when it keeps every attempt."""

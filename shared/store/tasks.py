@@ -73,16 +73,6 @@ _HAS_CHILD_IN = select(
 )
 # The "start" key of a task's config is its _delay/_start_at (TaskSpec.to_config).
 _HAS_NO_START_RULE = tasks.c.config["start"].as_string().is_(None)
-_MARK_RUNNING = (
-    tasks.update()
-    .where(
-        tasks.c.id == bindparam("task_id"),
-        tasks.c.lease_token == bindparam("token"),
-        tasks.c.state == TaskState.QUEUED.value,
-    )
-    .values(state=TaskState.RUNNING.value, updated_at=bindparam("now"))
-    .returning(tasks.c.full_name)
-)
 
 
 def _task_from_row(row: Any) -> TaskRow:
@@ -127,16 +117,6 @@ def get_task(conn: Connection, task_id: int) -> TaskRow:
     if task is None:
         raise NotFound(f"no task {task_id}")
     return task
-
-
-def mark_task_running(
-    conn: Connection, task_id: int, lease_token: int, now: datetime
-) -> str | None:
-    """QUEUED -> RUNNING, only under the task's current lease token; the task's full
-    name if it moved, else None."""
-    values = {"task_id": task_id, "token": lease_token, "now": now}
-    name = conn.execute(_MARK_RUNNING, values).scalar_one_or_none()
-    return None if name is None else str(name)
 
 
 _IDS: BindParameter[int] = bindparam("ids", expanding=True)

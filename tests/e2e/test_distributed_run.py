@@ -14,7 +14,7 @@ import signal
 import pytest
 import sqlalchemy as sa
 
-from services.executor.service import LOCK_KEY
+from services.executor.partitions import MEMBER_KEY
 from tests.fault._cluster import Cluster, Service, literal, session_of, workflow_text
 from tests.support.waiting import wait_until
 
@@ -96,7 +96,7 @@ def test_a_second_executor_takes_half_of_the_partitions_and_all_once_the_first_d
             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = :key"
             " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
         )
-        assert conn.execute(sa.text(held), {"key": LOCK_KEY}).scalar_one() == 1
+        assert conn.execute(sa.text(held), {"key": MEMBER_KEY}).scalar_one() == 1
     # When a second one starts, both work: half of the partitions each
     second = cluster.start_executor()
     wait_until(

@@ -268,10 +268,10 @@ class TestTaskRows:
     def test_a_task_runs_only_under_its_current_token(self, engine: Engine) -> None:
         with engine.begin() as conn:
             task_id = _insert(conn, _attempt(conn), "+a", state=TaskState.QUEUED, lease_token=2)
-            assert task_store.mark_task_running(conn, task_id, 1, NOW) is None
+            assert task_store.mark_tasks_running(conn, [(task_id, 1)], NOW) == {}
             assert task_store.get_task(conn, task_id).state is TaskState.QUEUED
-            assert task_store.mark_task_running(conn, task_id, 2, NOW) == "+a"
-            assert task_store.mark_task_running(conn, task_id, 2, NOW) is None
+            assert task_store.mark_tasks_running(conn, [(task_id, 2)], NOW) == {task_id: "+a"}
+            assert task_store.mark_tasks_running(conn, [(task_id, 2)], NOW) == {}
             assert task_store.get_task(conn, task_id).state is TaskState.RUNNING
 
     def test_a_guarded_update_from_a_wrong_state_changes_nothing(self, engine: Engine) -> None:
