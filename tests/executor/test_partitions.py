@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import sqlalchemy as sa
 from sqlalchemy import Connection, create_engine
 
 from services.executor.partitions import (
@@ -46,7 +47,16 @@ class TestFairShare:
 class TestTheFilter:
     def test_it_keeps_the_attempts_of_its_partitions_and_of_its_ids(self) -> None:
         kept = AttemptFilter(ids=frozenset({5, 6, 9}), partitions=frozenset({1}), partition_count=4)
-        assert [a for a in range(12) if kept.keeps(a)] == [5, 9]
+        numbers = sa.table("numbers", sa.column("n", sa.Integer))
+        condition = kept.clause(numbers.c.n)
+        assert condition is not None
+        engine = sa.create_engine("sqlite://")
+        with engine.begin() as conn:
+            conn.exec_driver_sql("CREATE TABLE numbers (n INTEGER)")
+            conn.execute(numbers.insert(), [{"n": n} for n in range(12)])
+            found = conn.execute(sa.select(numbers.c.n).where(condition).order_by(numbers.c.n))
+            assert list(found.scalars()) == [5, 9]
+        engine.dispose()
 
     def test_every_partition_adds_no_condition(self) -> None:
         every = AttemptFilter.of_partitions(range(PARTITIONS), PARTITIONS)
