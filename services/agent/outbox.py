@@ -128,7 +128,8 @@ class ResultOutbox:
             (h.stream or self.stream).emit([*h.before, h.result], pipe=pipe)
         for h in held if mark else ():
             self.leases.finish(h.lease, self.done_mark_ms, pipe=pipe)
-        pipe.execute()
+        # By digest: redis-py's own execute would first ask whether Redis has the script.
+        self.leases.execute(pipe)
         for h in held:
             h.before, h.sent_at = [], time.monotonic()
 

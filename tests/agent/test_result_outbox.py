@@ -3,8 +3,11 @@ is kept until its lease key says it is settled, and sent again when Redis lost i
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 from redis import Redis
+from redis.client import Pipeline
 
 from services.agent import outbox as outbox_module
 from services.agent.outbox import ResultOutbox
@@ -59,6 +62,32 @@ class TestResultOutbox:
         assert results_read(reader) == [result()]
         assert leases.holder(7) == Lease(7, 1, "done")
         assert outbox.held() == [(7, 1)]
+
+    def test_a_result_goes_out_in_one_round_trip_without_asking_for_the_script(
+        self,
+        outbox: ResultOutbox,
+        leases: LeaseStore,
+        reader: EventReader,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        outbox.deliver(finished_run(leases, task_id=1), result(task_id=1))  # Redis has it now
+        asked: list[object] = []
+        monkeypatch.setattr(Pipeline, "load_scripts", lambda pipe: asked.append(pipe))
+        assert outbox.deliver(finished_run(leases), result())
+        assert asked == []
+        assert results_read(reader)[-1] == result()
+        assert leases.holder(7) == Lease(7, 1, "done")
+
+    def test_a_result_is_delivered_with_its_done_mark_after_redis_lost_the_script(
+        self, outbox: ResultOutbox, leases: LeaseStore, reader: EventReader
+    ) -> None:
+        lease = finished_run(leases)
+        # As after a Redis restart: the script's digest is one Redis never saw (the
+        # server's scripts are not flushed under the tests running beside)
+        leases._finish.sha = hashlib.sha1(b"a script Redis lost").hexdigest()
+        assert outbox.deliver(lease, result())
+        assert results_read(reader) == [result()]
+        assert leases.holder(7) == Lease(7, 1, "done")
 
     def test_a_result_the_executor_marked_applied_is_forgotten(
         self, outbox: ResultOutbox, leases: LeaseStore
