@@ -7,6 +7,7 @@ import logging
 import time
 import traceback
 from pathlib import Path
+from typing import IO
 
 from services.agent.archives import ArchiveCache, ArchiveUnavailable
 from services.agent.operators import OPERATORS
@@ -72,13 +73,27 @@ class TaskRunner:
     def __call__(
         self, message: TaskMessage, report: EventSink, control: RunControl | None = None
     ) -> None:
+        """Run ``message``, its log written to its own file under the log root."""
+        self.run(message, report, control)
+
+    def run(
+        self,
+        message: TaskMessage,
+        report: EventSink,
+        control: RunControl | None = None,
+        *,
+        log_path: Path | None = None,
+    ) -> bool:
+        """Run ``message``, its log written to ``log_path`` (default: its own file under
+        the log root), reporting its start and its end. True when a child process wrote
+        into the log file: a process the run left behind could still hold it open."""
         report(TaskStarted(message.task_id, message.lease_token, time.time()))
         relative, path = self.log_file_of(message)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path = path if log_path is None else log_path
         store: dict[str, object] = {}
         error: str | None = None
         control = control or RunControl()
-        with path.open("w", encoding="utf-8") as log_file:
+        with _create_log(path) as log_file:
             context = OperatorContext(message, log_file, path, self.limits, control)
             try:
                 context.message, context.secrets = open_secrets(self.resolve_project_dir(message))
@@ -112,6 +127,16 @@ class TaskRunner:
                 subtasks=context.masker.mask_value(context.subtasks) if error is None else None,
             )
         )
+        return context.child_wrote
+
+
+def _create_log(path: Path) -> IO[str]:
+    """``path`` opened for writing, its folder made first if it has none yet."""
+    try:
+        return path.open("w", encoding="utf-8")
+    except FileNotFoundError:  # the first log in its folder (the common case needs no mkdir)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path.open("w", encoding="utf-8")
 
 
 def open_secrets(message: TaskMessage) -> tuple[TaskMessage, dict[str, str]]:

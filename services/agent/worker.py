@@ -47,7 +47,7 @@ from redis.exceptions import RedisError
 
 from services.agent.archives import ArchiveCache
 from services.agent.config import AgentSettings
-from services.agent.log_stream import LogStreamer, remove_dead_spools, remove_spool
+from services.agent.log_stream import LogPump, LogStreamer, SpoolFiles, remove_dead_spools
 from services.agent.metrics import AgentMetrics
 from services.agent.operators.base import RunControl, StopReason
 from services.agent.outbox import ResultOutbox
@@ -107,6 +107,8 @@ class AgentRuntime:
             settings.limits,
             ArchiveCache(settings.work_dir / "projects", self.archives.fetch),
         )
+        self.spools = SpoolFiles(self.runner.log_root)
+        self.log_pump = LogPump()
         self.owner_prefix = f"{socket.gethostname()}/{os.getpid()}"
         self._runs: dict[int, _Run] = {}
         self._lock = threading.Lock()
@@ -130,8 +132,10 @@ class AgentRuntime:
         )
 
     def close(self) -> None:
-        """Stop the heartbeat, the outbox and the kill listener (held leases then expire)."""
+        """Stop the heartbeat, the log pump, the outbox and the kill listener (held leases
+        then expire)."""
         self.heartbeat.stop()
+        self.log_pump.close()
         self.outbox.stop()
         self._kill_listener.stop()
         self.client.close()
@@ -189,17 +193,23 @@ class AgentRuntime:
         with self._lock:
             self._runs[message.task_id] = run
         self.heartbeat.hold(lease)
-        relative, path = self.runner.log_file_of(message)
+        relative, _ = self.runner.log_file_of(message)
+        path = self.spools.take()
         stream = self.stream.of_partition(message.event_partition)
-        streamer = LogStreamer(stream, message, relative, path, self.settings.log_limits)
+        streamer = LogStreamer(
+            stream, message, relative, path, self.log_pump, self.settings.log_limits
+        )
+        child_wrote = True  # unless the runner says otherwise
         try:
-            self.runner(message, self._reporter(run, streamer, stream), run.control)
+            report = self._reporter(run, streamer, stream)
+            child_wrote = self.runner.run(message, report, run.control, log_path=path)
         finally:
             self.heartbeat.drop(lease)
             streamer.stop()  # the report stopped it already, unless the runner failed
             with self._lock:
                 self._runs.pop(message.task_id, None)
-            remove_spool(path)  # sent, or not to be reported: the executor keeps the log
+            # Sent, or not to be reported: the executor keeps the log.
+            self.spools.give_back(path, reusable=not child_wrote)
 
     def _reporter(
         self, run: _Run, streamer: LogStreamer, stream: EventStream
