@@ -9,21 +9,25 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from services.agent import log_stream
 from services.agent.config import AgentSettings
 from services.agent.log_limits import LogLimits
-from services.agent.log_stream import cut_marker
+from services.agent.log_stream import LogPump, LogStreamer, cut_marker
 from services.agent.metrics import AgentMetrics
 from services.agent.worker import AgentRuntime
 from shared.dispatch.celery_app import RedisSettings
 from shared.dispatch.celery_dispatch import LogDirectory
 from shared.dispatch.events import EventReader, EventStream, decode
-from shared.dispatch.messages import TaskFinished, TaskLogChunk, TaskMessage
+from shared.dispatch.messages import TaskFinished, TaskLogChunk, TaskMessage, TaskStarted
+from tests.support.waiting import wait_until
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -79,20 +83,26 @@ def reader(redis_url: str, redis_prefix: str) -> Iterator[EventReader]:
     client.close()
 
 
-def run_sh(runtime: AgentRuntime, tmp_path: Path, command: str, task_id: int = 7) -> None:
+def run_sh(
+    runtime: AgentRuntime, tmp_path: Path, command: str, task_id: int = 7, operator: str = "sh"
+) -> None:
     runtime.run(
         TaskMessage(
             task_id=task_id,
             attempt_id=3,
             lease_token=1,
             full_name="+wf+task",
-            operator="sh",
+            operator=operator,
             command=command,
             params={},
             project_dir=str(tmp_path),
             timeout_seconds=60,
         ).to_json()
     )
+
+
+def run_echo(runtime: AgentRuntime, tmp_path: Path, text: str, task_id: int) -> None:
+    run_sh(runtime, tmp_path, text, task_id, operator="echo")
 
 
 def store_events(reader: EventReader, root: Path) -> TaskFinished:
@@ -169,6 +179,41 @@ class TestHeadAndTail:
 
 
 class TestTheSpool:
+    def test_a_spool_only_the_agent_wrote_is_emptied_and_used_by_the_next_run(
+        self, plain_runtime: AgentRuntime, reader: EventReader, tmp_path: Path, work_dir: Path
+    ) -> None:
+        # When tasks that the agent itself logs for run one after another
+        run_echo(plain_runtime, tmp_path, "first", task_id=1)
+        (spool,) = spooled_files(work_dir)
+        run_echo(plain_runtime, tmp_path, "second", task_id=2)
+        # Then they wrote one spool file, left empty
+        assert spooled_files(work_dir) == [spool]
+        assert spool.read_bytes() == b""
+        # And each stored log is its own
+        logs = LogDirectory(tmp_path / "logs")
+        stored: dict[int, str] = {}
+        while entries := reader.read(0.01):
+            reader.acknowledge([entry_id for entry_id, _ in entries])
+            for _id, body in entries:
+                event = decode(body)
+                if isinstance(event, TaskLogChunk):
+                    logs.write(event)
+                elif isinstance(event, TaskFinished):
+                    assert event.log_path is not None
+                    stored[event.task_id] = (tmp_path / "logs" / event.log_path).read_text()
+        assert stored == {1: "first\n", 2: "second\n"}
+
+    def test_a_spool_a_child_process_wrote_is_removed(
+        self, plain_runtime: AgentRuntime, tmp_path: Path, work_dir: Path
+    ) -> None:
+        # Given a spool file the agent wrote, kept for the next run
+        run_echo(plain_runtime, tmp_path, "first", task_id=1)
+        assert len(spooled_files(work_dir)) == 1
+        # When a command writes into it (a process it left behind could still hold it)
+        run_sh(plain_runtime, tmp_path, "echo from a child", task_id=2)
+        # Then the file is gone: the next run gets a new one
+        assert spooled_files(work_dir) == []
+
     def test_spools_of_ended_pool_processes_are_removed_when_a_runtime_starts(
         self, redis_url: str, redis_prefix: str, work_dir: Path
     ) -> None:
@@ -190,6 +235,163 @@ class TestTheSpool:
         runtime.close()
         # Then the dead process's spool is gone, the live one's kept
         assert spooled_files(work_dir) == [live]
+
+
+class TestStreamingWhileARunGoesOn:
+    def test_a_long_run_reports_started_and_its_first_lines_before_it_ends(
+        self, plain_runtime: AgentRuntime, reader: EventReader, tmp_path: Path
+    ) -> None:
+        # Given a task that writes a line, then waits to be let go
+        command = "echo first; while [ ! -e go ]; do sleep 0.05; done; echo second"
+        run = threading.Thread(target=run_sh, args=(plain_runtime, tmp_path, command))
+        run.start()
+        try:
+            # Then its start and its first line reach the stream while it still runs
+            seen = read_until_first_chunk(reader, 7)
+            assert isinstance(seen[0], TaskStarted)
+            chunk = seen[-1]
+            assert isinstance(chunk, TaskLogChunk)
+            assert (chunk.offset, chunk.data) == (0, "first\n")
+            assert run.is_alive()
+            LogDirectory(tmp_path / "logs").write(chunk)  # stored, as the executor would
+        finally:
+            (tmp_path / "go").touch()
+            run.join(timeout=30)
+        # And the rest follows with the result
+        result = store_events(reader, tmp_path / "logs")
+        assert result.log_path is not None
+        assert (tmp_path / "logs" / result.log_path).read_bytes() == b"first\nsecond\n"
+
+    def test_runs_going_on_at_once_each_stream_while_they_run(
+        self, plain_runtime: AgentRuntime, reader: EventReader, tmp_path: Path
+    ) -> None:
+        # Given two tasks of one pool process running at once, each waiting to be let go
+        runs = [
+            threading.Thread(
+                target=run_sh,
+                args=(
+                    plain_runtime,
+                    tmp_path,
+                    f"echo {n}; while [ ! -e go ]; do sleep 0.05; done",
+                    n,
+                ),
+            )
+            for n in (7, 8)
+        ]
+        for run in runs:
+            run.start()
+        try:
+            # Then the first line of each reaches the stream before either ends
+            chunks: dict[int, str] = {}
+            deadline = time.monotonic() + 10
+            while len(chunks) < 2:
+                assert time.monotonic() < deadline, f"only {chunks} streamed"
+                for _id, body in reader.read(0.1):
+                    event = decode(body)
+                    if isinstance(event, TaskLogChunk):
+                        chunks[event.task_id] = event.data
+            assert chunks == {7: "7\n", 8: "8\n"}
+            assert all(run.is_alive() for run in runs)
+        finally:
+            (tmp_path / "go").touch()
+            for run in runs:
+                run.join(timeout=30)
+
+    def test_runs_share_one_streaming_thread_and_start_none_of_their_own(
+        self, plain_runtime: AgentRuntime, reader: EventReader, tmp_path: Path
+    ) -> None:
+        # Given a pool process that has run a task (its streaming thread is up)
+        run_echo(plain_runtime, tmp_path, "warm", task_id=1)
+        before = threading.active_count()
+        started: list[threading.Thread] = []
+        real_start = threading.Thread.start
+
+        def counting_start(thread: threading.Thread) -> None:
+            started.append(thread)
+            real_start(thread)
+
+        # When more tasks run, short ones and one that lasts past the started hold
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(threading.Thread, "start", counting_start)
+            for task_id in range(2, 12):
+                run_echo(plain_runtime, tmp_path, f"task {task_id}", task_id)
+            run_sh(plain_runtime, tmp_path, "sleep 0.3; echo done", task_id=12)
+        # Then no thread was started for their logs, and the same threads are running
+        assert [t.name for t in started if t.name.startswith("log")] == []
+        assert threading.active_count() == before
+        assert [t.name for t in threading.enumerate()].count("log-pump") == 1
+
+    def test_a_run_that_ends_before_its_turn_costs_the_streaming_thread_no_turn(
+        self, plain_runtime: AgentRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # Given the streamers' turns are counted
+        turns: list[int] = []
+        real_beat = LogStreamer.beat
+
+        def counted(streamer: LogStreamer) -> float | None:
+            turns.append(streamer.message.task_id)
+            return real_beat(streamer)
+
+        monkeypatch.setattr(LogStreamer, "beat", counted)
+        # When short tasks run one after another
+        for task_id in range(1, 6):
+            run_echo(plain_runtime, tmp_path, "x", task_id)
+        time.sleep(2 * log_stream.STARTED_HOLD_SECONDS)
+        # Then none of them got a turn: their start went out with their result
+        assert turns == []
+
+
+class TestThePump:
+    def test_a_turn_due_before_the_one_the_pump_waits_for_is_taken_on_time(self) -> None:
+        # Given a pump waiting for a turn a minute away
+        pump = LogPump()
+        called: list[str] = []
+        late, soon = TurnCounter("late", called), TurnCounter("soon", called)
+        try:
+            pump.add(late, 60)  # type: ignore[arg-type]
+            time.sleep(0.05)
+            # When a streamer due at once is added
+            pump.add(soon, 0)  # type: ignore[arg-type]
+            # Then its turn comes without waiting for the later one
+            wait_until("the sooner turn was taken", lambda: called == ["soon"], 2)
+        finally:
+            pump.close()
+
+    def test_a_streamer_removed_before_its_turn_gets_none(self) -> None:
+        pump = LogPump()
+        called: list[str] = []
+        gone = TurnCounter("gone", called)
+        try:
+            pump.add(gone, 0.05)  # type: ignore[arg-type]
+            pump.remove(gone)  # type: ignore[arg-type]
+            time.sleep(0.2)
+            assert called == []
+        finally:
+            pump.close()
+
+
+class TurnCounter:
+    """Stands for a streamer: notes each turn it gets, wants no other."""
+
+    def __init__(self, name: str, called: list[str]) -> None:
+        self.name, self.called, self.ended = name, called, False
+
+    def beat(self) -> float | None:
+        self.called.append(self.name)
+        return None
+
+
+def read_until_first_chunk(reader: EventReader, task_id: int) -> list[object]:
+    """The events read until the first log chunk of ``task_id`` (within 10 s)."""
+    seen: list[object] = []
+    deadline = time.monotonic() + 10
+    while True:
+        assert time.monotonic() < deadline, f"no log chunk streamed; saw {seen}"
+        for _id, body in reader.read(0.1):
+            event = decode(body)
+            seen.append(event)
+            if isinstance(event, TaskLogChunk) and event.task_id == task_id:
+                return seen
 
 
 class TestMemory:
