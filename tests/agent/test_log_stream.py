@@ -302,7 +302,6 @@ class TestStreamingWhileARunGoesOn:
     ) -> None:
         # Given a pool process that has run a task (its streaming thread is up)
         run_echo(plain_runtime, tmp_path, "warm", task_id=1)
-        before = threading.active_count()
         started: list[threading.Thread] = []
         real_start = threading.Thread.start
 
@@ -316,10 +315,8 @@ class TestStreamingWhileARunGoesOn:
             for task_id in range(2, 12):
                 run_echo(plain_runtime, tmp_path, f"task {task_id}", task_id)
             run_sh(plain_runtime, tmp_path, "sleep 0.3; echo done", task_id=12)
-        # Then no thread was started for their logs, and the same threads are running
-        assert [t.name for t in started if t.name.startswith("log")] == []
-        assert threading.active_count() == before
-        assert [t.name for t in threading.enumerate()].count("log-pump") == 1
+        # Then no thread was started for them (a stop or a masked output would show here)
+        assert [t.name for t in started] == []
 
     def test_a_run_that_ends_before_its_turn_costs_the_streaming_thread_no_turn(
         self, plain_runtime: AgentRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
