@@ -1,6 +1,7 @@
 """Sending a run's log file from the agent's spool to the event stream, head and tail.
 
-The agent's operator writes the log to a spool file under ``<work dir>/logs/<pid>/``.
+The agent's operator writes the log to a spool, kept in memory or in a file under
+``<work dir>/logs/<pid>/``.
 While it runs, the first :attr:`LogLimits.head_bytes` are streamed as they are written, by
 the pool process's one :class:`LogPump` thread (a thread per run would cost a start and a
 join on every task, most of which end before there is anything to stream).
@@ -9,9 +10,10 @@ tail_bytes``; otherwise a marker line ``[tickwork: N bytes cut here]`` and the l
 ``tail_bytes`` (the end of a log is what explains a failure). The stored file only ever
 grows, so a reader following it never sees a byte change. Every read and every Redis
 round trip holds at most :data:`LOG_BATCH_CHUNKS` chunks of :data:`LOG_CHUNK_BYTES`:
-streaming costs the same memory whatever the size of the log. The spool file is emptied
-or removed after the run (see :class:`SpoolFiles`); spools of pool processes that died
-are removed when the next one starts.
+streaming costs the same memory whatever the size of the log. The spool is a
+:class:`~services.agent.spool.SpoolLog`: in memory unless a child process writes it or it
+grows large; a spool file is removed after the run, and spools of pool processes that
+died are removed when the next one starts.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pathlib import Path
 from redis.exceptions import RedisError
 
 from services.agent.log_limits import LogLimits
+from services.agent.spool import SpoolLog
 from shared.dispatch.events import EventStream
 from shared.dispatch.messages import (
     AgentEvent,
@@ -154,14 +157,14 @@ class LogStreamer:
         stream: EventStream,
         message: TaskMessage,
         relative: Path,
-        path: Path,
+        spool: SpoolLog,
         pump: LogPump,
         limits: LogLimits | None = None,
     ) -> None:
         self.stream = stream
         self.message = message
         self.relative = str(relative)
-        self.path = path
+        self.spool = spool
         self.pump = pump
         self.limits = limits or LogLimits()
         self.offset = 0  # bytes of the head sent so far
@@ -261,7 +264,7 @@ class LogStreamer:
         """The segment's bytes, read one chunk at a time."""
         if segment.end <= segment.start:
             return
-        with self.path.open("rb") as spool:
+        with self.spool.open_bytes() as spool:
             spool.seek(segment.start)
             position = segment.start
             while position < segment.end:
@@ -281,13 +284,10 @@ class LogStreamer:
         )
 
     def _size(self) -> int:
-        try:
-            return self.path.stat().st_size
-        except OSError:
-            return 0
+        return self.spool.size()
 
     def _byte_at(self, position: int) -> bytes:
-        with self.path.open("rb") as spool:
+        with self.spool.open_bytes() as spool:
             spool.seek(position)
             return spool.read(1)
 
@@ -299,42 +299,10 @@ def _after(batch: Sequence[AgentEvent]) -> int:
     return last.offset + len(last.data.encode("utf-8", "surrogateescape"))
 
 
-class SpoolFiles:
-    """The spool files of one pool process's runs, in ``root``: ``<n>.log``.
-
-    A run takes a file and gives it back when its log was sent. A file that only the
-    agent wrote is emptied and written again by a later run: making and removing a file
-    (and its folder) for every run costs the file system several times what writing it
-    does. A file that a child process wrote is removed instead, as a process the run left
-    behind could still hold it open: the next run of that name gets a new file.
-    """
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self._free: list[Path] = []  # given back, emptied: the last one is taken first
-        self._made = 0
-        self._lock = threading.Lock()
-
-    def take(self) -> Path:
-        """A spool file for a run (its folder and the file itself may not exist yet)."""
-        with self._lock:
-            if self._free:
-                return self._free.pop()
-            self._made += 1
-            return self.root / f"{self._made}.log"
-
-    def give_back(self, path: Path, *, reusable: bool) -> None:
-        """``path``'s run has ended: empty it for a later run, or remove it unless
-        ``reusable``."""
-        try:
-            if reusable:
-                os.truncate(path, 0)
-            else:
-                path.unlink(missing_ok=True)
-        except OSError:
-            path.unlink(missing_ok=True)
-        with self._lock:
-            self._free.append(path)
+def remove_spool(spool: SpoolLog) -> None:
+    """Remove a run's spool file, if its log became one (spool files lie side by side)."""
+    if spool.on_disk:
+        spool.path.unlink(missing_ok=True)
 
 
 def remove_dead_spools(root: Path) -> int:

@@ -17,6 +17,7 @@ from services.agent.operators.base import (
     ResourceLimits,
     RunControl,
 )
+from services.agent.spool import SpoolLog
 from shared.dispatch.messages import (
     Outcome,
     TaskFinished,
@@ -71,29 +72,22 @@ class TaskRunner:
         return relative, self.log_root / relative
 
     def __call__(
-        self, message: TaskMessage, report: EventSink, control: RunControl | None = None
-    ) -> None:
-        """Run ``message``, its log written to its own file under the log root."""
-        self.run(message, report, control)
-
-    def run(
         self,
         message: TaskMessage,
         report: EventSink,
         control: RunControl | None = None,
         *,
-        log_path: Path | None = None,
-    ) -> bool:
-        """Run ``message``, its log written to ``log_path`` (default: its own file under
-        the log root), reporting its start and its end. True when a child process wrote
-        into the log file: a process the run left behind could still hold it open."""
+        spool: SpoolLog | None = None,
+    ) -> None:
+        """Run ``message``, reporting its start and its end; its log goes to ``spool``
+        (an agent's), or else to its own file under the log root."""
         report(TaskStarted(message.task_id, message.lease_token, time.time()))
         relative, path = self.log_file_of(message)
-        path = path if log_path is None else log_path
+        path = path if spool is None else spool.path
         store: dict[str, object] = {}
         error: str | None = None
         control = control or RunControl()
-        with _create_log(path) as log_file:
+        with _create_log(path) if spool is None else spool as log_file:
             context = OperatorContext(message, log_file, path, self.limits, control)
             try:
                 context.message, context.secrets = open_secrets(self.resolve_project_dir(message))
@@ -120,14 +114,13 @@ class TaskRunner:
                 store=dict(store),
                 error_message=error,
                 log_path=str(relative),
-                log_size_bytes=path.stat().st_size,
+                log_size_bytes=path.stat().st_size if spool is None else spool.size(),
                 output_lines=_head(path) if context.child_wrote else _lines(context.written),
                 # Masked like the store: a task with secrets in its env may export them.
                 export=context.masker.mask_value(dict(context.export)) if error is None else {},
                 subtasks=context.masker.mask_value(context.subtasks) if error is None else None,
             )
         )
-        return context.child_wrote
 
 
 def _create_log(path: Path) -> IO[str]:

@@ -47,11 +47,12 @@ from redis.exceptions import RedisError
 
 from services.agent.archives import ArchiveCache
 from services.agent.config import AgentSettings
-from services.agent.log_stream import LogPump, LogStreamer, SpoolFiles, remove_dead_spools
+from services.agent.log_stream import LogPump, LogStreamer, remove_dead_spools, remove_spool
 from services.agent.metrics import AgentMetrics
 from services.agent.operators.base import RunControl, StopReason
 from services.agent.outbox import ResultOutbox
 from services.agent.runner import TaskRunner
+from services.agent.spool import SpoolLog
 from shared.dispatch.archives import RedisArchives
 from shared.dispatch.celery_app import TASK_NAME, make_celery
 from shared.dispatch.events import EventStream, retry_redis
@@ -107,7 +108,6 @@ class AgentRuntime:
             settings.limits,
             ArchiveCache(settings.work_dir / "projects", self.archives.fetch),
         )
-        self.spools = SpoolFiles(self.runner.log_root)
         self.log_pump = LogPump()
         self.owner_prefix = f"{socket.gethostname()}/{os.getpid()}"
         self._runs: dict[int, _Run] = {}
@@ -194,22 +194,21 @@ class AgentRuntime:
             self._runs[message.task_id] = run
         self.heartbeat.hold(lease)
         relative, _ = self.runner.log_file_of(message)
-        path = self.spools.take()
+        spool = SpoolLog(self.runner.log_root / relative.name)  # unique: task id and token
         stream = self.stream.of_partition(message.event_partition)
         streamer = LogStreamer(
-            stream, message, relative, path, self.log_pump, self.settings.log_limits
+            stream, message, relative, spool, self.log_pump, self.settings.log_limits
         )
-        child_wrote = True  # unless the runner says otherwise
         try:
             report = self._reporter(run, streamer, stream)
-            child_wrote = self.runner.run(message, report, run.control, log_path=path)
+            self.runner(message, report, run.control, spool=spool)
         finally:
             self.heartbeat.drop(lease)
             streamer.stop()  # the report stopped it already, unless the runner failed
             with self._lock:
                 self._runs.pop(message.task_id, None)
-            # Sent, or not to be reported: the executor keeps the log.
-            self.spools.give_back(path, reusable=not child_wrote)
+            spool.close()
+            remove_spool(spool)  # sent, or not to be reported: the executor keeps the log
 
     def _reporter(
         self, run: _Run, streamer: LogStreamer, stream: EventStream

@@ -7,6 +7,7 @@ and reads the stored file, the result's log fields and the agent's spool.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -22,6 +23,7 @@ from services.agent.config import AgentSettings
 from services.agent.log_limits import LogLimits
 from services.agent.log_stream import LogPump, LogStreamer, cut_marker
 from services.agent.metrics import AgentMetrics
+from services.agent.spool import MEMORY_BYTES
 from services.agent.worker import AgentRuntime
 from shared.dispatch.celery_app import RedisSettings
 from shared.dispatch.celery_dispatch import LogDirectory
@@ -125,6 +127,22 @@ def spooled_files(work_dir: Path) -> list[Path]:
     return [p for p in (work_dir / "logs").rglob("*") if p.is_file()]
 
 
+def stored_logs(reader: EventReader, root: Path) -> dict[int, bytes]:
+    """Store the log chunks the runs sent, as the executor does; each run's stored log."""
+    logs = LogDirectory(root)
+    stored: dict[int, bytes] = {}
+    while entries := reader.read(0.01):
+        reader.acknowledge([entry_id for entry_id, _ in entries])
+        for _id, body in entries:
+            event = decode(body)
+            if isinstance(event, TaskLogChunk):
+                logs.write(event)
+            elif isinstance(event, TaskFinished):
+                assert event.log_path is not None
+                stored[event.task_id] = (root / event.log_path).read_bytes()
+    return stored
+
+
 def numbered_lines(count: int) -> bytes:
     """What ``seq -f %06g 1 COUNT`` writes: 7 bytes a line."""
     return b"".join(f"{n:06d}\n".encode() for n in range(1, count + 1))
@@ -179,40 +197,32 @@ class TestHeadAndTail:
 
 
 class TestTheSpool:
-    def test_a_spool_only_the_agent_wrote_is_emptied_and_used_by_the_next_run(
+    def test_a_log_only_the_agent_writes_never_touches_the_disk(
         self, plain_runtime: AgentRuntime, reader: EventReader, tmp_path: Path, work_dir: Path
     ) -> None:
-        # When tasks that the agent itself logs for run one after another
+        # When tasks that the agent itself logs for run
         run_echo(plain_runtime, tmp_path, "first", task_id=1)
-        (spool,) = spooled_files(work_dir)
         run_echo(plain_runtime, tmp_path, "second", task_id=2)
-        # Then they wrote one spool file, left empty
-        assert spooled_files(work_dir) == [spool]
-        assert spool.read_bytes() == b""
+        # Then not even the spool's folder was made
+        assert not (work_dir / "logs" / str(os.getpid())).exists()
         # And each stored log is its own
-        logs = LogDirectory(tmp_path / "logs")
-        stored: dict[int, str] = {}
-        while entries := reader.read(0.01):
-            reader.acknowledge([entry_id for entry_id, _ in entries])
-            for _id, body in entries:
-                event = decode(body)
-                if isinstance(event, TaskLogChunk):
-                    logs.write(event)
-                elif isinstance(event, TaskFinished):
-                    assert event.log_path is not None
-                    stored[event.task_id] = (tmp_path / "logs" / event.log_path).read_text()
-        assert stored == {1: "first\n", 2: "second\n"}
+        assert stored_logs(reader, tmp_path / "logs") == {1: b"first\n", 2: b"second\n"}
 
-    def test_a_spool_a_child_process_wrote_is_removed(
-        self, plain_runtime: AgentRuntime, tmp_path: Path, work_dir: Path
+    def test_a_log_that_outgrows_memory_is_spooled_to_a_file_and_stored_whole(
+        self, plain_runtime: AgentRuntime, reader: EventReader, tmp_path: Path, work_dir: Path
     ) -> None:
-        # Given a spool file the agent wrote, kept for the next run
-        run_echo(plain_runtime, tmp_path, "first", task_id=1)
-        assert len(spooled_files(work_dir)) == 1
-        # When a command writes into it (a process it left behind could still hold it)
-        run_sh(plain_runtime, tmp_path, "echo from a child", task_id=2)
-        # Then the file is gone: the next run gets a new one
+        text = "".join(f"{n:07d}\n" for n in range(2 * MEMORY_BYTES // 8))
+        run_echo(plain_runtime, tmp_path, text.rstrip("\n"), task_id=1)
+        assert stored_logs(reader, tmp_path / "logs") == {1: text.encode()}
         assert spooled_files(work_dir) == []
+
+    def test_the_spool_file_a_child_process_wrote_is_removed(
+        self, plain_runtime: AgentRuntime, reader: EventReader, tmp_path: Path, work_dir: Path
+    ) -> None:
+        run_sh(plain_runtime, tmp_path, "echo from a child", task_id=1)
+        assert (work_dir / "logs" / str(os.getpid())).is_dir()
+        assert spooled_files(work_dir) == []
+        assert stored_logs(reader, tmp_path / "logs") == {1: b"from a child\n"}
 
     def test_spools_of_ended_pool_processes_are_removed_when_a_runtime_starts(
         self, redis_url: str, redis_prefix: str, work_dir: Path
