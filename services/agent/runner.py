@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import logging
 import time
 import traceback
 from pathlib import Path
-from typing import IO
+from typing import IO, BinaryIO
 
 from services.agent.archives import ArchiveCache, ArchiveUnavailable
 from services.agent.operators import OPERATORS
@@ -115,7 +116,11 @@ class TaskRunner:
                 error_message=error,
                 log_path=str(relative),
                 log_size_bytes=path.stat().st_size if spool is None else spool.size(),
-                output_lines=_head(path) if context.child_wrote else _lines(context.written),
+                output_lines=(
+                    _head(path.open("rb") if spool is None else spool.open_bytes())
+                    if context.child_wrote
+                    else _lines(context.written)
+                ),
                 # Masked like the store: a task with secrets in its env may export them.
                 export=context.masker.mask_value(dict(context.export)) if error is None else {},
                 subtasks=context.masker.mask_value(context.subtasks) if error is None else None,
@@ -154,11 +159,12 @@ def open_secrets(message: TaskMessage) -> tuple[TaskMessage, dict[str, str]]:
     return opened, values
 
 
-def _head(path: Path) -> list[str]:
-    """The first lines of a log file that a child process wrote, each cut to
-    :data:`OUTPUT_LINE_CHARS`; a long line is skipped a piece at a time, never held whole."""
+def _head(log: BinaryIO) -> list[str]:
+    """The first lines of a log that a child process wrote (read from ``log``, which is
+    closed), each cut to :data:`OUTPUT_LINE_CHARS`; a long line is skipped a piece at a
+    time, never held whole."""
     lines: list[str] = []
-    with path.open(encoding="utf-8", errors="replace") as log_file:
+    with io.TextIOWrapper(log, encoding="utf-8", errors="replace") as log_file:
         while len(lines) < OUTPUT_HEAD_LINES:
             line = log_file.readline(OUTPUT_LINE_CHARS + 1)
             if not line:

@@ -29,12 +29,14 @@ from shared.dispatch.celery_app import RedisSettings
 from shared.dispatch.celery_dispatch import LogDirectory
 from shared.dispatch.events import EventReader, EventStream, decode
 from shared.dispatch.messages import TaskFinished, TaskLogChunk, TaskMessage, TaskStarted
+from shared.secrets import SECRET_KEY_VARIABLE, SecretBox
 from tests.support.waiting import wait_until
 
 KIB = 1024
 MIB = 1024 * KIB
 HEAD_BYTES = 64 * KIB
 TAIL_BYTES = 32 * KIB
+SECRET_KEY = "a passphrase long enough for tests"
 
 
 def settings_of(
@@ -215,6 +217,42 @@ class TestTheSpool:
         run_echo(plain_runtime, tmp_path, text.rstrip("\n"), task_id=1)
         assert stored_logs(reader, tmp_path / "logs") == {1: text.encode()}
         assert spooled_files(work_dir) == []
+
+    def test_a_masked_command_output_is_spooled_in_memory_and_reported_masked(
+        self,
+        plain_runtime: AgentRuntime,
+        reader: EventReader,
+        tmp_path: Path,
+        work_dir: Path,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        # Given a shell task with a secret in its env (its output is masked by the agent)
+        monkeypatch.setenv(SECRET_KEY_VARIABLE, SECRET_KEY)
+        marker = "~secret-test~"
+        task = TaskMessage(
+            task_id=7,
+            attempt_id=3,
+            lease_token=1,
+            full_name="+wf+task",
+            operator="sh",
+            command='echo "token is $TOKEN"',
+            params={},
+            project_dir=str(tmp_path),
+            env={"TOKEN": f"{marker}token{marker}"},
+            secrets={"token": SecretBox(SECRET_KEY).encrypt("hunter2-clear")},
+            secret_marker=marker,
+            timeout_seconds=60,
+        )
+        # When it runs
+        plain_runtime.run(task.to_json())
+        # Then its log and the result's head of it hold the masked line
+        found = [decode(body) for _id, body in reader.read(0.01)]
+        (result,) = [e for e in found if isinstance(e, TaskFinished)]
+        assert result.output_lines == ["token is ***"]
+        chunks = [e.data for e in found if isinstance(e, TaskLogChunk)]
+        assert "".join(chunks) == "token is ***\n"
+        # And only the agent wrote the spool: it stayed in memory
+        assert not (work_dir / "logs" / str(os.getpid())).exists()
 
     def test_the_spool_file_a_child_process_wrote_is_removed(
         self, plain_runtime: AgentRuntime, reader: EventReader, tmp_path: Path, work_dir: Path
