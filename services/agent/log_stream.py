@@ -1,23 +1,29 @@
 """Sending a run's log file from the agent's spool to the event stream, head and tail.
 
-The agent's operator writes the log to a spool file under ``<work dir>/logs/<pid>/``.
-While it runs, the first :attr:`LogLimits.head_bytes` are streamed as they are written.
+The agent's operator writes the log to a spool, kept in memory or in a file under
+``<work dir>/logs/<pid>/``.
+While it runs, the first :attr:`LogLimits.head_bytes` are streamed as they are written, by
+the pool process's one :class:`LogPump` thread (a thread per run would cost a start and a
+join on every task, most of which end before there is anything to stream).
 When it ends, the rest follows: all of it if the log is at most ``head_bytes +
 tail_bytes``; otherwise a marker line ``[tickwork: N bytes cut here]`` and the last
 ``tail_bytes`` (the end of a log is what explains a failure). The stored file only ever
 grows, so a reader following it never sees a byte change. Every read and every Redis
 round trip holds at most :data:`LOG_BATCH_CHUNKS` chunks of :data:`LOG_CHUNK_BYTES`:
-streaming costs the same memory whatever the size of the log. The spool file is removed
-after the run; spools of pool processes that died are removed when the next one starts.
+streaming costs the same memory whatever the size of the log. The spool is a
+:class:`~services.agent.spool.SpoolLog`: in memory unless a child process writes it or it
+grows large; a spool file is removed after the run, and spools of pool processes that
+died are removed when the next one starts.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
+import math
 import os
 import shutil
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,6 +31,7 @@ from pathlib import Path
 from redis.exceptions import RedisError
 
 from services.agent.log_limits import LogLimits
+from services.agent.spool import SpoolLog
 from shared.dispatch.events import EventStream
 from shared.dispatch.messages import (
     AgentEvent,
@@ -61,8 +68,83 @@ class _Segment:
     stored_at: int
 
 
+class LogPump:
+    """The thread that streams the logs of a pool process's running tasks.
+
+    Each :class:`LogStreamer` it was given is called again when its time comes (see
+    :meth:`LogStreamer.beat`); a streamer whose run ended is forgotten. Adding a streamer
+    wakes the thread only when it is due before the thread would wake anyway, and
+    removing one never does: a task that ends before its first turn costs the thread
+    nothing. The thread starts with the first streamer added.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._due: dict[LogStreamer, float] = {}  # streamer -> time.monotonic() of its turn
+        self._wakes_at = math.inf  # when the waiting thread wakes; -inf while it is busy
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def add(self, streamer: LogStreamer, delay_seconds: float) -> None:
+        """Give ``streamer`` its turn ``delay_seconds`` from now."""
+        due = time.monotonic() + delay_seconds
+        with self._cond:
+            if self._closed:
+                return
+            self._due[streamer] = due
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="log-pump", daemon=True)
+                self._thread.start()
+            elif due < self._wakes_at:
+                self._cond.notify()
+
+    def remove(self, streamer: LogStreamer) -> None:
+        """Give ``streamer`` no more turns (one under way is not waited for here)."""
+        with self._cond:
+            self._due.pop(streamer, None)
+
+    def close(self) -> None:
+        """Stop the thread (the logs of runs still going are then sent when they end)."""
+        with self._cond:
+            self._closed = True
+            self._due.clear()
+            self._cond.notify()
+            thread = self._thread
+        if thread is not None and thread.is_alive():
+            thread.join(timeout=5)
+
+    def _next(self) -> LogStreamer | None:
+        """The next streamer whose turn it is, once it is; None once closed."""
+        with self._cond:
+            while not self._closed:
+                now = time.monotonic()
+                self._wakes_at = math.inf
+                if self._due:
+                    streamer, due = min(self._due.items(), key=lambda item: item[1])
+                    if due <= now:
+                        del self._due[streamer]
+                        self._wakes_at = -math.inf  # busy: it looks again before waiting
+                        return streamer
+                    self._wakes_at = due
+                self._cond.wait(None if self._wakes_at == math.inf else self._wakes_at - now)
+            return None
+
+    def _run(self) -> None:
+        while (streamer := self._next()) is not None:
+            try:
+                delay = streamer.beat()
+            except Exception:  # one run's bug must not stop the streaming of the others
+                log.exception("streaming a log failed task_id=%d", streamer.message.task_id)
+                continue
+            if delay is not None:
+                with self._cond:
+                    if not self._closed and not streamer.ended:
+                        self._due[streamer] = time.monotonic() + delay
+
+
 class LogStreamer:
-    """Sends what a run writes to its spool file to the event stream, chunk by chunk.
+    """Sends what a run writes to its spool file to the event stream, chunk by chunk, in
+    the turns ``pump`` gives it.
 
     It also holds the run's ``started`` event back for :data:`STARTED_HOLD_SECONDS`: a
     short task then reports started, log and result in one go, and the executor applies
@@ -75,43 +157,43 @@ class LogStreamer:
         stream: EventStream,
         message: TaskMessage,
         relative: Path,
-        path: Path,
+        spool: SpoolLog,
+        pump: LogPump,
         limits: LogLimits | None = None,
     ) -> None:
         self.stream = stream
         self.message = message
         self.relative = str(relative)
-        self.path = path
+        self.spool = spool
+        self.pump = pump
         self.limits = limits or LogLimits()
         self.offset = 0  # bytes of the head sent so far
         self.stored_bytes = 0
         self.cut_bytes = 0
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
+        self.ended = False  # finish() or stop() was called: no more turns
+        self._lock = threading.Lock()  # held through a turn: the end waits for it
         self._started: TaskStarted | None = None
-        self._thread = threading.Thread(target=self._run, name="log-streamer", daemon=True)
 
     def start(self, started: TaskStarted) -> None:
         """Stream in the background while the operator runs; report ``started`` soon."""
         self._started = started
-        self._thread.start()
+        self.pump.add(self, STARTED_HOLD_SECONDS)
 
-    def _run(self) -> None:
-        if self._stop.wait(STARTED_HOLD_SECONDS):
-            return
+    def beat(self) -> float | None:
+        """One turn (the pump's): report the held ``started``, or send the head written
+        since the last turn. Seconds until the next turn; None once the run ended."""
         with self._lock:
+            if self.ended:
+                return None
             started, self._started = self._started, None
-        if started is not None:
             try:
-                self.stream.emit([started])
-            except RedisError as exc:
-                log.debug("could not report a start: %s", exc)
-        while not self._stop.wait(LOG_POLL_SECONDS):
-            try:
-                with self._lock:
+                if started is not None:
+                    self.stream.emit([started])
+                else:
                     self._send_head(self.stream.emit)
             except (OSError, RedisError) as exc:
                 log.debug("log streaming paused: %s", exc)
+            return LOG_POLL_SECONDS
 
     def _send_head(self, emit: Emit) -> None:
         """Send the head written since the last call, a batch per round trip; a batch
@@ -159,9 +241,10 @@ class LogStreamer:
         )
 
     def _halt(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
+        """No more turns; a turn under way ends first (its events go out before the rest)."""
+        self.pump.remove(self)
+        with self._lock:
+            self.ended = True
 
     def _rest(self, size: int) -> Iterator[TaskLogChunk]:
         """What is left to send once the run ended, ``size`` bytes long."""
@@ -181,7 +264,7 @@ class LogStreamer:
         """The segment's bytes, read one chunk at a time."""
         if segment.end <= segment.start:
             return
-        with self.path.open("rb") as spool:
+        with self.spool.open_bytes() as spool:
             spool.seek(segment.start)
             position = segment.start
             while position < segment.end:
@@ -201,13 +284,10 @@ class LogStreamer:
         )
 
     def _size(self) -> int:
-        try:
-            return self.path.stat().st_size
-        except OSError:
-            return 0
+        return self.spool.size()
 
     def _byte_at(self, position: int) -> bytes:
-        with self.path.open("rb") as spool:
+        with self.spool.open_bytes() as spool:
             spool.seek(position)
             return spool.read(1)
 
@@ -219,11 +299,10 @@ def _after(batch: Sequence[AgentEvent]) -> int:
     return last.offset + len(last.data.encode("utf-8", "surrogateescape"))
 
 
-def remove_spool(path: Path) -> None:
-    """Remove a run's spool file, and its attempt's folder once that is empty."""
-    path.unlink(missing_ok=True)
-    with contextlib.suppress(OSError):
-        path.parent.rmdir()
+def remove_spool(spool: SpoolLog) -> None:
+    """Remove a run's spool file, if its log became one (spool files lie side by side)."""
+    if spool.on_disk:
+        spool.path.unlink(missing_ok=True)
 
 
 def remove_dead_spools(root: Path) -> int:

@@ -122,13 +122,19 @@ class ResultOutbox:
 
     def _send(self, held: Sequence[_Held], *, mark: bool = False) -> None:
         """Send each result after the events still held before it (and, with ``mark``,
-        turn its lease into the ``done`` mark), in one round trip."""
-        pipe = self.stream.client.pipeline(transaction=False)
+        turn its lease into the ``done`` mark), in one round trip and one transaction.
+
+        In a transaction because Redis hands an executor blocked on the stream what is
+        there after each command: a plain pipeline would wake it with the run's first
+        event alone (``started``), and the log and the result would take it a second
+        read and a second pass."""
+        pipe = self.stream.client.pipeline(transaction=True)
         for h in held:
             (h.stream or self.stream).emit([*h.before, h.result], pipe=pipe)
         for h in held if mark else ():
             self.leases.finish(h.lease, self.done_mark_ms, pipe=pipe)
-        pipe.execute()
+        # By digest: redis-py's own execute would first ask whether Redis has the script.
+        self.leases.execute(pipe)
         for h in held:
             h.before, h.sent_at = [], time.monotonic()
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import logging
 import time
 import traceback
 from pathlib import Path
+from typing import IO, BinaryIO
 
 from services.agent.archives import ArchiveCache, ArchiveUnavailable
 from services.agent.operators import OPERATORS
@@ -16,6 +18,7 @@ from services.agent.operators.base import (
     ResourceLimits,
     RunControl,
 )
+from services.agent.spool import SpoolLog
 from shared.dispatch.messages import (
     Outcome,
     TaskFinished,
@@ -70,15 +73,22 @@ class TaskRunner:
         return relative, self.log_root / relative
 
     def __call__(
-        self, message: TaskMessage, report: EventSink, control: RunControl | None = None
+        self,
+        message: TaskMessage,
+        report: EventSink,
+        control: RunControl | None = None,
+        *,
+        spool: SpoolLog | None = None,
     ) -> None:
+        """Run ``message``, reporting its start and its end; its log goes to ``spool``
+        (an agent's), or else to its own file under the log root."""
         report(TaskStarted(message.task_id, message.lease_token, time.time()))
         relative, path = self.log_file_of(message)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path = path if spool is None else spool.path
         store: dict[str, object] = {}
         error: str | None = None
         control = control or RunControl()
-        with path.open("w", encoding="utf-8") as log_file:
+        with _create_log(path) if spool is None else spool as log_file:
             context = OperatorContext(message, log_file, path, self.limits, control)
             try:
                 context.message, context.secrets = open_secrets(self.resolve_project_dir(message))
@@ -105,13 +115,26 @@ class TaskRunner:
                 store=dict(store),
                 error_message=error,
                 log_path=str(relative),
-                log_size_bytes=path.stat().st_size,
-                output_lines=_head(path) if context.child_wrote else _lines(context.written),
+                log_size_bytes=path.stat().st_size if spool is None else spool.size(),
+                output_lines=(
+                    _head(path.open("rb") if spool is None else spool.open_bytes())
+                    if context.child_wrote
+                    else _lines(context.written)
+                ),
                 # Masked like the store: a task with secrets in its env may export them.
                 export=context.masker.mask_value(dict(context.export)) if error is None else {},
                 subtasks=context.masker.mask_value(context.subtasks) if error is None else None,
             )
         )
+
+
+def _create_log(path: Path) -> IO[str]:
+    """``path`` opened for writing, its folder made first if it has none yet."""
+    try:
+        return path.open("w", encoding="utf-8")
+    except FileNotFoundError:  # the first log in its folder (the common case needs no mkdir)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path.open("w", encoding="utf-8")
 
 
 def open_secrets(message: TaskMessage) -> tuple[TaskMessage, dict[str, str]]:
@@ -136,11 +159,12 @@ def open_secrets(message: TaskMessage) -> tuple[TaskMessage, dict[str, str]]:
     return opened, values
 
 
-def _head(path: Path) -> list[str]:
-    """The first lines of a log file that a child process wrote, each cut to
-    :data:`OUTPUT_LINE_CHARS`; a long line is skipped a piece at a time, never held whole."""
+def _head(log: BinaryIO) -> list[str]:
+    """The first lines of a log that a child process wrote (read from ``log``, which is
+    closed), each cut to :data:`OUTPUT_LINE_CHARS`; a long line is skipped a piece at a
+    time, never held whole."""
     lines: list[str] = []
-    with path.open(encoding="utf-8", errors="replace") as log_file:
+    with io.TextIOWrapper(log, encoding="utf-8", errors="replace") as log_file:
         while len(lines) < OUTPUT_HEAD_LINES:
             line = log_file.readline(OUTPUT_LINE_CHARS + 1)
             if not line:

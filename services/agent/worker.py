@@ -47,11 +47,12 @@ from redis.exceptions import RedisError
 
 from services.agent.archives import ArchiveCache
 from services.agent.config import AgentSettings
-from services.agent.log_stream import LogStreamer, remove_dead_spools, remove_spool
+from services.agent.log_stream import LogPump, LogStreamer, remove_dead_spools, remove_spool
 from services.agent.metrics import AgentMetrics
 from services.agent.operators.base import RunControl, StopReason
 from services.agent.outbox import ResultOutbox
 from services.agent.runner import TaskRunner
+from services.agent.spool import SpoolLog
 from shared.dispatch.archives import RedisArchives
 from shared.dispatch.celery_app import TASK_NAME, make_celery
 from shared.dispatch.events import EventStream, retry_redis
@@ -107,6 +108,7 @@ class AgentRuntime:
             settings.limits,
             ArchiveCache(settings.work_dir / "projects", self.archives.fetch),
         )
+        self.log_pump = LogPump()
         self.owner_prefix = f"{socket.gethostname()}/{os.getpid()}"
         self._runs: dict[int, _Run] = {}
         self._lock = threading.Lock()
@@ -130,8 +132,10 @@ class AgentRuntime:
         )
 
     def close(self) -> None:
-        """Stop the heartbeat, the outbox and the kill listener (held leases then expire)."""
+        """Stop the heartbeat, the log pump, the outbox and the kill listener (held leases
+        then expire)."""
         self.heartbeat.stop()
+        self.log_pump.close()
         self.outbox.stop()
         self._kill_listener.stop()
         self.client.close()
@@ -189,17 +193,22 @@ class AgentRuntime:
         with self._lock:
             self._runs[message.task_id] = run
         self.heartbeat.hold(lease)
-        relative, path = self.runner.log_file_of(message)
+        relative, _ = self.runner.log_file_of(message)
+        spool = SpoolLog(self.runner.log_root / relative.name)  # unique: task id and token
         stream = self.stream.of_partition(message.event_partition)
-        streamer = LogStreamer(stream, message, relative, path, self.settings.log_limits)
+        streamer = LogStreamer(
+            stream, message, relative, spool, self.log_pump, self.settings.log_limits
+        )
         try:
-            self.runner(message, self._reporter(run, streamer, stream), run.control)
+            report = self._reporter(run, streamer, stream)
+            self.runner(message, report, run.control, spool=spool)
         finally:
             self.heartbeat.drop(lease)
             streamer.stop()  # the report stopped it already, unless the runner failed
             with self._lock:
                 self._runs.pop(message.task_id, None)
-            remove_spool(path)  # sent, or not to be reported: the executor keeps the log
+            spool.close()
+            remove_spool(spool)  # sent, or not to be reported: the executor keeps the log
 
     def _reporter(
         self, run: _Run, streamer: LogStreamer, stream: EventStream

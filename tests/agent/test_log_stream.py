@@ -7,28 +7,36 @@ and reads the stored file, the result's log fields and the agent's spool.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import threading
+import time
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from services.agent import log_stream
 from services.agent.config import AgentSettings
 from services.agent.log_limits import LogLimits
-from services.agent.log_stream import cut_marker
+from services.agent.log_stream import LogPump, LogStreamer, cut_marker
 from services.agent.metrics import AgentMetrics
+from services.agent.spool import MEMORY_BYTES
 from services.agent.worker import AgentRuntime
 from shared.dispatch.celery_app import RedisSettings
 from shared.dispatch.celery_dispatch import LogDirectory
 from shared.dispatch.events import EventReader, EventStream, decode
-from shared.dispatch.messages import TaskFinished, TaskLogChunk, TaskMessage
+from shared.dispatch.messages import TaskFinished, TaskLogChunk, TaskMessage, TaskStarted
+from shared.secrets import SECRET_KEY_VARIABLE, SecretBox
+from tests.support.waiting import wait_until
 
 KIB = 1024
 MIB = 1024 * KIB
 HEAD_BYTES = 64 * KIB
 TAIL_BYTES = 32 * KIB
+SECRET_KEY = "a passphrase long enough for tests"
 
 
 def settings_of(
@@ -79,20 +87,26 @@ def reader(redis_url: str, redis_prefix: str) -> Iterator[EventReader]:
     client.close()
 
 
-def run_sh(runtime: AgentRuntime, tmp_path: Path, command: str, task_id: int = 7) -> None:
+def run_sh(
+    runtime: AgentRuntime, tmp_path: Path, command: str, task_id: int = 7, operator: str = "sh"
+) -> None:
     runtime.run(
         TaskMessage(
             task_id=task_id,
             attempt_id=3,
             lease_token=1,
             full_name="+wf+task",
-            operator="sh",
+            operator=operator,
             command=command,
             params={},
             project_dir=str(tmp_path),
             timeout_seconds=60,
         ).to_json()
     )
+
+
+def run_echo(runtime: AgentRuntime, tmp_path: Path, text: str, task_id: int) -> None:
+    run_sh(runtime, tmp_path, text, task_id, operator="echo")
 
 
 def store_events(reader: EventReader, root: Path) -> TaskFinished:
@@ -113,6 +127,22 @@ def store_events(reader: EventReader, root: Path) -> TaskFinished:
 
 def spooled_files(work_dir: Path) -> list[Path]:
     return [p for p in (work_dir / "logs").rglob("*") if p.is_file()]
+
+
+def stored_logs(reader: EventReader, root: Path) -> dict[int, bytes]:
+    """Store the log chunks the runs sent, as the executor does; each run's stored log."""
+    logs = LogDirectory(root)
+    stored: dict[int, bytes] = {}
+    while entries := reader.read(0.01):
+        reader.acknowledge([entry_id for entry_id, _ in entries])
+        for _id, body in entries:
+            event = decode(body)
+            if isinstance(event, TaskLogChunk):
+                logs.write(event)
+            elif isinstance(event, TaskFinished):
+                assert event.log_path is not None
+                stored[event.task_id] = (root / event.log_path).read_bytes()
+    return stored
 
 
 def numbered_lines(count: int) -> bytes:
@@ -169,6 +199,69 @@ class TestHeadAndTail:
 
 
 class TestTheSpool:
+    def test_a_log_only_the_agent_writes_never_touches_the_disk(
+        self, plain_runtime: AgentRuntime, reader: EventReader, tmp_path: Path, work_dir: Path
+    ) -> None:
+        # When tasks that the agent itself logs for run
+        run_echo(plain_runtime, tmp_path, "first", task_id=1)
+        run_echo(plain_runtime, tmp_path, "second", task_id=2)
+        # Then not even the spool's folder was made
+        assert not (work_dir / "logs" / str(os.getpid())).exists()
+        # And each stored log is its own
+        assert stored_logs(reader, tmp_path / "logs") == {1: b"first\n", 2: b"second\n"}
+
+    def test_a_log_that_outgrows_memory_is_spooled_to_a_file_and_stored_whole(
+        self, plain_runtime: AgentRuntime, reader: EventReader, tmp_path: Path, work_dir: Path
+    ) -> None:
+        text = "".join(f"{n:07d}\n" for n in range(2 * MEMORY_BYTES // 8))
+        run_echo(plain_runtime, tmp_path, text.rstrip("\n"), task_id=1)
+        assert stored_logs(reader, tmp_path / "logs") == {1: text.encode()}
+        assert spooled_files(work_dir) == []
+
+    def test_a_masked_command_output_is_spooled_in_memory_and_reported_masked(
+        self,
+        plain_runtime: AgentRuntime,
+        reader: EventReader,
+        tmp_path: Path,
+        work_dir: Path,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        # Given a shell task with a secret in its env (its output is masked by the agent)
+        monkeypatch.setenv(SECRET_KEY_VARIABLE, SECRET_KEY)
+        marker = "~secret-test~"
+        task = TaskMessage(
+            task_id=7,
+            attempt_id=3,
+            lease_token=1,
+            full_name="+wf+task",
+            operator="sh",
+            command='echo "token is $TOKEN"',
+            params={},
+            project_dir=str(tmp_path),
+            env={"TOKEN": f"{marker}token{marker}"},
+            secrets={"token": SecretBox(SECRET_KEY).encrypt("hunter2-clear")},
+            secret_marker=marker,
+            timeout_seconds=60,
+        )
+        # When it runs
+        plain_runtime.run(task.to_json())
+        # Then its log and the result's head of it hold the masked line
+        found = [decode(body) for _id, body in reader.read(0.01)]
+        (result,) = [e for e in found if isinstance(e, TaskFinished)]
+        assert result.output_lines == ["token is ***"]
+        chunks = [e.data for e in found if isinstance(e, TaskLogChunk)]
+        assert "".join(chunks) == "token is ***\n"
+        # And only the agent wrote the spool: it stayed in memory
+        assert not (work_dir / "logs" / str(os.getpid())).exists()
+
+    def test_the_spool_file_a_child_process_wrote_is_removed(
+        self, plain_runtime: AgentRuntime, reader: EventReader, tmp_path: Path, work_dir: Path
+    ) -> None:
+        run_sh(plain_runtime, tmp_path, "echo from a child", task_id=1)
+        assert (work_dir / "logs" / str(os.getpid())).is_dir()
+        assert spooled_files(work_dir) == []
+        assert stored_logs(reader, tmp_path / "logs") == {1: b"from a child\n"}
+
     def test_spools_of_ended_pool_processes_are_removed_when_a_runtime_starts(
         self, redis_url: str, redis_prefix: str, work_dir: Path
     ) -> None:
@@ -190,6 +283,160 @@ class TestTheSpool:
         runtime.close()
         # Then the dead process's spool is gone, the live one's kept
         assert spooled_files(work_dir) == [live]
+
+
+class TestStreamingWhileARunGoesOn:
+    def test_a_long_run_reports_started_and_its_first_lines_before_it_ends(
+        self, plain_runtime: AgentRuntime, reader: EventReader, tmp_path: Path
+    ) -> None:
+        # Given a task that writes a line, then waits to be let go
+        command = "echo first; while [ ! -e go ]; do sleep 0.05; done; echo second"
+        run = threading.Thread(target=run_sh, args=(plain_runtime, tmp_path, command))
+        run.start()
+        try:
+            # Then its start and its first line reach the stream while it still runs
+            seen = read_until_first_chunk(reader, 7)
+            assert isinstance(seen[0], TaskStarted)
+            chunk = seen[-1]
+            assert isinstance(chunk, TaskLogChunk)
+            assert (chunk.offset, chunk.data) == (0, "first\n")
+            assert run.is_alive()
+            LogDirectory(tmp_path / "logs").write(chunk)  # stored, as the executor would
+        finally:
+            (tmp_path / "go").touch()
+            run.join(timeout=30)
+        # And the rest follows with the result
+        result = store_events(reader, tmp_path / "logs")
+        assert result.log_path is not None
+        assert (tmp_path / "logs" / result.log_path).read_bytes() == b"first\nsecond\n"
+
+    def test_runs_going_on_at_once_each_stream_while_they_run(
+        self, plain_runtime: AgentRuntime, reader: EventReader, tmp_path: Path
+    ) -> None:
+        # Given two tasks of one pool process running at once, each waiting to be let go
+        runs = [
+            threading.Thread(
+                target=run_sh,
+                args=(
+                    plain_runtime,
+                    tmp_path,
+                    f"echo {n}; while [ ! -e go ]; do sleep 0.05; done",
+                    n,
+                ),
+            )
+            for n in (7, 8)
+        ]
+        for run in runs:
+            run.start()
+        try:
+            # Then the first line of each reaches the stream before either ends
+            chunks: dict[int, str] = {}
+            deadline = time.monotonic() + 10
+            while len(chunks) < 2:
+                assert time.monotonic() < deadline, f"only {chunks} streamed"
+                for _id, body in reader.read(0.1):
+                    event = decode(body)
+                    if isinstance(event, TaskLogChunk):
+                        chunks[event.task_id] = event.data
+            assert chunks == {7: "7\n", 8: "8\n"}
+            assert all(run.is_alive() for run in runs)
+        finally:
+            (tmp_path / "go").touch()
+            for run in runs:
+                run.join(timeout=30)
+
+    def test_runs_share_one_streaming_thread_and_start_none_of_their_own(
+        self, plain_runtime: AgentRuntime, reader: EventReader, tmp_path: Path
+    ) -> None:
+        # Given a pool process that has run a task (its streaming thread is up)
+        run_echo(plain_runtime, tmp_path, "warm", task_id=1)
+        started: list[threading.Thread] = []
+        real_start = threading.Thread.start
+
+        def counting_start(thread: threading.Thread) -> None:
+            started.append(thread)
+            real_start(thread)
+
+        # When more tasks run, short ones and one that lasts past the started hold
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(threading.Thread, "start", counting_start)
+            for task_id in range(2, 12):
+                run_echo(plain_runtime, tmp_path, f"task {task_id}", task_id)
+            run_sh(plain_runtime, tmp_path, "sleep 0.3; echo done", task_id=12)
+        # Then no thread was started for them (a stop or a masked output would show here)
+        assert [t.name for t in started] == []
+
+    def test_a_run_that_ends_before_its_turn_costs_the_streaming_thread_no_turn(
+        self, plain_runtime: AgentRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # Given the streamers' turns are counted
+        turns: list[int] = []
+        real_beat = LogStreamer.beat
+
+        def counted(streamer: LogStreamer) -> float | None:
+            turns.append(streamer.message.task_id)
+            return real_beat(streamer)
+
+        monkeypatch.setattr(LogStreamer, "beat", counted)
+        # When short tasks run one after another
+        for task_id in range(1, 6):
+            run_echo(plain_runtime, tmp_path, "x", task_id)
+        time.sleep(2 * log_stream.STARTED_HOLD_SECONDS)
+        # Then none of them got a turn: their start went out with their result
+        assert turns == []
+
+
+class TestThePump:
+    def test_a_turn_due_before_the_one_the_pump_waits_for_is_taken_on_time(self) -> None:
+        # Given a pump waiting for a turn a minute away
+        pump = LogPump()
+        called: list[str] = []
+        late, soon = TurnCounter("late", called), TurnCounter("soon", called)
+        try:
+            pump.add(late, 60)  # type: ignore[arg-type]
+            time.sleep(0.05)
+            # When a streamer due at once is added
+            pump.add(soon, 0)  # type: ignore[arg-type]
+            # Then its turn comes without waiting for the later one
+            wait_until("the sooner turn was taken", lambda: called == ["soon"], 2)
+        finally:
+            pump.close()
+
+    def test_a_streamer_removed_before_its_turn_gets_none(self) -> None:
+        pump = LogPump()
+        called: list[str] = []
+        gone = TurnCounter("gone", called)
+        try:
+            pump.add(gone, 0.05)  # type: ignore[arg-type]
+            pump.remove(gone)  # type: ignore[arg-type]
+            time.sleep(0.2)
+            assert called == []
+        finally:
+            pump.close()
+
+
+class TurnCounter:
+    """Stands for a streamer: notes each turn it gets, wants no other."""
+
+    def __init__(self, name: str, called: list[str]) -> None:
+        self.name, self.called, self.ended = name, called, False
+
+    def beat(self) -> float | None:
+        self.called.append(self.name)
+        return None
+
+
+def read_until_first_chunk(reader: EventReader, task_id: int) -> list[object]:
+    """The events read until the first log chunk of ``task_id`` (within 10 s)."""
+    seen: list[object] = []
+    deadline = time.monotonic() + 10
+    while True:
+        assert time.monotonic() < deadline, f"no log chunk streamed; saw {seen}"
+        for _id, body in reader.read(0.1):
+            event = decode(body)
+            seen.append(event)
+            if isinstance(event, TaskLogChunk) and event.task_id == task_id:
+                return seen
 
 
 class TestMemory:

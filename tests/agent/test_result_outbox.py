@@ -3,14 +3,19 @@ is kept until its lease key says it is settled, and sent again when Redis lost i
 
 from __future__ import annotations
 
+import hashlib
+import threading
+import time
+
 import pytest
 from redis import Redis
+from redis.client import Pipeline
 
 from services.agent import outbox as outbox_module
 from services.agent.outbox import ResultOutbox
 from shared.dispatch.events import EventReader, EventStream, decode
 from shared.dispatch.leases import Lease, LeaseStore
-from shared.dispatch.messages import Outcome, TaskFinished, TaskLogChunk
+from shared.dispatch.messages import Outcome, TaskFinished, TaskLogChunk, TaskStarted
 from tests.support.servers import find_free_port
 
 TTL_MS = 3000
@@ -59,6 +64,51 @@ class TestResultOutbox:
         assert results_read(reader) == [result()]
         assert leases.holder(7) == Lease(7, 1, "done")
         assert outbox.held() == [(7, 1)]
+
+    def test_a_result_goes_out_in_one_round_trip_without_asking_for_the_script(
+        self,
+        outbox: ResultOutbox,
+        leases: LeaseStore,
+        reader: EventReader,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        outbox.deliver(finished_run(leases, task_id=1), result(task_id=1))  # Redis has it now
+        asked: list[object] = []
+        monkeypatch.setattr(Pipeline, "load_scripts", lambda pipe: asked.append(pipe))
+        assert outbox.deliver(finished_run(leases), result())
+        assert asked == []
+        assert results_read(reader)[-1] == result()
+        assert leases.holder(7) == Lease(7, 1, "done")
+
+    def test_a_result_is_delivered_with_its_done_mark_after_redis_lost_the_script(
+        self, outbox: ResultOutbox, leases: LeaseStore, reader: EventReader
+    ) -> None:
+        lease = finished_run(leases)
+        # As after a Redis restart: the script's digest is one Redis never saw (the
+        # server's scripts are not flushed under the tests running beside)
+        leases._finish.sha = hashlib.sha1(b"a script Redis lost").hexdigest()
+        assert outbox.deliver(lease, result())
+        assert results_read(reader) == [result()]
+        assert leases.holder(7) == Lease(7, 1, "done")
+
+    def test_an_executor_waiting_on_the_stream_reads_the_start_log_and_result_at_once(
+        self, outbox: ResultOutbox, leases: LeaseStore, reader: EventReader
+    ) -> None:
+        # Given an executor blocked reading the stream
+        lease = finished_run(leases)
+        read: list[list[object]] = []
+        waiting = threading.Thread(
+            target=lambda: read.append([decode(body) for _, body in reader.read(10)])
+        )
+        waiting.start()
+        time.sleep(0.2)  # it is blocked by now
+        # When a short run's start, last log chunk and result are delivered
+        started = TaskStarted(7, 1, FINISHED_AT - 1)
+        chunk = TaskLogChunk(7, 1, "3/+wf+a.7.1.log", 0, "done\n")
+        assert outbox.deliver(lease, result(), [started, chunk])
+        waiting.join(timeout=10)
+        # Then its one read got all three: one pass applies them
+        assert read == [[started, chunk, result()]]
 
     def test_a_result_the_executor_marked_applied_is_forgotten(
         self, outbox: ResultOutbox, leases: LeaseStore
