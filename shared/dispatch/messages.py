@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
@@ -106,7 +106,7 @@ class TaskFinished:
     def to_json(self) -> dict[str, Any]:
         """The JSON body of the message (``log_truncated_bytes`` only when a log was cut,
         which an executor older than that field could not read)."""
-        body = asdict(self)
+        body = _shallow(self)
         if not self.log_truncated_bytes:
             del body["log_truncated_bytes"]
         return body
@@ -161,8 +161,20 @@ _KIND_OF = {cls: kind for kind, cls in _EVENT_KINDS.items()}
 
 def event_to_json(event: AgentEvent) -> dict[str, Any]:
     """An event as JSON, with its ``kind``."""
-    body = event.to_json() if isinstance(event, TaskFinished) else asdict(event)
+    body = event.to_json() if isinstance(event, TaskFinished) else _shallow(event)
     return {"kind": _KIND_OF[type(event)], **body}
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _shallow(event: Any) -> dict[str, Any]:
+    """A dataclass's fields by name, its values as they are (``asdict`` would copy every
+    nested value, for a body that is serialised at once)."""
+    names = _FIELD_NAMES.get(type(event))
+    if names is None:
+        names = _FIELD_NAMES[type(event)] = tuple(f.name for f in fields(event))
+    return {name: getattr(event, name) for name in names}
 
 
 def event_from_json(body: dict[str, Any]) -> AgentEvent:
