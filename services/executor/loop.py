@@ -121,7 +121,10 @@ class WorkflowExecutor:
     def tick(self, now: datetime | None = None) -> TickReport:
         """One pass over the store; messages are published after the commit."""
         now = now or self.clock.now()
-        events, self._pending = [*self._pending, *self.dispatcher.poll_events(0)], []
+        # Events just waited for are applied at once: a second read would cost every hop
+        # a round trip to Redis for what arrived meanwhile (the next wait reads that).
+        fresh = [] if self._pending else self.dispatcher.poll_events(0)
+        events, self._pending = [*self._pending, *fresh], []
         plan = self._timers.plan(now, events, reaping=self.recovery is not None)
         work = self._run_pass(now, plan, events)
         self.dispatcher.acknowledge()
