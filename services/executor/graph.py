@@ -32,7 +32,7 @@ from shared.domain.states import (
 from shared.domain.workflow import TaskSpec
 from shared.store import tasks as task_store
 from shared.store.sessions import AttemptRow, get_attempt, set_attempt_state
-from shared.store.tasks import TaskRow
+from shared.store.tasks import Seen, TaskRow
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,7 @@ class TaskGraph:
         # parent id -> whether a child may wait for a sibling, as its children started
         self._sibling_edges = {} if sibling_edges is None else sibling_edges
         self._unsettled: dict[int, None] = {}  # parents whose children may all have ended
+        self._seen: dict[int, Seen] = {}  # what tasks promoted in this pass see, by id
         self.moves: list[TaskMove] = []  # the states tasks entered, in order
 
     def record(self, task_id: int, full_name: str, state: TaskState) -> None:
@@ -191,18 +192,29 @@ class TaskGraph:
         return taken
 
     def stored_params(self, rows: Sequence[TaskRow]) -> dict[int, dict[str, Any] | None]:
-        """Params stored by earlier tasks that each task sees: its parent's, then upstreams'."""
-        parent_ids = {r.parent_id for r in rows if r.parent_id is not None}
+        """Params stored by earlier tasks that each task sees: its parent's, then upstreams'.
+
+        Read in one statement, but for tasks this pass promoted with a statement that said
+        what they see (nothing a pass does changes that before they start: their
+        upstreams have ended, and their parent passes on a new value only once its
+        children are done)."""
+        stored = {r.id: self._seen_params(r.id) for r in rows if r.id in self._seen}
+        rest = [r for r in rows if r.id not in stored]
+        if not rest:
+            return stored
+        parent_ids = {r.parent_id for r in rest if r.parent_id is not None}
         # An operator waiting for its subtasks passes on what it stored itself, too.
         parents, upstream = task_store.parent_and_upstream_outputs(
-            self.conn, parent_ids, [r.id for r in rows]
+            self.conn, parent_ids, [r.id for r in rest]
         )
-        return {
-            r.id: merge_outputs(
-                [parents.get(r.parent_id) if r.parent_id else None, *upstream.get(r.id, [])]
-            )
-            for r in rows
-        }
+        for r in rest:
+            parent = parents.get(r.parent_id) if r.parent_id else None
+            stored[r.id] = merge_outputs([parent, *upstream.get(r.id, [])])
+        return stored
+
+    def _seen_params(self, task_id: int) -> dict[str, Any] | None:
+        seen = self._seen.pop(task_id)
+        return merge_outputs([seen.parent, *seen.upstream])
 
     def start_group(self, group: TaskRow) -> None:
         """READY group -> PLANNED, and its first children -> READY."""
@@ -373,7 +385,8 @@ class TaskGraph:
                 self._unsettled[parent_id] = None
         if not looked:
             return
-        ready = task_store.make_downstream_ready(self.conn, list(looked), self.now)
+        ready, seen = task_store.make_downstream_ready(self.conn, list(looked), self.now)
+        self._seen.update(seen)
         timed = [task.id for task in ready if task.config.get("start") is not None]
         ready = [task for task in ready if task.config.get("start") is None]
         ready += self._start_delayed(timed, from_state=TaskState.READY)

@@ -61,6 +61,9 @@ class StoreDialect(ABC):
     chains_inserts: ClassVar[bool]
     """Whether one statement can insert rows read from bound arrays and insert more rows
     from those the first insert returned (data-modifying ``WITH`` and ``unnest``)."""
+    orders_aggregates: ClassVar[bool]
+    """Whether an aggregate can take its inputs in an order (``json_agg(... ORDER BY
+    ...)``), so that one statement can return a list in definition order."""
     alters_tables_in_place: ClassVar[bool]
     """Whether ``ALTER TABLE`` can add constraints and change columns; SQLite rebuilds
     the table instead (Alembic's batch mode)."""
@@ -160,6 +163,7 @@ class PostgresDialect(StoreDialect):
     serves_many_processes = True
     concurrent_writers = True
     chains_inserts = True
+    orders_aggregates = True
     alters_tables_in_place = True
 
     def create_engine(
@@ -275,6 +279,7 @@ class SqliteDialect(StoreDialect):
     serves_many_processes = False
     concurrent_writers = False
     chains_inserts = False
+    orders_aggregates = False
     alters_tables_in_place = False
 
     def create_engine(

@@ -21,6 +21,7 @@ from sqlalchemy import (
     tuple_,
     union_all,
 )
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import aliased
 from sqlalchemy.sql import Update
 from sqlalchemy.sql.elements import BindParameter
@@ -76,7 +77,10 @@ _HAS_NO_START_RULE = tasks.c.config["start"].as_string().is_(None)
 
 
 def _task_from_row(row: Any) -> TaskRow:
-    values = dict(row._mapping)
+    return _task_from_values(dict(row._mapping))
+
+
+def _task_from_values(values: dict[str, Any]) -> TaskRow:
     values["state"] = parse_choice(TaskState, values["state"], f"state of task {values['id']}")
     return TaskRow(**values)
 
@@ -546,16 +550,68 @@ _MAKE_DOWNSTREAM_READY = (
 )
 
 
+@dataclass(frozen=True)
+class Seen:
+    """What a task sees of the tasks before it: what its parent passes on (its
+    ``output_params``, or its ``params`` while it has none) and the non-empty
+    ``output_params`` of its upstreams, in definition order."""
+
+    parent: dict[str, Any] | None
+    upstream: list[dict[str, Any]]
+
+
+_PARENT = aliased(tasks, name="parent")
+_SEEN_EDGE = aliased(task_dependencies, name="seen_edge")
+_SEEN_UPSTREAM = aliased(tasks, name="seen_upstream")
+# Where aggregates take an order (PostgreSQL; SQLite 3.40 reads what tasks see afterwards).
+_MAKE_DOWNSTREAM_READY_SEEING = _MAKE_DOWNSTREAM_READY.returning(
+    select(_PARENT.c.output_params)
+    .where(_PARENT.c.id == tasks.c.parent_id)
+    .scalar_subquery()
+    .label("parent_output"),
+    select(_PARENT.c.params)
+    .where(_PARENT.c.id == tasks.c.parent_id)
+    .scalar_subquery()
+    .label("parent_params"),
+    select(
+        func.json_agg(
+            postgresql.aggregate_order_by(
+                _SEEN_UPSTREAM.c.output_params, _SEEN_UPSTREAM.c.position, _SEEN_UPSTREAM.c.id
+            ),
+            type_=postgresql.JSON,
+        )
+    )
+    .select_from(_SEEN_EDGE.join(_SEEN_UPSTREAM, _SEEN_UPSTREAM.c.id == _SEEN_EDGE.c.upstream_id))
+    .where(_SEEN_EDGE.c.downstream_id == tasks.c.id, _SEEN_UPSTREAM.c.output_params.is_not(None))
+    .scalar_subquery()
+    .label("upstream_outputs"),
+)
+
+
 def make_downstream_ready(
     conn: Connection, task_ids: Sequence[int], now: datetime
-) -> list[TaskRow]:
+) -> tuple[list[TaskRow], dict[int, Seen]]:
     """BLOCKED tasks that wait for any of ``task_ids`` and whose upstreams all succeeded
     -> READY, in one statement; their rows as they are now. Those with a start rule
-    (``_delay``/``_start_at``) are READY too: the caller works out their time."""
+    (``_delay``/``_start_at``) are READY too: the caller works out their time. On
+    PostgreSQL the same statement says what each sees (as :func:`parent_and_upstream_outputs`
+    would), by id; elsewhere that is empty."""
     if not task_ids:
-        return []
+        return [], {}
     values = {"ids": list(task_ids), "now": now}
-    return [_task_from_row(row) for row in conn.execute(_MAKE_DOWNSTREAM_READY, values)]
+    if not dialect_of(conn).orders_aggregates:
+        rows = conn.execute(_MAKE_DOWNSTREAM_READY, values)
+        return [_task_from_row(row) for row in rows], {}
+    ready: list[TaskRow] = []
+    seen: dict[int, Seen] = {}
+    for row in conn.execute(_MAKE_DOWNSTREAM_READY_SEEING, values):
+        columns = dict(row._mapping)
+        parent_output, parent_params = columns.pop("parent_output"), columns.pop("parent_params")
+        upstream = [output for output in columns.pop("upstream_outputs") or () if output]
+        task = _task_from_values(columns)
+        ready.append(task)
+        seen[task.id] = Seen(parent_output or parent_params, upstream)
+    return ready, seen
 
 
 def startable_downstream(conn: Connection, task_id: int) -> list[int]:
