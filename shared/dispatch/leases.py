@@ -297,7 +297,7 @@ class LeaseStore:
         pipe = self.client.pipeline(transaction=False)
         for task_id, token in tasks:
             self._restore(keys=[self.key(task_id)], args=[token, ttl_ms], client=pipe)
-        return [ResultMark(int(code)) for code in pipe.execute()]
+        return [ResultMark(int(code)) for code in self.execute(pipe)]
 
     def holder(self, task_id: int) -> Lease | None:
         """The current lease of a task, if any."""

@@ -153,6 +153,24 @@ class TestResultOutbox:
         assert results_read(reader) == [sent]
         assert outbox.held() == [(7, 1)]
 
+    def test_the_outbox_looks_without_asking_for_the_script_and_after_redis_lost_it(
+        self,
+        outbox: ResultOutbox,
+        leases: LeaseStore,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        # Given a result delivered and marked applied by the executor
+        outbox.deliver(finished_run(leases), result())
+        leases.mark([(7, 1)], "applied", TTL_MS, replace=True)
+        asked: list[object] = []
+        monkeypatch.setattr(Pipeline, "load_scripts", lambda pipe: asked.append(pipe))
+        # And a digest Redis never saw, as after a restart
+        leases._restore.sha = hashlib.sha1(b"a script Redis lost").hexdigest()
+        # When the outbox looks, it learns the result was applied, and never asked first
+        assert outbox.check() == 0
+        assert outbox.held() == []
+        assert asked == []
+
     def test_a_second_run_of_the_same_token_loses_its_lease_to_the_restored_mark(
         self, outbox: ResultOutbox, leases: LeaseStore, redis_client: Redis
     ) -> None:
