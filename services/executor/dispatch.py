@@ -120,7 +120,9 @@ def write_run_logs(work: Pass) -> None:
     a run's log is listed from the moment it is handed to an agent, whatever then
     becomes of it (a result, a kill, a timeout, a lost agent); its result, if one comes,
     records the file's final size. The results the pass applied are recorded in the
-    same statement."""
+    same statement, but for tasks a retry in the pass deleted (their log rows went with
+    them)."""
+    dropped = work.graph.dropped
     started = [
         {
             "task_id": message.task_id,
@@ -130,8 +132,10 @@ def write_run_logs(work: Pass) -> None:
             "created_at": work.now,
         }
         for message in work.messages
+        if message.task_id not in dropped
     ]
-    task_store.write_task_logs(work.conn, started, work.ended_logs)
+    ended = [row for row in work.ended_logs if row["task_id"] not in dropped]
+    task_store.write_task_logs(work.conn, started, ended)
 
 
 def _start_ready_groups(work: Pass, scope: Scope, scan: bool) -> int:

@@ -75,6 +75,7 @@ class TaskGraph:
         self._sibling_edges = {} if sibling_edges is None else sibling_edges
         self._unsettled: dict[int, None] = {}  # parents whose children may all have ended
         self._seen: dict[int, Seen] = {}  # what tasks promoted in this pass see, by id
+        self.dropped: set[int] = set()  # tasks a retry deleted in this pass
         self.moves: list[TaskMove] = []  # the states tasks entered, in order
 
     def record(self, task_id: int, full_name: str, state: TaskState) -> None:
@@ -330,7 +331,7 @@ class TaskGraph:
                 error=error,
             ):
                 return False
-            task_store.reset_descendants(self.conn, task.id, self.now)
+            self.dropped.update(task_store.reset_descendants(self.conn, task.id, self.now))
             self.wake_at(not_before)
             log.info("task %s will retry in %.1fs", task.full_name, delay)
             return True

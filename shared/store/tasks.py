@@ -27,7 +27,7 @@ from sqlalchemy.sql import Update
 from sqlalchemy.sql.elements import BindParameter
 
 from shared.domain.choices import parse_choice
-from shared.domain.states import TERMINAL_TASK_STATES, TaskState, states_before
+from shared.domain.states import TERMINAL_TASK_STATES, TaskState
 from shared.errors import NotFound
 from shared.store.dialects import dialect_of
 from shared.store.partitions import AttemptFilter, AttemptSet, restrict
@@ -145,16 +145,16 @@ def mark_tasks_running(
     return {int(row.id): str(row.full_name) for row in conn.execute(_MARK_MANY_RUNNING, values)}
 
 
-_END_FROM = {
-    state: [s.value for s in states_before(state)] for state in (TaskState.SUCCESS, TaskState.ERROR)
-}
+# A run ends only while it is in flight: a task a retry sent back to BLOCKED or READY keeps
+# its lease token, and a late result of its old run must not end it.
+_IN_FLIGHT = [TaskState.QUEUED.value, TaskState.RUNNING.value]
 _JSON_NONE = bindparam("json_none", None, type_=tasks.c.result.type)
 _SUCCEED_RUNS = (
     tasks.update()
     .where(
         tasks.c.id.in_(_IDS),
         _IN_RUNS,
-        tasks.c.state.in_(_END_FROM[TaskState.SUCCESS]),
+        tasks.c.state.in_(_IN_FLIGHT),
     )
     .values(
         state=TaskState.SUCCESS.value,
@@ -170,7 +170,7 @@ _SUCCEED_RUNS = (
 )
 _FAIL_RUNS = (
     tasks.update()
-    .where(tasks.c.id.in_(_IDS), _IN_RUNS, tasks.c.state.in_(_END_FROM[TaskState.ERROR]))
+    .where(tasks.c.id.in_(_IDS), _IN_RUNS, tasks.c.state.in_(_IN_FLIGHT))
     .values(
         state=TaskState.ERROR.value,
         error=bindparam("error", type_=tasks.c.error.type),
@@ -185,7 +185,8 @@ def succeed_runs(
     conn: Connection, runs: Sequence[tuple[int, int]], passing: Collection[int], now: datetime
 ) -> set[int]:
     """End many runs that stored nothing in SUCCESS in one statement, each fenced by its
-    lease token in the UPDATE itself: ``(task id, lease token)`` runs, ``passing`` the ids
+    lease token and the in-flight states in the UPDATE itself (whatever the caller read
+    before): ``(task id, lease token)`` runs, ``passing`` the ids
     whose params pass on to later tasks as their output (those with non-empty params).
     The ids of the tasks that moved."""
     if not runs:
@@ -720,7 +721,7 @@ def descendant_ids_query(task_id: int) -> Any:
     return tree.union_all(select(child.c.id).where(child.c.parent_id == tree.c.id))
 
 
-def reset_descendants(conn: Connection, task_id: int, now: datetime) -> None:
+def reset_descendants(conn: Connection, task_id: int, now: datetime) -> list[int]:
     """Before a retry: drop generated descendants and return the static ones to BLOCKED.
 
     A descendant is static when every task between it and the retried one is a plain group
@@ -729,7 +730,8 @@ def reset_descendants(conn: Connection, task_id: int, now: datetime) -> None:
     Children an operator generated (``^sub``, ``^error``, ``^check`` and the like) are
     dropped, with everything under them; their operator generates them again.
 
-    Lease tokens are kept so they keep growing across retries.
+    Lease tokens are kept so they keep growing across retries. The ids of the tasks
+    dropped (their log rows go with them).
     """
     doomed_ids = _regenerated_descendants(conn, task_id)
     # Children first, so no row is left pointing at a deleted parent.
@@ -761,6 +763,7 @@ def reset_descendants(conn: Connection, task_id: int, now: datetime) -> None:
             updated_at=now,
         )
     )
+    return doomed_ids
 
 
 def _regenerated_descendants(conn: Connection, task_id: int) -> list[int]:

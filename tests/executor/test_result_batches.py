@@ -120,6 +120,64 @@ class TestFates:
         assert (run.report.events_applied, run.report.stale_results) == (0, 1)
         assert run.task("+wf+fan+t0").state is TaskState.CANCELED
 
+    def test_a_late_result_of_a_run_a_retry_sent_back_to_wait_is_refused(
+        self, run: Scenario
+    ) -> None:
+        # Given a run of +slow cut short by a failing SLA, and the workflow waiting to retry
+        # (+slow back in BLOCKED, under the same token: tokens only grow)
+        run.start("""
+            sla:
+              duration: 1m
+              fail: true
+            _retry:
+              limit: 1
+              interval: 600
+            +slow:
+              echo>: working
+            +after:
+              echo>: next
+        """)
+        run.step()
+        slow = run.open.pop("+wf+slow")
+        run.step(60)
+        run.fail("+wf^sla^fail")
+        run.step()
+        assert run.states()["+wf+slow"] is TaskState.BLOCKED
+        # When the old run's result comes late
+        run.agent.report(finished(slow))
+        published = run.step()
+        # Then it ends nothing and starts nothing
+        assert run.states()["+wf+slow"] is TaskState.BLOCKED
+        assert published == []
+        assert run.report.events_applied == 0
+
+    def test_a_logged_failure_whose_ancestor_retries_at_once_drops_its_log_row_with_it(
+        self, run: Scenario
+    ) -> None:
+        # Given a loop that retries, whose generated task fails with a log
+        run.start("""
+            +repeat:
+              loop>: 1
+              _retry: 1
+              _do:
+                echo>: round ${i}
+        """)
+        assert run.step() == ["+wf+repeat^sub+loop-0"]
+        message = run.open.pop("+wf+repeat^sub+loop-0")
+        failure = dataclasses.replace(
+            finished(message, Outcome.ERROR, error="boom"),
+            log_path="x/y.log",
+            log_size_bytes=3,
+        )
+        # When the failure is applied, and the retry deletes the generated task in that pass
+        run.agent.report(failure)
+        published = run.tick()
+        # Then the pass commits (the deleted task's log row is not written) and the loop
+        # runs again at once, with a new task
+        assert published == ["+wf+repeat^sub+loop-0"]
+        assert run.open["+wf+repeat^sub+loop-0"].task_id != message.task_id
+        assert run.task("+wf+repeat").retry_count == 1
+
     def test_a_result_that_stores_params_is_applied_beside_plain_ones(self, run: Scenario) -> None:
         messages = _started_fan_out(run)
         run.agent.report(
