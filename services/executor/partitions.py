@@ -20,7 +20,9 @@ partition differs with the count). Each member also holds ``(COUNT_KEY, its coun
 shared mode, so every one sees the others' counts. The count that rules is that of the
 first executor (lowest process id) among those holding partitions, or among the members
 while none holds any: a member set to another count gives its partitions up and stands
-by, saying why, until they agree. So an executor started with a new count waits for the
+by, saying why, until they agree. Executors rebalance one at a time (under
+:data:`REBALANCE_KEY`, tried, never waited for), so each takes partitions having seen
+what the others hold. So an executor started with a new count waits for the
 last one of the old count to stop (a rolling change), and never runs beside it.
 """
 
@@ -39,6 +41,9 @@ MEMBER_KEY = 0x7469636B
 release before partitions took it alone, as the active one)."""
 COUNT_KEY = 0x7469636E
 """``ticn``: each member holds ``(COUNT_KEY, partition count)`` in shared mode."""
+REBALANCE_KEY = 0x7469636F
+"""``tico``: held for the moment of one rebalance, so that executors look and take one at a
+time (two with different counts never both take partitions on one look)."""
 REBALANCE_SECONDS = 0.5
 """How often an executor looks at who is live and who holds what."""
 
@@ -157,6 +162,15 @@ class PartitionLeases:
         SQLAlchemyError when the connection is lost (its locks are gone with it), and
         PartitionCountConflict when another executor's partition count rules (this one
         should then :meth:`leave`)."""
+        key = {"k": REBALANCE_KEY}
+        if not self.conn.execute(text("SELECT pg_try_advisory_lock(:k)"), key).scalar():
+            return False  # another executor is rebalancing: look again next time
+        try:
+            return self._rebalance(before_release)
+        finally:
+            self.conn.execute(text("SELECT pg_advisory_unlock(:k)"), key)
+
+    def _rebalance(self, before_release: Callable[[], None] | None) -> bool:
         holdings = self.look()
         self.check_count(holdings)
         share = fair_share(holdings.members, self.pid, self.partition_count)

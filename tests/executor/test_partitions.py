@@ -3,6 +3,7 @@ executors share the partitions out fairly under PostgreSQL advisory locks."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
 import pytest
@@ -10,7 +11,9 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, create_engine
 
 from services.executor.partitions import (
+    COUNT_KEY,
     MEMBER_KEY,
+    REBALANCE_KEY,
     PartitionCountConflict,
     PartitionLeases,
     fair_share,
@@ -200,6 +203,54 @@ class TestAgreeingOnTheCount:
         assert len(counts) == 1
         (count,) = counts
         assert frozenset().union(*(lease.held for lease in survivors)) == frozenset(range(count))
+
+    def test_executors_rebalance_one_at_a_time_and_a_busy_turn_is_skipped(
+        self, lock_connections: list[Connection]
+    ) -> None:
+        # Given an executor that joined while another one is rebalancing
+        lease = PartitionLeases(lock_connections[0], 16)
+        assert lease.join()
+        other = lock_connections[1]
+        other.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": REBALANCE_KEY})
+
+        # Then it takes nothing on this turn, without waiting
+        assert not lease.rebalance()
+        assert lease.held == frozenset()
+
+        # And takes its share on the next turn once the other is done
+        other.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": REBALANCE_KEY})
+        assert lease.rebalance()
+        assert lease.held == frozenset(range(16))
+
+    def test_of_two_counts_only_the_first_to_take_partitions_keeps_them(
+        self, lock_connections: list[Connection]
+    ) -> None:
+        # Given two members set to different counts, neither holding any partition yet
+        # (both got past their join's check before the other's count showed)
+        first = PartitionLeases(lock_connections[0], 16)
+        second = PartitionLeases(lock_connections[1], 8)
+        assert first.join()
+        second.pid = int(
+            lock_connections[1].execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+        )
+        lock_connections[1].execute(
+            sa.text("SELECT pg_advisory_lock_shared(:k, 8)"), {"k": COUNT_KEY}
+        )
+        lock_connections[1].execute(
+            sa.text("SELECT pg_advisory_lock_shared(:k)"), {"k": MEMBER_KEY}
+        )
+
+        # When they rebalance in turn, whichever count rules takes partitions first
+        for lease in (first, second):
+            with contextlib.suppress(PartitionCountConflict):
+                lease.rebalance()
+
+        # Then the one after it meets those holdings, and stands by
+        taken = [lease for lease in (first, second) if lease.held]
+        assert len(taken) == 1
+        other = second if taken[0] is first else first
+        with pytest.raises(PartitionCountConflict):
+            other.rebalance()
 
     def test_one_that_stood_by_joins_once_the_other_count_is_gone(
         self, lock_connections: list[Connection]
