@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import threading
-import time
 
 import pytest
 from redis import Redis
@@ -17,6 +16,7 @@ from shared.dispatch.events import EventReader, EventStream, decode
 from shared.dispatch.leases import Lease, LeaseStore
 from shared.dispatch.messages import Outcome, TaskFinished, TaskLogChunk, TaskStarted
 from tests.support.servers import find_free_port
+from tests.support.waiting import wait_until
 
 TTL_MS = 3000
 DONE_MARK_MS = 60_000
@@ -92,16 +92,17 @@ class TestResultOutbox:
         assert leases.holder(7) == Lease(7, 1, "done")
 
     def test_an_executor_waiting_on_the_stream_reads_the_start_log_and_result_at_once(
-        self, outbox: ResultOutbox, leases: LeaseStore, reader: EventReader
+        self, outbox: ResultOutbox, leases: LeaseStore, reader: EventReader, redis_client: Redis
     ) -> None:
         # Given an executor blocked reading the stream
         lease = finished_run(leases)
         read: list[list[object]] = []
+        before = blocked_readers(redis_client)
         waiting = threading.Thread(
             target=lambda: read.append([decode(body) for _, body in reader.read(10)])
         )
         waiting.start()
-        time.sleep(0.2)  # it is blocked by now
+        wait_until("the reader blocks", lambda: blocked_readers(redis_client) - before, 5)
         # When a short run's start, last log chunk and result are delivered
         started = TaskStarted(7, 1, FINISHED_AT - 1)
         chunk = TaskLogChunk(7, 1, "3/+wf+a.7.1.log", 0, "done\n")
@@ -233,3 +234,10 @@ class TestResultOutbox:
         assert [decode(body) for _, body in reader.read(0)] == [chunk, result()]
         assert outbox.check() == 0
         assert reader.read(0) == []
+
+
+def blocked_readers(client: Redis) -> set[str]:
+    """The ids of Redis clients blocked in XREADGROUP now."""
+    return {
+        str(c["id"]) for c in client.client_list() if c["cmd"] == "xreadgroup" and "b" in c["flags"]
+    }
