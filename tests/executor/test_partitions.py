@@ -108,6 +108,15 @@ def lock_connections(migrated_postgres_url: str) -> Iterator[list[Connection]]:
         engine.dispose()
 
 
+def running(conn: Connection, partition_count: int) -> PartitionLeases:
+    """An executor that joined alone and holds every partition."""
+    lease = PartitionLeases(conn, partition_count)
+    assert lease.join()
+    settle([lease])
+    assert lease.held == frozenset(range(partition_count))
+    return lease
+
+
 def settle(leases: list[PartitionLeases]) -> None:
     """Rebalance every executor until none changes (a few rounds at most)."""
     for _ in range(10):
@@ -159,9 +168,7 @@ class TestAgreeingOnTheCount:
         self, lock_connections: list[Connection]
     ) -> None:
         # Given an executor running 16 partitions
-        first = PartitionLeases(lock_connections[0], 16)
-        assert first.join()
-        settle([first])
+        first = running(lock_connections[0], 16)
 
         # When one set to 32 tries to join
         second = PartitionLeases(lock_connections[1], 32)
@@ -255,9 +262,7 @@ class TestAgreeingOnTheCount:
     def test_one_that_stood_by_joins_once_the_other_count_is_gone(
         self, lock_connections: list[Connection]
     ) -> None:
-        first = PartitionLeases(lock_connections[0], 16)
-        assert first.join()
-        settle([first])
+        first = running(lock_connections[0], 16)
         second = PartitionLeases(lock_connections[1], 32)
         assert not second.join()
 
