@@ -97,6 +97,7 @@ class PartitionLeases:
         self.held: frozenset[int] = frozenset()
         self.pid = 0
         self.refusal = ""  # why the last join failed
+        self.refusal_level = logging.INFO  # how loudly to say it: ERROR for a misconfiguration
 
     def join(self) -> bool:
         """Say this executor's count, then take the membership lock; False (and
@@ -109,7 +110,7 @@ class PartitionLeases:
         try:
             self.check_count(self.look())
         except PartitionCountConflict as conflict:
-            self.refusal = f"standby: {conflict}"
+            self.refusal, self.refusal_level = f"standby: {conflict}", logging.ERROR
         else:
             taken = self.conn.execute(
                 text("SELECT pg_try_advisory_lock_shared(:k)"), {"k": MEMBER_KEY}
@@ -117,6 +118,7 @@ class PartitionLeases:
             if taken:
                 return True
             self.refusal = "standby: an executor of an older release is active"
+            self.refusal_level = logging.INFO
         self.conn.execute(text("SELECT pg_advisory_unlock_shared(:k, :n)"), count)
         return False
 

@@ -183,7 +183,7 @@ class ExecutorService:
                 self.health.beat(ready=False, reason="the store is unavailable")
                 self._stop.wait(STANDBY_POLL_SECONDS)
                 continue
-            reason = "standby: the store is unavailable"
+            reason, level = "standby: the store is unavailable", logging.INFO
             try:
                 leases = PartitionLeases(conn, self.settings.partition_count)
                 if leases.join():
@@ -201,13 +201,13 @@ class ExecutorService:
                         with contextlib.suppress(SQLAlchemyError):
                             leases.leave()
                     return
-                reason = leases.refusal
+                reason, level = leases.refusal, leases.refusal_level
             except SQLAlchemyError as exc:
                 log.warning("%s", describe_store_error(self.settings.database_url, exc))
             finally:
                 conn.close()
             if reason != self._standby_reason:
-                log.log(logging.ERROR if "partitions" in reason else logging.INFO, "%s", reason)
+                log.log(level, "%s", reason)
                 self._standby_reason = reason
             self.health.beat(reason=reason)
             self._stop.wait(STANDBY_POLL_SECONDS)
