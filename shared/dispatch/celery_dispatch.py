@@ -39,6 +39,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from celery.utils.nodenames import anon_nodename
 from redis.client import Pipeline
 from redis.exceptions import RedisError
 
@@ -75,6 +76,8 @@ CRASH_AFTER_MARK = "after-mark-before-send"
 CRASH_POINTS = (CRASH_AFTER_COMMIT, CRASH_AFTER_MARK)
 PUBLISH_BATCH_SIZE = 500
 """Messages one Redis round trip sends, at most."""
+PRODUCER_WAIT = 10.0
+"""Seconds to wait for a producer from Celery's pool (one is taken, and kept)."""
 OPEN_LOG_FILES = 64
 """Log files kept open between chunks, at most (the least recently written is closed)."""
 KNOWN_LOG_DIRECTORIES = 1024
@@ -224,6 +227,8 @@ class CeleryDispatcher:
         self.keyspace = KeyspaceWatch(self.client, redis.prefix, settle_ms)
         self.queues_seen: set[str] = set()
         self._declared: set[str] = set()  # queues whose bindings this process made
+        self._producer: Any = None  # kept from the first send until an error or close
+        self._origin = anon_nodename()  # who sent the messages, in their headers
         self.reader.follow(self._stream_keys(range(partition_count)))
         self._claimed: set[str] = set()  # streams whose orphans were claimed since followed
 
@@ -291,29 +296,60 @@ class CeleryDispatcher:
         self._confirming += marks
 
     def _send(self, messages: Sequence[TaskMessage], now: float) -> None:
-        """Send the messages on one producer; kombu's batch sends their ``LPUSH``es as
-        pipelines of PUBLISH_BATCH_SIZE, each message the standard Celery one."""
-        with self.app.producer_or_acquire() as producer, _batch_of(producer):
-            for message in messages:
-                partition = partition_of(message.attempt_id, self.partition_count)
-                body = {**message.to_json(), "dispatched_at": now, "event_partition": partition}
-                name = f"{message.task_id}.{message.lease_token}"
-                # A queue is declared with its first message only (Celery would check
-                # its binding with every message): messages go straight to its list.
-                declared = message.queue in self._declared
-                self._declared.add(message.queue)
-                self.app.send_task(
-                    TASK_NAME,
-                    declare=[] if declared else None,
-                    args=[body],
-                    queue=message.queue,
-                    task_id=name,
-                    producer=producer,
-                    # What Celery logs of the message: never its params (they may hold
-                    # secrets), and no time spent formatting them.
-                    argsrepr=f"{message.full_name} task {name}",
-                    kwargsrepr="{}",
-                )
+        """Send the messages on the producer this dispatcher keeps; kombu's batch sends
+        their ``LPUSH``es as pipelines of PUBLISH_BATCH_SIZE. Each is the standard Celery
+        message, made and sent by Celery's own ``create_task_message`` and
+        ``send_task_message``: what ``send_task`` does, without checking a producer out of
+        the pool, routing and making a result object for every message."""
+        amqp = self.app.amqp
+        producer = self._held_producer()
+        try:
+            with _batch_of(producer):
+                for message in messages:
+                    partition = partition_of(message.attempt_id, self.partition_count)
+                    body = {
+                        **message.to_json(),
+                        "dispatched_at": now,
+                        "event_partition": partition,
+                    }
+                    name = f"{message.task_id}.{message.lease_token}"
+                    # A queue is declared with its first message only (Celery would check
+                    # its binding with every message): messages go straight to its list.
+                    declared = message.queue in self._declared
+                    self._declared.add(message.queue)
+                    task_message = amqp.create_task_message(
+                        name,
+                        TASK_NAME,
+                        args=[body],
+                        kwargs={},
+                        origin=self._origin,
+                        # What Celery logs of the message: never its params (they may hold
+                        # secrets), and no time spent formatting them.
+                        argsrepr=f"{message.full_name} task {name}",
+                        kwargsrepr="{}",
+                    )
+                    amqp.send_task_message(
+                        producer,
+                        TASK_NAME,
+                        task_message,
+                        queue=message.queue,
+                        declare=[] if declared else None,
+                    )
+        except BaseException:
+            self._release_producer()  # the next send takes one revived on a new channel
+            raise
+
+    def _held_producer(self) -> Any:
+        """The producer messages are sent on, checked out of Celery's pool once."""
+        if self._producer is None:
+            self._producer = self.app.producer_pool.acquire(block=True, timeout=PRODUCER_WAIT)
+        return self._producer
+
+    def _release_producer(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            with contextlib.suppress(Exception):  # it goes back to the pool even broken
+                producer.release()
 
     def _ensure_archives(self, messages: Sequence[TaskMessage]) -> None:
         """Put the archives these tasks run in into Redis (only those it lost or never had)."""
@@ -475,4 +511,5 @@ class CeleryDispatcher:
         with contextlib.suppress(RedisError):
             self._send_due(self.client.pipeline(transaction=False))
         self.logs.close_all()
+        self._release_producer()
         self.client.close()

@@ -292,7 +292,7 @@ class TestExecutorSide:
             raise died
 
         try:
-            dispatcher.app.send_task = die  # type: ignore[method-assign]
+            dispatcher.app.amqp.send_task_message = die
             with pytest.raises(RuntimeError):
                 dispatcher.publish([message(tmp_path, "echo", "a", task_id=1)])
             assert dispatcher.lease_states([1]) == {
@@ -307,7 +307,7 @@ class TestExecutorSide:
         dispatcher = CeleryDispatcher(
             redis_settings, tmp_path / "logs", "test-executor", settle_ms=0
         )
-        original_send = dispatcher.app.send_task
+        original_send = dispatcher.app.amqp.send_task_message
 
         def send_then_lose_redis(*args: object, **kwargs: object) -> object:
             result = original_send(*args, **kwargs)
@@ -316,7 +316,7 @@ class TestExecutorSide:
             return result
 
         try:
-            dispatcher.app.send_task = send_then_lose_redis  # type: ignore[method-assign]
+            dispatcher.app.amqp.send_task_message = send_then_lose_redis
             dispatcher.publish([message(tmp_path, "echo", "a", task_id=1)])
             assert dispatcher.lease_states([1]) == {1: LeaseState(None, taken=0)}
         finally:
