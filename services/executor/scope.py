@@ -82,6 +82,8 @@ class QueuedRuns:
     def __init__(self, limit: int = QUEUED_RUNS_KEPT) -> None:
         self.limit = limit
         self._rows: dict[int, TaskRow] = {}  # task id -> row under its run's token
+        self.waiting = 0
+        """How many of the rows kept are of runs no agent was seen to start yet."""
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -90,7 +92,7 @@ class QueuedRuns:
         self, task: TaskRow, token: int, params: dict[str, Any] | None, now: datetime
     ) -> None:
         """``task`` (as read READY) was queued under ``token`` with ``params``."""
-        self._rows.pop(task.id, None)
+        self.forget(task.id)
         self._rows[task.id] = dataclasses.replace(
             task,
             state=TaskState.QUEUED,
@@ -99,14 +101,16 @@ class QueuedRuns:
             started_at=task.started_at or now,
             updated_at=now,
         )
+        self.waiting += 1
         while len(self._rows) > self.limit:
-            del self._rows[next(iter(self._rows))]
+            self.forget(next(iter(self._rows)))
 
     def started(self, task_id: int, token: int) -> None:
         """The run of ``token`` was applied as RUNNING."""
         row = self.get(task_id, token)
-        if row is not None:
+        if row is not None and row.state is TaskState.QUEUED:
             self._rows[task_id] = dataclasses.replace(row, state=TaskState.RUNNING)
+            self.waiting -= 1
 
     def get(self, task_id: int, token: int) -> TaskRow | None:
         """The row of the run of ``token``, if it is known."""
@@ -115,11 +119,14 @@ class QueuedRuns:
 
     def forget(self, task_id: int) -> None:
         """A result of the task came: its run is over, whatever became of the result."""
-        self._rows.pop(task_id, None)
+        row = self._rows.pop(task_id, None)
+        if row is not None and row.state is TaskState.QUEUED:
+            self.waiting -= 1
 
     def clear(self) -> None:
         """Forget every row (the attempts this executor runs changed)."""
         self._rows.clear()
+        self.waiting = 0
 
 
 @dataclass

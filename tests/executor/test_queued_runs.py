@@ -74,3 +74,24 @@ def test_at_most_the_limit_is_kept_the_oldest_forgotten_first() -> None:
         runs.queued(ready_task(task_id), 1, None, NOW)
     assert len(runs) == 3
     assert [runs.get(i, 1) is not None for i in range(1, 6)] == [False, False, True, True, True]
+
+
+def test_runs_no_agent_started_yet_are_counted_until_they_start_or_end() -> None:
+    runs = QueuedRuns(limit=3)
+    for task_id in range(1, 4):
+        runs.queued(ready_task(task_id), 1, None, NOW)
+    assert runs.waiting == 3
+    runs.started(1, 1)
+    runs.started(1, 1)  # a start applied twice counts once
+    runs.started(2, 9)  # another token's start: not this run
+    assert runs.waiting == 2
+    runs.forget(1)  # a started run ended
+    runs.forget(2)  # a run ended before its start was seen
+    assert runs.waiting == 1
+    runs.queued(ready_task(3), 2, None, NOW)  # queued again under a new token
+    assert runs.waiting == 1
+    for task_id in range(4, 8):
+        runs.queued(ready_task(task_id), 1, None, NOW)  # the oldest are forgotten
+    assert (len(runs), runs.waiting) == (3, 3)
+    runs.clear()
+    assert runs.waiting == 0
