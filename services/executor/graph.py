@@ -368,12 +368,17 @@ class TaskGraph:
         log.debug("task %s -> %s task_id=%d", task.full_name, state.value, task.id)
         self.moves.append(_move_of(task, state, self.now, values))
 
-    def after_terminal_many(self, ended: Sequence[tuple[TaskRow, TaskState]]) -> None:
+    def after_terminal_many(
+        self,
+        ended: Sequence[tuple[TaskRow, TaskState]],
+        promoted: tuple[list[TaskRow], dict[int, Seen]] | None = None,
+    ) -> None:
         """:meth:`after_terminal` for the tasks of one batch, in order.
 
         Downstream tasks are looked for in one statement for the whole batch, and only
-        for tasks that may have any: a child of a plain group none of whose children
-        waits for a sibling (a ``_parallel`` group without ``_after``) has none.
+        for tasks that may have any (see :meth:`may_promote_downstream`); ``promoted``
+        is what that statement made READY when it ran already, with the one that ended
+        the runs (see :func:`~shared.store.tasks.succeed_runs_promoting`).
         """
         looked: dict[int, int] = {}  # task id -> parent id
         for task, state in ended:
@@ -386,7 +391,9 @@ class TaskGraph:
                 self._unsettled[parent_id] = None
         if not looked:
             return
-        ready, seen = task_store.make_downstream_ready(self.conn, list(looked), self.now)
+        if promoted is None:
+            promoted = task_store.make_downstream_ready(self.conn, list(looked), self.now)
+        ready, seen = promoted
         self._seen.update(seen)
         timed = [task.id for task in ready if task.config.get("start") is not None]
         ready = [task for task in ready if task.config.get("start") is None]
@@ -396,6 +403,17 @@ class TaskGraph:
         for parent_id in looked.values():
             if parent_id not in started:  # a child started: the parent is not done
                 self._unsettled[parent_id] = None
+
+    def may_promote_downstream(self, task: TaskRow) -> bool:
+        """Whether a success of ``task`` is followed by one set-based promotion of what
+        waits for it (see :meth:`after_terminal_many`): it is the child of a group without
+        a ``_parallel`` limit whose children may wait for one another."""
+        parent_id = task.parent_id
+        return (
+            parent_id is not None
+            and self._parent_limit(parent_id) is None
+            and self._may_wait_for_siblings(parent_id)
+        )
 
     def _may_wait_for_siblings(self, parent_id: int) -> bool:
         """Whether a child of ``parent_id`` may wait for a sibling: unless known from the

@@ -48,9 +48,11 @@ def apply_simple(graph: TaskGraph, batch: Sequence[tuple[TaskFinished, TaskRow]]
     the successes, one per error message for the failures. Moves are recorded in arrival
     order; what waited for the tasks is then promoted together. The ids that moved."""
     conn, now = graph.conn, graph.now
-    successes = [(e.task_id, e.lease_token) for e, _ in batch if e.outcome is Outcome.SUCCESS]
-    passing = [t.id for e, t in batch if e.outcome is Outcome.SUCCESS and t.params]
-    moved = task_store.succeed_runs(conn, successes, passing, now)
+    succeeding = [(e, t) for e, t in batch if e.outcome is Outcome.SUCCESS]
+    successes = [(e.task_id, e.lease_token) for e, _ in succeeding]
+    passing = [t.id for _, t in succeeding if t.params]
+    looked = [t.id for _, t in succeeding if graph.may_promote_downstream(t)]
+    moved, ready, seen = task_store.succeed_runs_promoting(conn, successes, passing, looked, now)
     failures: dict[str, list[tuple[int, int]]] = {}
     for event, _ in batch:
         if event.outcome is not Outcome.SUCCESS:
@@ -67,7 +69,7 @@ def apply_simple(graph: TaskGraph, batch: Sequence[tuple[TaskFinished, TaskRow]]
         state, values = _end_of(task, event)
         graph.ended(task, state, values)
         ended.append((task, state))
-    graph.after_terminal_many(ended)
+    graph.after_terminal_many(ended, (ready, seen) if looked else None)
     return moved
 
 

@@ -15,9 +15,11 @@ from sqlalchemy import (
     case,
     exists,
     func,
+    literal,
     literal_column,
     null,
     select,
+    true,
     tuple_,
     union_all,
 )
@@ -564,29 +566,54 @@ class Seen:
 _PARENT = aliased(tasks, name="parent")
 _SEEN_EDGE = aliased(task_dependencies, name="seen_edge")
 _SEEN_UPSTREAM = aliased(tasks, name="seen_upstream")
-# Where aggregates take an order (PostgreSQL; SQLite 3.40 reads what tasks see afterwards).
-_MAKE_DOWNSTREAM_READY_SEEING = _MAKE_DOWNSTREAM_READY.returning(
-    select(_PARENT.c.output_params)
-    .where(_PARENT.c.id == tasks.c.parent_id)
-    .scalar_subquery()
-    .label("parent_output"),
-    select(_PARENT.c.params)
-    .where(_PARENT.c.id == tasks.c.parent_id)
-    .scalar_subquery()
-    .label("parent_params"),
-    select(
-        func.json_agg(
-            postgresql.aggregate_order_by(
-                _SEEN_UPSTREAM.c.output_params, _SEEN_UPSTREAM.c.position, _SEEN_UPSTREAM.c.id
-            ),
-            type_=postgresql.JSON,
-        )
+
+
+def _seen_columns(ended: Any | None = None) -> list[Any]:
+    """What a task being made READY sees, as columns of its RETURNING: its parent's
+    output and params and its upstreams' outputs in definition order; with ``ended``
+    (the runs the same statement ends), those upstreams' outputs as that statement
+    leaves them, not as its snapshot has them."""
+    output: Any = _SEEN_UPSTREAM.c.output_params
+    joined: Any = _SEEN_EDGE.join(_SEEN_UPSTREAM, _SEEN_UPSTREAM.c.id == _SEEN_EDGE.c.upstream_id)
+    if ended is not None:
+        output = case((ended.c.id.is_not(None), ended.c.output_params), else_=output)
+        joined = joined.outerjoin(ended, ended.c.id == _SEEN_UPSTREAM.c.id)
+    parent = select(_PARENT.c.output_params, _PARENT.c.params).where(
+        _PARENT.c.id == tasks.c.parent_id
     )
-    .select_from(_SEEN_EDGE.join(_SEEN_UPSTREAM, _SEEN_UPSTREAM.c.id == _SEEN_EDGE.c.upstream_id))
-    .where(_SEEN_EDGE.c.downstream_id == tasks.c.id, _SEEN_UPSTREAM.c.output_params.is_not(None))
-    .scalar_subquery()
-    .label("upstream_outputs"),
-)
+    return [
+        parent.with_only_columns(_PARENT.c.output_params).scalar_subquery().label("parent_output"),
+        parent.with_only_columns(_PARENT.c.params).scalar_subquery().label("parent_params"),
+        select(
+            func.json_agg(
+                postgresql.aggregate_order_by(
+                    output, _SEEN_UPSTREAM.c.position, _SEEN_UPSTREAM.c.id
+                ),
+                type_=postgresql.JSON,
+            )
+        )
+        .select_from(joined)
+        .where(_SEEN_EDGE.c.downstream_id == tasks.c.id, output.is_not(None))
+        .scalar_subquery()
+        .label("upstream_outputs"),
+    ]
+
+
+def _ready_and_seen(rows: Iterable[dict[str, Any]]) -> tuple[list[TaskRow], dict[int, Seen]]:
+    """The tasks and what each sees, from rows of their columns and :func:`_seen_columns`."""
+    ready: list[TaskRow] = []
+    seen: dict[int, Seen] = {}
+    for columns in rows:
+        parent_output, parent_params = columns.pop("parent_output"), columns.pop("parent_params")
+        upstream = [output for output in columns.pop("upstream_outputs") or () if output]
+        task = _task_from_values(columns)
+        ready.append(task)
+        seen[task.id] = Seen(parent_output or parent_params, upstream)
+    return ready, seen
+
+
+# Where aggregates take an order (PostgreSQL; SQLite 3.40 reads what tasks see afterwards).
+_MAKE_DOWNSTREAM_READY_SEEING = _MAKE_DOWNSTREAM_READY.returning(*_seen_columns())
 
 
 def make_downstream_ready(
@@ -603,16 +630,77 @@ def make_downstream_ready(
     if not dialect_of(conn).orders_aggregates:
         rows = conn.execute(_MAKE_DOWNSTREAM_READY, values)
         return [_task_from_row(row) for row in rows], {}
-    ready: list[TaskRow] = []
-    seen: dict[int, Seen] = {}
-    for row in conn.execute(_MAKE_DOWNSTREAM_READY_SEEING, values):
+    rows = conn.execute(_MAKE_DOWNSTREAM_READY_SEEING, values)
+    return _ready_and_seen(dict(row._mapping) for row in rows)
+
+
+# One statement that ends runs in SUCCESS and makes READY what waited for them (where the
+# caller says tasks may wait), for PostgreSQL: each part of a data-modifying WITH sees the
+# snapshot the statement began with, so the promotion counts the runs it ends as
+# succeeded and reads their outputs from what ends them. Its one row at least carries the
+# ids that moved; each READY task adds a row.
+_ENDED = _SUCCEED_RUNS.returning(tasks.c.output_params).cte("ended")
+_PROMOTED = (
+    tasks.update()
+    .where(
+        tasks.c.id.in_(
+            select(_EDGE.c.downstream_id).where(
+                _EDGE.c.upstream_id.in_(
+                    select(_ENDED.c.id).where(_ENDED.c.id.in_(bindparam("looked", expanding=True)))
+                )
+            )
+        ),
+        func.coalesce(tasks.c.state, "") == TaskState.BLOCKED.value,
+        ~exists().where(
+            task_dependencies.c.downstream_id == tasks.c.id,
+            _UPSTREAM.c.id == task_dependencies.c.upstream_id,
+            _UPSTREAM.c.state != TaskState.SUCCESS.value,
+            _UPSTREAM.c.id.not_in(select(_ENDED.c.id)),
+        ),
+    )
+    .values(state=TaskState.READY.value, updated_at=bindparam("now"))
+    .returning(*_TASK_COLUMNS, *_seen_columns(_ENDED))
+    .cte("promoted")
+)
+_ONE_ROW = select(literal(1).label("one")).subquery("one_row")
+_SUCCEED_RUNS_PROMOTING = select(
+    select(func.array_agg(_ENDED.c.id)).scalar_subquery().label("moved"),
+    *(column.label(column.name) for column in _PROMOTED.c),
+).select_from(_ONE_ROW.outerjoin(_PROMOTED, true()))
+
+
+def succeed_runs_promoting(
+    conn: Connection,
+    runs: Sequence[tuple[int, int]],
+    passing: Collection[int],
+    looked: Collection[int],
+    now: datetime,
+) -> tuple[set[int], list[TaskRow], dict[int, Seen]]:
+    """:func:`succeed_runs`, then :func:`make_downstream_ready` for those of ``looked``
+    that moved, in one statement where the dialect can (PostgreSQL), in two elsewhere:
+    the ids that moved, the tasks made READY and what each of them sees."""
+    if not runs:
+        return set(), [], {}
+    if not looked or not dialect_of(conn).chains_inserts:
+        moved = succeed_runs(conn, runs, passing, now)
+        ready, seen = make_downstream_ready(conn, [i for i in looked if i in moved], now)
+        return moved, ready, seen
+    values = {
+        "ids": [i for i, _ in runs],
+        "runs": list(runs),
+        "passing_ids": list(passing) or [0],
+        "looked": list(looked),
+        "now": now,
+    }
+    ended: set[int] = set()
+    promoted: list[dict[str, Any]] = []
+    for row in conn.execute(_SUCCEED_RUNS_PROMOTING, values):
         columns = dict(row._mapping)
-        parent_output, parent_params = columns.pop("parent_output"), columns.pop("parent_params")
-        upstream = [output for output in columns.pop("upstream_outputs") or () if output]
-        task = _task_from_values(columns)
-        ready.append(task)
-        seen[task.id] = Seen(parent_output or parent_params, upstream)
-    return ready, seen
+        ended.update(int(i) for i in columns.pop("moved") or ())
+        if columns["id"] is not None:
+            promoted.append(columns)
+    ready, seen = _ready_and_seen(promoted)
+    return ended, ready, seen
 
 
 def startable_downstream(conn: Connection, task_id: int) -> list[int]:

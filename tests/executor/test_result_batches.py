@@ -242,11 +242,12 @@ class TestStatements:
         run.succeed("+wf+a")
         with StatementLog(run.engine) as log:
             assert run.tick() == ["+wf+b"]
-        # one UPDATE promotes b and, on PostgreSQL, says what b sees; SQLite reads that after
-        expected = ["UPDATE"] if _says_what_it_sees(run) else ["UPDATE", "SELECT"]
+        # On PostgreSQL one statement ends a, promotes b and says what b sees; SQLite
+        # promotes b in an UPDATE of its own and reads that after
+        expected = ["WITH"] if _says_what_it_sees(run) else ["UPDATE", "SELECT"]
         assert [s.split()[0] for s in _downstream_queries(log.statements)] == expected
 
-    def test_a_chain_link_costs_four_statements_on_postgresql(self, run: Scenario) -> None:
+    def test_a_chain_link_costs_three_statements_on_postgresql(self, run: Scenario) -> None:
         run.start("""
             +a:
               echo>: a
@@ -262,11 +263,12 @@ class TestStatements:
         with StatementLog(run.engine) as log:
             assert run.tick() == ["+wf+c"]
         verbs = [s.split()[0] for s in log.statements if s.split()[0] not in ("BEGIN", "COMMIT")]
-        # b ended (its row is known: this executor queued it), c promoted (and, on
-        # PostgreSQL, what c sees returned with it; SQLite reads it after), c queued, c's
-        # log indexed (with b's, when b's result describes one)
-        seen = [] if _says_what_it_sees(run) else ["SELECT"]
-        assert verbs == ["UPDATE", "UPDATE", *seen, "UPDATE", "INSERT"]
+        # b ended (its row is known: this executor queued it) and c promoted (on
+        # PostgreSQL in one statement that also says what c sees; SQLite promotes c in a
+        # statement of its own and reads that after), c queued, c's log indexed (with
+        # b's, when b's result describes one)
+        ended = ["WITH"] if _says_what_it_sees(run) else ["UPDATE", "UPDATE", "SELECT"]
+        assert verbs == [*ended, "UPDATE", "INSERT"]
 
     def test_a_task_promoted_by_a_plain_result_sees_what_its_parent_and_upstreams_pass_on(
         self, run: Scenario
@@ -292,6 +294,41 @@ class TestStatements:
         # Then third sees what first stored, through second, and its group's own params
         assert run.open["+wf+g+third"].command == "x=1 from_group=g"
         assert run.open["+wf+g+third"].params["x"] == 1
+
+    def test_a_task_waiting_for_two_that_end_in_one_batch_starts_seeing_both(
+        self, run: Scenario
+    ) -> None:
+        # Given a task after two parallel ones, each passing on what a task before it stored
+        run.start("""
+            +fan:
+              _parallel: true
+              +a:
+                echo>: a
+              +b:
+                echo>: b
+              +after_a:
+                _after: [+a]
+                echo>: after a
+              +after_b:
+                _after: [+b]
+                echo>: after b
+              +join:
+                _after: [+after_a, +after_b]
+                echo>: ${x}-${y}
+        """)
+        assert sorted(run.step()) == ["+wf+fan+a", "+wf+fan+b"]
+        run.succeed("+wf+fan+a", store={"x": 1})
+        run.succeed("+wf+fan+b", store={"y": 2})
+        assert sorted(run.step()) == ["+wf+fan+after_a", "+wf+fan+after_b"]
+        # When both plain results are applied in one batch (on PostgreSQL the statement
+        # that ends them sees neither ended in its snapshot, yet promotes what waits)
+        run.succeed("+wf+fan+after_a")
+        run.succeed("+wf+fan+after_b")
+        with StatementLog(run.engine) as log:
+            assert run.step() == ["+wf+fan+join"]
+        assert len(_downstream_queries(log.statements)) == (1 if _says_what_it_sees(run) else 2)
+        # Then the task waiting for both starts once, seeing what each passed on
+        assert run.open["+wf+fan+join"].command == "1-2"
 
     def test_after_in_a_parallel_group_is_still_followed(self, run: Scenario) -> None:
         run.start("""
