@@ -137,6 +137,8 @@ class WorkflowExecutor:
         self._timers.after_commit(work, reap_every, work.graph.earliest_wake)
         if work.revoked:
             self.dispatcher.revoke(work.revoked)
+            for task_id, _token in work.revoked:  # a revoked run may never report
+                self.scope.runs.forget(task_id)
         self.dispatcher.publish(work.messages)
         report = work.report
         report.tasks_dispatched = len(work.messages)
@@ -144,6 +146,7 @@ class WorkflowExecutor:
         report.more_ready = report.more_ready or bool(self._pending) or self._timers.look_again
         for attempt_id, _state in report.finished_attempts:
             self.scope.contexts.forget(attempt_id)
+        self.scope.runs.forget_attempts([a for a, _ in report.finished_attempts])
         return report
 
     def _run_pass(self, now: datetime, plan: PassPlan, events: list[TaskEvent]) -> Pass:

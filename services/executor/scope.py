@@ -4,6 +4,7 @@ contexts (read once per attempt), and its limits."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -122,6 +123,15 @@ class QueuedRuns:
         row = self._rows.pop(task_id, None)
         if row is not None and row.state is TaskState.QUEUED:
             self.waiting -= 1
+
+    def forget_attempts(self, attempt_ids: Collection[int]) -> None:
+        """Forget the runs of attempts that ended: a run killed or canceled with its
+        attempt may never send a result, and would be counted as waiting for good."""
+        if not attempt_ids or not self._rows:
+            return
+        ended = set(attempt_ids)
+        for task_id in [i for i, row in self._rows.items() if row.attempt_id in ended]:
+            self.forget(task_id)
 
     def clear(self) -> None:
         """Forget every row (the attempts this executor runs changed)."""

@@ -283,6 +283,29 @@ class TestKill:
         assert run.report.stale_results == 1
         assert run.task("+wf+a").state is TaskState.CANCELED
 
+    def test_the_runs_of_a_killed_attempt_no_longer_count_as_waiting_for_an_agent(
+        self, run: Scenario
+    ) -> None:
+        # Given three runs queued and never started (no agent took them)
+        run.start("""
+            _parallel: true
+            +a:
+              echo>: a
+            +b:
+              echo>: b
+            +c:
+              echo>: c
+        """)
+        run.step()
+        assert run.executor.scope.runs.waiting == 3
+        # When the attempt is killed (its runs will never send a result)
+        with run.engine.begin() as conn:
+            session_store.request_kill(conn, run.attempt_id, run.clock.now())
+        run.step(after_seconds=1)
+        assert run.attempt_state() is AttemptState.KILLED
+        # Then they are not counted as waiting: results would otherwise wait for others
+        assert run.executor.scope.runs.waiting == 0
+
     def test_killing_an_ended_attempt_changes_nothing(self, run: Scenario) -> None:
         run.start(ONE_TASK)
         assert run.run_to_end() is AttemptState.SUCCESS
