@@ -30,6 +30,7 @@ from shared.domain.states import (
     states_before,
 )
 from shared.domain.workflow import TaskSpec
+from shared.errors import NotFound
 from shared.store import tasks as task_store
 from shared.store.sessions import AttemptRow, get_attempt, set_attempt_state
 from shared.store.tasks import Seen, TaskRow
@@ -409,11 +410,13 @@ class TaskGraph:
         waits for it (see :meth:`after_terminal_many`): it is the child of a group without
         a ``_parallel`` limit whose children may wait for one another."""
         parent_id = task.parent_id
-        return (
-            parent_id is not None
-            and self._parent_limit(parent_id) is None
-            and self._may_wait_for_siblings(parent_id)
-        )
+        if parent_id is None:
+            return False
+        try:
+            limit = self._parent_limit(parent_id)
+        except NotFound:  # a retry deleted its generated parent: the result is refused
+            return False
+        return limit is None and self._may_wait_for_siblings(parent_id)
 
     def _may_wait_for_siblings(self, parent_id: int) -> bool:
         """Whether a child of ``parent_id`` may wait for a sibling: unless known from the

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from datetime import datetime
 
 from sqlalchemy import Engine
@@ -32,7 +32,7 @@ from services.executor.require import wake_requiring_tasks
 from services.executor.scope import MAX_TASKS_PER_ATTEMPT, Scope
 from services.executor.sla import fire_missed_slas
 from shared.clock import Clock, SystemClock
-from shared.dispatch.messages import TaskEvent, TaskStarted
+from shared.dispatch.messages import TaskEvent, TaskFinished, TaskStarted
 from shared.dispatch.seam import Dispatcher
 from shared.domain.states import TIMED_TASK_STATES
 from shared.store import tasks as task_store
@@ -212,17 +212,34 @@ class WorkflowExecutor:
     def wait_for_work(self, timeout_seconds: float) -> None:
         """Block until an agent reports something or ``timeout_seconds`` pass.
 
-        While agents have plenty of this executor's runs still to start (at least
-        :data:`RESULT_BATCH_BACKLOG`), results that came wait :data:`RESULT_BATCH_SECONDS`
-        for others, to be applied together in one pass: applying them sooner would start
-        nothing sooner, and a pass costs about as much for one result as for many."""
+        While agents have plenty of this executor's runs still to start on the queues of
+        the results that came (at least :data:`RESULT_BATCH_BACKLOG` on each), those
+        results wait :data:`RESULT_BATCH_SECONDS` for others (never past the wait's
+        end), to be applied together in one pass: applying them sooner would start
+        nothing sooner, and a pass costs about as much for one result as for many.
+        What was read is kept at once, whatever a further read meets."""
+        began = time.monotonic()
         events = self.dispatcher.poll_events(timeout_seconds)
-        if events and all(isinstance(e, TaskStarted) for e in events):
-            events += self.dispatcher.poll_events(STARTED_COALESCE_SECONDS)
-        elif events and self.scope.runs.waiting >= RESULT_BATCH_BACKLOG:
-            time.sleep(RESULT_BATCH_SECONDS)
-            events += self.dispatcher.poll_events(0)
         self._pending.extend(events)
+        if not events:
+            return
+        if all(isinstance(e, TaskStarted) for e in events):
+            self._pending.extend(self.dispatcher.poll_events(STARTED_COALESCE_SECONDS))
+        elif self._backlogged(events):
+            left = timeout_seconds - (time.monotonic() - began)
+            time.sleep(max(0.0, min(RESULT_BATCH_SECONDS, left)))
+            self._pending.extend(self.dispatcher.poll_events(0))
+
+    def _backlogged(self, events: Sequence[TaskEvent]) -> bool:
+        """Whether every result among ``events`` is of a run queued here on a queue where
+        at least :data:`RESULT_BATCH_BACKLOG` runs are still to start."""
+        runs = self.scope.runs
+        if runs.waiting < RESULT_BATCH_BACKLOG:
+            return False
+        finished = [e for e in events if isinstance(e, TaskFinished)]
+        return bool(finished) and all(
+            runs.waiting_behind(e.task_id, e.lease_token) >= RESULT_BATCH_BACKLOG for e in finished
+        )
 
     def seconds_until_due(self, now: datetime, cap_seconds: float) -> float:
         """How long the loop may sleep before a wait ends or a rescan is due (at most the cap)."""

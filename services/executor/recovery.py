@@ -76,6 +76,7 @@ def _lost_agent(work: Pass, scope: Scope, recovery: Recovery, task: TaskRow) -> 
         message = f"lost its agent {recovery.max_lost} times"
         log.warning("task failed: %s task_id=%d", message, task.id)
         work.graph.fail(task, {"message": message})
+        scope.runs.forget(task.id)  # its run will never report
         return
     requeued = requeue(work.conn, scope, task.id, task.lease_token, work.now, lost=True)
     if requeued is not None:

@@ -4,6 +4,7 @@ contexts (read once per attempt), and its limits."""
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -12,6 +13,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from services.executor.messages import AttemptContext
+from shared.dispatch.messages import DEFAULT_QUEUE
 from shared.domain.schedule import ScheduleSpec
 from shared.domain.states import TaskState
 from shared.domain.workflow import TaskSpec, WorkflowDefinition
@@ -83,8 +85,18 @@ class QueuedRuns:
     def __init__(self, limit: int = QUEUED_RUNS_KEPT) -> None:
         self.limit = limit
         self._rows: dict[int, TaskRow] = {}  # task id -> row under its run's token
-        self.waiting = 0
+        self._waiting: Counter[str] = Counter()  # queue -> its runs not seen to start
+
+    @property
+    def waiting(self) -> int:
         """How many of the rows kept are of runs no agent was seen to start yet."""
+        return self._waiting.total()
+
+    def waiting_behind(self, task_id: int, token: int) -> int:
+        """How many runs no agent was seen to start wait on the queue of the run of
+        ``token`` (0 if that run is not known)."""
+        row = self.get(task_id, token)
+        return 0 if row is None else self._waiting[_queue_of(row)]
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -102,7 +114,7 @@ class QueuedRuns:
             started_at=task.started_at or now,
             updated_at=now,
         )
-        self.waiting += 1
+        self._waiting[_queue_of(task)] += 1
         while len(self._rows) > self.limit:
             self.forget(next(iter(self._rows)))
 
@@ -111,7 +123,7 @@ class QueuedRuns:
         row = self.get(task_id, token)
         if row is not None and row.state is TaskState.QUEUED:
             self._rows[task_id] = dataclasses.replace(row, state=TaskState.RUNNING)
-            self.waiting -= 1
+            self._waiting[_queue_of(row)] -= 1
 
     def get(self, task_id: int, token: int) -> TaskRow | None:
         """The row of the run of ``token``, if it is known."""
@@ -122,7 +134,7 @@ class QueuedRuns:
         """A result of the task came: its run is over, whatever became of the result."""
         row = self._rows.pop(task_id, None)
         if row is not None and row.state is TaskState.QUEUED:
-            self.waiting -= 1
+            self._waiting[_queue_of(row)] -= 1
 
     def forget_attempts(self, attempt_ids: Collection[int]) -> None:
         """Forget the runs of attempts that ended: a run killed or canceled with its
@@ -136,7 +148,13 @@ class QueuedRuns:
     def clear(self) -> None:
         """Forget every row (the attempts this executor runs changed)."""
         self._rows.clear()
-        self.waiting = 0
+        self._waiting.clear()
+
+
+def _queue_of(task: TaskRow) -> str:
+    """The queue a task's messages go to (as :func:`~services.executor.messages.build_task_message`
+    names it)."""
+    return str(task.config.get("queue") or DEFAULT_QUEUE)
 
 
 @dataclass

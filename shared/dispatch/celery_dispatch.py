@@ -336,7 +336,7 @@ class CeleryDispatcher:
                         declare=[] if declared else None,
                     )
         except BaseException:
-            self._release_producer()  # the next send takes one revived on a new channel
+            self._release_producer()  # the next send checks one out of the pool again
             raise
 
     def _held_producer(self) -> Any:

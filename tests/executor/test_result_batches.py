@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+from redis.exceptions import RedisError
+
+from services.executor import loop
 from services.executor.loop import WorkflowExecutor
-from shared.dispatch.messages import Outcome, TaskMessage
+from shared.dispatch.messages import Outcome, TaskEvent, TaskMessage
 from shared.domain.states import AttemptState, TaskState
 from shared.store import tasks as task_store
 from shared.store.dialects import dialect_of
@@ -369,3 +373,73 @@ class TestFencedUpdate:
         assert (moved, failed) == ({t0.task_id}, set())
         assert run.task("+wf+fan+t0").state is TaskState.SUCCESS
         assert run.task("+wf+fan+t1").state is TaskState.QUEUED
+
+
+class TestResultsWaitingForOthers:
+    """While agents have a backlog of an executor's runs on a queue, its results wait a
+    little for others; the backlog is lowered here to two runs."""
+
+    FAN_OUT_ON_TWO_QUEUES = """
+        +fan:
+          _parallel: true
+          +slow1:
+            _queue: slow
+            echo>: 1
+          +slow2:
+            _queue: slow
+            echo>: 2
+          +slow3:
+            _queue: slow
+            echo>: 3
+          +quick:
+            echo>: q
+    """
+
+    @pytest.fixture(autouse=True)
+    def small_backlog(self, monkeypatch: pytest.MonkeyPatch) -> list[float]:
+        slept: list[float] = []
+        monkeypatch.setattr(loop, "RESULT_BATCH_BACKLOG", 2)
+        monkeypatch.setattr(loop.time, "sleep", slept.append)
+        return slept
+
+    def test_a_result_from_a_queue_with_a_backlog_waits_for_others(
+        self, run: Scenario, small_backlog: list[float]
+    ) -> None:
+        run.start(self.FAN_OUT_ON_TWO_QUEUES)
+        run.step()
+        run.agent.report(finished(run.open.pop("+wf+fan+slow1")))
+        run.executor.wait_for_work(1.0)
+        assert small_backlog == [loop.RESULT_BATCH_SECONDS]
+
+    def test_a_result_from_a_queue_without_a_backlog_is_applied_at_once(
+        self, run: Scenario, small_backlog: list[float]
+    ) -> None:
+        # Given three runs waiting on "slow" and one on the default queue
+        run.start(self.FAN_OUT_ON_TWO_QUEUES)
+        run.step()
+        assert run.executor.scope.runs.waiting == 4
+        # When the default queue's result comes, it does not wait for "slow"'s backlog
+        run.agent.report(finished(run.open.pop("+wf+fan+quick")))
+        run.executor.wait_for_work(1.0)
+        assert small_backlog == []
+
+    def test_what_was_read_is_applied_even_if_the_second_read_fails(
+        self, run: Scenario, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        run.start(self.FAN_OUT_ON_TWO_QUEUES)
+        run.step()
+        run.agent.report(finished(run.open.pop("+wf+fan+slow1")))
+        reads = iter([run.agent.poll_events])
+
+        def second_read_fails(timeout_seconds: float) -> list[TaskEvent]:
+            first = next(reads, None)
+            if first is None:
+                raise RedisError("Redis went away")
+            return first(timeout_seconds)
+
+        monkeypatch.setattr(run.executor.dispatcher, "poll_events", second_read_fails)
+        with pytest.raises(RedisError):
+            run.executor.wait_for_work(1.0)
+        monkeypatch.undo()
+        run.tick()
+        assert run.task("+wf+fan+slow1").state is TaskState.SUCCESS
