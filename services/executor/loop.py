@@ -146,7 +146,6 @@ class WorkflowExecutor:
         report.more_ready = report.more_ready or bool(self._pending) or self._timers.look_again
         for attempt_id, _state in report.finished_attempts:
             self.scope.contexts.forget(attempt_id)
-        self.scope.runs.forget_attempts([a for a, _ in report.finished_attempts])
         return report
 
     def _run_pass(self, now: datetime, plan: PassPlan, events: list[TaskEvent]) -> Pass:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -131,19 +130,11 @@ class QueuedRuns:
         return row if row is not None and row.lease_token == token else None
 
     def forget(self, task_id: int) -> None:
-        """A result of the task came: its run is over, whatever became of the result."""
+        """The task's run is over or will never report: its result came (whatever became
+        of it), it was revoked, or it was given up as lost."""
         row = self._rows.pop(task_id, None)
         if row is not None and row.state is TaskState.QUEUED:
             self._waiting[_queue_of(row)] -= 1
-
-    def forget_attempts(self, attempt_ids: Collection[int]) -> None:
-        """Forget the runs of attempts that ended: a run killed or canceled with its
-        attempt may never send a result, and would be counted as waiting for good."""
-        if not attempt_ids or not self._rows:
-            return
-        ended = set(attempt_ids)
-        for task_id in [i for i, row in self._rows.items() if row.attempt_id in ended]:
-            self.forget(task_id)
 
     def clear(self) -> None:
         """Forget every row (the attempts this executor runs changed)."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import UTC, datetime
 
 from services.executor.scope import QueuedRuns
@@ -96,14 +95,3 @@ def test_runs_no_agent_started_yet_are_counted_until_they_start_or_end() -> None
     assert (len(runs), runs.waiting) == (3, 3)
     runs.clear()
     assert runs.waiting == 0
-
-
-def test_the_runs_of_ended_attempts_are_forgotten() -> None:
-    runs = QueuedRuns()
-    runs.queued(ready_task(1), 1, None, NOW)
-    runs.queued(dataclasses.replace(ready_task(2), attempt_id=2), 1, None, NOW)
-    runs.started(1, 1)
-    runs.forget_attempts([1])
-    assert (runs.get(1, 1), len(runs), runs.waiting) == (None, 1, 1)
-    runs.forget_attempts([2])
-    assert (len(runs), runs.waiting) == (0, 0)
