@@ -372,14 +372,14 @@ class TaskGraph:
     def after_terminal_many(
         self,
         ended: Sequence[tuple[TaskRow, TaskState]],
-        promoted: tuple[list[TaskRow], dict[int, Seen]] | None = None,
+        promoted: tuple[list[TaskRow], dict[int, Seen]],
     ) -> None:
         """:meth:`after_terminal` for the tasks of one batch, in order.
 
-        Downstream tasks are looked for in one statement for the whole batch, and only
-        for tasks that may have any (see :meth:`may_promote_downstream`); ``promoted``
-        is what that statement made READY when it ran already, with the one that ended
-        the runs (see :func:`~shared.store.tasks.succeed_runs_promoting`).
+        What waits for the successes that :meth:`may_promote_downstream` names was made
+        READY by the statement that ended them (see
+        :func:`~shared.store.tasks.succeed_runs_promoting`): ``promoted`` is those tasks
+        and what each sees.
         """
         looked: dict[int, int] = {}  # task id -> parent id
         for task, state in ended:
@@ -392,8 +392,6 @@ class TaskGraph:
                 self._unsettled[parent_id] = None
         if not looked:
             return
-        if promoted is None:
-            promoted = task_store.make_downstream_ready(self.conn, list(looked), self.now)
         ready, seen = promoted
         self._seen.update(seen)
         timed = [task.id for task in ready if task.config.get("start") is not None]

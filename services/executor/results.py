@@ -69,7 +69,7 @@ def apply_simple(graph: TaskGraph, batch: Sequence[tuple[TaskFinished, TaskRow]]
         state, values = _end_of(task, event)
         graph.ended(task, state, values)
         ended.append((task, state))
-    graph.after_terminal_many(ended, (ready, seen) if looked else None)
+    graph.after_terminal_many(ended, (ready, seen))
     return moved
 
 

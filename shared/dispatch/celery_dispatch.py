@@ -346,6 +346,7 @@ class CeleryDispatcher:
         return self._producer
 
     def _release_producer(self) -> None:
+        """Give the kept producer back to Celery's pool (after a failed send, or at close)."""
         producer, self._producer = self._producer, None
         if producer is not None:
             with contextlib.suppress(Exception):  # it goes back to the pool even broken

@@ -60,7 +60,8 @@ class StoreDialect(ABC):
     """Whether two transactions can write at once (SQLite holds one writer at a time)."""
     chains_inserts: ClassVar[bool]
     """Whether one statement can insert rows read from bound arrays and insert more rows
-    from those the first insert returned (data-modifying ``WITH`` and ``unnest``)."""
+    from those the first insert returned (data-modifying ``WITH`` and ``unnest``); an
+    ``UPDATE`` there can likewise feed another."""
     orders_aggregates: ClassVar[bool]
     """Whether an aggregate can take its inputs in an order (``json_agg(... ORDER BY
     ...)``), so that one statement can return a list in definition order."""

@@ -193,13 +193,20 @@ def succeed_runs(
     The ids of the tasks that moved."""
     if not runs:
         return set()
-    values = {
+    values = _succeed_values(runs, passing, now)
+    return {int(i) for i in conn.execute(_SUCCEED_RUNS, values).scalars()}
+
+
+def _succeed_values(
+    runs: Sequence[tuple[int, int]], passing: Collection[int], now: datetime
+) -> dict[str, Any]:
+    """The parameters of :data:`_SUCCEED_RUNS`, alone or in a statement around it."""
+    return {
         "ids": [i for i, _ in runs],
         "runs": list(runs),
         "passing_ids": list(passing) or [0],
         "now": now,
     }
-    return {int(i) for i in conn.execute(_SUCCEED_RUNS, values).scalars()}
 
 
 def fail_runs(
@@ -681,17 +688,12 @@ def succeed_runs_promoting(
     the ids that moved, the tasks made READY and what each of them sees."""
     if not runs:
         return set(), [], {}
-    if not looked or not dialect_of(conn).chains_inserts:
+    dialect = dialect_of(conn)
+    if not (looked and dialect.chains_inserts and dialect.orders_aggregates):
         moved = succeed_runs(conn, runs, passing, now)
         ready, seen = make_downstream_ready(conn, [i for i in looked if i in moved], now)
         return moved, ready, seen
-    values = {
-        "ids": [i for i, _ in runs],
-        "runs": list(runs),
-        "passing_ids": list(passing) or [0],
-        "looked": list(looked),
-        "now": now,
-    }
+    values = {**_succeed_values(runs, passing, now), "looked": list(looked)}
     ended: set[int] = set()
     promoted: list[dict[str, Any]] = []
     for row in conn.execute(_SUCCEED_RUNS_PROMOTING, values):
