@@ -22,6 +22,22 @@ ONE_TASK = """
     +a:
       echo>: a
 """
+TWO_THEN_ONE = """
+    _parallel: true
+    +a:
+      echo>: a
+    +b:
+      echo>: b
+    +c:
+      _after: [+a]
+      echo>: c
+"""
+
+
+def request_kill(run: Scenario) -> AttemptState:
+    """Ask for the scenario's attempt to be killed, as the API does; its state then."""
+    with run.engine.begin() as conn:
+        return session_store.request_kill(conn, run.attempt_id, run.clock.now())
 
 
 @pytest.fixture
@@ -253,23 +269,12 @@ class TestKill:
     def test_a_killed_attempt_ends_killed_its_tasks_canceled_and_in_flight_ones_revoked(
         self, run: Scenario
     ) -> None:
-        run.start("""
-            _parallel: true
-            +a:
-              echo>: a
-            +b:
-              echo>: b
-            +c:
-              _after: [+a]
-              echo>: c
-        """)
+        run.start(TWO_THEN_ONE)
         run.step()
         a, b = run.open["+wf+a"], run.open["+wf+b"]
         run.agent.report(TaskStarted(a.task_id, a.lease_token, time.time()))
         run.step()
-        with run.engine.begin() as conn:
-            state = session_store.request_kill(conn, run.attempt_id, run.clock.now())
-        assert state is AttemptState.CANCELING
+        assert request_kill(run) is AttemptState.CANCELING
         run.step(after_seconds=1)  # the next rescan (a NOTIFY wakes a distributed executor)
         assert run.attempt_state() is AttemptState.KILLED
         assert set(run.states().values()) == {TaskState.CANCELED}
@@ -286,21 +291,12 @@ class TestKill:
     def test_the_runs_of_a_killed_attempt_no_longer_count_as_waiting_for_an_agent(
         self, run: Scenario
     ) -> None:
-        # Given three runs queued and never started (no agent took them)
-        run.start("""
-            _parallel: true
-            +a:
-              echo>: a
-            +b:
-              echo>: b
-            +c:
-              echo>: c
-        """)
+        # Given two runs queued and never started (no agent took them)
+        run.start(TWO_THEN_ONE)
         run.step()
-        assert run.executor.scope.runs.waiting == 3
+        assert run.executor.scope.runs.waiting == 2
         # When the attempt is killed (its runs will never send a result)
-        with run.engine.begin() as conn:
-            session_store.request_kill(conn, run.attempt_id, run.clock.now())
+        assert request_kill(run) is AttemptState.CANCELING
         run.step(after_seconds=1)
         assert run.attempt_state() is AttemptState.KILLED
         # Then they are not counted as waiting: results would otherwise wait for others
@@ -309,9 +305,7 @@ class TestKill:
     def test_killing_an_ended_attempt_changes_nothing(self, run: Scenario) -> None:
         run.start(ONE_TASK)
         assert run.run_to_end() is AttemptState.SUCCESS
-        with run.engine.begin() as conn:
-            state = session_store.request_kill(conn, run.attempt_id, run.clock.now())
-        assert state is AttemptState.SUCCESS
+        assert request_kill(run) is AttemptState.SUCCESS
 
     def test_a_canceled_lease_mark_keeps_the_reaper_away(self, reaping: Scenario) -> None:
         reaping.start(ONE_TASK)

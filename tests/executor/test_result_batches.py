@@ -7,6 +7,8 @@ Statements are counted, never timed. Both store backends run every scenario.
 from __future__ import annotations
 
 import dataclasses
+import time
+import types
 
 import pytest
 from redis.exceptions import RedisError
@@ -397,38 +399,42 @@ class TestResultsWaitingForOthers:
 
     @pytest.fixture(autouse=True)
     def small_backlog(self, monkeypatch: pytest.MonkeyPatch) -> list[float]:
+        """The executor loop's sleeps, recorded instead of slept (the ``time`` module the
+        loop sees is replaced, not the one every other module shares)."""
         slept: list[float] = []
         monkeypatch.setattr(loop, "RESULT_BATCH_BACKLOG", 2)
-        monkeypatch.setattr(loop.time, "sleep", slept.append)
+        monkeypatch.setattr(
+            loop, "time", types.SimpleNamespace(monotonic=time.monotonic, sleep=slept.append)
+        )
         return slept
+
+    def started_with_a_result(self, run: Scenario, name: str) -> None:
+        """The fan-out queued, and the result of ``name`` reported by its agent."""
+        run.start(self.FAN_OUT_ON_TWO_QUEUES)
+        run.step()
+        assert run.executor.scope.runs.waiting == 4
+        run.agent.report(finished(run.open.pop(name)))
 
     def test_a_result_from_a_queue_with_a_backlog_waits_for_others(
         self, run: Scenario, small_backlog: list[float]
     ) -> None:
-        run.start(self.FAN_OUT_ON_TWO_QUEUES)
-        run.step()
-        run.agent.report(finished(run.open.pop("+wf+fan+slow1")))
+        self.started_with_a_result(run, "+wf+fan+slow1")
         run.executor.wait_for_work(1.0)
         assert small_backlog == [loop.RESULT_BATCH_SECONDS]
 
     def test_a_result_from_a_queue_without_a_backlog_is_applied_at_once(
         self, run: Scenario, small_backlog: list[float]
     ) -> None:
-        # Given three runs waiting on "slow" and one on the default queue
-        run.start(self.FAN_OUT_ON_TWO_QUEUES)
-        run.step()
-        assert run.executor.scope.runs.waiting == 4
-        # When the default queue's result comes, it does not wait for "slow"'s backlog
-        run.agent.report(finished(run.open.pop("+wf+fan+quick")))
+        # Given three runs waiting on "slow" and one on the default queue, when the
+        # default queue's result comes, it does not wait for "slow"'s backlog
+        self.started_with_a_result(run, "+wf+fan+quick")
         run.executor.wait_for_work(1.0)
         assert small_backlog == []
 
     def test_what_was_read_is_applied_even_if_the_second_read_fails(
         self, run: Scenario, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        run.start(self.FAN_OUT_ON_TWO_QUEUES)
-        run.step()
-        run.agent.report(finished(run.open.pop("+wf+fan+slow1")))
+        self.started_with_a_result(run, "+wf+fan+slow1")
         reads = iter([run.agent.poll_events])
 
         def second_read_fails(timeout_seconds: float) -> list[TaskEvent]:
@@ -437,9 +443,8 @@ class TestResultsWaitingForOthers:
                 raise RedisError("Redis went away")
             return first(timeout_seconds)
 
-        monkeypatch.setattr(run.executor.dispatcher, "poll_events", second_read_fails)
-        with pytest.raises(RedisError):
+        with monkeypatch.context() as patched, pytest.raises(RedisError):
+            patched.setattr(run.executor.dispatcher, "poll_events", second_read_fails)
             run.executor.wait_for_work(1.0)
-        monkeypatch.undo()
         run.tick()
         assert run.task("+wf+fan+slow1").state is TaskState.SUCCESS
