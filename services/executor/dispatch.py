@@ -7,7 +7,7 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection
@@ -121,21 +121,34 @@ def write_run_logs(work: Pass) -> None:
     becomes of it (a result, a kill, a timeout, a lost agent); its result, if one comes,
     records the file's final size. The results the pass applied are recorded in the
     same statement, but for tasks a retry in the pass deleted (their log rows went with
-    them)."""
-    dropped = work.graph.dropped
+    them). Where the store can, the statement that queued the runs wrote these rows
+    already (see :func:`~shared.store.tasks.mark_tasks_queued_logging`): only what it
+    did not is written here, and nothing, without a statement, in the usual pass."""
+    dropped, logged = work.graph.dropped, work.logged_runs
     started = [
-        {
-            "task_id": message.task_id,
-            "attempt_id": message.attempt_id,
-            "lease_token": message.lease_token,
-            "path": run_log_path(message),
-            "created_at": work.now,
-        }
+        _started_log(message, work.now)
         for message in work.messages
-        if message.task_id not in dropped
+        if message.task_id not in dropped and (message.task_id, message.lease_token) not in logged
     ]
-    ended = [row for row in work.ended_logs if row["task_id"] not in dropped]
-    task_store.write_task_logs(work.conn, started, ended)
+    task_store.write_task_logs(work.conn, started, _ended_logs(work))
+
+
+def _started_log(message: TaskMessage, now: datetime) -> dict[str, Any]:
+    """The log index row of the run of ``message``, about to start."""
+    return {
+        "task_id": message.task_id,
+        "attempt_id": message.attempt_id,
+        "lease_token": message.lease_token,
+        "path": run_log_path(message),
+        "created_at": now,
+    }
+
+
+def _ended_logs(work: Pass) -> list[dict[str, Any]]:
+    """The log rows of the results the pass applied and has not recorded yet, but for
+    tasks a retry in the pass deleted (their rows went with them)."""
+    dropped = work.graph.dropped
+    return [row for row in work.ended_logs if row["task_id"] not in dropped]
 
 
 def _start_ready_groups(work: Pass, scope: Scope, scan: bool) -> int:
@@ -195,10 +208,23 @@ def _dispatch_ready_operators(
             )
         except (InvalidExpression, BadControl) as exc:
             graph.fail(task, {"message": str(exc)})
-    tokens = task_store.mark_tasks_queued(
-        conn, {task_id: stored[task_id] for task_id in drafts}, work.now
-    )
+    # The runs' log rows, and those of the results applied so far, go in with the queueing
+    # (where the store can): the token each run gets is its task's next one.
     rows = {task.id: task for task in ready}
+    next_runs = [
+        dataclasses.replace(draft, lease_token=rows[task_id].lease_token + 1)
+        for task_id, draft in drafts.items()
+    ]
+    started = [_started_log(run, work.now) for run in next_runs]
+    tokens, left = task_store.mark_tasks_queued_logging(
+        conn,
+        {task_id: stored[task_id] for task_id in drafts},
+        work.now,
+        task_store.LogRows(started, _ended_logs(work)),
+    )
+    work.ended_logs = left.ended
+    unlogged = {(row["task_id"], row["lease_token"]) for row in left.started}
+    work.logged_runs |= {(r["task_id"], r["lease_token"]) for r in started} - unlogged
     for task_id, token in tokens.items():
         graph.record(task_id, drafts[task_id].full_name, TaskState.QUEUED)
         scope.runs.queued(rows[task_id], token, stored[task_id], work.now)

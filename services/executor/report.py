@@ -94,6 +94,7 @@ class Pass:
     messages: list[TaskMessage] = field(default_factory=list)  # published after the commit
     revoked: list[tuple[int, int]] = field(default_factory=list)  # (task, token) to revoke
     ended_logs: list[dict[str, Any]] = field(default_factory=list)  # logs results described
+    logged_runs: set[tuple[int, int]] = field(default_factory=set)  # (task, token) indexed
 
 
 @dataclass

@@ -13,11 +13,13 @@ from sqlalchemy import (
     Connection,
     bindparam,
     case,
+    column,
     exists,
     func,
     literal,
     literal_column,
     null,
+    or_,
     select,
     true,
     tuple_,
@@ -412,17 +414,52 @@ def mark_tasks_queued(
     refused. ``params`` records the stored params the task started with; tasks that start
     with the same params (siblings of one group, typically) are updated together.
     """
+    return mark_tasks_queued_logging(conn, params_by_id, now, LogRows([], []))[0]
+
+
+@dataclass(frozen=True)
+class LogRows:
+    """Rows of the log index (see :func:`write_task_logs`): ``started``, of runs about to
+    start, and ``ended``, of runs whose results came."""
+
+    started: list[dict[str, Any]]
+    ended: list[dict[str, Any]]
+
+
+def mark_tasks_queued_logging(
+    conn: Connection,
+    params_by_id: dict[int, dict[str, Any] | None],
+    now: datetime,
+    logs: LogRows,
+) -> tuple[dict[int, int], LogRows]:
+    """:func:`mark_tasks_queued`, writing ``logs`` with it where the dialect can (in the
+    same statements, on PostgreSQL): each started row once its task is QUEUED under the
+    row's token, the ended rows in any case. The tokens, and the rows left to write (to
+    :func:`write_task_logs`): all of them where the dialect cannot, else the started rows
+    whose task was not queued under their token."""
     groups: dict[str, tuple[dict[str, Any] | None, list[int]]] = {}
     for task_id, params in params_by_id.items():
         key = json.dumps(params, sort_keys=True, default=str)
         groups.setdefault(key, (params, []))[1].append(task_id)
+    logging = dialect_of(conn).chains_inserts and bool(logs.started or logs.ended)
+    started = {row["task_id"]: row for row in logs.started} if logging else {}
+    ended = logs.ended if logging else []
     tokens: dict[int, int] = {}
     for params, ids in groups.values():
         for start in range(0, len(ids), 500):
-            values = {"ids": ids[start : start + 500], "params": params, "now": now}
-            found = conn.execute(_MARK_QUEUED, values)
+            chunk = ids[start : start + 500]
+            values = {"ids": chunk, "params": params, "now": now}
+            statement = _MARK_QUEUED
+            chunk_started = [started[i] for i in chunk if i in started]
+            if chunk_started or ended:
+                values |= _log_arrays(_log_rows(chunk_started, ended))
+                statement, ended = _MARK_QUEUED_LOGGING, []  # written with this statement
+            found = conn.execute(statement, values)
             tokens.update({int(row.id): int(row.lease_token) for row in found})
-    return tokens
+    if not logging:
+        return tokens, logs
+    left = [row for row in logs.started if tokens.get(row["task_id"]) != row["lease_token"]]
+    return tokens, LogRows(left, ended)
 
 
 IN_FLIGHT_STATES = (TaskState.QUEUED, TaskState.RUNNING)
@@ -888,6 +925,39 @@ _RUN_KEY = ["task_id", "lease_token"]
 
 _SETTLED_LOG_COLUMNS = ("path", "size_bytes", "truncated_bytes", "ended_at")
 _LOG_COLUMNS = ("task_id", "attempt_id", "lease_token", "path", "size_bytes", "created_at")
+_LOG_ROW_NAMES = (*_LOG_COLUMNS, "truncated_bytes", "ended_at")
+
+
+def _queued_and_logged() -> Any:
+    """:data:`_MARK_QUEUED` with an upsert of log rows (given as one array per column)
+    in the same statement, for PostgreSQL: a started row (no ``ended_at``) goes in only
+    if its task is queued under the row's token by this statement, an ended row always;
+    a row meeting one of the same run sets what :func:`write_task_logs` would."""
+    queued = _MARK_QUEUED.cte("queued")
+    columns = [column(name, task_logs.c[name].type) for name in _LOG_ROW_NAMES]
+    arrays = [
+        bindparam(f"log_{name}", type_=postgresql.ARRAY(task_logs.c[name].type))
+        for name in _LOG_ROW_NAMES
+    ]
+    rows = func.unnest(*arrays).table_valued(*columns).render_derived(name="log_row")
+    chosen = select(*rows.c).where(
+        or_(
+            rows.c.ended_at.is_not(None),
+            tuple_(rows.c.task_id, rows.c.lease_token).in_(
+                select(queued.c.id, queued.c.lease_token)
+            ),
+        )
+    )
+    insert = postgresql.insert(task_logs).from_select(list(_LOG_ROW_NAMES), chosen)
+    upsert = insert.on_conflict_do_update(
+        index_elements=_RUN_KEY,
+        set_={name: insert.excluded[name] for name in _SETTLED_LOG_COLUMNS},
+        where=insert.excluded.ended_at.is_not(None),
+    )
+    return select(queued.c.id, queued.c.lease_token).add_cte(upsert.cte("logged"))
+
+
+_MARK_QUEUED_LOGGING = _queued_and_logged()
 
 
 def write_task_logs(
@@ -904,6 +974,23 @@ def write_task_logs(
     without one (dispatched by an executor that did not index runs) gets one. A run in
     both is recorded as ended.
     """
+    rows = _log_rows(started, ended)
+    if rows:
+        dialect_of(conn).upsert_rows(
+            conn,
+            task_logs,
+            rows,
+            index_elements=_RUN_KEY,
+            updated=_SETTLED_LOG_COLUMNS,
+            only_given="ended_at",
+        )
+
+
+def _log_rows(
+    started: Sequence[dict[str, Any]], ended: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The log index's rows of ``started`` and ``ended`` runs, all with the same keys
+    (:data:`_LOG_ROW_NAMES`); a run in both is recorded as ended."""
     rows: dict[tuple[int, int], dict[str, Any]] = {}
     for row in started:
         rows[row["task_id"], row["lease_token"]] = {
@@ -918,15 +1005,12 @@ def write_task_logs(
             "truncated_bytes": row.get("truncated_bytes", 0),
             "ended_at": row["created_at"],
         }
-    if rows:
-        dialect_of(conn).upsert_rows(
-            conn,
-            task_logs,
-            list(rows.values()),
-            index_elements=_RUN_KEY,
-            updated=_SETTLED_LOG_COLUMNS,
-            only_given="ended_at",
-        )
+    return list(rows.values())
+
+
+def _log_arrays(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
+    """The parameters of :data:`_MARK_QUEUED_LOGGING`'s log rows: an array per column."""
+    return {f"log_{name}": [row[name] for row in rows] for name in _LOG_ROW_NAMES}
 
 
 def list_task_logs(conn: Connection, attempt_id: int) -> list[tuple[str, str, int]]:

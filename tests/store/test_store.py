@@ -265,6 +265,44 @@ class TestTaskRows:
             assert task_store.get_task(conn, blocked).lease_token == 4
             assert task_store.get_task(conn, blocked).state is TaskState.BLOCKED
 
+    def test_queueing_indexes_the_logs_of_runs_it_starts_and_of_runs_that_ended(
+        self, engine: Engine
+    ) -> None:
+        def row(task_id: int, token: int, **more: Any) -> dict[str, Any]:
+            return {
+                "task_id": task_id,
+                "attempt_id": attempt_id,
+                "lease_token": token,
+                "path": f"{task_id}.{token}.log",
+                "created_at": NOW,
+                **more,
+            }
+
+        with engine.begin() as conn:
+            attempt_id = _attempt(conn)
+            ready = _insert(conn, attempt_id, "+a", state=TaskState.READY, lease_token=2)
+            other = _insert(conn, attempt_id, "+b", state=TaskState.READY)
+            done = _insert(conn, attempt_id, "+c", state=TaskState.SUCCESS, lease_token=5)
+            logs = task_store.LogRows(
+                # +b is guessed under a token it will not get: its row is left to the caller
+                [row(ready, 3), row(other, 7)],
+                [row(done, 5, size_bytes=12, truncated_bytes=0)],
+            )
+            tokens, left = task_store.mark_tasks_queued_logging(
+                conn, {ready: None, other: None}, NOW, logs
+            )
+            written = {
+                (r.task_id, r.lease_token): (r.size_bytes, r.ended_at)
+                for r in conn.execute(select(task_logs))
+            }
+        assert tokens == {ready: 3, other: 1}
+        if engine.dialect.name == "postgresql":  # in the queueing statement itself
+            assert written == {(ready, 3): (0, None), (done, 5): (12, NOW)}
+            assert left == task_store.LogRows([row(other, 7)], [])
+        else:  # nothing written: every row is left to the caller
+            assert written == {}
+            assert left == logs
+
     def test_a_task_runs_only_under_its_current_token(self, engine: Engine) -> None:
         with engine.begin() as conn:
             task_id = _insert(conn, _attempt(conn), "+a", state=TaskState.QUEUED, lease_token=2)
