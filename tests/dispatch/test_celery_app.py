@@ -1,0 +1,43 @@
+"""Specifications of the Celery app both sides share: which kombu transport serves which
+Redis URL, and the one client a channel keeps for its commands."""
+
+from __future__ import annotations
+
+import pytest
+from kombu import Exchange, Queue
+
+from shared.dispatch.celery_app import (
+    KEPT_CLIENT_TRANSPORT,
+    KeptClientChannel,
+    RedisSettings,
+    make_celery,
+)
+
+
+class TestTransport:
+    def test_a_redis_url_is_served_by_a_channel_keeping_one_client(
+        self, redis_url: str, redis_prefix: str
+    ) -> None:
+        app = make_celery(RedisSettings(redis_url, redis_prefix))
+        with app.connection_for_write() as connection:
+            channel = connection.default_channel
+            assert isinstance(channel, KeptClientChannel)
+            with channel.conn_or_acquire() as first, channel.conn_or_acquire() as second:
+                assert first is second
+            # what kombu does with it still works: a message goes in and comes out
+            queue = Queue("kept", Exchange("kept"), "kept", channel=channel)
+            queue.declare()
+            connection.Producer(channel).publish(
+                {"n": 1}, exchange=queue.exchange, routing_key="kept"
+            )
+            message = queue.get(no_ack=True)
+            assert message is not None and message.payload == {"n": 1}
+            # shown as what it is, the password hidden
+            assert connection.as_uri().startswith(f"{KEPT_CLIENT_TRANSPORT}://")
+
+    @pytest.mark.parametrize(
+        "url", ["rediss://127.0.0.1:6380/0", "unix:///run/redis.sock", "socket:///run/redis.sock"]
+    )
+    def test_other_redis_urls_keep_the_transport_kombu_gives_their_scheme(self, url: str) -> None:
+        app = make_celery(RedisSettings(url))
+        assert app.conf.broker_transport is None
