@@ -4,7 +4,8 @@ The module is both the Celery app that the baseline's workers load
 (``celery -A _raw_celery_app worker``, with ``bench/`` on ``PYTHONPATH``) and, run as a
 script, the client that times them. The settings are those of tickwork's agents
 (``make_celery``): JSON only, ``task_acks_late``, a prefetch of 1, the Redis
-broker with every key under ``TICKWORK_REDIS_PREFIX``, no remote control and no events.
+broker with every key under ``TICKWORK_REDIS_PREFIX``, no remote control and no events;
+on kombu's own Redis transport, as plain Celery has it.
 Results go to a Redis result backend under the same prefix. A worker that is ready to
 consume touches a file named after it in ``TICKWORK_BENCH_READY_DIR``, whatever its log
 level.
@@ -36,6 +37,9 @@ QUEUE = "default"
 # user has and tickwork replaces: results, here in Redis under the same prefix.
 app = make_celery(RedisSettings(REDIS_URL, PREFIX), name="tickwork_bench_raw")
 app.conf.update(
+    # kombu's own Redis transport, as a plain Celery user has it: not tickwork's channel
+    # that keeps one client (shared.dispatch.celery_app.KeptClientTransport).
+    broker_transport=None,
     result_backend=REDIS_URL,
     task_ignore_result=False,
     result_accept_content=["json"],

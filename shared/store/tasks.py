@@ -452,7 +452,7 @@ def mark_tasks_queued_logging(
             statement = _MARK_QUEUED
             chunk_started = [started[i] for i in chunk if i in started]
             if chunk_started or ended:
-                values |= _log_arrays(_log_rows(chunk_started, ended))
+                values |= _log_json(_log_rows(chunk_started, ended))
                 statement, ended = _MARK_QUEUED_LOGGING, []  # written with this statement
             found = conn.execute(statement, values)
             tokens.update({int(row.id): int(row.lease_token) for row in found})
@@ -929,17 +929,18 @@ _LOG_ROW_NAMES = (*_LOG_COLUMNS, "truncated_bytes", "ended_at")
 
 
 def _queued_and_logged() -> Any:
-    """:data:`_MARK_QUEUED` with an upsert of log rows (given as one array per column)
-    in the same statement, for PostgreSQL: a started row (no ``ended_at``) goes in only
+    """:data:`_MARK_QUEUED` with an upsert of log rows (given as one JSON array) in the
+    same statement, for PostgreSQL: a started row (no ``ended_at``) goes in only
     if its task is queued under the row's token by this statement, an ended row always;
     a row meeting one of the same run sets what :func:`write_task_logs` would."""
     queued = _MARK_QUEUED.cte("queued")
     columns = [column(name, task_logs.c[name].type) for name in _LOG_ROW_NAMES]
-    arrays = [
-        bindparam(f"log_{name}", type_=postgresql.ARRAY(task_logs.c[name].type))
-        for name in _LOG_ROW_NAMES
-    ]
-    rows = func.unnest(*arrays).table_valued(*columns).render_derived(name="log_row")
+    given = bindparam("log_rows", type_=postgresql.JSON)
+    rows = (
+        func.json_to_recordset(given)
+        .table_valued(*columns)
+        .render_derived(name="log_row", with_types=True)
+    )
     chosen = select(*rows.c).where(
         or_(
             rows.c.ended_at.is_not(None),
@@ -1008,9 +1009,16 @@ def _log_rows(
     return list(rows.values())
 
 
-def _log_arrays(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
-    """The parameters of :data:`_MARK_QUEUED_LOGGING`'s log rows: an array per column."""
-    return {f"log_{name}": [row[name] for row in rows] for name in _LOG_ROW_NAMES}
+def _log_json(rows: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The parameter of :data:`_MARK_QUEUED_LOGGING`'s log rows: one JSON array of them
+    (a single value to send, where an array per column costs a conversion each), times
+    written out for PostgreSQL to read."""
+    return {
+        "log_rows": [
+            {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
+            for row in rows
+        ]
+    }
 
 
 def list_task_logs(conn: Connection, attempt_id: int) -> list[tuple[str, str, int]]:
