@@ -16,11 +16,11 @@ loop. Once the loop committed a pass, every result it applied or refused gets th
 are withheld from the reaper for a while (see :mod:`shared.dispatch.keyspace`).
 
 Acknowledgements, ``applied`` marks and the confirmations of ``queued`` marks never take
-a round trip of their own: they go with the next read of the streams or the next
-publish's marks, so that a pass that applies results and publishes nothing costs one
-round trip to Redis, and one that publishes costs three (its read, its marks, its
-messages). The lease scripts in these pipelines are called by digest, without asking
-Redis first whether it has them (see :meth:`LeaseStore.execute
+a round trip of their own: they go with the next read of the streams (never before a
+publish's messages, which they would delay), so that a pass that applies results and
+publishes nothing costs one round trip to Redis, and one that publishes costs three (its
+read, its marks, its messages). The lease scripts in these pipelines are called by
+digest, without asking Redis first whether it has them (see :meth:`LeaseStore.execute
 <shared.dispatch.leases.LeaseStore.execute>`).
 """
 
@@ -274,16 +274,16 @@ class CeleryDispatcher:
         or publish's), not one of its own. Dying between the two costs the task
         :data:`PENDING_MARK_TTL_MS` of waiting at most, not a lost message; the reaper
         sends it again sooner, once the mark is older than its grace and still unconfirmed.
-        The marks go in one round trip with the acknowledgements and marks due.
+        The marks go in one round trip of their own, the messages in another: the
+        acknowledgements and marks due wait for the read that follows, not to delay the
+        messages.
         """
         if not messages:
             return
         self._crash_at(CRASH_AFTER_COMMIT)
         self._ensure_archives(messages)
         marks = [(m.task_id, m.lease_token) for m in messages]
-        pipe = self.client.pipeline(transaction=False)
-        self.leases.mark(marks, QUEUED, PENDING_MARK_TTL_MS, pipe=pipe)
-        self._send_due(pipe)
+        self.leases.mark(marks, QUEUED, PENDING_MARK_TTL_MS)
         self._crash_at(CRASH_AFTER_MARK)
         now = time.time()
         try:
