@@ -56,6 +56,11 @@ class KeptClientChannel(kombu_redis.Channel):
             self._kept = self._create_client()  # type: ignore[no-untyped-call]
         yield self._kept
 
+    def _disconnect_pools(self) -> None:
+        """kombu's, and the kept client goes with the pool it was made on."""
+        super()._disconnect_pools()  # type: ignore[no-untyped-call]
+        self._kept = None
+
 
 class KeptClientTransport(kombu_redis.Transport):
     """kombu's Redis transport on :class:`KeptClientChannel`, known to kombu (and shown in
@@ -72,11 +77,15 @@ def make_celery(redis: RedisSettings, *, name: str = "tickwork") -> Celery:
     """The Celery app on ``redis``: every key under its prefix, JSON only, acks late.
 
     A ``redis://`` URL is served by :class:`KeptClientTransport`; others (``rediss://``,
-    ``unix://``, sentinels) by kombu's own transport for their scheme, which reads what
-    the scheme implies (TLS, a socket path)."""
+    ``unix://``, sentinels, or any other URL Celery's own variables give the broker) by
+    kombu's own transport for their scheme, which reads what the scheme implies (TLS, a
+    socket path)."""
     app = Celery(name, broker=redis.url, set_as_current=False)
-    if urlsplit(redis.url).scheme == "redis":
-        app.conf.broker_transport = KEPT_CLIENT_TRANSPORT
+    # Celery's own variables (CELERY_BROKER_URL and the like) may name other URLs.
+    conf = app.conf
+    urls = {conf.broker_url, conf.broker_read_url, conf.broker_write_url} - {None}
+    if all(urlsplit(str(url)).scheme == "redis" for url in urls):
+        conf.broker_transport = KEPT_CLIENT_TRANSPORT
     app.conf.update(
         task_serializer="json",
         accept_content=["json"],

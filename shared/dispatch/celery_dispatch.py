@@ -270,8 +270,8 @@ class CeleryDispatcher:
 
         The mark is left before the message goes out, so that losing Redis at any moment
         loses the mark too (the reaper then publishes the message again); it is kept for
-        long only where it survived the sending, with the next round trip (the next poll's
-        or publish's), not one of its own. Dying between the two costs the task
+        long only where it survived the sending, with the next read of the streams, not a
+        round trip of its own. Dying between the two costs the task
         :data:`PENDING_MARK_TTL_MS` of waiting at most, not a lost message; the reaper
         sends it again sooner, once the mark is older than its grace and still unconfirmed.
         The marks go in one round trip of their own, the messages in another: the
@@ -423,7 +423,7 @@ class CeleryDispatcher:
 
     def acknowledge(self) -> None:
         """The events polled so far are committed: acknowledge them, and mark their
-        results applied, with the next Redis round trip (a publish or a poll), not one of
+        results applied, with the next read of the streams, not a round trip of
         their own. Should this process die first, the next executor applies them again,
         and refuses them as stale."""
         self._applied += self._delivered

@@ -448,7 +448,7 @@ def mark_tasks_queued_logging(
     for params, ids in groups.values():
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
-            values = {"ids": chunk, "params": params, "now": now}
+            values: dict[str, Any] = {"ids": chunk, "params": params, "now": now}
             statement = _MARK_QUEUED
             chunk_started = [started[i] for i in chunk if i in started]
             if chunk_started or ended:

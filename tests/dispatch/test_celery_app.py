@@ -37,3 +37,22 @@ class TestTransport:
     def test_other_redis_urls_keep_the_transport_kombu_gives_their_scheme(self, url: str) -> None:
         app = make_celery(RedisSettings(url))
         assert app.conf.broker_transport is None
+
+    def test_a_broker_url_from_celerys_own_variables_keeps_the_transport_of_its_scheme(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv("CELERY_BROKER_URL", "rediss://127.0.0.1:6380/0")
+        app = make_celery(RedisSettings("redis://127.0.0.1:6379/0"))
+        assert app.conf.broker_transport is None
+
+    def test_the_kept_client_goes_with_the_pools_kombu_drops(
+        self, redis_url: str, redis_prefix: str
+    ) -> None:
+        app = make_celery(RedisSettings(redis_url, redis_prefix))
+        with app.connection_for_write() as connection:
+            channel = connection.default_channel
+            with channel.conn_or_acquire() as first:
+                assert first.ping()
+            channel._disconnect_pools()  # as kombu does after a fork
+            with channel.conn_or_acquire() as second:
+                assert second is not first and second.ping()
