@@ -369,6 +369,7 @@ class CeleryDispatcher:
         try:
             entries = self.reader.read(timeout_seconds, acknowledge=applied, also=self._add_marks)
         except RedisError:
+            self._applied = applied + self._applied  # acknowledged with the next read
             self._put_back(self._sending)
             raise
         finally:
@@ -441,6 +442,7 @@ class CeleryDispatcher:
         try:
             self.leases.execute(pipe)
         except RedisError:
+            self._applied = applied + self._applied
             self._put_back(self._sending)
             raise
         finally:

@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 from redis import Redis
 from redis.client import Pipeline
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from shared.dispatch.celery_app import RedisSettings
 from shared.dispatch.celery_dispatch import PENDING_MARK_TTL_MS, CeleryDispatcher
-from shared.dispatch.events import EventStream
+from shared.dispatch.events import GROUP, EventStream, stream_key
 from shared.dispatch.keyspace import KeyspaceWatch
 from shared.dispatch.leases import Lease, LeaseStore
 from shared.dispatch.messages import Outcome, TaskFinished, TaskMessage, TaskStarted
@@ -122,6 +123,29 @@ class TestRoundTrips:
         dispatcher.poll_events(0)
         assert len(round_trips) == 1
         assert leases.holder(7) == Lease(7, 1, "applied")
+
+    def test_a_read_that_fails_keeps_the_acknowledgements_and_marks_due_for_the_next(
+        self,
+        dispatcher: CeleryDispatcher,
+        redis_client: Redis,
+        redis_prefix: str,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        leases = report_done(redis_client, redis_prefix, 7, 1)
+        dispatcher.poll_events(0)
+        dispatcher.acknowledge()
+        with monkeypatch.context() as failing:
+
+            def lost(_pipe: Pipeline, raise_on_error: bool = True) -> list[Any]:
+                raise RedisConnectionError("Redis went away")
+
+            failing.setattr(Pipeline, "execute", lost)
+            with pytest.raises(RedisConnectionError):
+                dispatcher.poll_events(0)
+        dispatcher.poll_events(0)
+        assert leases.holder(7) == Lease(7, 1, "applied")
+        pending = redis_client.xpending(stream_key(redis_prefix, None), GROUP)
+        assert pending["pending"] == 0  # both events acknowledged
 
     def test_queued_marks_are_kept_long_with_the_next_poll_not_before_a_publish(
         self,
