@@ -7,13 +7,14 @@ sends one Celery message per task to the task's queue (standard protocol-2 messa
 written by one producer in kombu's publish batches: one Redis round trip per
 :data:`PUBLISH_BATCH_SIZE` messages), and has the marks kept for long with its next round
 trip: a QUEUED task whose key is empty lost its message, and the reaper publishes it
-again. Events come from the streams (see
-:mod:`shared.dispatch.events`); log chunks among them are written to the log directory
-here, through files kept open until their run's result arrives, and never reach the
-loop. Once the loop committed a pass, every result it applied or refused gets the
-``applied`` mark on its lease key, so that the agent holding it (see
-:mod:`services.agent.outbox`) forgets it; right after Redis lost its keys the lease states
-are withheld from the reaper for a while (see :mod:`shared.dispatch.keyspace`).
+again. Events come from the streams (see :mod:`shared.dispatch.events`); log chunks
+among them are written to the log directory here, through files made as their runs'
+messages go out (while agents take them) and kept open until their run's result
+arrives, and never reach the loop. Once the loop committed a pass, every result it
+applied or refused gets the ``applied`` mark on its lease key, so that the agent holding
+it (see :mod:`services.agent.outbox`) forgets it; right after Redis lost its keys the
+lease states are withheld from the reaper for a while (see
+:mod:`shared.dispatch.keyspace`).
 
 Acknowledgements, ``applied`` marks and the confirmations of ``queued`` marks never take
 a round trip of their own: they go with the next read of the streams (never before a
@@ -55,7 +56,13 @@ from shared.dispatch.events import (
 )
 from shared.dispatch.keyspace import SETTLE_MS, KeyspaceWatch
 from shared.dispatch.leases import APPLIED, CANCELED, QUEUED, LeaseState, LeaseStore
-from shared.dispatch.messages import TaskEvent, TaskFinished, TaskLogChunk, TaskMessage
+from shared.dispatch.messages import (
+    TaskEvent,
+    TaskFinished,
+    TaskLogChunk,
+    TaskMessage,
+    run_log_path,
+)
 from shared.domain.partitions import DEFAULT_PARTITION_COUNT, partition_of
 
 log = logging.getLogger(__name__)
@@ -117,6 +124,21 @@ class LogDirectory:
             log.warning("refused a log chunk outside the log directory: %r", chunk.path)
             return
         os.pwrite(fd, chunk.data.encode("utf-8", "surrogateescape"), chunk.offset)
+
+    def prepare(self, relatives: Sequence[str]) -> None:
+        """Create the files of runs just handed to agents, and keep them open: the runs'
+        chunks (a short task's only one comes with its result) then find their files
+        made, and a file system slow to create files (a network volume, a crowded
+        directory) delays no result. A file that cannot be made now is made when its
+        first chunk comes, or its error raised then."""
+        failed: list[str] = []
+        for relative in relatives:
+            try:
+                self._fd_of(relative)
+            except OSError as exc:
+                failed.append(f"{relative}: {exc}")
+        if failed:
+            log.warning("cannot create %d log files yet, first %s", len(failed), failed[0])
 
     def _fd_of(self, relative: str) -> int | None:
         """The open file of ``relative``, opened if it is not open yet; None if it would
@@ -294,6 +316,8 @@ class CeleryDispatcher:
             raise
         self.queues_seen.update(m.queue for m in messages)
         self._confirming += marks
+        # While the agents take the messages, not when their results come.
+        self.logs.prepare([run_log_path(m) for m in messages])
 
     def _send(self, messages: Sequence[TaskMessage], now: float) -> None:
         """Send the messages on the producer this dispatcher keeps; kombu's batch sends

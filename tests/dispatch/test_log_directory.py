@@ -84,3 +84,36 @@ class TestLogDirectory:
             "t.2.1.log",
         ]
         logs.close_all()
+
+
+class TestPreparedLogFiles:
+    def test_a_prepared_file_exists_empty_and_its_first_chunk_uses_the_open_file(
+        self, tmp_path: Path
+    ) -> None:
+        logs = LogDirectory(tmp_path)
+        before = open_fds()
+        logs.prepare(["7/a.1.1.log", "7/b.2.1.log"])
+        assert (tmp_path / "7/a.1.1.log").read_bytes() == b""
+        assert open_fds() == before + 2
+        logs.write(chunk("7/a.1.1.log", 0, "out\n"))
+        assert open_fds() == before + 2
+        assert (tmp_path / "7/a.1.1.log").read_text() == "out\n"
+        logs.close_all()
+
+    def test_preparing_keeps_no_more_files_open_than_the_limit(self, tmp_path: Path) -> None:
+        logs = LogDirectory(tmp_path, open_files=2)
+        before = open_fds()
+        logs.prepare([f"{n}.log" for n in range(5)])
+        assert open_fds() == before + 2
+        assert sorted(p.name for p in tmp_path.iterdir()) == [f"{n}.log" for n in range(5)]
+        logs.close_all()
+
+    def test_a_file_that_cannot_be_made_yet_is_left_for_its_first_chunk(
+        self, tmp_path: Path
+    ) -> None:
+        (tmp_path / "blocked").write_text("a file where a directory should be")
+        logs = LogDirectory(tmp_path)
+        logs.prepare(["blocked/1.log", "../outside.log", "fine/2.log"])  # none raises
+        assert not (tmp_path.parent / "outside.log").exists()
+        assert (tmp_path / "fine/2.log").exists()
+        logs.close_all()

@@ -19,7 +19,13 @@ from shared.dispatch.celery_dispatch import PENDING_MARK_TTL_MS, CeleryDispatche
 from shared.dispatch.events import GROUP, EventStream, stream_key
 from shared.dispatch.keyspace import KeyspaceWatch
 from shared.dispatch.leases import Lease, LeaseStore
-from shared.dispatch.messages import Outcome, TaskFinished, TaskMessage, TaskStarted
+from shared.dispatch.messages import (
+    Outcome,
+    TaskFinished,
+    TaskMessage,
+    TaskStarted,
+    run_log_path,
+)
 from tests.support.waiting import wait_until
 
 TTL_MS = 3000
@@ -166,6 +172,16 @@ class TestRoundTrips:
         dispatcher.poll_events(0)
         for task_id in (7, 8, 9):
             assert (leases.remaining_ms(task_id) or 0) > PENDING_MARK_TTL_MS
+        redis_client.delete(f"{redis_prefix}q")
+
+
+class TestLogFiles:
+    def test_a_published_runs_log_file_is_made_before_its_first_chunk_comes(
+        self, dispatcher: CeleryDispatcher, redis_client: Redis, redis_prefix: str
+    ) -> None:
+        dispatcher.publish([message(9, 3, f"{redis_prefix}q")])
+        made = dispatcher.logs.root / run_log_path(message(9, 3, "any"))
+        assert made.read_bytes() == b""
         redis_client.delete(f"{redis_prefix}q")
 
 
