@@ -9,9 +9,11 @@ that needs it refreshes it, or puts it back when Redis lost it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
 
 from redis import Redis
+from redis.client import Pipeline
 
 log = logging.getLogger(__name__)
 
@@ -41,13 +43,26 @@ class RedisArchives:
         key was missing are read from ``source`` and written. Returns the digests that
         ``source`` did not have (their tasks fail on the agent, saying so).
         """
-        ordered = sorted(set(digests))
+        pipe = self.client.pipeline(transaction=False)
+        ordered = self.refresh(digests, pipe)
         if not ordered:
             return []
-        pipe = self.client.pipeline(transaction=False)
+        return self.put_missing(ordered, pipe.execute(), source)
+
+    def refresh(self, digests: Collection[str], pipe: Pipeline) -> list[str]:
+        """Add to ``pipe`` (first, for the caller to execute) an ``EXPIRE`` of each
+        archive's key; the digests in the order of their commands."""
+        ordered = sorted(set(digests))
         for digest in ordered:
             pipe.expire(archive_key(self.prefix, digest), ARCHIVE_TTL_SECONDS)
-        present = pipe.execute()
+        return ordered
+
+    def put_missing(
+        self, ordered: Sequence[str], present: Sequence[Any], source: ArchiveSource
+    ) -> list[str]:
+        """Put back, from ``source``, the archives whose ``EXPIRE`` (the replies
+        ``present``, in the order :meth:`refresh` gave) found no key; the digests that
+        ``source`` did not have."""
         missing: list[str] = []
         for digest, found in zip(ordered, present, strict=True):
             if found:

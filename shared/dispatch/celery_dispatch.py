@@ -1,28 +1,28 @@
 """The executor's side of the distributed seam: Celery messages out, Redis events in.
 
 ``publish`` runs after the transaction that made the tasks QUEUED committed (the outbox
-rule), makes sure the project archives the tasks run in are in Redis (see
-:mod:`shared.dispatch.archives`), leaves a short-lived ``queued`` mark on each lease key,
-sends one Celery message per task to the task's queue (standard protocol-2 messages,
-written by one producer in kombu's publish batches: one Redis round trip per
-:data:`PUBLISH_BATCH_SIZE` messages), and has the marks kept for long with its next round
-trip: a QUEUED task whose key is empty lost its message, and the reaper publishes it
-again. Events come from the streams (see :mod:`shared.dispatch.events`); log chunks
-among them are written to the log directory here, through files made as their runs'
-messages go out (while agents take them) and kept open until their run's result
-arrives, and never reach the loop. Once the loop committed a pass, every result it
-applied or refused gets the ``applied`` mark on its lease key, so that the agent holding
-it (see :mod:`services.agent.outbox`) forgets it; right after Redis lost its keys the
-lease states are withheld from the reaper for a while (see
-:mod:`shared.dispatch.keyspace`).
+rule); in one round trip it refreshes the project archives the tasks run in (see
+:mod:`shared.dispatch.archives`; one Redis lost is put back before any message goes) and
+leaves a short-lived ``queued`` mark on each lease key; then it sends one Celery message
+per task to the task's queue (standard protocol-2 messages, written by one producer in
+kombu's publish batches: one Redis round trip per :data:`PUBLISH_BATCH_SIZE` messages),
+and has the marks kept for long with its next round trip: a QUEUED task whose key is
+empty lost its message, and the reaper publishes it again. Events come from the
+streams (see :mod:`shared.dispatch.events`); log chunks among them are written to the
+log directory here, through files made as their runs' messages go out (while agents
+take them) and kept open until their run's result arrives, and never reach the loop.
+Once the loop committed a pass, every result it applied or refused gets the ``applied``
+mark on its lease key, so that the agent holding it (see :mod:`services.agent.outbox`)
+forgets it; right after Redis lost its keys the lease states are withheld from the
+reaper for a while (see :mod:`shared.dispatch.keyspace`).
 
 Acknowledgements, ``applied`` marks and the confirmations of ``queued`` marks never take
 a round trip of their own: they go with the next read of the streams (never before a
 publish's messages, which they would delay), so that a pass that applies results and
 publishes nothing costs one round trip to Redis, and one that publishes costs three (its
-read, its marks, its messages). The lease scripts in these pipelines are called by
-digest, without asking Redis first whether it has them (see :meth:`LeaseStore.execute
-<shared.dispatch.leases.LeaseStore.execute>`).
+read, its marks with the archives' refresh, its messages). The lease scripts in these
+pipelines are called by digest, without asking Redis first whether it has them (see
+:meth:`LeaseStore.execute <shared.dispatch.leases.LeaseStore.execute>`).
 """
 
 from __future__ import annotations
@@ -303,9 +303,13 @@ class CeleryDispatcher:
         if not messages:
             return
         self._crash_at(CRASH_AFTER_COMMIT)
-        self._ensure_archives(messages)
         marks = [(m.task_id, m.lease_token) for m in messages]
-        self.leases.mark(marks, QUEUED, PENDING_MARK_TTL_MS)
+        pipe = self.client.pipeline(transaction=False)
+        digests = self.archives.refresh(self._archives_of(messages), pipe)
+        self.leases.mark(marks, QUEUED, PENDING_MARK_TTL_MS, pipe=pipe)
+        replies = self.leases.execute(pipe)
+        if digests and self.archive_source is not None:
+            self.archives.put_missing(digests, replies[: len(digests)], self.archive_source)
         self._crash_at(CRASH_AFTER_MARK)
         now = time.time()
         try:
@@ -376,15 +380,14 @@ class CeleryDispatcher:
             with contextlib.suppress(Exception):  # it goes back to the pool even broken
                 producer.release()
 
-    def _ensure_archives(self, messages: Sequence[TaskMessage]) -> None:
-        """Put the archives these tasks run in into Redis (only those it lost or never had)."""
+    def _archives_of(self, messages: Sequence[TaskMessage]) -> set[str]:
+        """The archives these tasks run in, to be refreshed in Redis, or put back where it
+        lost them, with the publish's marks (none without an archive source)."""
         digests = {m.archive_digest for m in messages if m.archive_digest}
-        if not digests:
-            return
-        if self.archive_source is None:
+        if digests and self.archive_source is None:
             log.error("no archive source: tasks of pushed projects cannot get their files")
-            return
-        self.archives.ensure(digests, self.archive_source)
+            return set()
+        return digests
 
     def poll_events(self, timeout_seconds: float) -> list[TaskEvent]:
         """Events from the stream; log chunks are stored on the way."""

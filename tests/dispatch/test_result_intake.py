@@ -4,6 +4,7 @@ Redis lost its keys the reaper is told nothing about leases for a while."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ from redis import Redis
 from redis.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from shared.dispatch.archives import ARCHIVE_TTL_SECONDS, archive_key
 from shared.dispatch.celery_app import RedisSettings
 from shared.dispatch.celery_dispatch import PENDING_MARK_TTL_MS, CeleryDispatcher
 from shared.dispatch.events import GROUP, EventStream, stream_key
@@ -173,6 +175,39 @@ class TestRoundTrips:
         for task_id in (7, 8, 9):
             assert (leases.remaining_ms(task_id) or 0) > PENDING_MARK_TTL_MS
         redis_client.delete(f"{redis_prefix}q")
+
+    def test_a_publish_refreshes_its_archives_with_its_marks_and_puts_a_lost_one_back_first(
+        self,
+        redis_url: str,
+        redis_client: Redis,
+        redis_prefix: str,
+        tmp_path: Path,
+        round_trips: list[int],
+    ) -> None:
+        reads: list[str] = []
+
+        def source(digest: str) -> bytes:
+            reads.append(digest)
+            return b"archive bytes"
+
+        settings = RedisSettings(redis_url, redis_prefix)
+        dispatcher = CeleryDispatcher(settings, tmp_path, "executor", archive_source=source)
+        try:
+            queue = f"{redis_prefix}q"
+            shipped = dataclasses.replace(message(9, 1, queue), archive_digest="d1")
+            dispatcher.publish([shipped])  # Redis has no such archive yet
+            assert reads == ["d1"]
+            assert redis_client.get(archive_key(redis_prefix, "d1")) == b"archive bytes"
+            redis_client.expire(archive_key(redis_prefix, "d1"), 10)
+            round_trips.clear()
+            dispatcher.publish([dataclasses.replace(shipped, task_id=10)])
+            # the archive's refresh and 10's mark in one round trip; 10's message
+            assert round_trips == [2, 1]
+            assert reads == ["d1"]
+            assert redis_client.ttl(archive_key(redis_prefix, "d1")) > ARCHIVE_TTL_SECONDS - 60
+            redis_client.delete(queue)
+        finally:
+            dispatcher.close()
 
 
 class TestLogFiles:
