@@ -384,10 +384,11 @@ class TaskGraph:
         looked: dict[int, int] = {}  # task id -> parent id
         for task, state in ended:
             parent_id = task.parent_id
-            if parent_id is None or self._parent_limit(parent_id) is not None:
-                self.after_terminal(task, state)
-            elif state is TaskState.SUCCESS and self._may_wait_for_siblings(parent_id):
+            promotes = state is TaskState.SUCCESS and self.may_promote_downstream(task)
+            if promotes and parent_id is not None:
                 looked[task.id] = parent_id
+            elif parent_id is None or self._parent_limit(parent_id) is not None:
+                self.after_terminal(task, state)
             else:
                 self._unsettled[parent_id] = None
         if not looked:
