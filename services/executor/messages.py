@@ -78,6 +78,11 @@ class AttemptContext:
         )
 
 
+def queue_of(task: TaskRow) -> str:
+    """The queue an operator task's messages go to: its ``_queue``, else the default."""
+    return str(task.config.get("queue") or DEFAULT_QUEUE)
+
+
 def build_task_message(
     task: TaskRow,
     context: AttemptContext,
@@ -112,7 +117,7 @@ def build_task_message(
         project_dir=context.project_dir,
         archive_digest=context.archive_digest,
         timeout_seconds=_shortest(config.get("timeout"), timeout_seconds),
-        queue=config.get("queue") or DEFAULT_QUEUE,
+        queue=queue_of(task),
         env={name: _env_text(render(value, params)) for name, value in uses.env.items()},
         secrets=uses.secrets,
         secret_marker=uses.marker if uses.secrets else "",

@@ -11,8 +11,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from services.executor.messages import AttemptContext
-from shared.dispatch.messages import DEFAULT_QUEUE
+from services.executor.messages import AttemptContext, queue_of
 from shared.domain.schedule import ScheduleSpec
 from shared.domain.states import TaskState
 from shared.domain.workflow import TaskSpec, WorkflowDefinition
@@ -95,7 +94,7 @@ class QueuedRuns:
         """How many runs no agent was seen to start wait on the queue of the run of
         ``token`` (0 if that run is not known)."""
         row = self.get(task_id, token)
-        return 0 if row is None else self._waiting[_queue_of(row)]
+        return 0 if row is None else self._waiting[queue_of(row)]
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -113,7 +112,7 @@ class QueuedRuns:
             started_at=task.started_at or now,
             updated_at=now,
         )
-        self._waiting[_queue_of(task)] += 1
+        self._waiting[queue_of(task)] += 1
         while len(self._rows) > self.limit:
             self.forget(next(iter(self._rows)))
 
@@ -122,7 +121,7 @@ class QueuedRuns:
         row = self.get(task_id, token)
         if row is not None and row.state is TaskState.QUEUED:
             self._rows[task_id] = dataclasses.replace(row, state=TaskState.RUNNING)
-            self._waiting[_queue_of(row)] -= 1
+            self._waiting[queue_of(row)] -= 1
 
     def get(self, task_id: int, token: int) -> TaskRow | None:
         """The row of the run of ``token``, if it is known."""
@@ -134,18 +133,12 @@ class QueuedRuns:
         of it), it was revoked, or it was given up as lost."""
         row = self._rows.pop(task_id, None)
         if row is not None and row.state is TaskState.QUEUED:
-            self._waiting[_queue_of(row)] -= 1
+            self._waiting[queue_of(row)] -= 1
 
     def clear(self) -> None:
         """Forget every row (the attempts this executor runs changed)."""
         self._rows.clear()
         self._waiting.clear()
-
-
-def _queue_of(task: TaskRow) -> str:
-    """The queue a task's messages go to (as :func:`~services.executor.messages.build_task_message`
-    names it)."""
-    return str(task.config.get("queue") or DEFAULT_QUEUE)
 
 
 @dataclass
