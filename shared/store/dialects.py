@@ -388,7 +388,24 @@ def _postgres_upsert(
     arrays = [bindparam(f"a_{name}", type_=postgresql.ARRAY(table.c[name].type)) for name in names]
     columns = [column(name, table.c[name].type) for name in names]
     source = func.unnest(*arrays).table_valued(*columns).render_derived()
-    insert = postgresql.insert(table).from_select(list(names), select(*source.c))
+    return postgres_upsert_from(
+        table, names, select(*source.c), index_elements, updated, only_given
+    )
+
+
+def postgres_upsert_from(
+    table: Table,
+    names: Sequence[str],
+    source: Select[Any],
+    index_elements: Sequence[str],
+    updated: Sequence[str],
+    only_given: str | None,
+) -> Insert:
+    """The rows ``source`` selects (its columns ``names``) inserted into ``table``, on
+    PostgreSQL; one meeting a row on ``index_elements`` sets its ``updated`` columns
+    instead (with ``only_given``, only where its ``only_given`` value is not NULL):
+    what :meth:`StoreDialect.upsert_rows` does, from any ``SELECT``."""
+    insert = postgresql.insert(table).from_select(list(names), source)
     values = {name: insert.excluded[name] for name in updated}
     where = None if only_given is None else insert.excluded[only_given].is_not(None)
     return insert.on_conflict_do_update(index_elements=index_elements, set_=values, where=where)

@@ -33,7 +33,7 @@ from sqlalchemy.sql.elements import BindParameter
 from shared.domain.choices import parse_choice
 from shared.domain.states import TERMINAL_TASK_STATES, TaskState
 from shared.errors import NotFound
-from shared.store.dialects import dialect_of
+from shared.store.dialects import dialect_of, postgres_upsert_from
 from shared.store.partitions import AttemptFilter, AttemptSet, restrict
 from shared.store.sql import insert_rows
 from shared.store.tables import task_dependencies, task_logs, tasks
@@ -441,9 +441,9 @@ def mark_tasks_queued_logging(
     for task_id, params in params_by_id.items():
         key = json.dumps(params, sort_keys=True, default=str)
         groups.setdefault(key, (params, []))[1].append(task_id)
-    logging = dialect_of(conn).chains_inserts and bool(logs.started or logs.ended)
-    started = {row["task_id"]: row for row in logs.started} if logging else {}
-    ended = logs.ended if logging else []
+    folded = dialect_of(conn).chains_inserts and bool(logs.started or logs.ended)
+    started = {row["task_id"]: row for row in logs.started} if folded else {}
+    ended = logs.ended if folded else []
     tokens: dict[int, int] = {}
     for params, ids in groups.values():
         for start in range(0, len(ids), 500):
@@ -456,7 +456,7 @@ def mark_tasks_queued_logging(
                 statement, ended = _MARK_QUEUED_LOGGING, []  # written with this statement
             found = conn.execute(statement, values)
             tokens.update({int(row.id): int(row.lease_token) for row in found})
-    if not logging:
+    if not folded:
         return tokens, logs
     left = [row for row in logs.started if tokens.get(row["task_id"]) != row["lease_token"]]
     return tokens, LogRows(left, ended)
@@ -932,7 +932,8 @@ def _queued_and_logged() -> Any:
     """:data:`_MARK_QUEUED` with an upsert of log rows (given as one JSON array) in the
     same statement, for PostgreSQL: a started row (no ``ended_at``) goes in only
     if its task is queued under the row's token by this statement, an ended row always;
-    a row meeting one of the same run sets what :func:`write_task_logs` would."""
+    a row meeting one of the same run sets what :func:`write_task_logs` would (the same
+    upsert, from these rows)."""
     queued = _MARK_QUEUED.cte("queued")
     columns = [column(name, task_logs.c[name].type) for name in _LOG_ROW_NAMES]
     given = bindparam("log_rows", type_=postgresql.JSON)
@@ -949,11 +950,8 @@ def _queued_and_logged() -> Any:
             ),
         )
     )
-    insert = postgresql.insert(task_logs).from_select(list(_LOG_ROW_NAMES), chosen)
-    upsert = insert.on_conflict_do_update(
-        index_elements=_RUN_KEY,
-        set_={name: insert.excluded[name] for name in _SETTLED_LOG_COLUMNS},
-        where=insert.excluded.ended_at.is_not(None),
+    upsert = postgres_upsert_from(
+        task_logs, _LOG_ROW_NAMES, chosen, _RUN_KEY, _SETTLED_LOG_COLUMNS, "ended_at"
     )
     return select(queued.c.id, queued.c.lease_token).add_cte(upsert.cte("logged"))
 
