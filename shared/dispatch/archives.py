@@ -36,22 +36,10 @@ class RedisArchives:
         self.client = client
         self.prefix = prefix
 
-    def ensure(self, digests: Collection[str], source: ArchiveSource) -> list[str]:
-        """Make sure each archive is in Redis for another :data:`ARCHIVE_TTL_SECONDS`.
-
-        One round trip refreshes the TTL of every key (``EXPIRE``); only the archives whose
-        key was missing are read from ``source`` and written. Returns the digests that
-        ``source`` did not have (their tasks fail on the agent, saying so).
-        """
-        pipe = self.client.pipeline(transaction=False)
-        ordered = self.refresh(digests, pipe)
-        if not ordered:
-            return []
-        return self.put_missing(ordered, pipe.execute(), source)
-
     def refresh(self, digests: Collection[str], pipe: Pipeline) -> list[str]:
-        """Add to ``pipe`` (first, for the caller to execute) an ``EXPIRE`` of each
-        archive's key; the digests in the order of their commands."""
+        """Add to ``pipe`` (first, for the caller to execute: a publish sends it with its
+        queued marks) an ``EXPIRE`` of each archive's key, giving it another
+        :data:`ARCHIVE_TTL_SECONDS`; the digests in the order of their commands."""
         ordered = sorted(set(digests))
         for digest in ordered:
             pipe.expire(archive_key(self.prefix, digest), ARCHIVE_TTL_SECONDS)
@@ -61,8 +49,9 @@ class RedisArchives:
         self, ordered: Sequence[str], present: Sequence[Any], source: ArchiveSource
     ) -> list[str]:
         """Put back, from ``source``, the archives whose ``EXPIRE`` (the replies
-        ``present``, in the order :meth:`refresh` gave) found no key; the digests that
-        ``source`` did not have."""
+        ``present``, in the order :meth:`refresh` gave) found no key: only those are read
+        from the store. The digests that ``source`` did not have (their tasks fail on the
+        agent, saying so)."""
         missing: list[str] = []
         for digest, found in zip(ordered, present, strict=True):
             if found:

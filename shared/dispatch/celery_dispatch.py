@@ -396,8 +396,7 @@ class CeleryDispatcher:
         try:
             entries = self.reader.read(timeout_seconds, acknowledge=applied, also=self._add_marks)
         except RedisError:
-            self._applied = applied + self._applied  # acknowledged with the next read
-            self._put_back(self._sending)
+            self._put_back(applied, self._sending)
             raise
         finally:
             self._sending = ([], [])
@@ -469,8 +468,7 @@ class CeleryDispatcher:
         try:
             self.leases.execute(pipe)
         except RedisError:
-            self._applied = applied + self._applied
-            self._put_back(self._sending)
+            self._put_back(applied, self._sending)
             raise
         finally:
             self._sending = ([], [])
@@ -486,8 +484,11 @@ class CeleryDispatcher:
         self.leases.mark(settled, APPLIED, APPLIED_MARK_TTL_MS, replace=True, pipe=pipe)
         self.leases.confirm(confirming, QUEUED, QUEUED_MARK_TTL_MS, pipe)
 
-    def _put_back(self, sending: tuple[list[tuple[int, int]], ...]) -> None:
-        """Marks whose pipeline failed are due again."""
+    def _put_back(
+        self, applied: list[EntryRef], sending: tuple[list[tuple[int, int]], ...]
+    ) -> None:
+        """Acknowledgements and marks whose pipeline failed are due again."""
+        self._applied = applied + self._applied
         settled, confirming = sending
         self._settled_results = settled + self._settled_results
         self._confirming = confirming + self._confirming
