@@ -61,6 +61,11 @@ run by one executor), created in one transaction; the clock runs until every one
 is in ``success``. Reported per N: tasks/s, and CPU ms per task of each executor process,
 of the executors together and of the agents (``executors_<N>_*`` keys).
 
+**The file system.** Just before the fan-out, 200 empty files are created in a new
+directory beside the executor's log directory, and their mean creation time is reported
+(``log_file_create_ms``): the executor makes one log file per run, and on some file
+systems that costs a large part of a millisecond (see bench/README.md).
+
 Progress goes to stderr (a bar on a terminal, one line per part
 otherwise); the last stdout line is one JSON object of figures. ``--repeat N`` runs each
 part N times and keeps the run with the median wall time of each.
@@ -100,7 +105,13 @@ from _services import (
     stop_services,
     wait_until,
 )
-from _stores import noop_workflow_text, percentile, run_request, throwaway_database
+from _stores import (
+    file_create_ms,
+    noop_workflow_text,
+    percentile,
+    run_request,
+    throwaway_database,
+)
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import Engine
@@ -658,6 +669,7 @@ class Results:
     parallel: AttemptRun
     chain: AttemptRun
     spread: list[SpreadRun] = dataclasses.field(default_factory=list)  # --executors
+    file_create_ms: float | None = None  # the log directory's file system, before (a)
 
 
 def run_all(
@@ -729,6 +741,7 @@ def run_parts(
         progress.advance(bar)
 
         raw = median_by_wall(raws)
+        probed_ms = file_create_ms(work_dir)
         parallels: list[AttemptRun] = []
         for round_number in range(1, repeat + 1):
             progress.update(bar, description=f"(a) tickwork fan-out ({round_number}/{repeat})")
@@ -756,7 +769,7 @@ def run_parts(
             spread = run_executor_counts(
                 executor_counts, url, redis_url, tasks, work_dir, progress.console
             )
-    return Results(raw, median_by_wall(parallels), median_by_wall(chains), spread)
+    return Results(raw, median_by_wall(parallels), median_by_wall(chains), spread, probed_ms)
 
 
 def describe_raw(raw: RawResult) -> str:
@@ -833,6 +846,8 @@ def figures(results: Results) -> dict[str, Any]:
     if mean_ms is not None:
         out["chain_publish_to_start_mean_ms"] = round(mean_ms, 2)
     out.update(spread_figures(results.spread))
+    if results.file_create_ms is not None:
+        out["log_file_create_ms"] = round(results.file_create_ms, 3)
     out["meets_targets"] = all(met for *_, met in target_checks(out))
     return out
 

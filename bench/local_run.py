@@ -1,10 +1,13 @@
 """Embedded-mode throughput: ``echo>`` tasks per second on SQLite, fanned out and chained.
 
-Each case runs in a fresh temporary state directory through ``services.embedded.run_workflow``
-with no display. Progress goes to stderr (a bar on a terminal, one line per case otherwise);
-the last stdout line is one JSON object of figures. A run that does not end in success, or
-runs a task other than exactly once, stops the benchmark with exit status 1.
-"""
+Each case runs in a state directory of its own through ``services.embedded.run_workflow``
+with no display; the directories are removed together at the end, not one by one, since on
+some file systems (ext4 without a journal) creating files is slow for a while after many
+were deleted. Before each case, the time to create an empty file there is measured
+(``<case>_log_file_create_ms``): the embedded run makes one log file per task. Progress
+goes to stderr (a bar on a terminal, one line per case otherwise); the last stdout line is
+one JSON object of figures. A run that does not end in success, or runs a task other than
+exactly once, stops the benchmark with exit status 1."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from _stores import file_create_ms
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import Engine, event
@@ -67,6 +71,7 @@ class CaseResult:
     attempt_seconds: float  # run_workflow(): attempt created -> its end seen by the loop
     wall_seconds: float  # parse + store set-up (migrations) + the run
     sql_statements: int  # sent to the driver during run_workflow(); an executemany is one
+    file_create_ms: float  # creating an empty file in its state directory, before the run
 
     @property
     def tasks_per_s(self) -> float:
@@ -102,33 +107,35 @@ def counting_statements(engine: Engine) -> Iterator[list[int]]:
         event.remove(engine, "before_cursor_execute", on_execute)
 
 
-def run_case(case: Case) -> CaseResult:
-    """Run one case in a fresh state directory and check that every task ran once."""
-    with tempfile.TemporaryDirectory(prefix=f"tickwork-bench-{case.name}-") as raw_dir:
-        project_dir = Path(raw_dir)
-        started = time.perf_counter()
-        definition = parse_workflow_text(workflow_text(case), "bench.dig", project_dir)
-        request = RunRequest(
-            definition=definition,
-            project_dir=project_dir,
-            state_dir=project_dir / ".tickwork",
-            database_url=f"sqlite:///{project_dir / 'tickwork.db'}",
-            params={},
-            session_time=default_session_time(definition, SystemClock().now()),
-            max_tasks_per_attempt=MAX_TASKS,
-        )
-        engine = open_migrated_store(request.database_url)
-        run_started = time.perf_counter()
-        with counting_statements(engine) as statements:
-            outcome = run_workflow(request, engine=engine)
-        ended = time.perf_counter()
-        check_run(engine, case, outcome.attempt_id, outcome.state)
-        engine.dispose()
+def run_case(case: Case, parent: Path) -> CaseResult:
+    """Run one case in a new state directory under ``parent`` (left for the caller to
+    remove) and check that every task ran once."""
+    project_dir = Path(tempfile.mkdtemp(prefix=f"{case.name}-", dir=parent))
+    probed_ms = file_create_ms(project_dir)
+    started = time.perf_counter()
+    definition = parse_workflow_text(workflow_text(case), "bench.dig", project_dir)
+    request = RunRequest(
+        definition=definition,
+        project_dir=project_dir,
+        state_dir=project_dir / ".tickwork",
+        database_url=f"sqlite:///{project_dir / 'tickwork.db'}",
+        params={},
+        session_time=default_session_time(definition, SystemClock().now()),
+        max_tasks_per_attempt=MAX_TASKS,
+    )
+    engine = open_migrated_store(request.database_url)
+    run_started = time.perf_counter()
+    with counting_statements(engine) as statements:
+        outcome = run_workflow(request, engine=engine)
+    ended = time.perf_counter()
+    check_run(engine, case, outcome.attempt_id, outcome.state)
+    engine.dispose()
     return CaseResult(
         case=case,
         attempt_seconds=ended - run_started,
         wall_seconds=ended - started,
         sql_statements=statements[0],
+        file_create_ms=probed_ms,
     )
 
 
@@ -164,7 +171,8 @@ def describe(result: CaseResult) -> str:
     return (
         f"{result.case.name}: {result.tasks_per_s:,.0f} tasks/s "
         f"({result.attempt_seconds:.2f} s run, {result.wall_seconds:.2f} s wall, "
-        f"{result.sql_statements / result.case.tasks:.1f} SQL statements/task)"
+        f"{result.sql_statements / result.case.tasks:.1f} SQL statements/task; "
+        f"creating a file took {result.file_create_ms:.3f} ms)"
     )
 
 
@@ -172,15 +180,18 @@ def run_all(repeat: int, err: Console) -> dict[str, CaseResult]:
     """Run every case ``repeat`` times, reporting on stderr; the median run of each."""
     chosen: dict[str, CaseResult] = {}
     columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
-    with Progress(
-        *columns, console=err, disable=not err.is_terminal, refresh_per_second=4
-    ) as progress:
+    with (
+        Progress(
+            *columns, console=err, disable=not err.is_terminal, refresh_per_second=4
+        ) as progress,
+        tempfile.TemporaryDirectory(prefix="tickwork-bench-local-") as parent,
+    ):
         bar = progress.add_task("starting", total=len(CASES) * repeat)
         for case in CASES:
             results = []
             for round_number in range(1, repeat + 1):
                 progress.update(bar, description=f"{case.name} ({round_number}/{repeat})")
-                results.append(run_case(case))
+                results.append(run_case(case, Path(parent)))
                 progress.advance(bar)
             chosen[case.name] = median_result(results)
             progress.console.print(describe(chosen[case.name]), highlight=False, soft_wrap=True)
@@ -206,6 +217,7 @@ def figures(results: dict[str, CaseResult]) -> dict[str, Any]:
         out[f"{name}_wall_seconds"] = round(result.wall_seconds, 3)
         out[f"{name}_attempt_seconds"] = round(result.attempt_seconds, 3)
         out[f"{name}_sql_per_task"] = round(result.sql_statements / result.case.tasks, 1)
+        out[f"{name}_log_file_create_ms"] = round(result.file_create_ms, 3)
     out["meets_targets"] = (
         min(parallel_500, parallel_2000, parallel_10000) >= TARGET_PARALLEL_TASKS_PER_S
         and chain.tasks_per_s >= TARGET_CHAIN_TASKS_PER_S
