@@ -43,6 +43,13 @@ PROBLEM_LINE = re.compile(r"^(?P<file>[^:\s]+\.dig):(?P<line>\d+): (?P<message>.
 ATTEMPT_LINE = re.compile(r"^session (?P<session>\S+)  attempt (?P<attempt>\d+): (?P<state>\w+)$")
 
 
+def sigint_as_on_a_terminal() -> None:
+    """In a child about to run a command (a ``preexec_fn``): SIGINT back to its default. A
+    shell that starts a background job (a CI runner's ``cmd &``) has the job ignore SIGINT,
+    and its children inherit that; a user's Ctrl-C at a terminal is not ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def tickwork_command() -> list[str]:
     """The installed ``tickwork`` script beside this Python, else the module it runs."""
     script = Path(sys.executable).with_name("tickwork")
@@ -182,8 +189,7 @@ class Project:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            # A shell starting a background job may have ignored SIGINT; a user's Ctrl-C is not.
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            preexec_fn=sigint_as_on_a_terminal,
         )
 
     def wait_for_line(self, name: str, line: str, timeout_seconds: float) -> None:

@@ -33,7 +33,7 @@ from services.agent.worker import SHUTDOWN
 from services.cli.dev import KILL_WAIT_SECONDS, STOP_GRACE_SECONDS
 from shared.dispatch.events import stream_key
 from shared.dispatch.messages import TaskReleased, event_from_json
-from tests.e2e._run import Project, tickwork_command
+from tests.e2e._run import Project, sigint_as_on_a_terminal, tickwork_command
 from tests.fault._cluster import (
     Ledger,
     base_environment,
@@ -210,6 +210,7 @@ def running_dev(
             stdout=reader.stdin if reader is not None else output,
             stderr=errors,
             start_new_session=True,
+            preexec_fn=sigint_as_on_a_terminal,  # the tests' Ctrl-C is a terminal's
         )
     if reader is not None and reader.stdin is not None:
         reader.stdin.close()  # tickwork dev holds the only writing end
