@@ -113,6 +113,23 @@ def _machine_files_unchanged(pytestconfig: pytest.Config) -> Iterator[None]:
     )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _children_temporary_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The processes the tests start (services, Celery's pool processes, shells) make their
+    temporary files under the session's own temporary directory, not in /tmp: one that a
+    fault spec kills cannot remove what it made (billiard's ``pymp-*`` folders)."""
+    directory = tmp_path_factory.mktemp("children-tmp")
+    previous = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(directory)
+    try:
+        yield directory
+    finally:
+        if previous is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = previous
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # A change made outside any test (a fixture's teardown, a plugin) fails the run too.
     files = session.config.stash.get(_machine_files_key, None)
