@@ -3,8 +3,8 @@
 Each case runs in a state directory of its own through ``services.embedded.run_workflow``
 with no display; the directories are removed together at the end, not one by one, since on
 some file systems (ext4 without a journal) creating files is slow for a while after many
-were deleted. Before each case, the time to create an empty file there is measured
-(``<case>_log_file_create_ms``): the embedded run makes one log file per task. Progress
+were deleted. Before each case, the time to create an empty file beside its directory is
+measured (``<case>_log_file_create_ms``): the embedded run makes one log file per task. Progress
 goes to stderr (a bar on a terminal, one line per case otherwise); the last stdout line is
 one JSON object of figures. A run that does not end in success, or runs a task other than
 exactly once, stops the benchmark with exit status 1."""
@@ -71,7 +71,7 @@ class CaseResult:
     attempt_seconds: float  # run_workflow(): attempt created -> its end seen by the loop
     wall_seconds: float  # parse + store set-up (migrations) + the run
     sql_statements: int  # sent to the driver during run_workflow(); an executemany is one
-    file_create_ms: float  # creating an empty file in its state directory, before the run
+    file_create_ms: float  # creating an empty file beside its state directory, before the run
 
     @property
     def tasks_per_s(self) -> float:
@@ -110,8 +110,8 @@ def counting_statements(engine: Engine) -> Iterator[list[int]]:
 def run_case(case: Case, parent: Path) -> CaseResult:
     """Run one case in a new state directory under ``parent`` (left for the caller to
     remove) and check that every task ran once."""
+    probed_ms = file_create_ms(parent)  # beside the project: nothing of it to read
     project_dir = Path(tempfile.mkdtemp(prefix=f"{case.name}-", dir=parent))
-    probed_ms = file_create_ms(project_dir)
     started = time.perf_counter()
     definition = parse_workflow_text(workflow_text(case), "bench.dig", project_dir)
     request = RunRequest(
