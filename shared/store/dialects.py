@@ -68,6 +68,9 @@ class StoreDialect(ABC):
     alters_tables_in_place: ClassVar[bool]
     """Whether ``ALTER TABLE`` can add constraints and change columns; SQLite rebuilds
     the table instead (Alembic's batch mode)."""
+    compresses_large_values: ClassVar[bool]
+    """Whether the database compresses large values on its own (PostgreSQL's TOAST), which
+    a column of data compressed already is told not to."""
 
     @abstractmethod
     def create_engine(
@@ -162,6 +165,7 @@ class PostgresDialect(StoreDialect):
 
     name = "postgresql"
     serves_many_processes = True
+    compresses_large_values = True
     concurrent_writers = True
     chains_inserts = True
     orders_aggregates = True
@@ -278,6 +282,7 @@ class SqliteDialect(StoreDialect):
 
     name = "sqlite"
     serves_many_processes = False
+    compresses_large_values = False
     concurrent_writers = False
     chains_inserts = False
     orders_aggregates = False

@@ -281,7 +281,9 @@ task_logs = Table(
     Column("task_id", Id, ForeignKey("tasks.id", ondelete="CASCADE"), nullable=False),
     Column("attempt_id", Id, ForeignKey("attempts.id"), nullable=False),
     Column("lease_token", BigInteger, nullable=False),
-    Column("path", Text, nullable=False),  # relative to the log root
+    # The run's log name, <attempt id>/<task>.<task id>.<token>.log: where its file lay
+    # under TICKWORK_LOG_DIR before logs moved into the store (`tickwork db import-logs`).
+    Column("path", Text, nullable=False),
     Column("size_bytes", BigInteger, nullable=False),  # of the stored file
     # Bytes the agent cut from the middle of the log (it keeps the head and the tail).
     Column("truncated_bytes", BigInteger, nullable=False, server_default="0"),
@@ -290,8 +292,25 @@ task_logs = Table(
     # When the run's result recorded the file's final size; NULL while the run goes on,
     # and for good if it ended without a result (killed, its agent lost).
     Column("ended_at", Timestamp, nullable=True),
+    # When retention removed the log's text (TICKWORK_LOG_RETENTION); the row stays.
+    Column("pruned_at", Timestamp, nullable=True),
     UniqueConstraint("task_id", "lease_token"),
     Index("ix_task_logs_attempt", "attempt_id"),
+)
+
+# The text of each run's log, as the executor stored it from the chunks agents streamed:
+# idempotent by run and byte offset (a chunk written twice changes nothing; one sent again
+# longer replaces the shorter), a missing chunk a gap. ``data`` is zlib-compressed where
+# that pays (``compressed``); ``size_bytes`` is always its length as text.
+task_log_chunks = Table(
+    "task_log_chunks",
+    metadata,
+    Column("task_id", Id, ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+    Column("lease_token", BigInteger, primary_key=True),
+    Column("byte_offset", BigInteger, primary_key=True),
+    Column("size_bytes", Integer, nullable=False),
+    Column("compressed", Boolean, nullable=False),
+    Column("data", LargeBinary, nullable=False),
 )
 
 # Project secrets (`tickwork secrets`), encrypted with TICKWORK_SECRET_KEY; values never leave
