@@ -159,6 +159,24 @@ class StoreDialect(ABC):
     def advisory_transaction_lock(self, conn: Connection, key: int) -> None:
         """Wait for the lock named ``key``, held until this transaction ends."""
 
+    @abstractmethod
+    def try_advisory_lock(self, conn: Connection, key: int) -> bool:
+        """Take the lock named ``key`` for ``conn``'s session if no other session holds it
+        (without waiting); whether it is held now. :meth:`advisory_unlock` lets it go."""
+
+    @abstractmethod
+    def advisory_unlock(self, conn: Connection, key: int) -> None:
+        """Let go of the lock :meth:`try_advisory_lock` took on ``conn``."""
+
+    @abstractmethod
+    def reclaim_space(self, conn: Connection) -> None:
+        """Give the space of deleted rows back where the database does not on its own."""
+
+    @abstractmethod
+    def vacuum(self, engine: Engine) -> bool:
+        """Rewrite the whole database to give every free page back, outside any
+        transaction; whether this database needs that (PostgreSQL's autovacuum does not)."""
+
 
 class PostgresDialect(StoreDialect):
     """PostgreSQL through psycopg 3: the distributed services' database."""
@@ -276,6 +294,19 @@ class PostgresDialect(StoreDialect):
     def advisory_transaction_lock(self, conn: Connection, key: int) -> None:
         conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
 
+    def try_advisory_lock(self, conn: Connection, key: int) -> bool:
+        taken = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar()
+        return bool(taken)
+
+    def advisory_unlock(self, conn: Connection, key: int) -> None:
+        conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+
+    def reclaim_space(self, conn: Connection) -> None:
+        pass  # autovacuum makes the space of deleted rows reusable
+
+    def vacuum(self, engine: Engine) -> bool:
+        return False
+
 
 class SqliteDialect(StoreDialect):
     """SQLite: the embedded mode's one file, written by one transaction at a time."""
@@ -381,6 +412,27 @@ class SqliteDialect(StoreDialect):
     def advisory_transaction_lock(self, conn: Connection, key: int) -> None:
         pass  # a writing transaction already holds the whole file
 
+    def try_advisory_lock(self, conn: Connection, key: int) -> bool:
+        return True  # one process uses the file: nobody else can hold it
+
+    def advisory_unlock(self, conn: Connection, key: int) -> None:
+        pass
+
+    def reclaim_space(self, conn: Connection) -> None:
+        # Frees the pages deleted rows left, on a file made with auto_vacuum=INCREMENTAL
+        # (every new store); a no-op on an older file (`tickwork db prune --vacuum`).
+        # Each step of the statement frees pages: it runs until it is done.
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        cursor.execute("PRAGMA incremental_vacuum").fetchall()
+        cursor.close()
+
+    def vacuum(self, engine: Engine) -> bool:
+        with engine.connect() as conn:
+            raw = conn.connection.driver_connection
+            assert raw is not None
+            raw.execute("VACUUM")  # outside SQLAlchemy's transaction: VACUUM cannot run in one
+        return True
+
 
 @lru_cache(maxsize=16)
 def _postgres_upsert(
@@ -485,6 +537,9 @@ def _configure_sqlite(dbapi_connection: Any, _record: ConnectionPoolEntry) -> No
     # Let SQLAlchemy, not the sqlite3 module, decide when transactions begin.
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
+    # Before anything else: it only takes on a file that has no table yet (a new store),
+    # and lets retention give pages back with `PRAGMA incremental_vacuum`.
+    cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")

@@ -20,6 +20,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
@@ -227,6 +228,14 @@ attempts = Table(
     # The UI's failures since a time, and its sessions filtered by their attempts' state.
     Index("ix_attempts_state_finished_at", "state", "finished_at"),
     Index("ix_attempts_state_session_id", "state", "session_id"),
+    # Retention's deletes: the attempts that name an attempt or a definition being deleted.
+    Index(
+        "ix_attempts_resume_from_attempt_id",
+        "resume_from_attempt_id",
+        postgresql_where=text("resume_from_attempt_id IS NOT NULL"),
+        sqlite_where=text("resume_from_attempt_id IS NOT NULL"),
+    ),
+    Index("ix_attempts_workflow_definition_id", "workflow_definition_id"),
     sqlite_autoincrement=True,
 )
 

@@ -1,0 +1,308 @@
+"""Retention: how long finished history is kept (the policy, declared once for every
+service), and the prune that removes what is older, batch by batch.
+
+The scheduler applies the policy continuously (one replica at a time, under an advisory
+lock on PostgreSQL); ``tickwork db prune`` applies it by hand. Each batch is its own short
+transaction (see :class:`~shared.store.retention_batches.BatchLimits`), with a pause
+between two, so live work hardly notices; a dry run makes the same batches in one
+transaction that it rolls back, and so reports exactly what a prune would remove.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Engine, select
+
+from shared.config import Setting, SettingValues, invalid
+from shared.store.dialects import dialect_of
+from shared.store.retention_batches import (
+    PRUNED_LOGS,
+    BatchLimits,
+    oldest_session_created_at,
+    prune_log_batch,
+    prune_revision_batch,
+    prune_session_batch,
+)
+from shared.store.tables import projects
+
+RETENTION_SETTINGS = (
+    Setting(
+        "TICKWORK_RETENTION",
+        "90d",
+        "how long finished sessions are kept (90d, 12h, 30m; a number is days); 0 or off: all",
+    ),
+    Setting(
+        "TICKWORK_LOG_RETENTION",
+        "",
+        "how long task logs' text is kept; default: TICKWORK_RETENTION; 0 or off: all",
+    ),
+    Setting(
+        "TICKWORK_KEEP_REVISIONS",
+        "10",
+        "newest revisions of each project always kept (older: while used); 0 or off: all",
+    ),
+)
+"""The retention settings the scheduler, the API and ``tickwork db prune`` all read."""
+
+RETENTION_LOCK_KEY = 0x7469636B707275  # "tickpru": one pruner at a time on PostgreSQL
+
+TABLES = (
+    "task_log_chunks",
+    "task_logs",
+    "task_dependencies",
+    "tasks",
+    "alerts",
+    "attempts",
+    "sessions",
+    "workflow_definitions",
+    "revisions",
+    "workflow_configs",
+    "project_archives",
+)
+"""The tables a prune deletes from, in the order it reports them."""
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([dhms]?)\s*$", re.IGNORECASE)
+_UNITS = {"d": "days", "": "days", "h": "hours", "m": "minutes", "s": "seconds"}
+_OFF = ("0", "off")
+
+
+def parse_duration(raw: str) -> timedelta | None:
+    """``90d``, ``12h``, ``30m``, ``45s`` or a plain number of days; None for ``0`` or
+    ``off`` (keep everything). ValueError for anything else."""
+    if raw.strip().lower() in _OFF:
+        return None
+    match = _DURATION.match(raw)
+    if match is None:
+        raise ValueError(f"expected a duration such as 90d, 12h or 30m, or off; got {raw!r}")
+    number, unit = match.groups()
+    duration = timedelta(**{_UNITS[unit.lower()]: float(number)})
+    return duration if duration > timedelta(0) else None
+
+
+def _duration_setting(values: Mapping[str, str], name: str) -> timedelta | None:
+    try:
+        return parse_duration(values[name])
+    except ValueError as exc:
+        raise invalid(name, str(exc)) from None
+
+
+def _revisions_setting(values: Mapping[str, str], name: str) -> int | None:
+    raw = values[name].strip().lower()
+    if raw in _OFF:
+        return None
+    if not raw.isdigit():
+        raise invalid(name, f"expected a whole number of revisions, or off; got {values[name]!r}")
+    return int(raw)
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """What a prune removes; None keeps that part of history for ever."""
+
+    history: timedelta | None = timedelta(days=90)
+    """Finished sessions whose attempts all ended longer ago than this go, with all of theirs."""
+    logs: timedelta | None = timedelta(days=90)
+    """Logs of attempts that ended longer ago than this lose their text (their rows stay)."""
+    keep_revisions: int | None = 10
+    """Each project's newest revisions kept; older ones go once nothing uses them."""
+
+    @classmethod
+    def from_settings(cls, values: SettingValues) -> RetentionPolicy:
+        """The policy of :data:`RETENTION_SETTINGS` read from ``values``; InvalidConfig
+        naming the variable on a bad value."""
+        history = values.get("retention", _duration_setting)
+        logs = history
+        if values.text("log_retention").strip():
+            logs = values.get("log_retention", _duration_setting)
+        return cls(history, logs, values.get("keep_revisions", _revisions_setting))
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> RetentionPolicy:
+        """The policy from the ``TICKWORK_*`` variables (or ``environ``)."""
+        return cls.from_settings(SettingValues(RETENTION_SETTINGS, environ))
+
+    @property
+    def keeps_everything(self) -> bool:
+        """Whether a prune has nothing to do under this policy."""
+        return self.history is None and self.logs is None and self.keep_revisions is None
+
+    def describe(self) -> dict[str, Any] | None:
+        """What ``GET /api/version`` and the UI say of it: days kept (None for ever) and
+        revisions kept; None when everything is kept."""
+        if self.keeps_everything:
+            return None
+        return {
+            "history_days": _days(self.history),
+            "log_days": _days(self.logs),
+            "keep_revisions": self.keep_revisions,
+        }
+
+    def sentence(self) -> str:
+        """One line for people: ``History kept 90 days; logs 90 days``."""
+        history = f"{_span(self.history)}" if self.history else "for ever"
+        logs = f"{_span(self.logs)}" if self.logs else "for ever"
+        return f"History kept {history}; logs {logs}"
+
+
+def _days(span: timedelta | None) -> float | None:
+    if span is None:
+        return None
+    days = span / timedelta(days=1)
+    return int(days) if days == int(days) else round(days, 3)
+
+
+def _span(span: timedelta | None) -> str:
+    days = _days(span)
+    if days is not None and days >= 1:
+        return f"{days:g} day" + ("" if days == 1 else "s")
+    hours = (span or timedelta(0)) / timedelta(hours=1)
+    return f"{hours:g} hour" + ("" if hours == 1 else "s")
+
+
+@dataclass
+class PruneResult:
+    """What a prune removed (or, dry, would remove): rows per table, and logs whose text
+    went while their rows stayed."""
+
+    removed: Counter[str] = field(default_factory=Counter)
+    batches: int = 0
+    oldest_session_at: datetime | None = None
+
+    @property
+    def logs_pruned(self) -> int:
+        """Logs whose text went (their rows stay, marked ``pruned_at``)."""
+        return self.removed[PRUNED_LOGS]
+
+    @property
+    def total(self) -> int:
+        """Rows deleted, over every table."""
+        return sum(self.removed[table] for table in TABLES)
+
+    def per_table(self) -> dict[str, int]:
+        """Rows deleted per table, every table named (0 for none), in :data:`TABLES` order."""
+        return {table: self.removed[table] for table in TABLES}
+
+
+Step = Callable[[Connection], tuple[Counter[str], bool]]
+
+
+def plan_steps(
+    policy: RetentionPolicy,
+    now: datetime,
+    *,
+    project_id: int | None = None,
+    limits: BatchLimits | None = None,
+) -> list[tuple[str, Step]]:
+    """The batches a prune runs, by kind: sessions, then logs, then revisions (a
+    revision is freed once the sessions that used it are gone)."""
+    limits = limits or BatchLimits()
+    steps: list[tuple[str, Step]] = []
+    if policy.history is not None:
+        cutoff = now - policy.history
+        steps.append(("sessions", lambda c: prune_session_batch(c, cutoff, project_id, limits)))
+    if policy.logs is not None:
+        log_cutoff = now - policy.logs
+        steps.append(
+            ("logs", lambda c: prune_log_batch(c, log_cutoff, project_id, now, limits.logs))
+        )
+    if policy.keep_revisions is not None:
+        keep = policy.keep_revisions
+        steps.append(
+            ("revisions", lambda c: prune_revision_batch(c, keep, project_id, limits.revisions))
+        )
+    return steps
+
+
+def prune_history(
+    engine: Engine,
+    policy: RetentionPolicy,
+    now: datetime,
+    *,
+    project_id: int | None = None,
+    dry_run: bool = False,
+    limits: BatchLimits | None = None,
+    on_batch: Callable[[str, PruneResult], None] | None = None,
+    stop: Callable[[], bool] = lambda: False,
+) -> PruneResult:
+    """Remove what ``policy`` says is old at ``now`` (of one project, if given), batch by
+    batch; with ``dry_run`` change nothing and say what would go. ``on_batch(kind,
+    result)`` follows each batch; ``stop()`` true ends the prune between two batches."""
+    limits = limits or BatchLimits()
+    result = PruneResult()
+    steps = plan_steps(policy, now, project_id=project_id, limits=limits)
+    with _batches(engine, dry_run) as batch:
+        for kind, step in steps:
+            more = True
+            while more and not stop():
+                with batch() as conn:
+                    removed, more = step(conn)
+                result.removed.update(removed)
+                result.batches += 1
+                if on_batch is not None:
+                    on_batch(kind, result)
+                if more and not dry_run and limits.pause_seconds:
+                    time.sleep(limits.pause_seconds)
+    if result.total and not dry_run:
+        with engine.begin() as conn:
+            dialect_of(conn).reclaim_space(conn)
+    return result
+
+
+@contextmanager
+def _batches(engine: Engine, dry_run: bool) -> Iterator[Callable[[], Any]]:
+    """A factory of each batch's transaction: its own, committed, for a prune; one shared
+    transaction rolled back at the end for a dry run."""
+    if not dry_run:
+        yield engine.begin
+        return
+    with engine.connect() as conn:
+        transaction = conn.begin()
+
+        @contextmanager
+        def shared() -> Iterator[Connection]:
+            yield conn
+
+        try:
+            yield shared
+        finally:
+            transaction.rollback()
+
+
+@contextmanager
+def pruning_lock(engine: Engine) -> Iterator[bool]:
+    """Whether this process may prune now: on PostgreSQL, whether it took the advisory
+    lock :data:`RETENTION_LOCK_KEY` (held on its own connection until the block ends; a
+    replica that did not get it skips its pass); on SQLite, always."""
+    dialect = dialect_of(engine)
+    if not dialect.serves_many_processes:
+        yield True  # one process uses the file
+        return
+    with engine.connect() as conn:
+        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+        held = dialect.try_advisory_lock(conn, RETENTION_LOCK_KEY)
+        try:
+            yield held
+        finally:
+            if held:
+                dialect.advisory_unlock(conn, RETENTION_LOCK_KEY)
+
+
+def find_project_id(conn: Connection, name: str) -> int | None:
+    """The id of the project named ``name``, deleted or not; None when there is none."""
+    found = conn.execute(select(projects.c.id).where(projects.c.name == name)).scalar()
+    return None if found is None else int(found)
+
+
+def oldest_session_age_seconds(engine: Engine, now: datetime) -> float:
+    """How old the oldest session kept is, in seconds (0 with none)."""
+    with dialect_of(engine).connect_for_reads(engine) as conn:
+        oldest = oldest_session_created_at(conn)
+    return max((now - oldest).total_seconds(), 0.0) if oldest is not None else 0.0
