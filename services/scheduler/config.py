@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from shared.config import (
@@ -14,10 +14,12 @@ from shared.config import (
     port_setting,
     required_text,
 )
+from shared.store.retention import RETENTION_SETTINGS, RetentionPolicy
 
 SCHEDULER_SETTINGS = (
     Setting("TICKWORK_DATABASE_URL", "", "the store (PostgreSQL in production); required"),
     *COMMON_SETTINGS,
+    *RETENTION_SETTINGS,
 )
 """Every variable ``tickwork scheduler`` reads, with its default and meaning."""
 
@@ -29,6 +31,7 @@ class SchedulerSettings:
     database_url: str
     metrics_port: int = 0
     log_level: str = "INFO"
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
 
     @classmethod
     def from_environment(
@@ -41,4 +44,5 @@ class SchedulerSettings:
             database_url=values.get("database_url", required_text),
             metrics_port=values.get("metrics_port", port_setting),
             log_level=values.get("log_level", log_level),
+            retention=RetentionPolicy.from_settings(values),
         )

@@ -2,7 +2,8 @@
 (also the scheduler thread of ``tickwork standalone``).
 
 Both run :meth:`Scheduler.tick <services.scheduler.loop.Scheduler.tick>` through the
-shared runner (:func:`shared.runner.run_until_stopped`).
+shared runner (:func:`shared.runner.run_until_stopped`), and retention's passes
+(:mod:`services.scheduler.retention`) in a thread beside it.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from services.scheduler.config import SchedulerSettings
 from services.scheduler.loop import Scheduler, TickReport
 from services.scheduler.metrics import SchedulerMetrics
+from services.scheduler.retention import Pruner, start_pruner
 from shared.runner import Retry, run_until_stopped, stop_on_signals
 from shared.store.migrate import open_migrated_store
+from shared.store.retention import RetentionPolicy
 
 log = logging.getLogger("services.scheduler.loop")  # where its loop's lines always were
 
@@ -40,12 +43,18 @@ def serve(settings: SchedulerSettings) -> None:
     if settings.metrics_port:
         metrics.serve(settings.metrics_port, scheduler.health)
     stop_on_signals(scheduler.stop)
-    run(scheduler)
+    run(scheduler, settings.retention)
     engine.dispose()
 
 
-def run(scheduler: Scheduler) -> None:
-    """Tick until ``scheduler.stop()``; a store that is down is retried with back-off."""
+def run(scheduler: Scheduler, retention: RetentionPolicy | None = None) -> None:
+    """Tick until ``scheduler.stop()``; a store that is down is retried with back-off.
+    Retention (``retention``, else the ``TICKWORK_*`` variables') is applied meanwhile."""
+    policy = retention if retention is not None else RetentionPolicy.from_environment()
+    pruner = Pruner(
+        scheduler.engine, policy, metrics=scheduler.metrics, stopping=scheduler.stopping
+    )
+    pruning = start_pruner(pruner)
     # What is loaded by now (modules, the engine) lives as long as the process: the
     # collector need not scan it again every time a busy minute allocates a lot.
     gc.freeze()
@@ -57,6 +66,7 @@ def run(scheduler: Scheduler) -> None:
         health=scheduler.health,
         on_pass=_log_emitted,
     )
+    pruning.join(timeout=10.0)  # a pass ends at its next batch once stopped
 
 
 def _log_emitted(report: TickReport) -> None:

@@ -55,6 +55,24 @@ class SchedulerMetrics:
             registry=self.registry,
         )
 
+        self.rows_pruned = Counter(
+            "tickwork_scheduler_rows_pruned",
+            "Rows retention deleted, by table (task_logs.pruned_at: logs whose text went).",
+            ["table"],
+            registry=self.registry,
+        )
+        self.oldest_session_age = Gauge(
+            "tickwork_scheduler_oldest_session_age_seconds",
+            "Age of the oldest session kept, after the last retention pass.",
+            registry=self.registry,
+        )
+        self.prune_duration = Histogram(
+            "tickwork_scheduler_prune_duration_seconds",
+            "Duration of one retention pass.",
+            buckets=(0.1, 0.5, 1, 5, 30, 60, 300, 1800, 3600),
+            registry=self.registry,
+        )
+
     def serve(self, port: int, health: LoopHealth, address: str = "0.0.0.0") -> None:
         """Serve ``/metrics`` and the probes over HTTP in a background thread."""
         serve_health(port, self.registry, health, address)
