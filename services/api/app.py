@@ -29,6 +29,7 @@ from services.api.metrics import ApiMetrics
 from services.api.ratelimit import RateLimiter, retry_after_header
 from services.api.ui import is_ui_path, register_ui
 from shared.store.engine import create_store_engine
+from shared.store.retention import RETENTION_KEY, RetentionPolicy
 
 API_VERSION = "1"
 # Database connections a worker holds at most, kept once opened: under a burst, connections
@@ -89,8 +90,11 @@ class IdConverter(BaseConverter):
         return str(int(value))
 
 
-def create_app(config: ApiConfig, engine: Engine | None = None) -> APIFlask:
-    """The API application on ``engine`` (default: one made from ``config.database_url``)."""
+def create_app(
+    config: ApiConfig, engine: Engine | None = None, retention: RetentionPolicy | None = None
+) -> APIFlask:
+    """The API application on ``engine`` (default: one made from ``config.database_url``);
+    ``retention`` is what it says of history kept (default: the ``TICKWORK_*`` variables')."""
     app = APIFlask(
         "tickwork",
         title="tickwork",
@@ -116,6 +120,7 @@ def create_app(config: ApiConfig, engine: Engine | None = None) -> APIFlask:
         config.database_url, pool_size=POOL_CONNECTIONS, max_overflow=0
     )
     app.extensions[CONFIG_KEY] = config
+    app.extensions[RETENTION_KEY] = retention or RetentionPolicy.from_environment()
     app.extensions[METRICS_KEY] = ApiMetrics()
     app.extensions[LIMITER_KEY] = RateLimiter(config.rate_limit_per_second, config.rate_limit_burst)
     register_error_handlers(app)

@@ -148,3 +148,7 @@ def wait(database_url: str, timeout: float) -> None:
     engine, _state, line = wait_for_schema(database_url, timeout, lambda state: state.usable)
     engine.dispose()
     click.echo(line)
+
+
+# The commands of other modules of the group register themselves on it when imported.
+from services.cli import db_prune  # noqa: E402, F401

@@ -52,6 +52,9 @@ RETENTION_SETTINGS = (
 )
 """The retention settings the scheduler, the API and ``tickwork db prune`` all read."""
 
+RETENTION_KEY = "tickwork.retention"
+"""Where a Flask application keeps the policy it describes (``app.extensions``)."""
+
 RETENTION_LOCK_KEY = 0x7469636B707275  # "tickpru": one pruner at a time on PostgreSQL
 
 TABLES = (
@@ -147,6 +150,8 @@ class RetentionPolicy:
 
     def sentence(self) -> str:
         """One line for people: ``History kept 90 days; logs 90 days``."""
+        if self.keeps_everything:
+            return "History kept for ever"
         history = f"{_span(self.history)}" if self.history else "for ever"
         logs = f"{_span(self.logs)}" if self.logs else "for ever"
         return f"History kept {history}; logs {logs}"

@@ -14,6 +14,7 @@ from services.api.database import current_engine
 from services.api.errors import ApiProblem
 from services.api.metrics import CONTENT_TYPE, ApiMetrics
 from shared.store.migrate import is_up_to_date
+from shared.store.retention import RETENTION_KEY, RetentionPolicy
 
 blueprint = APIBlueprint("health", __name__, tag="Service")
 
@@ -32,11 +33,21 @@ class Status(BaseModel):
     status: str
 
 
+class Retention(BaseModel):
+    """How long history is kept: days (null: for ever), and revisions per project."""
+
+    history_days: float | None
+    log_days: float | None
+    keep_revisions: int | None
+
+
 class Version(BaseModel):
-    """The server's version and the REST API's version."""
+    """The server's version, the REST API's version, and how long history is kept (null:
+    everything is kept)."""
 
     version: str
     api_version: str
+    retention: Retention | None
 
 
 @blueprint.get("/healthz")
@@ -78,9 +89,10 @@ def metrics() -> Response:
 @blueprint.get("/api/version")
 @blueprint.output(Version)
 def api_version() -> dict[str, Any]:
-    """The server's version and the REST API's version."""
+    """The server's version, the REST API's version, and how long history is kept."""
     try:
         server = version("tickwork")
     except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
         server = "unknown"
-    return {"version": server, "api_version": API_VERSION}
+    policy: RetentionPolicy = current_app.extensions[RETENTION_KEY]
+    return {"version": server, "api_version": API_VERSION, "retention": policy.describe()}

@@ -22,6 +22,7 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 
 from services.api.config import ApiConfig
 from services.api.ui import formatting
+from shared.store.retention import RETENTION_KEY, RetentionPolicy
 
 UI_PREFIX = "/ui"
 UI_MODULES = (
@@ -54,6 +55,8 @@ def register_ui(app: APIFlask, config: ApiConfig) -> None:
     """Serve the UI's pages on ``app``: ``/`` leads to the overview."""
     app.register_blueprint(shell)
     formatting.register(app)
+    policy: RetentionPolicy = app.extensions[RETENTION_KEY]
+    app.context_processor(lambda: {"retention_line": policy.sentence()})
     for name in UI_MODULES:
         module_name = f"services.api.ui.{name}"
         if importlib.util.find_spec(module_name) is None:
