@@ -31,9 +31,10 @@ from services.embedded import RunRequest, default_session_time, run_workflow
 from shared.clock import SystemClock
 from shared.domain.states import AttemptState, TaskState
 from shared.dsl.parser import parse_workflow_text
+from shared.store.logs import list_run_logs
 from shared.store.migrate import open_migrated_store
 from shared.store.sessions import get_attempt
-from shared.store.tasks import list_attempt_tasks, list_task_logs
+from shared.store.tasks import list_attempt_tasks
 
 # Targets on a 2-core machine; see bench/README.md.
 TARGET_PARALLEL_TASKS_PER_S = 1000.0
@@ -144,7 +145,7 @@ def check_run(engine: Engine, case: Case, attempt_id: int, state: AttemptState) 
     with engine.connect() as conn:
         attempt = get_attempt(conn, attempt_id)
         operators = [t for t in list_attempt_tasks(conn, attempt_id) if not t.is_group]
-        logs = list_task_logs(conn, attempt_id)
+        logs = list_run_logs(conn, attempt_id)
     problems = []
     if state is not AttemptState.SUCCESS or attempt.state is not AttemptState.SUCCESS:
         problems.append(f"attempt ended {state.value} (stored: {attempt.state.value})")
@@ -154,7 +155,11 @@ def check_run(engine: Engine, case: Case, attempt_id: int, state: AttemptState) 
     if not_done:
         problems.append(f"{len(not_done)} tasks not in success, e.g. {not_done[:3]}")
     ran_again = [t.full_name for t in operators if t.lease_token != 1]
-    if len(logs) != case.tasks or len({name for name, _, _ in logs}) != case.tasks or ran_again:
+    if (
+        len(logs) != case.tasks
+        or len({log.task_full_name for log in logs}) != case.tasks
+        or ran_again
+    ):
         problems.append(f"{len(logs)} runs logged for {case.tasks} tasks; rerun: {ran_again[:3]}")
     if problems:
         raise BenchFailed(f"{case.name}: " + "; ".join(problems))

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 
 from services.agent.archives import ArchiveCache
+from services.agent.local import StreamingRunner, scratch_dir
 from services.agent.operators.base import ResourceLimits
 from services.agent.operators.process import terminate_children
 from services.agent.runner import TaskRunner
@@ -150,17 +151,21 @@ def _store_workflow(conn: Connection, request: RunRequest, now: datetime) -> tup
 
 def make_in_process_runner(
     state_dir: Path, engine: Engine, limits: ResourceLimits | None = None
-) -> TaskRunner:
+) -> StreamingRunner:
     """The task runner of an executor that runs tasks in its own process.
 
-    Logs go to ``<state_dir>/logs``; a pushed project's archive is read from the store
-    (this process has it) and unpacked once under ``<state_dir>/projects/<digest>``.
+    Logs stream to the executor as an agent's do, and so go to the store; a log too
+    large for memory spools under ``<state_dir>/work/spool`` while it runs. A pushed
+    project's archive is read from the store (this process has it) and unpacked once
+    under ``<state_dir>/projects/<digest>``.
     """
     archives = ArchiveCache(state_dir / "projects", project_store.archive_reader(engine))
-    return TaskRunner(state_dir / "logs", limits, archives)
+    return StreamingRunner(TaskRunner(scratch_dir(state_dir), limits, archives))
 
 
-def _watched(runner: TaskRunner, watch: EventSink) -> Callable[[TaskMessage, EventSink], None]:
+def _watched(
+    runner: Callable[[TaskMessage, EventSink], None], watch: EventSink
+) -> Callable[[TaskMessage, EventSink], None]:
     """``runner``, also handing every event it reports to ``watch`` (the display)."""
 
     def run(message: TaskMessage, report: EventSink) -> None:
@@ -211,6 +216,7 @@ def run_workflow(
         raise
     finally:
         dispatcher.close()
+        runner.close()
     return outcome
 
 

@@ -3,7 +3,7 @@
 Everything runs on one store (a SQLite file in the state directory unless a database URL
 is given): the API is served by waitress in its threads, the scheduler and the executor
 each loop in a thread of their own, and tasks run on a pool of in-process agent threads,
-writing their logs under ``<state-dir>/logs`` where the API's log endpoints read them.
+whose logs stream to the executor and so into the store, where the API reads them.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from typing import Any
 import click
 from sqlalchemy import Engine, event
 
+from services.agent.local import StreamingRunner
 from services.agent.operators.base import ResourceLimits, RunControl, StopReason
 from services.agent.operators.process import terminate_children
-from services.agent.runner import TaskRunner
 from services.cli.errors import fail
 from services.cli.store_access import printable_url
 from services.embedded import make_in_process_runner
@@ -60,11 +60,6 @@ class StandaloneSettings:
     limits: ResourceLimits = dataclasses.field(default_factory=ResourceLimits)
     task_timeout_seconds: float | None = None
 
-    @property
-    def log_dir(self) -> Path:
-        """Where task logs are written and the API reads them."""
-        return self.state_dir / "logs"
-
 
 def parse_bind(raw: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:PORT`` for IPv6); raises BadParameter naming ``--bind``."""
@@ -90,7 +85,7 @@ class ControlledDispatcher(InProcessDispatcher):
     executor's reaper which in-flight tasks this process holds: those it does not were
     left by an earlier process and are published again (queued) or requeued (running)."""
 
-    def __init__(self, runner: TaskRunner, max_workers: int) -> None:
+    def __init__(self, runner: StreamingRunner, max_workers: int) -> None:
         super().__init__(self._run, max_workers)
         self._task_runner = runner
         self._controls: dict[tuple[int, int], RunControl] = {}
@@ -275,7 +270,6 @@ def state_directory(raw: Path) -> Path:
     """The state directory, created if needed; one clear line if it cannot be."""
     try:
         raw.mkdir(parents=True, exist_ok=True)
-        (raw / "logs").mkdir(exist_ok=True)
     except OSError as exc:
         fail(f"error: cannot use state directory {raw}: {exc.strerror or exc}")
     return raw.resolve()
@@ -365,7 +359,7 @@ def _banner(settings: StandaloneSettings, port: int, auth: bool, pushed: list[st
     return [
         f"api      {base}  (docs {base}/api/docs)",
         f"auth     {security}",
-        f"state    {settings.state_dir}  (logs in {settings.log_dir})",
+        f"state    {settings.state_dir}  (task logs in the store)",
         f"store    {printable_url(settings.database_url)}",
         f"agents   {settings.agents} task threads",
         *pushed,
@@ -455,7 +449,6 @@ def _assemble(settings: StandaloneSettings) -> tuple[Standalone, bool, list[str]
         config,
         database_url=settings.database_url,
         auth_enabled=auth,
-        log_dir=settings.log_dir,
         max_follow_streams=min(config.max_follow_streams, FOLLOW_STREAMS),
     )
     engine = open_migrated_store(settings.database_url)

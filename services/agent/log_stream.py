@@ -27,12 +27,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 from redis.exceptions import RedisError
 
 from services.agent.log_limits import LogLimits
 from services.agent.spool import SpoolLog
-from shared.dispatch.events import EventStream
 from shared.dispatch.messages import (
     AgentEvent,
     TaskFinished,
@@ -51,6 +51,14 @@ LOG_POLL_SECONDS = 0.5
 STARTED_HOLD_SECONDS = 0.05
 
 Emit = Callable[[list[AgentEvent]], None]
+
+
+class EventEmitter(Protocol):
+    """Where a run's events go: the event stream of an agent, the executor's own sink in
+    one process."""
+
+    def emit(self, events: Sequence[AgentEvent]) -> None:
+        """Send ``events`` in order, at once; raise if they could not be sent."""
 
 
 def cut_marker(cut_bytes: int, *, at_line_start: bool) -> bytes:
@@ -154,7 +162,7 @@ class LogStreamer:
 
     def __init__(
         self,
-        stream: EventStream,
+        stream: EventEmitter,
         message: TaskMessage,
         relative: Path,
         spool: SpoolLog,

@@ -23,7 +23,6 @@ API_SETTINGS = (
     Setting("TICKWORK_API_MAX_ARCHIVE_MB", "64", "largest project archive accepted, in MiB"),
     Setting("TICKWORK_API_MAX_JSON_KB", "1024", "largest JSON body accepted, in KiB"),
     Setting("TICKWORK_API_RATE_LIMIT", "50", "requests per second per token or client; 0: off"),
-    Setting("TICKWORK_LOG_DIR", "", "where the executor writes task logs (read by /api/logs)"),
     Setting("TICKWORK_SECRET_KEY", "", "encrypts project secrets; signs the web UI's cookies"),
     Setting("TICKWORK_API_PAGE_LIMIT", "1000", "largest `limit` of a list"),
     Setting("TICKWORK_API_MAX_FOLLOWS", "500", "log follow streams one worker serves at once"),
@@ -48,7 +47,6 @@ class ApiConfig:
     max_archive_bytes: int = 64 * 1024 * 1024
     max_json_bytes: int = 1024 * 1024
     rate_limit_per_second: int = 50
-    log_dir: Path | None = None
     page_limit: int = 1000
     max_follow_streams: int = 500
     secret_key: str = field(default="", repr=False)
@@ -68,7 +66,6 @@ class ApiConfig:
         """Read the settings; raises InvalidConfig naming the variable on a bad value."""
         env = os.environ if environ is None else environ
         values = {s.name: env.get(s.name, s.default) for s in API_SETTINGS}
-        log_dir = values["TICKWORK_LOG_DIR"]
         return cls(
             database_url=values["TICKWORK_DATABASE_URL"],
             tokens=_tokens(values),
@@ -76,7 +73,6 @@ class ApiConfig:
             max_archive_bytes=positive_int(values, "TICKWORK_API_MAX_ARCHIVE_MB") * 1024 * 1024,
             max_json_bytes=positive_int(values, "TICKWORK_API_MAX_JSON_KB") * 1024,
             rate_limit_per_second=count_setting(values, "TICKWORK_API_RATE_LIMIT"),
-            log_dir=Path(log_dir) if log_dir else None,
             page_limit=positive_int(values, "TICKWORK_API_PAGE_LIMIT"),
             max_follow_streams=positive_int(values, "TICKWORK_API_MAX_FOLLOWS"),
             secret_key=values["TICKWORK_SECRET_KEY"].strip(),

@@ -151,4 +151,4 @@ def wait(database_url: str, timeout: float) -> None:
 
 
 # The commands of other modules of the group register themselves on it when imported.
-from services.cli import db_prune  # noqa: E402, F401
+from services.cli import db_logs, db_prune  # noqa: E402, F401

@@ -89,10 +89,8 @@ def service_processes(settings: DevSettings, auth: bool) -> list[ServiceProcess]
         TICKWORK_LOG_FORMAT="json",  # records this process reads, then writes in its format
     )
     store = {**common, "TICKWORK_DATABASE_URL": settings.database_url}
-    logs = {"TICKWORK_LOG_DIR": str(settings.log_dir)}
     api = {
         **store,
-        **logs,
         "TICKWORK_API_BIND": f"{API_HOST}:{settings.api_port}",
         "TICKWORK_API_GRACEFUL_TIMEOUT": str(STOP_GRACE_SECONDS),
     }
@@ -110,9 +108,7 @@ def service_processes(settings: DevSettings, auth: bool) -> list[ServiceProcess]
     processes = [
         ServiceProcess("api", [*tickwork, "api"], api),
         ServiceProcess("scheduler", [*tickwork, "scheduler"], {**store, **metrics("scheduler")}),
-        ServiceProcess(
-            "executor", [*tickwork, "executor"], {**store, **logs, **metrics("executor")}
-        ),
+        ServiceProcess("executor", [*tickwork, "executor"], {**store, **metrics("executor")}),
     ]
     for n in range(1, settings.agents + 1):
         name = f"agent.{n}"
@@ -169,7 +165,7 @@ def banner_lines(settings: DevSettings, auth: bool, created: bool, revision: str
         f"redis    {printable_url(settings.redis_url)}, keys prefixed {settings.redis_prefix}",
         f"agents   {settings.agents}, each running {settings.concurrency} tasks at once",
         f"auth     {security}",
-        f"state    {settings.state_dir}  (task logs in {settings.log_dir})",
+        f"state    {settings.state_dir}  (task logs in the database)",
     ]
     if settings.project_dir is not None:
         lines.append(
@@ -285,7 +281,7 @@ def _output_format(chosen: str) -> bool:
     type=click.Path(file_okay=False, path_type=Path),
     default=Path(".tickwork/dev"),
     show_default=True,
-    help="Where the executor writes task logs and the API reads them (in <state-dir>/logs).",
+    help="Where the services keep what they make locally (the SQLite file, agents' scratch).",
 )
 @click.option("--log-level", envvar="TICKWORK_LOG_LEVEL", default="INFO", show_default=True)
 @click.option(

@@ -41,11 +41,6 @@ class DevSettings:
     project_name: str = ""
 
     @property
-    def log_dir(self) -> Path:
-        """The task-log directory the executor writes and the API reads."""
-        return self.state_dir / "logs"
-
-    @property
     def api_url(self) -> str:
         return f"http://{API_HOST}:{self.api_port}"
 

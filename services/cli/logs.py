@@ -1,11 +1,12 @@
 """``tickwork log``: the logs of an attempt's tasks through the API, every byte of every
-file, or (``-f``) their text as it is written.
+run's log, or (``-f``) their text as it is written.
 
-Every run of a task has a file from the moment it was handed to an agent: a run still
+Every run of a task has a log from the moment it was handed to an agent: a run still
 going prints what it wrote so far, a killed one what it wrote before it was stopped. Each
-file is read page after page (the API sends at most 16 MiB a request) until its end. A
-file that cannot be read is named on stderr and the others are still printed; a log the
-agent cut (its head and tail kept) gets a note on stderr besides the marker line it holds.
+log is read page after page (the API sends at most 16 MiB a request) until its end. A
+log that cannot be read (the retention removed it) is named on stderr and the others are
+still printed; a log the agent cut (its head and tail kept) gets a note on stderr besides
+the marker line it holds, and so does one with bytes that never reached the store.
 """
 
 from __future__ import annotations
@@ -129,6 +130,13 @@ def _print_file(
         print_json({**log_file, "content": "".join([*parts, rest])})
     elif rest or (last and last != "\n"):
         click.echo(rest)
+    missing = int(log_file.get("missing_bytes") or 0)
+    if missing and not as_json:
+        click.echo(
+            f"note: {name}: {missing:,} bytes of this log never reached the store "
+            "(printed as NUL bytes where they belong)",
+            err=True,
+        )
     cut = int(log_file.get("truncated_bytes") or 0)
     if cut and not as_json:
         click.echo(

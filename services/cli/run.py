@@ -30,7 +30,7 @@ from shared.log_tail import TAIL_BYTES, last_lines
 from shared.logging import configure_logging
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine
+    from sqlalchemy import Connection, Engine
 
     from services.embedded import RunOutcome, RunRequest
     from shared.store.tasks import TaskRow
@@ -194,12 +194,12 @@ def _print_summary(
     engine: Engine, request: RunRequest, outcome: RunOutcome, on_executor: bool = False
 ) -> None:
     from shared.store.engine import read_only
-    from shared.store.tasks import list_attempt_tasks, list_task_logs
+    from shared.store.tasks import list_attempt_tasks
 
     with read_only(engine) as conn:
         rows = list_attempt_tasks(conn, outcome.attempt_id)
-        # The latest log of each task: they are listed in run order.
-        logs = {name: path for name, path, _size in list_task_logs(conn, outcome.attempt_id)}
+        failed = [r for r in rows if r.state is TaskState.ERROR and not r.is_group]
+        tails = _log_tails(conn, outcome.attempt_id, {r.id for r in failed})
     resumed = {r.id for r in rows if (r.result or {}).get("resumed")}
     # Name the outermost skipped tasks: a skipped group stands for its children.
     skipped = [r.full_name for r in rows if r.id in resumed and r.parent_id not in resumed]
@@ -216,13 +216,11 @@ def _print_summary(
     retried = [_retries(r) for r in rows if r.retry_count and r.id not in resumed]
     if retried:
         click.echo(f"  retried: {_some(retried)}")
-    log_root = None if on_executor else request.state_dir / "logs"
-    for row in rows:
-        if row.state is TaskState.ERROR and not row.is_group:
-            for line in _failure(row, log_root, logs.get(row.full_name)):
-                click.echo(f"  {line}")
-    where = "the executor's log directory" if log_root is None else log_root
-    click.echo(f"  logs: {where}/{outcome.attempt_id}")
+    for row in failed:
+        message = (row.error or {}).get("message", "")
+        for line in failure_lines(row.full_name, message, tails.get(row.id, [])):
+            click.echo(f"  {line}")
+    click.echo(f"  logs: {_logs_hint(request, outcome.attempt_id, on_executor=on_executor)}")
     if outcome.state is not AttemptState.SUCCESS:
         click.echo(f"  to resume, run it again with {_session_option(request)}")
 
@@ -237,24 +235,30 @@ def _retries(row: TaskRow) -> str:
     return f"{row.full_name} ({row.retry_count} {'retry' if row.retry_count == 1 else 'retries'})"
 
 
-def _failure(row: TaskRow, log_root: Path | None, log_path: str | None) -> list[str]:
-    """Why a task failed, with the tail of its latest log when this process can read it
-    (an executor elsewhere keeps its logs)."""
-    tail = _log_tail(log_root / log_path) if log_root and log_path else []
-    return failure_lines(row.full_name, (row.error or {}).get("message", ""), tail)
+def _log_tails(conn: Connection, attempt_id: int, task_ids: set[int]) -> dict[int, list[str]]:
+    """The last lines of the latest run's log of each of ``task_ids`` (as every failure
+    report shows them)."""
+    from shared.store import logs as log_store
+
+    latest: dict[int, log_store.RunLog] = {}
+    for log in log_store.list_run_logs(conn, attempt_id):  # in run order: the latest wins
+        if log.task_id in task_ids and log.pruned_at is None:
+            latest[log.task_id] = log
+    tails = {}
+    for task_id, log in latest.items():
+        data, start = log_store.read_log_tail(conn, log, TAIL_BYTES)
+        tails[task_id] = last_lines(data, cut=start > 0)
+    return tails
 
 
-def _log_tail(path: Path) -> list[str]:
-    """The last lines of a log file (as every failure report shows them); none if it
-    cannot be read."""
-    try:
-        with path.open("rb") as log_file:
-            size = log_file.seek(0, 2)
-            log_file.seek(max(size - TAIL_BYTES, 0))
-            data = log_file.read()
-    except OSError:
-        return []
-    return last_lines(data, cut=size > TAIL_BYTES)
+def _logs_hint(request: RunRequest, attempt_id: int, *, on_executor: bool) -> str:
+    """Where the run's logs can be read: they are in its store."""
+    if on_executor:
+        return f"in the store; `tickwork log {attempt_id}` against its API"
+    return (
+        f"in {request.state_dir / 'tickwork.db'}; read them with `tickwork standalone "
+        f"--state-dir {request.state_dir}` and `tickwork log {attempt_id}`"
+    )
 
 
 def _session_option(request: RunRequest) -> str:

@@ -126,14 +126,6 @@ def scheduler_command(database_url: str, metrics_port: int, log_level: str) -> N
 @click.command("executor")
 @DATABASE_OPTION
 @_redis_options
-@click.option(
-    "--log-dir",
-    envvar="TICKWORK_LOG_DIR",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path(".tickwork/logs"),
-    show_default=True,
-    help="Where task logs streamed by agents are stored (env TICKWORK_LOG_DIR).",
-)
 @_seconds("--reaper-interval", "TICKWORK_REAPER_SECONDS", 5.0, "Seconds between reaper passes")
 @click.option(
     "--max-lost-leases",
@@ -174,7 +166,6 @@ def executor_command(
     database_url: str,
     redis_url: str,
     redis_prefix: str,
-    log_dir: Path,
     reaper_interval: float,
     max_lost_leases: int,
     max_tasks_per_attempt: int,
@@ -194,7 +185,6 @@ def executor_command(
             database_url=database_url,
             redis_url=redis_url,
             redis_prefix=redis_prefix,
-            log_dir=log_dir,
             reaper_seconds=reaper_interval,
             max_lost_leases=max_lost_leases,
             max_tasks_per_attempt=max_tasks_per_attempt,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from services.executor.report import Recovery
@@ -29,7 +28,6 @@ from shared.domain.partitions import DEFAULT_PARTITION_COUNT, MAX_PARTITION_COUN
 EXECUTOR_SETTINGS = (
     Setting("TICKWORK_DATABASE_URL", "", "the store (PostgreSQL in production); required"),
     *REDIS_SETTINGS,
-    Setting("TICKWORK_LOG_DIR", ".tickwork/logs", "where task logs streamed by agents are stored"),
     Setting("TICKWORK_REAPER_SECONDS", "5.0", "seconds between reaper passes"),
     Setting("TICKWORK_MAX_LOST_LEASES", "3", "a task whose agent was lost this many times fails"),
     Setting("TICKWORK_MAX_TASKS_PER_ATTEMPT", "10000", "tasks one attempt may have, generated too"),
@@ -51,7 +49,6 @@ class ExecutorSettings:
 
     database_url: str
     redis: RedisSettings
-    log_dir: Path
     recovery: Recovery
     task_timeout_seconds: float | None = None
     crash_point: str = ""  # a fault test's, one of CRASH_POINTS
@@ -71,7 +68,6 @@ class ExecutorSettings:
         return cls(
             database_url=values.get("database_url", required_text),
             redis=RedisSettings(values.get("redis_url", redis_url), values.text("redis_prefix")),
-            log_dir=Path(values.text("log_dir")),
             recovery=Recovery(
                 every_seconds=values.get("reaper_seconds", seconds_at_least(0.1)),
                 max_lost=values.get("max_lost_leases", int_range(1, 100)),

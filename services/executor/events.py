@@ -21,12 +21,15 @@ from shared.dispatch.messages import (
     Outcome,
     TaskEvent,
     TaskFinished,
+    TaskLogChunk,
     TaskMessage,
     TaskReleased,
     TaskStarted,
+    attempt_of_log_path,
 )
 from shared.domain.states import TaskState
 from shared.domain.workflow import TaskSpec
+from shared.store import logs as log_store
 from shared.store import tasks as task_store
 from shared.store.tasks import TaskRow
 
@@ -48,6 +51,7 @@ def apply_events(work: Pass, scope: Scope, events: Sequence[TaskEvent]) -> None:
     Between two releases, starts are applied first in one statement, then results in
     batches (see :mod:`~services.executor.results`): a task's own events keep their order.
     """
+    store_log_chunks(work, [e for e in events if isinstance(e, TaskLogChunk)])
     finished = {(e.task_id, e.lease_token) for e in events if isinstance(e, TaskFinished)}
     logs: list[dict[str, Any]] = []
     starts: list[TaskStarted] = []
@@ -67,6 +71,22 @@ def apply_events(work: Pass, scope: Scope, events: Sequence[TaskEvent]) -> None:
     _apply_starts(work, scope, starts)
     _apply_results(work, scope, results, logs)
     work.ended_logs += [{**row, "created_at": work.now} for row in logs]
+
+
+def store_log_chunks(work: Pass, chunks: Sequence[TaskLogChunk]) -> None:
+    """Write the log chunks agents streamed, in the pass's transaction (a short task's
+    only chunk so commits with its result); their attempts' followers are told."""
+    if not chunks:
+        return
+    written = [
+        log_store.LogChunk(
+            c.task_id, c.lease_token, c.offset, c.data.encode("utf-8", "surrogateescape")
+        )
+        for c in chunks
+    ]
+    log_store.write_log_chunks(work.conn, written)
+    work.report.log_bytes_stored += sum(len(c.data) for c in written)
+    work.log_attempts.update(a for c in chunks if (a := attempt_of_log_path(c.path)) is not None)
 
 
 def _apply_starts(work: Pass, scope: Scope, starts: Sequence[TaskStarted]) -> None:

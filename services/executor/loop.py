@@ -36,6 +36,7 @@ from shared.dispatch.messages import TaskEvent, TaskFinished, TaskStarted
 from shared.dispatch.seam import Dispatcher
 from shared.domain.states import TIMED_TASK_STATES
 from shared.store import tasks as task_store
+from shared.store.logs import notify_log_readers
 from shared.store.partitions import AttemptFilter
 
 __all__ = [
@@ -169,6 +170,8 @@ class WorkflowExecutor:
                     work.report.more_ready = self._timers.scan_ready = True
                 self._end_attempts(work)
                 write_run_logs(work)
+                ended = [a for a, _ in work.report.finished_attempts]
+                notify_log_readers(conn, [*work.log_attempts, *ended])
         except BaseException:
             self.scope.runs.clear()  # it may know runs the rollback undid
             self.dispatcher.redeliver()

@@ -17,6 +17,11 @@ class ExecutorMetrics:
         self.dispatched = Counter(
             "tickwork_tasks_dispatched", "Task messages published.", registry=r
         )
+        self.log_bytes_stored = Counter(
+            "tickwork_log_bytes_stored",
+            "Bytes of task logs written to the store (as text, before compression).",
+            registry=r,
+        )
         self.results_applied = Counter(
             "tickwork_results_applied", "Agents' events applied to the store.", registry=r
         )
@@ -72,6 +77,7 @@ class ExecutorMetrics:
     def record(self, report: TickReport) -> None:
         """Count what one pass did."""
         self.dispatched.inc(report.tasks_dispatched)
+        self.log_bytes_stored.inc(report.log_bytes_stored)
         self.results_applied.inc(report.events_applied)
         self.stale_results.inc(report.stale_results)
         self.repeated_results.inc(report.repeated_results)

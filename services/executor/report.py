@@ -52,6 +52,7 @@ class TickReport:
     groups_started: int = 0
     tasks_dispatched: int = 0
     slas_missed: int = 0  # attempts whose sla: deadline passed, reacted to by this pass
+    log_bytes_stored: int = 0  # of log chunks agents streamed, as text
     more_ready: bool = False  # a batch limit was hit: tick again without waiting
     finished_attempts: list[tuple[int, AttemptState]] = field(default_factory=list)
     moves: list[TaskMove] = field(default_factory=list)  # in the order the pass made them
@@ -95,6 +96,7 @@ class Pass:
     revoked: list[tuple[int, int]] = field(default_factory=list)  # (task, token) to revoke
     ended_logs: list[dict[str, Any]] = field(default_factory=list)  # logs results described
     logged_runs: set[tuple[int, int]] = field(default_factory=set)  # (task, token) indexed
+    log_attempts: set[int] = field(default_factory=set)  # whose logs the pass stored chunks of
 
 
 @dataclass

@@ -124,7 +124,6 @@ class ExecutorService:
         consumer = f"{socket.gethostname()}-{os.getpid()}"
         self.dispatcher = CeleryDispatcher(
             settings.redis,
-            settings.log_dir,
             consumer,
             crash_point=settings.crash_point,
             archive_source=archive_reader(self.engine),

@@ -8,9 +8,9 @@ per task to the task's queue (standard protocol-2 messages, written by one produ
 kombu's publish batches: one Redis round trip per :data:`PUBLISH_BATCH_SIZE` messages),
 and has the marks kept for long with its next round trip: a QUEUED task whose key is
 empty lost its message, and the reaper publishes it again. Events come from the
-streams (see :mod:`shared.dispatch.events`); log chunks among them are written to the
-log directory here, through files made as their runs' messages go out (while agents
-take them) and kept open until their run's result arrives, and never reach the loop.
+streams (see :mod:`shared.dispatch.events`); log chunks among them go to the loop with
+the rest, which stores them in its pass (a short task's only chunk in its result's
+transaction), so that an event is acknowledged only once what it carried is committed.
 Once the loop committed a pass, every result it applied or refused gets the ``applied``
 mark on its lease key, so that the agent holding it (see :mod:`services.agent.outbox`)
 forgets it; right after Redis lost its keys the lease states are withheld from the
@@ -29,15 +29,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import json
 import logging
 import os
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from pathlib import Path
 from typing import Any
 
 from celery.utils.nodenames import anon_nodename
@@ -59,9 +56,7 @@ from shared.dispatch.leases import APPLIED, CANCELED, QUEUED, LeaseState, LeaseS
 from shared.dispatch.messages import (
     TaskEvent,
     TaskFinished,
-    TaskLogChunk,
     TaskMessage,
-    run_log_path,
 )
 from shared.domain.partitions import DEFAULT_PARTITION_COUNT, partition_of
 
@@ -85,10 +80,6 @@ PUBLISH_BATCH_SIZE = 500
 """Messages one Redis round trip sends, at most."""
 PRODUCER_WAIT = 10.0
 """Seconds to wait for a producer from Celery's pool (one is taken, and kept)."""
-OPEN_LOG_FILES = 64
-"""Log files kept open between chunks, at most (the least recently written is closed)."""
-KNOWN_LOG_DIRECTORIES = 1024
-"""Log directories (one per attempt) remembered as checked and created, at most."""
 
 
 AttemptsOfTasks = Callable[[Sequence[int]], dict[int, int]]
@@ -98,100 +89,6 @@ AttemptsOfTasks = Callable[[Sequence[int]], dict[int, int]]
 def _task_id_of(body: dict[str, object]) -> int | None:
     task_id = body.get("task_id")
     return task_id if isinstance(task_id, int) else None
-
-
-class LogDirectory:
-    """Task logs streamed from agents, stored as files under one root.
-
-    Files being written stay open between chunks (at most ``open_files`` of them, the
-    least recently written closed first); :meth:`close` closes a run's file once its
-    result came.
-    """
-
-    def __init__(self, root: Path, open_files: int = OPEN_LOG_FILES) -> None:
-        self.root = root.resolve()
-        self.open_files = open_files
-        self._fds: OrderedDict[str, int] = OrderedDict()  # relative path -> open fd
-        self._dirs: dict[str, Path] = {}  # relative directory -> resolved, created
-
-    def write(self, chunk: TaskLogChunk) -> None:
-        """Write a chunk at its offset (writing the same chunk twice changes nothing)."""
-        if chunk.offset < 0:
-            log.warning("refused a log chunk at a negative offset: %r", chunk.path)
-            return
-        fd = self._fd_of(chunk.path)
-        if fd is None:
-            log.warning("refused a log chunk outside the log directory: %r", chunk.path)
-            return
-        os.pwrite(fd, chunk.data.encode("utf-8", "surrogateescape"), chunk.offset)
-
-    def prepare(self, relatives: Sequence[str]) -> None:
-        """Create the files of runs just handed to agents, and keep them open: the runs'
-        chunks (a short task's only one comes with its result) then find their files
-        made, and a file system slow to create files (a network volume, a crowded
-        directory) delays no result. A file that cannot be made now is made when its
-        first chunk comes, or its error raised then."""
-        failed: list[str] = []
-        for relative in relatives:
-            try:
-                self._fd_of(relative)
-            except OSError as exc:
-                failed.append(f"{relative}: {exc}")
-        if failed:
-            log.warning("cannot create %d log files yet, first %s", len(failed), failed[0])
-
-    def _fd_of(self, relative: str) -> int | None:
-        """The open file of ``relative``, opened if it is not open yet; None if it would
-        leave the root (its directory resolves outside it, its name is not a plain file
-        name, or it is a symbolic link)."""
-        fd = self._fds.get(relative)
-        if fd is not None:
-            self._fds.move_to_end(relative)
-            return fd
-        head, _, name = relative.rpartition("/")
-        directory = self._directory_of(head)
-        if directory is None or name in ("", ".", ".."):
-            return None
-        try:
-            fd = os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o640)
-        except OSError as exc:
-            if exc.errno != errno.ELOOP:
-                raise
-            return None
-        self._fds[relative] = fd
-        while len(self._fds) > self.open_files:
-            os.close(self._fds.popitem(last=False)[1])
-        return fd
-
-    def _directory_of(self, relative: str) -> Path | None:
-        """The directory ``relative`` names under the root, created once and remembered
-        (at most :data:`KNOWN_LOG_DIRECTORIES`); None if it resolves outside the root."""
-        directory = self._dirs.get(relative)
-        if directory is not None:
-            return directory
-        directory = (self.root / relative).resolve()
-        if not directory.is_relative_to(self.root):
-            return None
-        directory.mkdir(parents=True, exist_ok=True)
-        if len(self._dirs) >= KNOWN_LOG_DIRECTORIES:
-            self._dirs.clear()
-        self._dirs[relative] = directory
-        return directory
-
-    def known_directories(self) -> int:
-        """How many directories are remembered as checked and created."""
-        return len(self._dirs)
-
-    def close(self, relative: str) -> None:
-        """Close the file of ``relative`` if it is open (its run ended)."""
-        fd = self._fds.pop(relative, None)
-        if fd is not None:
-            os.close(fd)
-
-    def close_all(self) -> None:
-        """Close every open file."""
-        while self._fds:
-            os.close(self._fds.popitem()[1])
 
 
 def _batch_of(producer: Any) -> AbstractContextManager[Any]:
@@ -218,7 +115,6 @@ class CeleryDispatcher:
     def __init__(
         self,
         redis: RedisSettings,
-        log_root: Path,
         consumer: str,
         *,
         crash_point: str = "",
@@ -235,7 +131,6 @@ class CeleryDispatcher:
         self.leases = LeaseStore(self.client, redis.prefix)
         self.stream = EventStream(self.client, redis.prefix)
         self.reader = EventReader(self.stream, consumer, execute=self.leases.execute)
-        self.logs = LogDirectory(log_root)
         self.kill_channel = f"{redis.prefix}kill"
         self.crash_point = crash_point
         self.archives = RedisArchives(self.client, redis.prefix)
@@ -320,8 +215,6 @@ class CeleryDispatcher:
             raise
         self.queues_seen.update(m.queue for m in messages)
         self._confirming += marks
-        # While the agents take the messages, not when their results come.
-        self.logs.prepare([run_log_path(m) for m in messages])
 
     def _send(self, messages: Sequence[TaskMessage], now: float) -> None:
         """Send the messages on the producer this dispatcher keeps; kombu's batch sends
@@ -390,7 +283,7 @@ class CeleryDispatcher:
         return digests
 
     def poll_events(self, timeout_seconds: float) -> list[TaskEvent]:
-        """Events from the stream; log chunks are stored on the way."""
+        """Events from the streams, log chunks among them."""
         events: list[TaskEvent] = []
         applied, self._applied = self._applied, []
         try:
@@ -408,14 +301,10 @@ class CeleryDispatcher:
         for entry_id, body in entries:
             self._delivered.append(entry_id)
             event = decode(body)
-            if isinstance(event, TaskLogChunk):
-                self.logs.write(event)
-            elif event is not None:
+            if event is not None:
                 events.append(event)
             if isinstance(event, TaskFinished):
                 self._delivered_results.append((event.task_id, event.lease_token))
-                if event.log_path is not None:
-                    self.logs.close(event.log_path)
         return events
 
     def _route_old_events(
@@ -541,6 +430,5 @@ class CeleryDispatcher:
         """Acknowledge what was applied; release connections."""
         with contextlib.suppress(RedisError):
             self._send_due(self.client.pipeline(transaction=False))
-        self.logs.close_all()
         self._release_producer()
         self.client.close()

@@ -68,6 +68,12 @@ def run_log_path(message: TaskMessage) -> str:
     return f"{int(message.attempt_id)}/{file_name}"
 
 
+def attempt_of_log_path(path: str) -> int | None:
+    """The attempt a run's log name (:func:`run_log_path`) belongs to; None if it names none."""
+    head, _, _ = path.partition("/")
+    return int(head) if head.isascii() and head.isdigit() and len(head) <= 18 else None
+
+
 class Outcome(StrEnum):
     """How an operator run ended."""
 
@@ -131,8 +137,9 @@ class TaskReleased:
 
 @dataclass(frozen=True)
 class TaskLogChunk:
-    """``data`` written at byte ``offset`` of a task's log file (``path``, relative to the
-    log root); the executor stores it. Chunks may repeat; writing one twice changes nothing."""
+    """``data`` at byte ``offset`` of the log of a task's run (``path``, its log name:
+    ``<attempt id>/...``); the executor stores it in the run's pass. Chunks may repeat;
+    storing one twice changes nothing."""
 
     task_id: int
     lease_token: int
@@ -146,8 +153,9 @@ class WorkCommitted:
     """Another process committed work for the executor (a new attempt, a kill)."""
 
 
-TaskEvent = TaskStarted | TaskFinished | TaskReleased | WorkCommitted
-AgentEvent = TaskEvent | TaskLogChunk
+TaskEvent = TaskStarted | TaskFinished | TaskReleased | TaskLogChunk | WorkCommitted
+"""What an executor hears: an agent's events (its log chunks too), and wake-ups."""
+AgentEvent = TaskEvent
 
 _EVENT_KINDS: dict[str, type[AgentEvent]] = {
     "wake": WorkCommitted,

@@ -24,6 +24,7 @@ from sqlalchemy import (
     Row,
     Select,
     Table,
+    and_,
     any_,
     bindparam,
     column,
@@ -46,6 +47,10 @@ READ_ONLY_OPTION = "tickwork_read_only"
 
 JsonSerializer = Callable[[Any], str]
 JsonDeserializer = Callable[[str | bytes], Any]
+
+
+RowFilter = Callable[[Any], ColumnElement[bool]]
+"""A condition on the columns of rows about to be written (see ``upsert_rows``)."""
 
 
 class StoreDialect(ABC):
@@ -108,11 +113,15 @@ class StoreDialect(ABC):
         index_elements: Sequence[str],
         updated: Sequence[str],
         only_given: str | None = None,
+        only_larger: str | None = None,
+        only_if: RowFilter | None = None,
     ) -> None:
         """Insert non-empty ``rows`` (all with the same keys) at once; a row that conflicts
         on ``index_elements`` sets the ``updated`` columns of the row it met instead (with
-        ``only_given``, only if its ``only_given`` value is not NULL; else it leaves the row
-        it met as it is)."""
+        ``only_given``, only if its ``only_given`` value is not NULL; with ``only_larger``,
+        only if its ``only_larger`` value is larger than the row's; else it leaves the row
+        it met as it is). With ``only_if``, only the rows its condition (given the rows'
+        columns) holds for are written: the others are left out, not an error."""
 
     @abstractmethod
     def insert_rows(
@@ -152,8 +161,9 @@ class StoreDialect(ABC):
         """The database server's clock, or None when the database has none of its own."""
 
     @abstractmethod
-    def notify(self, conn: Connection, channel: str) -> None:
-        """Signal listeners of ``channel`` when this transaction commits."""
+    def notify(self, conn: Connection, channel: str, payloads: Sequence[str] = ("",)) -> None:
+        """Signal listeners of ``channel`` when this transaction commits, once per payload
+        (the same payload twice in one transaction is one signal)."""
 
     @abstractmethod
     def advisory_transaction_lock(self, conn: Connection, key: int) -> None:
@@ -234,12 +244,19 @@ class PostgresDialect(StoreDialect):
         index_elements: Sequence[str],
         updated: Sequence[str],
         only_given: str | None = None,
+        only_larger: str | None = None,
+        only_if: RowFilter | None = None,
     ) -> None:
         # INSERT ... SELECT FROM unnest(...) ON CONFLICT DO UPDATE, one array per column:
         # one round trip, and one statement built once per table and columns.
         names = tuple(rows[0])
         statement = _postgres_upsert(
-            table, names, tuple(index_elements), tuple(updated), only_given
+            table,
+            names,
+            tuple(index_elements),
+            tuple(updated),
+            (only_given, only_larger),
+            only_if,
         )
         conn.execute(statement, {f"a_{name}": [row[name] for row in rows] for name in names})
 
@@ -288,8 +305,13 @@ class PostgresDialect(StoreDialect):
         found: datetime = conn.execute(select(func.statement_timestamp())).scalar_one()
         return found
 
-    def notify(self, conn: Connection, channel: str) -> None:
-        conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": channel})
+    def notify(self, conn: Connection, channel: str, payloads: Sequence[str] = ("",)) -> None:
+        if len(payloads) == 1:
+            statement = text("SELECT pg_notify(:channel, :payload)")
+            conn.execute(statement, {"channel": channel, "payload": payloads[0]})
+            return
+        many = text("SELECT pg_notify(:channel, p) FROM unnest(CAST(:payloads AS text[])) AS p")
+        conn.execute(many, {"channel": channel, "payloads": list(payloads)})
 
     def advisory_transaction_lock(self, conn: Connection, key: int) -> None:
         conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
@@ -362,8 +384,17 @@ class SqliteDialect(StoreDialect):
         index_elements: Sequence[str],
         updated: Sequence[str],
         only_given: str | None = None,
+        only_larger: str | None = None,
+        only_if: RowFilter | None = None,
     ) -> None:
-        statement = _sqlite_upsert(table, tuple(index_elements), tuple(updated), only_given)
+        names = tuple(rows[0]) if only_if is not None else ()
+        statement = _sqlite_upsert(
+            table,
+            tuple(index_elements),
+            tuple(updated),
+            (only_given, only_larger),
+            (names, only_if),
+        )
         conn.execute(statement, list(rows))
 
     def insert_rows(
@@ -406,8 +437,8 @@ class SqliteDialect(StoreDialect):
     def database_now(self, conn: Connection) -> datetime | None:
         return None  # the file has no clock: the one process's is the only one
 
-    def notify(self, conn: Connection, channel: str) -> None:
-        pass  # the embedded executor polls
+    def notify(self, conn: Connection, channel: str, payloads: Sequence[str] = ("",)) -> None:
+        pass  # the embedded executor and log followers poll
 
     def advisory_transaction_lock(self, conn: Connection, key: int) -> None:
         pass  # a writing transaction already holds the whole file
@@ -440,13 +471,18 @@ def _postgres_upsert(
     names: tuple[str, ...],
     index_elements: tuple[str, ...],
     updated: tuple[str, ...],
-    only_given: str | None,
+    conditions: tuple[str | None, str | None],
+    only_if: RowFilter | None = None,
 ) -> Insert:
     arrays = [bindparam(f"a_{name}", type_=postgresql.ARRAY(table.c[name].type)) for name in names]
     columns = [column(name, table.c[name].type) for name in names]
     source = func.unnest(*arrays).table_valued(*columns).render_derived()
+    chosen = select(*source.c)
+    if only_if is not None:
+        chosen = chosen.where(only_if(source.c))
+    only_given, only_larger = conditions
     return postgres_upsert_from(
-        table, names, select(*source.c), index_elements, updated, only_given
+        table, names, chosen, index_elements, updated, only_given, only_larger
     )
 
 
@@ -457,25 +493,58 @@ def postgres_upsert_from(
     index_elements: Sequence[str],
     updated: Sequence[str],
     only_given: str | None,
+    only_larger: str | None = None,
 ) -> Insert:
     """The rows ``source`` selects (its columns ``names``) inserted into ``table``, on
     PostgreSQL; one meeting a row on ``index_elements`` sets its ``updated`` columns
-    instead (with ``only_given``, only where its ``only_given`` value is not NULL):
-    what :meth:`StoreDialect.upsert_rows` does, from any ``SELECT``."""
+    instead (with ``only_given``, only where its ``only_given`` value is not NULL; with
+    ``only_larger``, only where its value is larger than the row's): what
+    :meth:`StoreDialect.upsert_rows` does, from any ``SELECT``."""
     insert = postgresql.insert(table).from_select(list(names), source)
+    return _on_conflict_update(insert, table, index_elements, updated, only_given, only_larger)
+
+
+def _on_conflict_update(
+    insert: Any,
+    table: Table,
+    index_elements: Sequence[str],
+    updated: Sequence[str],
+    only_given: str | None,
+    only_larger: str | None,
+) -> Insert:
+    """``insert`` (either dialect's) setting ``updated`` on a conflict, under the
+    conditions of :meth:`StoreDialect.upsert_rows`."""
     values = {name: insert.excluded[name] for name in updated}
-    where = None if only_given is None else insert.excluded[only_given].is_not(None)
-    return insert.on_conflict_do_update(index_elements=index_elements, set_=values, where=where)
+    conditions = []
+    if only_given is not None:
+        conditions.append(insert.excluded[only_given].is_not(None))
+    if only_larger is not None:
+        conditions.append(insert.excluded[only_larger] > table.c[only_larger])
+    where = and_(*conditions) if conditions else None
+    upsert: Insert = insert.on_conflict_do_update(
+        index_elements=index_elements, set_=values, where=where
+    )
+    return upsert
 
 
 @lru_cache(maxsize=16)
 def _sqlite_upsert(
-    table: Table, index_elements: tuple[str, ...], updated: tuple[str, ...], only_given: str | None
+    table: Table,
+    index_elements: tuple[str, ...],
+    updated: tuple[str, ...],
+    conditions: tuple[str | None, str | None],
+    filtered: tuple[tuple[str, ...], RowFilter | None],
 ) -> Insert:
+    only_given, only_larger = conditions
+    names, only_if = filtered
     insert = sqlite.insert(table)
-    values = {name: insert.excluded[name] for name in updated}
-    where = None if only_given is None else insert.excluded[only_given].is_not(None)
-    return insert.on_conflict_do_update(index_elements=index_elements, set_=values, where=where)
+    if only_if is not None:
+        # One row's values as a SELECT, kept only where the condition holds; run once
+        # per row (executemany). WHERE also keeps SQLite from reading ON CONFLICT as a
+        # join's ON.
+        row = select(*[bindparam(n, type_=table.c[n].type).label(n) for n in names]).subquery()
+        insert = insert.from_select(list(names), select(*row.c).where(only_if(row.c)))
+    return _on_conflict_update(insert, table, index_elements, updated, only_given, only_larger)
 
 
 def _use_utc(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:

@@ -30,7 +30,6 @@ from shared.store.tables import (
     projects,
     sessions,
     task_dependencies,
-    task_logs,
     tasks,
 )
 from shared.store.tasks import TaskRow, list_attempt_tasks
@@ -133,24 +132,6 @@ class TaskSummary(NamedTuple):
         if self.started_at is None or self.finished_at is None:
             return None
         return max(0.0, (self.finished_at - self.started_at).total_seconds())
-
-
-@dataclass(frozen=True)
-class LogFile:
-    """One log file of a run of a task; ``path`` is relative to the log root. Indexed
-    when the run was dispatched (``created_at``); ``size_bytes`` and ``truncated_bytes``
-    are its result's, from ``ended_at`` on (None while the run goes on, and for a run
-    that ended without a result)."""
-
-    id: int
-    task_id: int
-    task_full_name: str
-    lease_token: int
-    path: str
-    size_bytes: int
-    truncated_bytes: int
-    created_at: datetime
-    ended_at: datetime | None
 
 
 _ATTEMPT_COLUMNS = (
@@ -536,39 +517,3 @@ def _name_within(full_name: str, parent: str | None) -> str:
     if parent and full_name.startswith(parent) and full_name != parent:
         return full_name[len(parent) :]
     return full_name
-
-
-_LOG_QUERY = select(
-    task_logs.c.id,
-    task_logs.c.task_id,
-    tasks.c.full_name.label("task_full_name"),
-    task_logs.c.lease_token,
-    task_logs.c.path,
-    task_logs.c.size_bytes,
-    task_logs.c.truncated_bytes,
-    task_logs.c.created_at,
-    task_logs.c.ended_at,
-).join(tasks, tasks.c.id == task_logs.c.task_id)
-
-
-def list_log_files(
-    conn: Connection, attempt_id: int, *, task_prefix: str | None = None
-) -> list[LogFile]:
-    """The log files of an attempt in the order their runs were dispatched, optionally
-    only those of tasks whose full name starts with ``task_prefix``. NotFound for an
-    unknown attempt."""
-    get_attempt_view(conn, attempt_id)
-    query = _LOG_QUERY.where(task_logs.c.attempt_id == attempt_id)
-    files = [LogFile(**dict(row._mapping)) for row in conn.execute(query.order_by(task_logs.c.id))]
-    if task_prefix:
-        files = [f for f in files if f.task_full_name.startswith(task_prefix)]
-    return files
-
-
-def get_log_file(conn: Connection, attempt_id: int, file_id: int) -> LogFile:
-    """One log file of an attempt; raises NotFound if the attempt has no such file."""
-    query = _LOG_QUERY.where(task_logs.c.attempt_id == attempt_id, task_logs.c.id == file_id)
-    row = conn.execute(query).one_or_none()
-    if row is None:
-        raise NotFound(f"attempt {attempt_id} has no log file {file_id}")
-    return LogFile(**dict(row._mapping))

@@ -1017,14 +1017,3 @@ def _log_json(rows: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]
             for row in rows
         ]
     }
-
-
-def list_task_logs(conn: Connection, attempt_id: int) -> list[tuple[str, str, int]]:
-    """``(task full name, log path, size)`` of every log of an attempt, in run order."""
-    query = (
-        select(tasks.c.full_name, task_logs.c.path, task_logs.c.size_bytes)
-        .join(tasks, tasks.c.id == task_logs.c.task_id)
-        .where(task_logs.c.attempt_id == attempt_id)
-        .order_by(task_logs.c.id)
-    )
-    return [(str(row.full_name), str(row.path), int(row.size_bytes)) for row in conn.execute(query)]

@@ -19,7 +19,7 @@ from services.agent.config import AgentSettings
 from services.agent.metrics import AgentMetrics
 from services.agent.worker import SHUTDOWN, AgentRuntime
 from shared.dispatch.celery_app import RedisSettings
-from shared.dispatch.celery_dispatch import CeleryDispatcher, LogDirectory
+from shared.dispatch.celery_dispatch import CeleryDispatcher
 from shared.dispatch.events import EventReader, EventStream, decode
 from shared.dispatch.leases import Lease, LeaseState, LeaseStore
 from shared.dispatch.messages import (
@@ -196,7 +196,7 @@ class TestStopping:
         tmp_path: Path,
     ) -> None:
         thread, pid = start_sleeping(runtime, tmp_path, 300)
-        dispatcher = CeleryDispatcher(redis_settings, tmp_path / "logs", "test-executor")
+        dispatcher = CeleryDispatcher(redis_settings, "test-executor")
         try:
             killed_at = time.monotonic()
             dispatcher.revoke([(7, 1)])
@@ -261,9 +261,7 @@ class TestExecutorSide:
     def test_publishing_sends_each_message_to_its_queue_and_marks_it_queued(
         self, redis_settings: RedisSettings, client: Redis, redis_prefix: str, tmp_path: Path
     ) -> None:
-        dispatcher = CeleryDispatcher(
-            redis_settings, tmp_path / "logs", "test-executor", settle_ms=0
-        )
+        dispatcher = CeleryDispatcher(redis_settings, "test-executor", settle_ms=0)
         try:
             plain = message(tmp_path, "echo", "a", task_id=1)
             routed = TaskMessage(**{**plain.to_json(), "task_id": 2, "queue": "gpu"})
@@ -283,9 +281,7 @@ class TestExecutorSide:
     def test_a_publisher_that_dies_before_sending_leaves_its_mark_unconfirmed(
         self, redis_settings: RedisSettings, tmp_path: Path
     ) -> None:
-        dispatcher = CeleryDispatcher(
-            redis_settings, tmp_path / "logs", "test-executor", settle_ms=0
-        )
+        dispatcher = CeleryDispatcher(redis_settings, "test-executor", settle_ms=0)
         died = RuntimeError("the executor died here")
 
         def die(*_args: object, **_kwargs: object) -> object:
@@ -304,9 +300,7 @@ class TestExecutorSide:
     def test_a_mark_lost_while_publishing_stays_lost_so_the_message_is_sent_again(
         self, redis_settings: RedisSettings, client: Redis, redis_prefix: str, tmp_path: Path
     ) -> None:
-        dispatcher = CeleryDispatcher(
-            redis_settings, tmp_path / "logs", "test-executor", settle_ms=0
-        )
+        dispatcher = CeleryDispatcher(redis_settings, "test-executor", settle_ms=0)
         original_send = dispatcher.app.amqp.send_task_message
 
         def send_then_lose_redis(*args: object, **kwargs: object) -> object:
@@ -331,17 +325,3 @@ class TestExecutorSide:
         assert leases.states([7]) == {7: LeaseState(lease, taken=3)}
         assert leases.finish(lease, 10_000)
         assert leases.states([7]) == {7: LeaseState(Lease(7, 3, "done"), taken=0)}
-
-    def test_a_log_chunk_cannot_write_outside_the_log_directory(self, tmp_path: Path) -> None:
-        logs = LogDirectory(tmp_path / "logs")
-        outside = tmp_path / "absolute-escaped.log"
-        logs.write(TaskLogChunk(1, 1, "../escaped.log", 0, "x"))
-        logs.write(TaskLogChunk(1, 1, str(outside), 0, "x"))
-        assert not (tmp_path / "escaped.log").exists()
-        assert not outside.exists()
-        logs.write(TaskLogChunk(1, 1, "3/a.log", 6, "world\n"))
-        logs.write(TaskLogChunk(1, 1, "3/a.log", 0, "hello "))
-        logs.write(TaskLogChunk(1, 1, "3/a.log", 0, "hello "))  # a repeated chunk
-        assert (tmp_path / "logs" / "3" / "a.log").read_text() == "hello world\n"
-        written = [p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file()]
-        assert written == [Path("logs/3/a.log")]

@@ -1,7 +1,7 @@
 """Specifications of how an agent's pool process sends task logs, against a real Redis.
 
 Each test runs a task message in this process (as a Celery pool process would), stores the
-log chunks that reached the event stream the way the executor does (:class:`LogDirectory`),
+log chunks that reached the event stream at their offsets, as the executor stores them,
 and reads the stored file, the result's log fields and the agent's spool.
 """
 
@@ -26,7 +26,6 @@ from services.agent.metrics import AgentMetrics
 from services.agent.spool import MEMORY_BYTES
 from services.agent.worker import AgentRuntime
 from shared.dispatch.celery_app import RedisSettings
-from shared.dispatch.celery_dispatch import LogDirectory
 from shared.dispatch.events import EventReader, EventStream, decode
 from shared.dispatch.messages import TaskFinished, TaskLogChunk, TaskMessage, TaskStarted
 from shared.secrets import SECRET_KEY_VARIABLE, SecretBox
@@ -107,6 +106,21 @@ def run_sh(
 
 def run_echo(runtime: AgentRuntime, tmp_path: Path, text: str, task_id: int) -> None:
     run_sh(runtime, tmp_path, text, task_id, operator="echo")
+
+
+class LogDirectory:
+    """Chunks written at their offsets into files under ``root``, named by their path:
+    the agent's side of what the executor stores (a chunk twice writes the same bytes)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def write(self, chunk: TaskLogChunk) -> None:
+        path = self.root / chunk.path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("r+b" if path.exists() else "w+b") as file:
+            file.seek(chunk.offset)
+            file.write(chunk.data.encode("utf-8", "surrogateescape"))
 
 
 def store_events(reader: EventReader, root: Path) -> TaskFinished:

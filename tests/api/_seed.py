@@ -12,8 +12,16 @@ from sqlalchemy import Connection, Engine, select, update
 from shared.domain.states import AttemptState
 from shared.dsl.parser import parse_workflow_text
 from shared.store import projects as project_store
+from shared.store.logs import LogChunk, write_log_chunks
 from shared.store.sessions import ensure_session, insert_attempt
-from shared.store.tables import attempts, projects, revisions, workflow_definitions
+from shared.store.tables import (
+    attempts,
+    projects,
+    revisions,
+    task_logs,
+    tasks,
+    workflow_definitions,
+)
 
 NOW = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
 
@@ -107,3 +115,42 @@ def set_state(conn: Connection, attempt_id: int, state: AttemptState) -> None:
         .where(attempts.c.id == attempt_id)
         .values(state=state.value, finished_at=finished)
     )
+
+
+def store_run_log(
+    engine: Engine, attempt_id: int, full_name: str, content: bytes, chunk_bytes: int = 256 * 1024
+) -> int:
+    """A task of ``attempt_id`` whose one run (token 1) ended with ``content`` as its log,
+    stored in chunks as the executor stores an agent's; the task's id."""
+    with engine.begin() as conn:
+        row = {
+            "attempt_id": attempt_id,
+            "parent_id": None,
+            "full_name": full_name,
+            "position": 0,
+            "is_group": False,
+            "is_generated": False,
+            "state": "success",
+            "config": {},
+            "created_at": NOW,
+            "updated_at": NOW,
+        }
+        task_id = int(conn.execute(tasks.insert().returning(tasks.c.id), row).scalar_one())
+        log = {
+            "task_id": task_id,
+            "attempt_id": attempt_id,
+            "lease_token": 1,
+            "path": f"{attempt_id}/big.{task_id}.1.log",
+            "size_bytes": len(content),
+            "created_at": NOW,
+            "ended_at": NOW,
+        }
+        conn.execute(task_logs.insert(), log)
+    for start in range(0, len(content), 16 * chunk_bytes):
+        chunks = [
+            LogChunk(task_id, 1, offset, content[offset : offset + chunk_bytes])
+            for offset in range(start, min(start + 16 * chunk_bytes, len(content)), chunk_bytes)
+        ]
+        with engine.begin() as conn:
+            write_log_chunks(conn, chunks)
+    return task_id

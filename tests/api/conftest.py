@@ -6,8 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import tarfile
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from werkzeug.test import TestResponse
 
 from services.api.app import create_app
 from services.api.config import ApiConfig, ApiToken
+from services.api.routes.logs import NOTICES_KEY
 
 ADMIN_TOKEN = "admin-token-for-tests"
 READ_TOKEN = "read-token-for-tests"
@@ -82,22 +82,24 @@ def make_archive() -> ArchiveMaker:
 
 
 @pytest.fixture
-def api_config(migrated_database_url: str, tmp_path: Path) -> ApiConfig:
-    """Settings with an admin and a read token, no rate limit, logs under tmp_path."""
+def api_config(migrated_database_url: str) -> ApiConfig:
+    """Settings with an admin and a read token, no rate limit."""
     return ApiConfig(
         database_url=migrated_database_url,
         tokens=(ApiToken("admin", ADMIN_TOKEN), ApiToken("read", READ_TOKEN)),
         rate_limit_per_second=0,
-        log_dir=tmp_path / "logs",
     )
 
 
 @pytest.fixture
-def api_app(engine: Engine, api_config: ApiConfig) -> APIFlask:
+def api_app(engine: Engine, api_config: ApiConfig) -> Iterator[APIFlask]:
     """The API application on a fresh, migrated database (each backend in turn)."""
     app = create_app(api_config, engine)
     app.testing = True
-    return app
+    yield app
+    notices = app.extensions.get(NOTICES_KEY)
+    if notices is not None:  # a follow started its listening connection: stop it
+        notices.close()
 
 
 def _client(app: APIFlask, token: str | None) -> FlaskClient:

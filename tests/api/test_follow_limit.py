@@ -17,14 +17,12 @@ from werkzeug.test import TestResponse
 
 from services.api.config import ApiConfig
 from shared.domain.states import AttemptState
-from tests.api._seed import THREE_STEPS, add_project, add_sessions, set_state
+from tests.api._seed import THREE_STEPS, add_project, add_sessions, set_state, store_run_log
 from tests.api.conftest import assert_problem
 
 
 @pytest.fixture
 def api_config(api_config: ApiConfig) -> ApiConfig:
-    assert api_config.log_dir is not None
-    api_config.log_dir.mkdir(parents=True, exist_ok=True)
     return dataclasses.replace(api_config, max_follow_streams=2)
 
 
@@ -101,13 +99,9 @@ def received_digest(response: TestResponse, offset: int) -> tuple[str, list[int]
 def test_following_a_large_log_holds_a_bounded_part_of_it_and_sends_every_byte_in_order(
     api: FlaskClient, engine: Engine, api_config: ApiConfig, running_attempt: int
 ) -> None:
-    # Given an ended attempt whose log is about 24 MB
-    assert api_config.log_dir is not None
-    log = api_config.log_dir / str(running_attempt) / "big.1.1.log"
-    log.parent.mkdir()
-    with log.open("w", encoding="utf-8") as file:
-        file.writelines(LINE.format(n) for n in range(LARGE_LOG_LINES))
-    content = log.read_bytes()
+    # Given an ended attempt whose log is about 24 MB, stored as agents stream it
+    content = "".join(LINE.format(n) for n in range(LARGE_LOG_LINES)).encode()
+    store_run_log(engine, running_attempt, "+steps+big", content)
     with engine.begin() as conn:
         set_state(conn, running_attempt, AttemptState.SUCCESS)
     # When it is followed to its end

@@ -1,32 +1,25 @@
-"""Specifications of /api/logs: an attempt's log files, their content by range, and
-following the logs as server-sent events until the attempt ends."""
+"""Specifications of /api/logs: an attempt's run logs (in the store), their content by
+range, and following the logs as server-sent events until the attempt ends."""
 
 from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import Engine
 
-from services.api.config import ApiConfig
 from services.api.routes import logs as logs_routes
 from shared.domain.states import AttemptState
+from shared.store.logs import LogChunk, notify_log_readers, write_log_chunks
 from shared.store.tables import task_logs, tasks
 from tests.api._seed import NOW, THREE_STEPS, add_project, add_sessions, set_state
 from tests.api.conftest import assert_problem
 
 CONTENT = b"line one\nline two\nline three\n"
-
-
-@pytest.fixture
-def log_root(api_config: ApiConfig) -> Path:
-    assert api_config.log_dir is not None
-    api_config.log_dir.mkdir(parents=True, exist_ok=True)
-    return api_config.log_dir
 
 
 @pytest.fixture
@@ -57,25 +50,19 @@ def attempt_id(engine: Engine) -> int:
 
 def add_log(
     engine: Engine,
-    root: Path,
     task_id: int,
     relative: str,
     content: bytes,
     *,
-    on_disk: bool = True,
+    stored: bool = True,
     truncated_bytes: int = 0,
     ended: bool = True,
 ) -> int:
-    """Index a log file at ``relative`` and, when that path stays under ``root``, write it
-    (unless not ``on_disk``); its id. A path that escapes ``root`` (``..``, or an absolute
-    path, which ``root / relative`` would take as it is) is indexed only, never written.
-    A run not ``ended`` is indexed as the executor dispatched it: 0 bytes, no end yet."""
-    path = (root / relative).resolve()
-    if on_disk and path.is_relative_to(root.resolve()):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(content)
+    """Index a run's log named ``relative`` and store ``content`` as its one chunk
+    (unless not ``stored``); its id. A run not ``ended`` is indexed as the executor
+    dispatched it: 0 bytes, no end yet, only its chunks say how far it wrote."""
     with engine.begin() as conn:
-        return int(
+        log_id = int(
             conn.execute(
                 task_logs.insert().returning(task_logs.c.id),
                 {
@@ -90,14 +77,24 @@ def add_log(
                 },
             ).scalar_one()
         )
+    if stored:
+        append_log(engine, task_id, 0, content)
+    return log_id
+
+
+def append_log(engine: Engine, task_id: int, offset: int, data: bytes) -> None:
+    """Store a chunk of run 1 of ``task_id`` as the executor does, telling followers."""
+    with engine.begin() as conn:
+        write_log_chunks(conn, [LogChunk(task_id, 1, offset, data)])
+        notify_log_readers(conn, [1])
 
 
 class TestFiles:
-    def test_the_files_of_an_attempt_optionally_by_task_prefix(
-        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int
+    def test_the_logs_of_an_attempt_optionally_by_task_prefix(
+        self, api: FlaskClient, engine: Engine, attempt_id: int
     ) -> None:
-        add_log(engine, log_root, 1, "1/first.1.1.log", CONTENT)
-        add_log(engine, log_root, 2, "1/second.2.1.log", b"x")
+        add_log(engine, 1, "1/first.1.1.log", CONTENT)
+        add_log(engine, 2, "1/second.2.1.log", b"x")
         every = api.get(f"/api/logs/{attempt_id}/files").json["items"]
         assert [(f["task"], f["size_bytes"]) for f in every] == [
             ("+steps+first", len(CONTENT)),
@@ -107,40 +104,39 @@ class TestFiles:
         assert [f["task"] for f in some] == ["+steps+second"]
 
     def test_a_run_still_going_is_listed_at_its_size_now_and_read_as_far_as_written(
-        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int
+        self, api: FlaskClient, engine: Engine, attempt_id: int
     ) -> None:
         # Given a run indexed when it was dispatched, which has written one line so far
-        file_id = add_log(engine, log_root, 1, "1/first.1.1.log", b"line one\n", ended=False)
-        # Then it is listed with the size of its file now, not yet ended
+        file_id = add_log(engine, 1, "1/first.1.1.log", b"line one\n", ended=False)
+        # Then it is listed with the size it reached, not yet ended
         (listed,) = api.get(f"/api/logs/{attempt_id}/files").json["items"]
         assert (listed["size_bytes"], listed["ended_at"]) == (len(b"line one\n"), None)
         # And reading it gives what it wrote so far
         assert api.get(f"/api/logs/{attempt_id}/files/{file_id}").data == b"line one\n"
         # When it writes more
-        with (log_root / "1" / "first.1.1.log").open("ab") as file:
-            file.write(b"line two\n")
+        append_log(engine, 1, len(b"line one\n"), b"line two\n")
         # Then both the listing and the content show it
         (listed,) = api.get(f"/api/logs/{attempt_id}/files").json["items"]
         assert listed["size_bytes"] == len(b"line one\nline two\n")
         assert api.get(f"/api/logs/{attempt_id}/files/{file_id}").data == b"line one\nline two\n"
 
     def test_a_run_that_has_written_nothing_yet_is_listed_empty_and_reads_as_empty(
-        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int
+        self, api: FlaskClient, engine: Engine, attempt_id: int
     ) -> None:
-        file_id = add_log(engine, log_root, 1, "1/first.1.1.log", b"", on_disk=False, ended=False)
+        file_id = add_log(engine, 1, "1/first.1.1.log", b"", stored=False, ended=False)
         (listed,) = api.get(f"/api/logs/{attempt_id}/files").json["items"]
         assert listed["size_bytes"] == 0
         response = api.get(f"/api/logs/{attempt_id}/files/{file_id}")
         assert (response.status_code, response.data) == (200, b"")
 
-    def test_the_files_of_an_unknown_attempt_are_404(self, api: FlaskClient) -> None:
+    def test_the_logs_of_an_unknown_attempt_are_404(self, api: FlaskClient) -> None:
         assert api.get("/api/logs/999/files").status_code == 404
 
     def test_a_cut_log_is_listed_with_how_many_bytes_were_cut(
-        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int
+        self, api: FlaskClient, engine: Engine, attempt_id: int
     ) -> None:
-        add_log(engine, log_root, 1, "1/first.1.1.log", CONTENT, truncated_bytes=123_456_789)
-        add_log(engine, log_root, 2, "1/second.2.1.log", CONTENT)
+        add_log(engine, 1, "1/first.1.1.log", CONTENT, truncated_bytes=123_456_789)
+        add_log(engine, 2, "1/second.2.1.log", CONTENT)
         items = api.get(f"/api/logs/{attempt_id}/files").json["items"]
         assert [(f["task"], f["truncated_bytes"]) for f in items] == [
             ("+steps+first", 123_456_789),
@@ -149,10 +145,8 @@ class TestFiles:
 
 
 class TestContent:
-    def test_a_whole_file(
-        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int
-    ) -> None:
-        file_id = add_log(engine, log_root, 1, "1/first.1.1.log", CONTENT)
+    def test_a_whole_log(self, api: FlaskClient, engine: Engine, attempt_id: int) -> None:
+        file_id = add_log(engine, 1, "1/first.1.1.log", CONTENT)
         response = api.get(f"/api/logs/{attempt_id}/files/{file_id}")
         assert response.status_code == 200
         assert response.data == CONTENT
@@ -171,13 +165,12 @@ class TestContent:
         self,
         api: FlaskClient,
         engine: Engine,
-        log_root: Path,
         attempt_id: int,
         header: str,
         first: int,
         last: int,
     ) -> None:
-        file_id = add_log(engine, log_root, 1, "1/first.1.1.log", CONTENT)
+        file_id = add_log(engine, 1, "1/first.1.1.log", CONTENT)
         response = api.get(f"/api/logs/{attempt_id}/files/{file_id}", headers={"Range": header})
         assert response.status_code == 206
         assert response.data == CONTENT[first : last + 1]
@@ -185,19 +178,19 @@ class TestContent:
 
     @pytest.mark.parametrize("header", ["bytes=100-", "bytes=5-2", "lines=1-2", "bytes=0-1,4-5"])
     def test_a_bad_range_is_416(
-        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int, header: str
+        self, api: FlaskClient, engine: Engine, attempt_id: int, header: str
     ) -> None:
-        file_id = add_log(engine, log_root, 1, "1/first.1.1.log", CONTENT)
+        file_id = add_log(engine, 1, "1/first.1.1.log", CONTENT)
         response = api.get(f"/api/logs/{attempt_id}/files/{file_id}", headers={"Range": header})
         assert response.status_code == 416
         assert response.headers["Content-Range"] == f"bytes */{len(CONTENT)}"
         assert response.mimetype == "application/problem+json"
 
-    def test_a_listed_empty_log_reads_as_empty_even_when_no_file_was_stored(
-        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int
+    def test_a_listed_empty_log_reads_as_empty_even_when_no_chunk_was_stored(
+        self, api: FlaskClient, engine: Engine, attempt_id: int
     ) -> None:
-        # Given a task that wrote nothing, listed with 0 bytes but with no file on disk
-        file_id = add_log(engine, log_root, 1, "1/quiet.1.1.log", b"", on_disk=False)
+        # Given a task that wrote nothing, listed with 0 bytes and no chunk stored
+        file_id = add_log(engine, 1, "1/quiet.1.1.log", b"", stored=False)
         # When its content is read
         response = api.get(f"/api/logs/{attempt_id}/files/{file_id}")
         # Then it is empty, not missing
@@ -205,26 +198,53 @@ class TestContent:
         assert response.data == b""
         assert response.headers["X-Log-Size"] == "0"
 
-    def test_a_listed_log_with_content_that_is_gone_from_disk_is_404(
-        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int
+    def test_a_chunk_that_never_came_is_a_gap_of_nul_bytes_counted_as_missing(
+        self, api: FlaskClient, engine: Engine, attempt_id: int
     ) -> None:
-        file_id = add_log(engine, log_root, 1, "1/first.1.1.log", CONTENT, on_disk=False)
+        # Given a run whose result says 12 bytes, of which only the first 4 and the last
+        # 4 were stored
+        file_id = add_log(engine, 1, "1/first.1.1.log", b"abcd", ended=False)
+        append_log(engine, 1, 8, b"ijkl")
+        # Then reading it keeps every byte where it was, the gap as NUL bytes
+        assert api.get(f"/api/logs/{attempt_id}/files/{file_id}").data == b"abcd\0\0\0\0ijkl"
+        # And the listing says how many bytes are missing
+        (listed,) = api.get(f"/api/logs/{attempt_id}/files").json["items"]
+        assert (listed["size_bytes"], listed["missing_bytes"]) == (12, 4)
+
+    def test_a_chunk_stored_twice_or_sent_again_longer_reads_once(
+        self, api: FlaskClient, engine: Engine, attempt_id: int
+    ) -> None:
+        # Given a chunk stored twice, then sent again longer from the same offset
+        file_id = add_log(engine, 1, "1/first.1.1.log", b"line", ended=False)
+        append_log(engine, 1, 0, b"line")
+        append_log(engine, 1, 0, b"line one\n")
+        # And a shorter one coming late
+        append_log(engine, 1, 0, b"li")
+        # Then the log holds the longest, once
+        assert api.get(f"/api/logs/{attempt_id}/files/{file_id}").data == b"line one\n"
+
+    def test_a_log_whose_text_retention_removed_is_404_saying_so(
+        self, api: FlaskClient, engine: Engine, attempt_id: int
+    ) -> None:
+        file_id = add_log(engine, 1, "1/first.1.1.log", CONTENT)
+        with engine.begin() as conn:
+            conn.execute(task_logs.update().values(pruned_at=NOW + timedelta(days=91)))
         response = api.get(f"/api/logs/{attempt_id}/files/{file_id}")
-        assert_problem(response, 404)
-        assert "no longer on disk" in response.json["detail"]
+        body = assert_problem(response, 404)
+        assert "retention" in body["detail"]
+        (listed,) = api.get(f"/api/logs/{attempt_id}/files").json["items"]
+        assert listed["pruned_at"] is not None
 
     def test_a_long_log_is_read_page_after_page_to_its_last_byte(
         self,
         api: FlaskClient,
         engine: Engine,
-        log_root: Path,
         attempt_id: int,
         monkeypatch: pytest.MonkeyPatch,
     ) -> None:
         # Given pages of at most 10 bytes, sent 3 bytes at a time
         monkeypatch.setattr(logs_routes, "MAX_READ_BYTES", 10)
-        monkeypatch.setattr(logs_routes, "SEND_CHUNK_BYTES", 3)
-        file_id = add_log(engine, log_root, 1, "1/first.1.1.log", CONTENT)
+        file_id = add_log(engine, 1, "1/first.1.1.log", CONTENT)
         url = f"/api/logs/{attempt_id}/files/{file_id}"
         # When it is read from offset 0 until X-Log-Size
         pages: list[bytes] = []
@@ -240,30 +260,29 @@ class TestContent:
         assert max(map(len, pages)) == 10
 
     def test_offset_and_length_give_a_part(
-        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int
+        self, api: FlaskClient, engine: Engine, attempt_id: int
     ) -> None:
-        file_id = add_log(engine, log_root, 1, "1/first.1.1.log", CONTENT)
+        file_id = add_log(engine, 1, "1/first.1.1.log", CONTENT)
         url = f"/api/logs/{attempt_id}/files/{file_id}"
         assert api.get(f"{url}?offset=9&length=8").data == b"line two"
         assert api.get(f"{url}?offset={len(CONTENT)}").data == b""
         assert api.get(f"{url}?offset={len(CONTENT) + 1}").status_code == 416
         assert api.get(f"{url}?offset=-1").status_code == 422
 
-    @pytest.mark.parametrize("relative", ["../outside.log", "/etc/passwd", "1/../../x.log"])
-    def test_a_path_that_escapes_the_log_directory_is_never_read(
-        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int, relative: str
+    @pytest.mark.parametrize(
+        "query", ["offset=99999999999999999999", "length=-5", "offset=abc", "length=1e9"]
+    )
+    def test_offsets_out_of_bounds_or_not_numbers_are_4xx(
+        self, api: FlaskClient, engine: Engine, attempt_id: int, query: str
     ) -> None:
-        (log_root.parent / "outside.log").write_text("secret")
-        file_id = add_log(engine, log_root, 1, relative, b"")
-        response = api.get(f"/api/logs/{attempt_id}/files/{file_id}")
-        assert response.status_code == 404
-        assert b"secret" not in response.data
-        assert b"root:" not in response.data
+        file_id = add_log(engine, 1, "1/first.1.1.log", CONTENT)
+        response = api.get(f"/api/logs/{attempt_id}/files/{file_id}?{query}")
+        assert 400 <= response.status_code < 500
 
-    def test_a_file_of_another_attempt_is_404(
-        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int
+    def test_a_log_of_another_attempt_is_404(
+        self, api: FlaskClient, engine: Engine, attempt_id: int
     ) -> None:
-        file_id = add_log(engine, log_root, 1, "1/first.1.1.log", CONTENT)
+        file_id = add_log(engine, 1, "1/first.1.1.log", CONTENT)
         assert api.get(f"/api/logs/2/files/{file_id}").status_code == 404
 
 
@@ -289,12 +308,10 @@ def read_events(response: Any, *, until: str, timeout_seconds: float) -> list[tu
 
 class TestFollow:
     def test_follow_streams_new_text_and_ends_when_the_attempt_ends(
-        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int
+        self, api: FlaskClient, engine: Engine, attempt_id: int
     ) -> None:
         # Given a task writing its log while the attempt runs
-        live = log_root / "1" / "first.1.1.log"
-        live.parent.mkdir(parents=True)
-        live.write_bytes(b"hello\n")
+        add_log(engine, 1, "1/first.1.1.log", b"hello\n", ended=False)
         response = api.get(f"/api/logs/{attempt_id}/follow?max_seconds=20", buffered=False)
         assert response.mimetype == "text/event-stream"
         first = read_events(response, until="log", timeout_seconds=10)
@@ -305,8 +322,7 @@ class TestFollow:
             )
         ]
         # When more is written and the attempt ends
-        with live.open("ab") as file:
-            file.write(b"world\n")
+        append_log(engine, 1, 6, b"world\n")
         with engine.begin() as conn:
             set_state(conn, attempt_id, AttemptState.SUCCESS)
         rest = read_events(response, until="end", timeout_seconds=10)
@@ -318,18 +334,17 @@ class TestFollow:
         assert rest[-1] == ("end", {"state": "success", "offset": 12})
 
     def test_runs_writing_at_once_are_each_followed_whole_and_once(
-        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int
+        self, api: FlaskClient, engine: Engine, attempt_id: int
     ) -> None:
         # Given two runs going at once, each having written a line
-        add_log(engine, log_root, 1, "1/first.1.1.log", b"a1\n", ended=False)
-        add_log(engine, log_root, 2, "1/second.2.1.log", b"b1\n", ended=False)
+        add_log(engine, 1, "1/first.1.1.log", b"a1\n", ended=False)
+        add_log(engine, 2, "1/second.2.1.log", b"b1\n", ended=False)
         response = api.get(f"/api/logs/{attempt_id}/follow?max_seconds=20", buffered=False)
         events = read_events(response, until="log", timeout_seconds=10)
         events += read_events(response, until="log", timeout_seconds=10)
         # When both write more, the first more than the second had, and the attempt ends
-        for name, text in (("first.1.1.log", b"a2 longer\n"), ("second.2.1.log", b"b2\n")):
-            with (log_root / "1" / name).open("ab") as file:
-                file.write(text)
+        append_log(engine, 1, 3, b"a2 longer\n")
+        append_log(engine, 2, 3, b"b2\n")
         with engine.begin() as conn:
             set_state(conn, attempt_id, AttemptState.SUCCESS)
         events += read_events(response, until="end", timeout_seconds=10)
@@ -342,10 +357,10 @@ class TestFollow:
         assert events[-1] == ("end", {"state": "success", "offset": 19})
 
     def test_follow_resumes_from_an_offset(
-        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int
+        self, api: FlaskClient, engine: Engine, attempt_id: int
     ) -> None:
-        add_log(engine, log_root, 1, "1/first.1.1.log", b"abc")
-        add_log(engine, log_root, 2, "1/second.2.1.log", b"defg")
+        add_log(engine, 1, "1/first.1.1.log", b"abc")
+        add_log(engine, 2, "1/second.2.1.log", b"defg")
         with engine.begin() as conn:
             set_state(conn, attempt_id, AttemptState.ERROR)
         response = api.get(f"/api/logs/{attempt_id}/follow?offset=2")
@@ -357,7 +372,7 @@ class TestFollow:
         ]
 
     def test_follow_stops_after_its_longest_duration(
-        self, api: FlaskClient, log_root: Path, attempt_id: int
+        self, api: FlaskClient, attempt_id: int
     ) -> None:
         response = api.get(f"/api/logs/{attempt_id}/follow?max_seconds=0.2", buffered=False)
         events = read_events(response, until="timeout", timeout_seconds=10)
@@ -384,9 +399,9 @@ class TestFollow:
         ]
 
     def test_last_event_id_resumes_like_an_offset(
-        self, api: FlaskClient, engine: Engine, log_root: Path, attempt_id: int
+        self, api: FlaskClient, engine: Engine, attempt_id: int
     ) -> None:
-        add_log(engine, log_root, 1, "1/first.1.1.log", b"abc")
+        add_log(engine, 1, "1/first.1.1.log", b"abc")
         with engine.begin() as conn:
             set_state(conn, attempt_id, AttemptState.SUCCESS)
         response = api.get(f"/api/logs/{attempt_id}/follow", headers={"Last-Event-ID": "1"})

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +13,7 @@ from sqlalchemy import Engine, select, update
 
 from services.api.config import ApiConfig
 from shared.domain.states import AttemptState
+from shared.store.logs import LogChunk, write_log_chunks
 from shared.store.tables import attempts, task_dependencies, task_logs, tasks
 from tests.api._seed import NOW, THREE_STEPS, add_project, add_sessions
 
@@ -120,11 +120,10 @@ def add_task(conn: Any, name: str, **values: Any) -> int:
     return int(conn.execute(tasks.insert().returning(tasks.c.id), row).scalar_one())
 
 
-def add_log(conn: Any, root: Path, task_id: int, content: str, *, ended: bool = True) -> None:
-    """Index and write the log of a run of a task of attempt 1."""
+def add_log(conn: Any, task_id: int, content: str, *, ended: bool = True) -> None:
+    """Index and store the log of a run of a task of attempt 1."""
     relative = f"1/task.{task_id}.1.log"
-    (root / "1").mkdir(parents=True, exist_ok=True)
-    (root / relative).write_text(content)
+    write_log_chunks(conn, [LogChunk(task_id, 1, 0, content.encode())])
     conn.execute(
         task_logs.insert(),
         {
@@ -144,8 +143,6 @@ def add_log(conn: Any, root: Path, task_id: int, content: str, *, ended: bool = 
 def failed_attempt(engine: Engine, etl: int, api_config: ApiConfig) -> dict[str, int]:
     """Attempt 1 ended in error: ``+steps+load`` failed (with a log), so did its parent;
     ``+steps+first`` succeeded. A param, a task name and a log line hold a script tag."""
-    root = api_config.log_dir
-    assert root is not None
     add_sessions(engine, etl, "steps", 1, state=AttemptState.ERROR)
     later = NOW + timedelta(seconds=30)
     with engine.begin() as conn:
@@ -172,7 +169,7 @@ def failed_attempt(engine: Engine, etl: int, api_config: ApiConfig) -> dict[str,
         )
         odd = add_task(conn, f"+steps+{XSS}", parent_id=group, position=2, state="blocked")
         conn.execute(task_dependencies.insert(), {"downstream_id": load, "upstream_id": first})
-        add_log(conn, root, load, "connecting\n" + XSS + "\nERROR: table missing\n")
+        add_log(conn, load, "connecting\n" + XSS + "\nERROR: table missing\n")
     return {"group": group, "load": load, "first": first, "odd": odd}
 
 
@@ -260,10 +257,9 @@ class TestAttemptPage:
         self, api: FlaskClient, engine: Engine, api_config: ApiConfig, etl: int
     ) -> None:
         add_sessions(engine, etl, "steps", 1, state=AttemptState.RUNNING)
-        assert api_config.log_dir is not None
         with engine.begin() as conn:
             task = add_task(conn, "+steps+first", state="running", started_at=NOW)
-            add_log(conn, api_config.log_dir, task, "still going\n", ended=False)
+            add_log(conn, task, "still going\n", ended=False)
         html = api.get("/ui/attempts/1").get_data(as_text=True)
         assert 'data-follow-url="/ui/attempts/1/follow"' in html
         assert 'data-done="false"' in html

@@ -28,7 +28,6 @@ def dispatchers(
     made = [
         CeleryDispatcher(
             RedisSettings(redis_url, redis_prefix),
-            tmp_path,
             f"executor-{i}",
             attempts_of_tasks=attempts_of_tasks,
         )

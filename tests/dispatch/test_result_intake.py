@@ -24,6 +24,7 @@ from shared.dispatch.leases import Lease, LeaseStore
 from shared.dispatch.messages import (
     Outcome,
     TaskFinished,
+    TaskLogChunk,
     TaskMessage,
     TaskStarted,
     run_log_path,
@@ -35,8 +36,8 @@ SETTLE_MS = 300
 
 
 @pytest.fixture
-def dispatcher(redis_url: str, redis_prefix: str, tmp_path: Path) -> Iterator[CeleryDispatcher]:
-    dispatcher = CeleryDispatcher(RedisSettings(redis_url, redis_prefix), tmp_path, "executor")
+def dispatcher(redis_url: str, redis_prefix: str) -> Iterator[CeleryDispatcher]:
+    dispatcher = CeleryDispatcher(RedisSettings(redis_url, redis_prefix), "executor")
     yield dispatcher
     dispatcher.close()
 
@@ -191,7 +192,7 @@ class TestRoundTrips:
             return b"archive bytes"
 
         settings = RedisSettings(redis_url, redis_prefix)
-        dispatcher = CeleryDispatcher(settings, tmp_path, "executor", archive_source=source)
+        dispatcher = CeleryDispatcher(settings, "executor", archive_source=source)
         try:
             queue = f"{redis_prefix}q"
             shipped = dataclasses.replace(message(9, 1, queue), archive_digest="d1")
@@ -210,14 +211,18 @@ class TestRoundTrips:
             dispatcher.close()
 
 
-class TestLogFiles:
-    def test_a_published_runs_log_file_is_made_before_its_first_chunk_comes(
+class TestLogChunks:
+    def test_log_chunks_go_to_the_loop_with_the_result_they_came_with(
         self, dispatcher: CeleryDispatcher, redis_client: Redis, redis_prefix: str
     ) -> None:
-        dispatcher.publish([message(9, 3, f"{redis_prefix}q")])
-        made = dispatcher.logs.root / run_log_path(message(9, 3, "any"))
-        assert made.read_bytes() == b""
-        redis_client.delete(f"{redis_prefix}q")
+        # Given a short task's only chunk sent with its result, as an agent sends them
+        path = run_log_path(message(9, 3, "any"))
+        chunk = TaskLogChunk(9, 3, path, 0, "hello\n")
+        EventStream(redis_client, redis_prefix).emit([chunk, finished(9, 3)])
+        # When the executor polls
+        events = dispatcher.poll_events(1.0)
+        # Then both reach the loop, in order, for one pass to store and apply
+        assert events == [chunk, finished(9, 3)]
 
 
 class TestKeyspaceSettling:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from services.executor.config import EXECUTOR_SETTINGS, ExecutorSettings
@@ -18,7 +16,6 @@ class TestExecutorSettings:
         settings = ExecutorSettings.from_environment(BASE)
         assert settings.redis.url == "redis://127.0.0.1:6379/0"
         assert settings.redis.prefix == "tickwork:"
-        assert settings.log_dir == Path(".tickwork/logs")
         assert settings.recovery == Recovery(every_seconds=5.0, max_lost=3)
         assert settings.task_timeout_seconds == 86400.0
         assert settings.max_tasks_per_attempt == 10_000

@@ -14,6 +14,7 @@ from shared.domain.states import AttemptState
 from shared.errors import NotFound
 from shared.store import history
 from shared.store import tasks as task_store
+from shared.store.logs import list_run_logs
 from shared.store.sessions import insert_attempt
 from shared.store.tables import task_logs, tasks
 from tests.api._seed import NOW, THREE_STEPS, add_project, add_sessions, set_state
@@ -204,7 +205,7 @@ class TestTasksAndLogs:
             )
         with engine.connect() as conn:
             tree = history.list_task_tree(conn, 1)
-            files = history.list_log_files(conn, 1, task_prefix="+steps+b")
+            files = list_run_logs(conn, 1, task_prefix="+steps+b")
         assert [(n.task.full_name, n.upstream_ids) for n in tree] == [
             ("+steps", []),
             ("+steps+a", []),
@@ -252,7 +253,7 @@ class TestTasksAndLogs:
                 [{**run, "lease_token": 3, "size_bytes": 5}],
             )
         with engine.connect() as conn:
-            files = history.list_log_files(conn, 1)
+            files = list_run_logs(conn, 1)
         # Then each run is listed once, in dispatch order; the second one's end stays
         assert [
             (f.lease_token, f.size_bytes, f.truncated_bytes, f.created_at, f.ended_at)

@@ -1,81 +1,92 @@
-"""Task logs of an attempt: the list of files, a file's content (or a byte range of it),
-and a server-sent event stream that follows the attempt's logs as they are written.
+"""Task logs of an attempt: the list of its runs' logs, a log's text (or a byte range of
+it), and a server-sent event stream that follows the attempt's logs as they are written.
 
-Files live under the log directory (``TICKWORK_LOG_DIR``); the store keeps their paths
-relative to it, and no path that resolves outside it is ever read.
+Logs live in the store (see :mod:`shared.store.logs`, which every reader goes through):
+any replica serves any log, whichever executor stored it. A follower wakes on the
+executor's PostgreSQL notices (one listening connection per server process, see
+:mod:`shared.store.log_notices`) and reads the store once per change; on SQLite it polls.
 """
 
 from __future__ import annotations
 
-import io
 import json
-import os
 import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from apiflask import APIBlueprint
 from flask import Response, current_app, request
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Engine
 
 from services.api.database import current_engine, read_connection
 from services.api.errors import ApiProblem, InvalidParameter
-from shared.store import history
+from shared.store import logs as log_store
+from shared.store.dialects import dialect_of
 from shared.store.engine import read_only
+from shared.store.log_notices import LogNotices
 from shared.store.sessions import get_attempt_state
-from shared.store.tables import tasks
 
 blueprint = APIBlueprint("logs", __name__, tag="Logs")
 
 CONFIG_KEY = "tickwork.config"
 FOLLOW_SLOTS_KEY = "tickwork.follow_slots"
+NOTICES_KEY = "tickwork.log_notices"
 FOLLOW_MAX_SECONDS = 600.0
 FOLLOW_POLL_SECONDS = 0.5
-# A stream whose attempt wrote nothing polls less often, up to this; new text resets it.
-# Each pass reads the store and the log directory: hundreds of quiet streams at 0.5 s
-# would take a server's CPU from every other request.
+# Where nothing notifies (SQLite), a stream whose attempt wrote nothing polls less often,
+# up to this; new text resets it: hundreds of quiet streams at 0.5 s would take a
+# server's CPU from every other request.
 FOLLOW_IDLE_POLL_SECONDS = 2.0
+# With notices, a stream reads the store at most this often (a busy attempt is notified
+# by every pass), and at least every FOLLOW_CHECK_SECONDS should a notice be lost.
+FOLLOW_MIN_READ_SECONDS = 0.25
+FOLLOW_CHECK_SECONDS = 5.0
 TEXT_TYPE = "text/plain; charset=utf-8"
 # Most bytes of a log one follow event carries: a follower holds no more of it in memory.
 FOLLOW_EVENT_BYTES = 256 * 1024
-# What the agent names a run's log file: <task name>.<task id>.<lease token>.log
-_RUN_FILE = re.compile(r"\.(\d+)\.(\d+)\.log$")
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 # A stream offset as ``Last-Event-ID`` carries it: ASCII digits a 64-bit integer holds.
 _EVENT_ID = re.compile(r"[0-9]{1,18}")
 
 
 class LogFileOut(BaseModel):
-    """One log file: the log of one run of a task."""
+    """The log of one run of a task."""
 
     id: str
     task: str = Field(description="The task's full name.")
     task_id: str
     run: int = Field(description="The lease token of the run that wrote it.")
-    path: str = Field(description="Relative to the server's log directory.")
+    path: str = Field(description="The run's log name: `<attempt id>/<task>.<task id>.<run>.log`.")
     size_bytes: int = Field(
-        description="Of the file now: a run still going may write more (a file not "
-        "written yet reads as empty)."
+        description="Of the log now: a run still going may write more (a run that wrote "
+        "nothing yet reads as empty)."
+    )
+    missing_bytes: int = Field(
+        description="Bytes of it that never reached the store (a gap, read as NUL bytes). "
+        "0: the log is whole."
     )
     truncated_bytes: int = Field(
-        description="Bytes cut from the middle of a large log: the file holds the log's "
-        "head, a line `[tickwork: N bytes cut here]`, then its tail. 0: nothing was cut."
+        description="Bytes cut from the middle of a large log: the log holds its head, a "
+        "line `[tickwork: N bytes cut here]`, then its tail. 0: nothing was cut."
     )
     created_at: datetime = Field(description="When the run was handed to an agent.")
     ended_at: datetime | None = Field(
-        description="When the run's result recorded the file; null while the run goes on, "
+        description="When the run's result recorded the log; null while the run goes on, "
         "and for a run that ended without a result (killed, its agent lost)."
+    )
+    pruned_at: datetime | None = Field(
+        None,
+        description="When the log retention (`TICKWORK_LOG_RETENTION`) removed its text; "
+        "reading it then is a 404.",
     )
 
 
 class LogFileList(BaseModel):
-    """The log files of an attempt, one per run of a task, in the order the runs were
+    """The logs of an attempt, one per run of a task, in the order the runs were
     handed to agents: those still going and those that ended without a result (killed,
     timed out, their agent lost) too."""
 
@@ -111,56 +122,33 @@ class FollowQuery(BaseModel):
     )
 
 
-def _log_root() -> Path:
-    config = current_app.extensions[CONFIG_KEY]
-    if config.log_dir is None:
-        raise ApiProblem(503, "this server has no log directory (set TICKWORK_LOG_DIR)")
-    return Path(config.log_dir).resolve()
-
-
-def resolve_log_path(root: Path, relative: str) -> Path | None:
-    """``root / relative`` if it stays inside ``root``; None for a path that escapes it."""
-    if not relative or "\x00" in relative:
-        return None
-    path = (root / relative).resolve()
-    return path if path.is_relative_to(root) and path != root else None
-
-
 @blueprint.get("/api/logs/<id:attempt_id>/files")
 @blueprint.input(FilesQuery, location="query", arg_name="query")
 @blueprint.output(LogFileList)
 @blueprint.doc(responses={404: "No such attempt"})
 def list_files(attempt_id: int, query: FilesQuery) -> dict[str, Any]:
-    """The attempt's log files, optionally of the tasks under a name prefix."""
+    """The attempt's logs, optionally of the tasks under a name prefix."""
     with read_connection() as conn:
-        files = history.list_log_files(conn, attempt_id, task_prefix=query.task)
-    config = current_app.extensions[CONFIG_KEY]
-    root = None if config.log_dir is None else Path(config.log_dir).resolve()
-    items = [
-        {
-            "id": str(f.id),
-            "task": f.task_full_name,
-            "task_id": str(f.task_id),
-            "run": f.lease_token,
-            "path": f.path,
-            "size_bytes": _current_size(root, f),
-            "truncated_bytes": f.truncated_bytes,
-            "created_at": f.created_at,
-            "ended_at": f.ended_at,
-        }
-        for f in files
-    ]
-    return {"items": items, "next_cursor": None}
+        get_attempt_state(conn, attempt_id)
+        logs = log_store.list_run_logs(conn, attempt_id, task_prefix=query.task)
+    return {"items": [log_out(log) for log in logs], "next_cursor": None}
 
 
-def _current_size(root: Path | None, file: history.LogFile) -> int:
-    """The size its result recorded of an ended run's file; else the size of the file
-    on disk now (a run still going writes on), 0 if there is none yet."""
-    path = None if root is None or file.ended_at else resolve_log_path(root, file.path)
-    try:
-        return file.size_bytes if path is None else path.stat().st_size
-    except OSError:
-        return file.size_bytes
+def log_out(log: log_store.RunLog) -> dict[str, Any]:
+    """A run's log as the API shows it."""
+    return {
+        "id": str(log.id),
+        "task": log.task_full_name,
+        "task_id": str(log.task_id),
+        "run": log.lease_token,
+        "path": log.path,
+        "size_bytes": log.size_bytes,
+        "missing_bytes": log.missing_bytes,
+        "truncated_bytes": log.truncated_bytes,
+        "created_at": log.created_at,
+        "ended_at": log.ended_at,
+        "pruned_at": log.pruned_at,
+    }
 
 
 ResponseDoc = dict[str, str | dict[str, dict[str, Any]]]
@@ -177,12 +165,12 @@ def _text(description: str, media_type: str = "text/plain") -> ResponseDoc:
 
 _FILE_RESPONSES: dict[int | str, ResponseDoc] = {
     200: _text(
-        "The file's text from `offset`: at most `length` bytes, and at most 16 MiB "
-        "(`X-Log-Size` is the file's size)"
+        "The log's text from `offset`: at most `length` bytes, and at most 16 MiB "
+        "(`X-Log-Size` is the log's size)"
     ),
     206: _text("The range asked for with `Range: bytes=a-b` (at most 16 MiB)"),
-    404: _described("No such attempt or file"),
-    416: _described("The range lies outside the file"),
+    404: _described("No such attempt or log, or the log retention removed its text"),
+    416: _described("The range lies outside the log"),
 }
 
 
@@ -190,16 +178,14 @@ _FILE_RESPONSES: dict[int | str, ResponseDoc] = {
 @blueprint.input(ContentQuery, location="query", arg_name="query")
 @blueprint.doc(responses=_FILE_RESPONSES)
 def get_file(attempt_id: int, file_id: int, query: ContentQuery) -> Response:
-    """A log file's content, or a part of it: `Range: bytes=a-b` or `?offset=&length=`."""
+    """A run's log, or a part of it: `Range: bytes=a-b` or `?offset=&length=`."""
     with read_connection() as conn:
-        found = history.get_log_file(conn, attempt_id, file_id)
-    file, size = _open_log(found)
-    try:
-        status, start, length = _part(request.headers.get("Range"), query, size)
-    except ApiProblem:
-        file.close()
-        raise
-    response = Response(_stream(file, start, length), status, content_type=TEXT_TYPE)
+        found = log_store.get_run_log(conn, attempt_id, file_id)
+    log_store.check_readable(found)
+    size = found.size_bytes
+    status, start, length = _part(request.headers.get("Range"), query, size)
+    stream = log_store.iter_log_bytes(current_engine(), found, start, length)
+    response = Response(stream, status, content_type=TEXT_TYPE)
     response.headers["Content-Length"] = str(length)
     if status == 206:
         response.headers["Content-Range"] = f"bytes {start}-{start + length - 1}/{size}"
@@ -210,25 +196,6 @@ def get_file(attempt_id: int, file_id: int, query: ContentQuery) -> Response:
 
 MAX_READ_BYTES = 16 * 1024 * 1024
 """Most bytes of a log one response holds; X-Log-Size tells how much more there is."""
-SEND_CHUNK_BYTES = 64 * 1024
-"""Bytes read and sent at a time: a response holds no more of a log in memory."""
-
-
-def _open_log(found: history.LogFile) -> tuple[BinaryIO, int]:
-    """The stored file of ``found``, open, and its size now; 404 if it is not there. A
-    listed file of 0 bytes that is not there is a run that has written nothing yet (or
-    never did): it reads as empty."""
-    path = resolve_log_path(_log_root(), found.path)
-    if path is None:
-        current_app.logger.warning("log path outside the log directory refused: %r", found.path)
-        raise ApiProblem(404, f"log file {found.id} is not in the log directory")
-    try:
-        file = path.open("rb")
-    except OSError:
-        if found.size_bytes == 0:
-            return io.BytesIO(), 0
-        raise ApiProblem(404, f"log file {found.id} is no longer on disk") from None
-    return file, os.fstat(file.fileno()).st_size
 
 
 def _part(header: str | None, query: ContentQuery, size: int) -> tuple[int, int, int]:
@@ -240,22 +207,9 @@ def _part(header: str | None, query: ContentQuery, size: int) -> tuple[int, int,
         return 206, start, end - start + 1
     start = query.offset or 0
     if start > size:
-        raise _unsatisfiable(f"offset {start} is past the end of the file ({size} bytes)", size)
+        raise _unsatisfiable(f"offset {start} is past the end of the log ({size} bytes)", size)
     length = size - start if query.length is None else min(query.length, size - start)
     return 200, start, min(length, MAX_READ_BYTES)
-
-
-def _stream(file: BinaryIO, start: int, length: int) -> Iterator[bytes]:
-    """``length`` bytes of ``file`` from ``start``, a chunk at a time; closes the file."""
-    with file:
-        file.seek(start)
-        left = length
-        while left > 0:
-            data = file.read(min(SEND_CHUNK_BYTES, left))
-            if not data:
-                return
-            left -= len(data)
-            yield data
 
 
 def _unsatisfiable(detail: str, size: int) -> ApiProblem:
@@ -276,15 +230,8 @@ def _parse_range(header: str, size: int) -> tuple[int, int]:
     start = int(first)
     end = size - 1 if last == "" else min(int(last), size - 1)
     if start >= size or (last != "" and int(last) < start):
-        raise _unsatisfiable(f"Range {header!r} lies outside the file ({size} bytes)", size)
+        raise _unsatisfiable(f"Range {header!r} lies outside the log ({size} bytes)", size)
     return start, end
-
-
-@dataclass(frozen=True)
-class _StreamFile:
-    relative: str
-    task: str | None
-    path: Path
 
 
 _FOLLOW_RESPONSES: dict[int | str, ResponseDoc] = {
@@ -304,9 +251,9 @@ _FOLLOW_RESPONSES: dict[int | str, ResponseDoc] = {
 def follow(attempt_id: int, query: FollowQuery) -> Response:
     """Follow the attempt's logs as they are written, until it ends.
 
-    Each `log` event carries new text of one file and names its task; the text of runs
-    going at once interleaves, each file's in order. `offset` (or the `Last-Event-ID`
-    header) resumes after the bytes already received, counting the files in the order
+    Each `log` event carries new text of one run's log and names its task; the text of
+    runs going at once interleaves, each log's in order. `offset` (or the `Last-Event-ID`
+    header) resumes after the bytes already received, counting the logs in the order
     they are listed: exact when the runs wrote one after the other.
     """
     with read_connection() as conn:
@@ -324,9 +271,9 @@ def follow_response(attempt_id: int, offset: int, max_seconds: float) -> Respons
     """The event stream following an attempt's logs from stream ``offset`` for at most
     ``max_seconds``: what /api/logs/{id}/follow and the attempt page send. It takes one
     of this worker's follow slots (503 when none is left) until it ends."""
-    root = _log_root()
     release = _take_follow_slot()
-    stream = _follow(current_engine(), root, attempt_id, offset, max_seconds)
+    engine = current_engine()
+    stream = _follow(engine, _notices(engine), attempt_id, offset, max_seconds)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     response = Response(stream, 200, mimetype="text/event-stream", headers=headers)
     response.call_on_close(release)  # when the stream ends or its client goes
@@ -350,6 +297,18 @@ def _take_follow_slot() -> Callable[[], None]:
     return slots.release  # type: ignore[no-any-return]
 
 
+def _notices(engine: Engine) -> LogNotices:
+    """This server process's listener of log notices (made with its first follower, so
+    after gunicorn forked the process)."""
+    notices = current_app.extensions.get(NOTICES_KEY)
+    if notices is None:
+        url = engine.url.render_as_string(hide_password=False)
+        listened = url if dialect_of(engine).serves_many_processes else None
+        notices = current_app.extensions.setdefault(NOTICES_KEY, LogNotices(listened))
+    assert isinstance(notices, LogNotices)
+    return notices
+
+
 def _event(name: str, data: dict[str, Any], event_id: int | None = None) -> str:
     lines = [f"event: {name}"]
     if event_id is not None:
@@ -359,31 +318,32 @@ def _event(name: str, data: dict[str, Any], event_id: int | None = None) -> str:
 
 
 def _follow(
-    engine: Engine, root: Path, attempt_id: int, offset: int, max_seconds: float
+    engine: Engine, notices: LogNotices, attempt_id: int, offset: int, max_seconds: float
 ) -> Iterator[str]:
     deadline = time.monotonic() + max_seconds
     sent = offset
-    placed: dict[Path, int] | None = None  # bytes of each file sent so far
+    placed: dict[int, int] | None = None  # bytes of each run's log sent so far, by log id
     poll_seconds = FOLLOW_POLL_SECONDS
     yield ": following attempt logs\n\n"
     while True:
         sent_before = sent
-        # The state is read before the files: once it says done, this read is the last.
+        seen = notices.count(attempt_id)  # before the read: a notice after it is news
+        # The state is read before the logs: once it says done, this read is the last.
         with read_only(engine) as conn:
             state = get_attempt_state(conn, attempt_id)
-            files = _stream_files(conn, root, attempt_id)
-        sizes = _sizes(files)
+            logs = log_store.list_run_logs(conn, attempt_id)
         if placed is None:
-            placed = _place(files, sizes, offset)
-        # Each file is sent on from where it was left: runs going at once write at once.
-        for file in files:
-            size = sizes.get(file.path, 0)
+            placed = _place(logs, offset)
+        # Each log is sent on from where it was left: runs going at once write at once.
+        for log in logs:
+            if log.pruned_at is not None:
+                continue
             for text, start, used in _unsent_text(
-                file.path, placed.get(file.path, 0), size, final=state.is_done
+                engine, log, placed.get(log.id, 0), final=state.is_done
             ):
-                placed[file.path] = start + used
+                placed[log.id] = start + used
                 sent += used
-                event = {"file": file.relative, "task": file.task, "offset": sent - used}
+                event = {"file": log.path, "task": log.task_full_name, "offset": sent - used}
                 yield _event("log", {**event, "text": text}, sent)
         if state.is_done:
             yield _event("end", {"state": state.value, "offset": sent})
@@ -395,60 +355,65 @@ def _follow(
         quiet = sent == sent_before
         if quiet:
             # A comment each quiet pass: writing it is how a stream whose client has gone
-            # finds out (and stops polling) instead of polling on until max_seconds.
+            # finds out (and stops reading) instead of waiting on until max_seconds.
             yield ": waiting\n\n"
-        poll_seconds = (
-            min(1.5 * poll_seconds, FOLLOW_IDLE_POLL_SECONDS) if quiet else FOLLOW_POLL_SECONDS
-        )
-        time.sleep(min(poll_seconds, deadline - now))
+        poll_seconds = _wait(notices, attempt_id, seen, quiet, poll_seconds, deadline - now)
 
 
-def _sizes(files: list[_StreamFile]) -> dict[Path, int]:
-    """The size of each file of the stream that is on disk."""
-    sizes: dict[Path, int] = {}
-    for file in files:
-        try:
-            sizes[file.path] = file.path.stat().st_size
-        except OSError:
-            continue
-    return sizes
+def _wait(
+    notices: LogNotices,
+    attempt_id: int,
+    seen: int,
+    quiet: bool,
+    poll_seconds: float,
+    left_seconds: float,
+) -> float:
+    """Wait for the attempt's next notice (at most :data:`FOLLOW_CHECK_SECONDS`, never
+    sooner than :data:`FOLLOW_MIN_READ_SECONDS`) or, where nothing notifies, poll: less
+    often while the attempt writes nothing. The poll interval to use next."""
+    time.sleep(min(FOLLOW_MIN_READ_SECONDS, left_seconds))
+    left_seconds -= FOLLOW_MIN_READ_SECONDS
+    if left_seconds > 0 and notices.listening:
+        notices.wait(attempt_id, seen, min(FOLLOW_CHECK_SECONDS, left_seconds))
+        return FOLLOW_POLL_SECONDS
+    poll_seconds = (
+        min(1.5 * poll_seconds, FOLLOW_IDLE_POLL_SECONDS) if quiet else FOLLOW_POLL_SECONDS
+    )
+    time.sleep(max(0.0, min(poll_seconds - FOLLOW_MIN_READ_SECONDS, left_seconds)))
+    return poll_seconds
 
 
-def _place(files: list[_StreamFile], sizes: dict[Path, int], offset: int) -> dict[Path, int]:
-    """Where a stream resumed at ``offset`` stands in each file: the files in stream order,
+def _place(logs: list[log_store.RunLog], offset: int) -> dict[int, int]:
+    """Where a stream resumed at ``offset`` stands in each log: the logs in stream order,
     each counted whole until ``offset`` is used up. Exact when the runs wrote one after
     the other; of runs that wrote at once, a resumed stream may repeat or skip a part."""
-    placed: dict[Path, int] = {}
+    placed: dict[int, int] = {}
     left = offset
-    for file in files:
-        placed[file.path] = min(sizes.get(file.path, 0), left)
-        left -= placed[file.path]
+    for log in logs:
+        placed[log.id] = min(log.size_bytes, left)
+        left -= placed[log.id]
     return placed
 
 
 def _unsent_text(
-    path: Path, start: int, size: int, *, final: bool
+    engine: Engine, log: log_store.RunLog, start: int, *, final: bool
 ) -> Iterator[tuple[str, int, int]]:
-    """The text of ``path`` from byte ``start`` up to ``size``, at most
+    """The text of ``log`` from byte ``start`` up to its size, at most
     :data:`FOLLOW_EVENT_BYTES` at a time: ``(text, first byte, bytes used)``.
 
-    A UTF-8 character cut by the end of a part starts the next one; one cut by ``size``
+    A UTF-8 character cut by the end of a part starts the next one; one cut by the size
     is left for the next pass (unless ``final``). A follower so holds one part of a log
     in memory, whatever the log's size.
     """
-    try:
-        file = path.open("rb")
-    except OSError:
-        return
-    with file:
-        while start < size:
-            file.seek(start)
-            data = file.read(min(FOLLOW_EVENT_BYTES, size - start))
-            text, used = _whole_characters(data, final=final and start + len(data) >= size)
-            if not used:
-                return
-            yield text, start, used
-            start += used
+    size = log.size_bytes
+    while start < size:
+        with read_only(engine) as conn:
+            data = log_store.read_log_bytes(conn, log, start, min(FOLLOW_EVENT_BYTES, size - start))
+        text, used = _whole_characters(data, final=final and start + len(data) >= size)
+        if not used:
+            return
+        yield text, start, used
+        start += used
 
 
 def _whole_characters(data: bytes, *, final: bool) -> tuple[str, int]:
@@ -462,38 +427,3 @@ def _whole_characters(data: bytes, *, final: bool) -> tuple[str, int]:
             if error.reason != "unexpected end of data":
                 break
     return data.decode("utf-8", errors="replace"), len(data)
-
-
-def _stream_files(conn: Connection, root: Path, attempt_id: int) -> list[_StreamFile]:
-    """The files of the stream, in its order: indexed ones, then any other run's file
-    on disk (a run an executor dispatched before runs were indexed when dispatched)."""
-    indexed = history.list_log_files(conn, attempt_id)
-    found: list[_StreamFile] = []
-    seen: set[Path] = set()
-    for file in indexed:
-        path = resolve_log_path(root, file.path)
-        if path is not None and path not in seen:
-            seen.add(path)
-            found.append(_StreamFile(file.path, file.task_full_name, path))
-    live: list[tuple[int, int, Path]] = []
-    directory = resolve_log_path(root, str(attempt_id))
-    if directory is not None and directory.is_dir():
-        for path in directory.glob("*.log"):
-            match = _RUN_FILE.search(path.name)
-            resolved = path.resolve()
-            if match and resolved not in seen and resolved.is_relative_to(root):
-                live.append((int(match.group(1)), int(match.group(2)), resolved))
-    live.sort()
-    names = _task_names(conn, attempt_id, {task_id for task_id, _, _ in live})
-    for task_id, _, path in live:
-        found.append(_StreamFile(str(path.relative_to(root)), names.get(task_id), path))
-    return found
-
-
-def _task_names(conn: Connection, attempt_id: int, task_ids: set[int]) -> dict[int, str]:
-    if not task_ids:
-        return {}
-    query = select(tasks.c.id, tasks.c.full_name).where(
-        tasks.c.attempt_id == attempt_id, tasks.c.id.in_(sorted(task_ids))
-    )
-    return {int(i): str(name) for i, name in conn.execute(query)}

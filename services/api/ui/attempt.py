@@ -14,25 +14,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-from flask import Blueprint, Response, current_app, render_template, request
+from flask import Blueprint, Response, render_template, request
 from jinja2.utils import htmlsafe_json_dumps
 from markupsafe import Markup
+from sqlalchemy import Connection
 
 from services.api.database import read_connection
-from services.api.routes.logs import (
-    CONFIG_KEY,
-    FOLLOW_MAX_SECONDS,
-    follow_response,
-    resolve_log_path,
-)
+from services.api.routes.logs import FOLLOW_MAX_SECONDS, follow_response
 from shared.clock import utc_now
 from shared.errors import NotFound
 from shared.log_tail import TAIL_BYTES, last_lines
 from shared.store import history
-from shared.store.history import AttemptView, LogFile, TaskSummary
+from shared.store import logs as log_store
+from shared.store.history import AttemptView, TaskSummary
+from shared.store.logs import RunLog
 
 blueprint = Blueprint("ui_attempt", __name__, url_prefix="/ui")
 
@@ -195,42 +192,30 @@ def graph_json(ordered: list[tuple[int, TaskSummary]]) -> Markup:
     return htmlsafe_json_dumps(data, dumps=json.dumps, separators=(",", ":"))
 
 
-def _log_root() -> Path | None:
-    log_dir = current_app.extensions[CONFIG_KEY].log_dir
-    return None if log_dir is None else Path(log_dir).resolve()
+def _read_part(conn: Connection, log: RunLog, limit: int) -> tuple[bytes, int]:
+    """The last ``limit`` bytes of a run's log and how many bytes come before them; a
+    line saying so for a log the retention removed."""
+    if log.pruned_at is not None:
+        return f"[the log retention removed this log on {log.pruned_at:%Y-%m-%d}]\n".encode(), 0
+    return log_store.read_log_tail(conn, log, limit)
 
 
-def _read_part(root: Path | None, file: LogFile, limit: int) -> tuple[bytes, int]:
-    """The last ``limit`` bytes of a run's log and how many bytes come before them;
-    nothing for a file not on disk (a run that has written nothing yet)."""
-    path = None if root is None else resolve_log_path(root, file.path)
-    if path is None:
-        return b"", 0
-    try:
-        with path.open("rb") as handle:
-            size = handle.seek(0, 2)
-            start = max(0, size - limit)
-            handle.seek(start)
-            return handle.read(limit), start
-    except OSError:
-        return b"", 0
-
-
-def _latest_run(files: list[LogFile], task_id: int) -> LogFile | None:
+def _latest_run(files: list[RunLog], task_id: int) -> RunLog | None:
     runs = [f for f in files if f.task_id == task_id]
     return max(runs, key=lambda f: (f.lease_token, f.id)) if runs else None
 
 
-def failures(tasks: list[TaskSummary], files: list[LogFile]) -> tuple[list[Failure], int]:
+def failures(
+    conn: Connection, tasks: list[TaskSummary], files: list[RunLog]
+) -> tuple[list[Failure], int]:
     """The failures to show on top (at most :data:`MAX_FAILURES`), and how many more."""
     failed = failed_tasks(tasks)
-    root = _log_root()
     shown = []
     for task in failed[:MAX_FAILURES]:
         latest = _latest_run(files, task.id)
         tail: list[str] = []
         if latest is not None:
-            data, before = _read_part(root, latest, TAIL_BYTES)
+            data, before = _read_part(conn, latest, TAIL_BYTES)
             tail = last_lines(data, cut=before > 0)
         message = task.error_message or "failed"
         shown.append(Failure(task.full_name, task.id, message, tail))
@@ -275,11 +260,11 @@ def read_attempt(attempt_id: int, *, whole_tree: bool) -> AttemptContext:
     with read_connection() as conn:
         attempt = history.get_attempt_view(conn, attempt_id)
         tasks = history.list_task_summaries(conn, attempt_id)
-        files = history.list_log_files(conn, attempt_id)
+        files = log_store.list_run_logs(conn, attempt_id)
+        shown, more = failures(conn, tasks, files) if attempt.state.value == "error" else ([], 0)
     folded = not whole_tree and len(tasks) > TREE_BUDGET
     ordered = tree_order(tasks)
     lines = tree_lines(ordered, utc_now(), shown_in_folded_tree(tasks) if folded else None)
-    shown, more = failures(tasks, files) if attempt.state.value == "error" else ([], 0)
     with_logs = {f.task_id for f in files}
     logged = [line.task for line in lines if line.task.id in with_logs]
     return AttemptContext(
@@ -335,14 +320,12 @@ def attempt_live(attempt_id: int) -> tuple[str, int]:
     return _render_attempt(attempt_id, "ui/attempt_live.html")
 
 
-def task_log_text(attempt_id: int, files: list[LogFile], root: Path | None) -> str:
+def task_log_text(conn: Connection, attempt_id: int, files: list[RunLog]) -> str:
     """The logs of a task's runs, oldest first: each run's last :data:`LOG_PAGE_BYTES`,
     under a heading when there was more than one run."""
-    if root is None:
-        return "This server keeps no logs (TICKWORK_LOG_DIR is not set).\n"
     parts = []
     for file in files:
-        data, before = _read_part(root, file, LOG_PAGE_BYTES)
+        data, before = _read_part(conn, file, LOG_PAGE_BYTES)
         heading = f"--- run {file.lease_token} ---\n" if len(files) > 1 else ""
         whole = f"/api/logs/{attempt_id}/files/{file.id}"
         skipped = f"[{before} bytes before this; the whole log: {whole}]\n"
@@ -356,10 +339,11 @@ def task_log(attempt_id: int, task_id: int) -> Response:
     killed too)."""
     try:
         with read_connection() as conn:
-            files = [f for f in history.list_log_files(conn, attempt_id) if f.task_id == task_id]
+            history.get_attempt_view(conn, attempt_id)
+            files = log_store.list_run_logs(conn, attempt_id, task_id=task_id)
+            text = task_log_text(conn, attempt_id, files)
     except NotFound:
         return Response(f"No attempt {attempt_id}.\n", 404, content_type=TEXT_TYPE)
-    text = task_log_text(attempt_id, files, _log_root())
     return Response(text, 200, content_type=TEXT_TYPE, headers={"Cache-Control": "no-store"})
 
 

@@ -27,9 +27,7 @@ def upgrade() -> None:
         sa.Column(
             "task_id",
             Id,
-            sa.ForeignKey(
-                "tasks.id", ondelete="CASCADE", name="fk_task_log_chunks_task_id_tasks"
-            ),
+            sa.ForeignKey("tasks.id", ondelete="CASCADE", name="fk_task_log_chunks_task_id_tasks"),
             nullable=False,
         ),
         sa.Column("lease_token", sa.BigInteger(), nullable=False),
@@ -37,9 +35,7 @@ def upgrade() -> None:
         sa.Column("size_bytes", sa.Integer(), nullable=False),
         sa.Column("compressed", sa.Boolean(), nullable=False),
         sa.Column("data", sa.LargeBinary(), nullable=False),
-        sa.PrimaryKeyConstraint(
-            "task_id", "lease_token", "byte_offset", name="pk_task_log_chunks"
-        ),
+        sa.PrimaryKeyConstraint("task_id", "lease_token", "byte_offset", name="pk_task_log_chunks"),
     )
     if dialect_of(op.get_bind()).compresses_large_values:
         # Chunks are compressed already (zlib): PostgreSQL's own TOAST compression would
