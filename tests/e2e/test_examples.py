@@ -24,6 +24,7 @@ from tests.e2e._run import (
 )
 from tests.e2e._status_service import StatusService, serve_status
 from tests.support.servers import libpq_conninfo, throwaway_postgres_database
+from tests.support.stored_logs import sqlite_url, stored_runs
 
 pytestmark = pytest.mark.e2e
 
@@ -136,11 +137,11 @@ class TestRetryBackoff:
         # Given waits of 0.5 s then 1 s (a constant interval would wait 0.5 s twice)
         examples, run = run_example("retry_backoff.dig")
 
-        # Then the three runs' log files were written at least that far apart
+        # Then the three runs were handed out at least that far apart
         assert run.exit_code == 0, run.explain()
-        logs = examples.state_dir / "logs" / str(run.attempt_id)
-        written = sorted(path.stat().st_mtime for path in logs.glob("*download*.log"))
-        assert len(written) == 3, sorted(logs.iterdir())
+        runs = stored_runs(sqlite_url(examples.state_dir), run.attempt_id)
+        written = [r.dispatched_at.timestamp() for r in runs if "download" in r.task]
+        assert len(written) == 3, runs
         assert written[1] - written[0] >= 0.5
         assert written[2] - written[1] >= 1.0
 
@@ -219,11 +220,11 @@ def test_delay_starts_publish_a_second_after_export_and_report_does_not_wait(
     assert ("+delay+publish", "delayed") in run.progress()
     assert "+delay+publish delayed until " in run.stdout
     assert ("+delay+report", "delayed") not in run.progress()
-    # +publish's log was written at least a second after +export's
-    logs = examples.state_dir / "logs" / str(run.attempt_id)
+    # +publish ran at least a second after +export
+    runs = stored_runs(sqlite_url(examples.state_dir), run.attempt_id)
     export, publish = (
-        max(path.stat().st_mtime for path in logs.glob(f"*{name}*.log"))
-        for name in ("export", "publish")
+        max(r.dispatched_at.timestamp() for r in runs if r.task.endswith(name))
+        for name in ("+export", "+publish")
     )
     assert publish - export >= 1.0
 
@@ -363,9 +364,9 @@ class TestPollUntilReady:
     def test_each_wait_holds_the_next_probe_back_a_second(self, run_example: RunExample) -> None:
         examples, run = run_example("poll_until_ready.dig")
 
-        logs = examples.state_dir / "logs" / str(run.attempt_id)
-        probes = sorted(path.stat().st_mtime for path in logs.glob("*probe*.log"))
-        assert len(probes) == 3, sorted(logs.iterdir())
+        runs = stored_runs(sqlite_url(examples.state_dir), run.attempt_id)
+        probes = [r.dispatched_at.timestamp() for r in runs if "probe" in r.task]
+        assert len(probes) == 3, runs
         assert probes[1] - probes[0] >= 1.0
         assert probes[2] - probes[1] >= 1.0
 

@@ -19,6 +19,7 @@ import pytest
 
 from tests.e2e._run import Project, Run, tickwork_command
 from tests.fault._cluster import Cluster
+from tests.support.stored_logs import stored_runs
 
 pytestmark = [pytest.mark.e2e]
 
@@ -226,8 +227,8 @@ def test_class_methods_failures_and_the_shell_option_on_a_cluster(cluster: Clust
     assert raising.exit_code != 0, raising.explain()
     message, _ = failure(raising, "+raising+check")
     assert message == "ValueError: limit 7 is too high"
-    stored = [path for path in (cluster.root / "state" / "task-logs").rglob("*") if path.is_file()]
-    logged = [line for path in stored for line in path.read_text().splitlines()]
+    stored = stored_runs(cluster.database_url)
+    logged = [line for run in stored for line in run.text.splitlines()]
     assert frames(logged) == ["tasks.py:23 in check", "tasks.py:27 in validate"], logged
 
     missing = run("missing")

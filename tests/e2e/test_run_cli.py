@@ -17,6 +17,7 @@ from services.cli.progress import LIVE_ROWS
 from shared.config import EMBEDDED_SETTINGS
 from tests.e2e._run import PROBLEM_LINE, PROGRESS_LINE, Project, tickwork_command
 from tests.fault._cluster import is_running
+from tests.support.stored_logs import sqlite_url, stored_runs
 
 pytestmark = pytest.mark.e2e
 
@@ -430,16 +431,18 @@ class TestOutput:
         assert run.exit_code == 0, run.explain()
         assert run.stdout == run.summary + "\n"
 
-    def test_each_task_writes_a_log_file_under_the_state_dir(self, project: Project) -> None:
+    def test_each_task_logs_into_the_store_of_the_state_dir_and_no_file(
+        self, project: Project
+    ) -> None:
         project.write("greet.dig", GREET_WORKFLOW)
 
         run = project.run("greet.dig")
 
         assert run.exit_code == 0, run.explain()
-        logs = project.state_dir / "logs" / str(run.attempt_id)
-        assert f"logs: {logs}" in run.summary
-        texts = sorted(path.read_text() for path in logs.glob("*.log"))
+        assert f"logs: in {project.state_dir / 'tickwork.db'}" in run.summary
+        texts = sorted(r.text for r in stored_runs(sqlite_url(project.state_dir), run.attempt_id))
         assert texts == ["42 rows\n", "hello from the warehouse\n"]
+        assert not list(project.state_dir.rglob("*.log"))
 
     def test_a_failed_run_names_the_failed_task_and_its_error(self, project: Project) -> None:
         project.write("broken.dig", "+load:\n  fail>: warehouse is read-only\n")
@@ -828,7 +831,7 @@ class TestTaskProcesses:
         )
         run = project.run("wf.dig")
         assert run.exit_code == 0, run.explain()
-        logs = sorted(path.read_text() for path in (project.state_dir / "logs").rglob("*.log"))
+        logs = sorted(r.text for r in stored_runs(sqlite_url(project.state_dir)))
         assert logs == ["first\n", "second\n"]
 
 

@@ -22,6 +22,7 @@ from shared.store import secrets as secret_store
 from tests.e2e._run import Project, tickwork_command
 from tests.fault._cluster import Cluster
 from tests.support.servers import serve_http
+from tests.support.stored_logs import sqlite_url, stored_runs
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -100,7 +101,7 @@ def test_a_secret_in_sh_and_env_reaches_the_command_and_is_masked_in_the_log(
     assert run.exit_code == 0, run.explain()
     assert project.read("seen.txt") == VALUE
     assert ("+wf+use", "arg ***") in run.output() and ("+wf+use", "env ***") in run.output()
-    logs = "".join(p.read_text() for p in (project.state_dir / "logs").rglob("*.log"))
+    logs = "".join(r.text for r in stored_runs(sqlite_url(project.state_dir)))
     assert "arg ***" in logs and VALUE not in logs
     assert VALUE not in run.stdout + run.stderr
 
@@ -189,6 +190,5 @@ def test_a_distributed_agent_decrypts_without_the_database_and_redis_never_holds
     assert cluster.wait_for_attempt_end(attempt_id, timeout_seconds=60) == "success"
     assert seen.read_text() == VALUE
     assert VALUE not in _redis_text(cluster.redis_url, cluster.redis_prefix)
-    logs = cluster.root / "state" / "task-logs"
-    stored = "".join(p.read_text() for p in logs.rglob("*") if p.is_file())
+    stored = "".join(r.text for r in stored_runs(cluster.database_url, attempt_id))
     assert "got ***" in stored and VALUE not in stored

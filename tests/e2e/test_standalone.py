@@ -24,6 +24,7 @@ from tests.e2e._standalone import (
     wait_ready,
 )
 from tests.support.files import write_under
+from tests.support.stored_logs import sqlite_url, stored_runs
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -63,9 +64,9 @@ def test_a_project_pushed_at_start_fires_its_schedule_and_the_session_succeeds(
             return any(s["last_attempt"]["state"] == "success" for s in items)
 
         wait_until("a scheduled session succeeded", a_session_succeeded, 30.0, poll=0.2)
-        # And its task's log is where the API reads it
-        logs = list((standalone.state_dir / "logs").rglob("*.log"))
-        assert any("tick " in path.read_text() for path in logs)
+        # And its task's log is in the store the API reads
+        logs = stored_runs(sqlite_url(standalone.state_dir))
+        assert any("tick " in run.text for run in logs)
 
 
 def test_it_refuses_to_serve_other_machines_without_tokens(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from services.api.routes.logs import MAX_READ_BYTES
 from tests.e2e._standalone import StandaloneProcess, running_standalone, wait_for_attempt
 from tests.fault._cluster import Cluster
 from tests.support.files import write_under
+from tests.support.stored_logs import prune_log_text
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(120)]
@@ -122,16 +123,16 @@ def test_an_empty_log_and_a_cut_log_are_read_whole_through_the_api_and_the_cli(
     assert [p for p in spool.rglob("*") if p.is_file()] == []
 
 
-def test_tickwork_log_names_a_missing_file_prints_the_others_and_exits_3(
+def test_tickwork_log_names_a_pruned_log_prints_the_others_and_exits_3(
     cluster: Cluster,
 ) -> None:
-    # Given an attempt of three tasks whose middle log file went missing from the store
+    # Given an attempt of three tasks whose middle log the log retention removed
     api = start_services(cluster)
     text = "+first:\n  echo>: one\n+second:\n  echo>: two\n+third:\n  echo>: three\n"
     attempt = cluster.submit("three", text)
     assert cluster.wait_for_attempt_end(attempt, 60) == "success", cluster.explain(attempt)
     second = files_by_task(api, attempt)["second"]
-    (cluster.root / "state" / "task-logs" / second["path"]).unlink()
+    prune_log_text(cluster.database_url, int(second["id"]))
 
     # When `tickwork log` prints the attempt's logs
     printed = tickwork_log(cluster, attempt)

@@ -418,12 +418,10 @@ class Cluster:
     def start_executor(self, env: Mapping[str, str] | None = None, *, wait: bool = True) -> Service:
         """Start ``tickwork executor`` (the one :attr:`executor` names from now on)."""
         self._executors += 1
-        log_dir = self.root / "state" / "task-logs"
-        extra = {"TICKWORK_LOG_DIR": str(log_dir), **(env or {})}
         service = self._start(
             f"executor-{self._executors}",
             ["executor"],
-            self._environment(database=True, extra=extra),
+            self._environment(database=True, extra=dict(env or {})),
         )
         self.services["executor"] = service
         if wait:
@@ -440,10 +438,7 @@ class Cluster:
         """Start ``tickwork api`` (gunicorn) with ``tokens`` (TICKWORK_API_TOKENS); its
         :attr:`Service.metrics_port` is the port it serves on."""
         port = find_free_port()
-        extra = {
-            "TICKWORK_API_TOKENS": tokens,
-            "TICKWORK_LOG_DIR": str(self.root / "state" / "task-logs"),
-        }
+        extra = {"TICKWORK_API_TOKENS": tokens}
         args = ["api", "--bind", f"127.0.0.1:{port}", "--workers", str(workers)]
         env = self._environment(database=True, extra=extra)
         service = self._start("api", args, env, metrics=False, port=port)
@@ -483,11 +478,7 @@ class Cluster:
             "--grace",
             f"{grace_seconds:g}",
         ]
-        extra = {
-            "TICKWORK_LOG_DIR": str(work_dir / "logs"),
-            "TICKWORK_AGENT_WORK_DIR": str(work_dir),
-            **(env or {}),
-        }
+        extra = {"TICKWORK_AGENT_WORK_DIR": str(work_dir), **(env or {})}
         service = self._start(name, args, self._environment(database=False, extra=extra))
         if wait:
             self._wait_ready(service)

@@ -24,6 +24,7 @@ from sqlalchemy import Engine
 
 from services.api.database import current_engine, read_connection
 from services.api.errors import ApiProblem, InvalidParameter
+from shared.domain.states import AttemptState
 from shared.store import logs as log_store
 from shared.store.dialects import dialect_of
 from shared.store.engine import read_only
@@ -35,6 +36,9 @@ blueprint = APIBlueprint("logs", __name__, tag="Logs")
 CONFIG_KEY = "tickwork.config"
 FOLLOW_SLOTS_KEY = "tickwork.follow_slots"
 NOTICES_KEY = "tickwork.log_notices"
+SNAPSHOTS_KEY = "tickwork.log_snapshots"
+SNAPSHOTS_KEPT = 1000
+"""Attempts whose last read followers share, at most (older ones are dropped past it)."""
 FOLLOW_MAX_SECONDS = 600.0
 FOLLOW_POLL_SECONDS = 0.5
 # Where nothing notifies (SQLite), a stream whose attempt wrote nothing polls less often,
@@ -273,7 +277,7 @@ def follow_response(attempt_id: int, offset: int, max_seconds: float) -> Respons
     of this worker's follow slots (503 when none is left) until it ends."""
     release = _take_follow_slot()
     engine = current_engine()
-    stream = _follow(engine, _notices(engine), attempt_id, offset, max_seconds)
+    stream = _follow(engine, _notices(engine), _snapshots(), attempt_id, offset, max_seconds)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     response = Response(stream, 200, mimetype="text/event-stream", headers=headers)
     response.call_on_close(release)  # when the stream ends or its client goes
@@ -317,8 +321,53 @@ def _event(name: str, data: dict[str, Any], event_id: int | None = None) -> str:
     return "\n".join(lines) + "\n\n"
 
 
+class AttemptSnapshots:
+    """The state and log list of attempts as a follower last read them, shared by the
+    followers of one server process: followers of one attempt wake on the same notice,
+    and one read within :data:`FOLLOW_MIN_READ_SECONDS` serves them all (500 followers
+    of a busy attempt cost the store one listing per change, not 500)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._taken: dict[int, tuple[float, int, AttemptState, list[log_store.RunLog]]] = {}
+
+    def read(
+        self, engine: Engine, attempt_id: int, seen: int
+    ) -> tuple[AttemptState, list[log_store.RunLog]]:
+        """The attempt's state and logs: read at notice count ``seen`` or later, and
+        within the last :data:`FOLLOW_MIN_READ_SECONDS`."""
+        now = time.monotonic()
+        with self._lock:
+            found = self._taken.get(attempt_id)
+        if found is not None and found[1] >= seen and now - found[0] < FOLLOW_MIN_READ_SECONDS:
+            return found[2], found[3]
+        # The state is read before the logs: once it says done, this read is the last.
+        with read_only(engine) as conn:
+            state = get_attempt_state(conn, attempt_id)
+            logs = log_store.list_run_logs(conn, attempt_id)
+        with self._lock:
+            if len(self._taken) > SNAPSHOTS_KEPT:
+                self._taken = {a: t for a, t in self._taken.items() if now - t[0] < 60.0}
+            self._taken[attempt_id] = (now, seen, state, logs)
+        return state, logs
+
+
+def _snapshots() -> AttemptSnapshots:
+    """This server process's shared reads of followed attempts."""
+    found = current_app.extensions.get(SNAPSHOTS_KEY)
+    if found is None:
+        found = current_app.extensions.setdefault(SNAPSHOTS_KEY, AttemptSnapshots())
+    assert isinstance(found, AttemptSnapshots)
+    return found
+
+
 def _follow(
-    engine: Engine, notices: LogNotices, attempt_id: int, offset: int, max_seconds: float
+    engine: Engine,
+    notices: LogNotices,
+    snapshots: AttemptSnapshots,
+    attempt_id: int,
+    offset: int,
+    max_seconds: float,
 ) -> Iterator[str]:
     deadline = time.monotonic() + max_seconds
     sent = offset
@@ -328,10 +377,7 @@ def _follow(
     while True:
         sent_before = sent
         seen = notices.count(attempt_id)  # before the read: a notice after it is news
-        # The state is read before the logs: once it says done, this read is the last.
-        with read_only(engine) as conn:
-            state = get_attempt_state(conn, attempt_id)
-            logs = log_store.list_run_logs(conn, attempt_id)
+        state, logs = snapshots.read(engine, attempt_id, seen)
         if placed is None:
             placed = _place(logs, offset)
         # Each log is sent on from where it was left: runs going at once write at once.
