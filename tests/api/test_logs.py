@@ -279,6 +279,22 @@ class TestContent:
         response = api.get(f"/api/logs/{attempt_id}/files/{file_id}?{query}")
         assert 400 <= response.status_code < 500
 
+    @pytest.mark.parametrize(
+        "path",
+        [
+            "/api/logs/1/files/99999999999999999999999",
+            "/api/logs/1/files/-1",
+            "/api/logs/1/files/abc",
+            "/api/logs/99999999999999999999999/files",
+            "/api/logs/99999999999999999999999/follow",
+            "/api/logs/1/files/0",
+        ],
+    )
+    def test_log_ids_out_of_range_or_not_numbers_are_404(
+        self, api: FlaskClient, attempt_id: int, path: str
+    ) -> None:
+        assert api.get(path).status_code == 404
+
     def test_a_log_of_another_attempt_is_404(
         self, api: FlaskClient, engine: Engine, attempt_id: int
     ) -> None:
