@@ -22,6 +22,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Select,
+    Subquery,
     and_,
     delete,
     exists,
@@ -92,13 +93,29 @@ def prune_session_batch(
 
 def _prunable_sessions(cutoff: datetime, project_id: int | None, limit: int) -> Select[Any]:
     """Ids of the sessions retention may remove, oldest first."""
+    latest_run = _latest_run_times()
+    latest_of_schedule = _latest_schedule_times()
     query = (
         select(sessions.c.id)
+        # Not the session ``last_executed_session_time`` reads for the workflow's next
+        # sessions: a later one of the same workflow started an attempt.
+        .join(
+            latest_run,
+            and_(
+                latest_run.c.project_id == sessions.c.project_id,
+                latest_run.c.workflow_name == sessions.c.workflow_name,
+                sessions.c.session_time < latest_run.c.newest,
+            ),
+        )
+        .outerjoin(latest_of_schedule, latest_of_schedule.c.schedule_id == sessions.c.schedule_id)
         .where(
             sessions.c.created_at < cutoff,
+            # Not the newest session of its schedule.
+            or_(
+                sessions.c.schedule_id.is_(None),
+                sessions.c.session_time < latest_of_schedule.c.newest,
+            ),
             ~_has_attempt_kept(cutoff),
-            _newer_run_exists(),
-            _newer_of_schedule_exists(),
             ~_resumed_elsewhere(),
         )
         .order_by(sessions.c.id)
@@ -119,31 +136,26 @@ def _has_attempt_kept(cutoff: datetime) -> ColumnElement[bool]:
     return exists().where(attempts.c.session_id == sessions.c.id, kept)
 
 
-def _newer_run_exists() -> ColumnElement[bool]:
-    """A later session of the same workflow started an attempt: this one is not the
-    session ``last_executed_session_time`` reads for the workflow's next sessions."""
-    newer = sessions.alias("newer")
-    ran = attempts.alias("newer_attempt")
-    started = exists().where(
-        ran.c.session_id == newer.c.id, ran.c.state != AttemptState.WAITING.value
-    )
-    return exists().where(
-        newer.c.project_id == sessions.c.project_id,
-        newer.c.workflow_name == sessions.c.workflow_name,
-        newer.c.session_time > sessions.c.session_time,
-        started,
+def _latest_run_times() -> Subquery:
+    """The latest session time of each workflow whose session started an attempt."""
+    ran = sessions.alias("ran")
+    return (
+        select(ran.c.project_id, ran.c.workflow_name, func.max(ran.c.session_time).label("newest"))
+        .join(attempts, attempts.c.session_id == ran.c.id)
+        .where(attempts.c.state != AttemptState.WAITING.value)
+        .group_by(ran.c.project_id, ran.c.workflow_name)
+        .subquery("latest_run")
     )
 
 
-def _newer_of_schedule_exists() -> ColumnElement[bool]:
-    """The session has no schedule, or its schedule has a later one."""
-    newer = sessions.alias("newer_of_schedule")
-    return or_(
-        sessions.c.schedule_id.is_(None),
-        exists().where(
-            newer.c.schedule_id == sessions.c.schedule_id,
-            newer.c.session_time > sessions.c.session_time,
-        ),
+def _latest_schedule_times() -> Subquery:
+    """The latest session time of each schedule."""
+    scheduled = sessions.alias("scheduled")
+    return (
+        select(scheduled.c.schedule_id, func.max(scheduled.c.session_time).label("newest"))
+        .where(scheduled.c.schedule_id.is_not(None))
+        .group_by(scheduled.c.schedule_id)
+        .subquery("latest_of_schedule")
     )
 
 
