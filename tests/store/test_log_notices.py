@@ -75,6 +75,7 @@ def test_followers_of_one_attempt_share_one_read_per_change(engine: Engine) -> N
         project_id = add_project(conn, "etl", {"steps": THREE_STEPS})
     add_sessions(engine, project_id, "steps", 1, state=AttemptState.RUNNING)
     sent: list[str] = []
+
     def count(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
         if statement.lstrip().upper().startswith("SELECT"):
             sent.append(statement)
