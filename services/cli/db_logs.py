@@ -42,12 +42,14 @@ PROGRESS_EVERY_FILES = 1000
 @DATABASE_URL_OPTION
 @click.argument(
     "directory",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    type=click.Path(file_okay=False, path_type=Path),
     metavar="DIR",
 )
 def import_logs(database_url: str, directory: Path) -> None:
     """Move the task log files under DIR (an earlier release's TICKWORK_LOG_DIR) into the
     store. Safe to run again, or after a crash: what is stored already is skipped."""
+    if not directory.is_dir():
+        raise click.BadParameter(f"{directory} is not a directory", param_hint="'DIR'")
     configure_logging("INFO")
     try:
         engine = open_migrated_store(database_url)
