@@ -63,11 +63,12 @@ class LogChunk:
 def chunk_rows(chunks: Sequence[LogChunk]) -> list[dict[str, Any]]:
     """The rows ``chunks`` are stored as: split at :data:`MAX_CHUNK_BYTES`, compressed
     where that pays, one per key (the longest, should a key come twice); empty chunks,
-    and chunks at a negative offset or past :data:`MAX_LOG_BYTES`, are left out."""
+    chunks at a negative offset or past :data:`MAX_LOG_BYTES`, and chunks of ids no task
+    can have, are left out."""
     rows: dict[tuple[int, int, int], dict[str, Any]] = {}
     for chunk in chunks:
         end = chunk.byte_offset + len(chunk.data)
-        if chunk.byte_offset < 0 or end > MAX_LOG_BYTES:
+        if chunk.byte_offset < 0 or end > MAX_LOG_BYTES or not _is_key(chunk):
             continue
         for start in range(chunk.byte_offset, end, MAX_CHUNK_BYTES):  # none if it is empty
             within = start - chunk.byte_offset
@@ -77,6 +78,12 @@ def chunk_rows(chunks: Sequence[LogChunk]) -> list[dict[str, Any]]:
             if known is None or known["size_bytes"] < len(piece):
                 rows[key] = _row(key, piece)
     return list(rows.values())
+
+
+def _is_key(chunk: LogChunk) -> bool:
+    """Whether the chunk's task id and token fit the store's keys (a broken agent's that
+    do not would fail the whole pass, again and again)."""
+    return 0 < chunk.task_id < 2**63 and 0 <= chunk.lease_token < 2**63
 
 
 def _row(key: tuple[int, int, int], data: bytes) -> dict[str, Any]:

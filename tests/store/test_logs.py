@@ -104,11 +104,15 @@ class TestChunks:
             ids = conn.execute(select(task_log_chunks.c.task_id)).scalars().all()
         assert ids == [task_ids[0]]
 
-    @pytest.mark.parametrize("offset", [-1, log_store.MAX_LOG_BYTES])
-    def test_a_chunk_before_the_start_or_past_the_cap_is_refused(
-        self, engine: Engine, task_ids: list[int], offset: int
+    @pytest.mark.parametrize(
+        ("task", "token", "offset"),
+        [(0, 1, -1), (0, 1, log_store.MAX_LOG_BYTES), (2**70, 1, 0), (0, 2**64, 0), (0, -1, 0)],
+        ids=["negative-offset", "past-the-cap", "huge-task-id", "huge-token", "negative-token"],
+    )
+    def test_a_chunk_before_the_start_past_the_cap_or_of_impossible_ids_is_refused(
+        self, engine: Engine, task_ids: list[int], task: int, token: int, offset: int
     ) -> None:
-        write(engine, LogChunk(task_ids[0], 1, offset, b"x"))
+        write(engine, LogChunk(task or task_ids[0], token, offset, b"x"))
         with engine.connect() as conn:
             assert conn.execute(select(func.count()).select_from(task_log_chunks)).scalar() == 0
 
