@@ -4,7 +4,8 @@ Every scheduler replica runs the loop; a pass first tries the PostgreSQL advisor
 :data:`~shared.store.retention.RETENTION_LOCK_KEY` on a connection of its own, so one
 replica prunes at a time and the others skip their pass (on SQLite the one process
 prunes). A pass removes batch by batch (:class:`~shared.store.retention_batches.BatchLimits`:
-at most 500 sessions or 20,000 tasks a transaction, a pause between two) until nothing
+at most 200 sessions or 5,000 tasks a transaction; between two, three times as long as the
+last one took) until nothing
 old is left or the scheduler stops; passes start every :data:`PRUNE_EVERY_SECONDS`.
 """
 

@@ -247,14 +247,15 @@ def prune_history(
         for kind, step in steps:
             more = True
             while more and not stop():
+                began = time.monotonic()
                 with batch() as conn:
                     removed, more = step(conn)
                 result.removed.update(removed)
                 result.batches += 1
                 if on_batch is not None:
                     on_batch(kind, result)
-                if more and not dry_run and limits.pause_seconds:
-                    time.sleep(limits.pause_seconds)
+                if more and not dry_run:
+                    time.sleep(limits.pause_after(time.monotonic() - began))
     if result.total and not dry_run:
         with engine.begin() as conn:
             dialect_of(conn).reclaim_space(conn)

@@ -57,9 +57,9 @@ DONE = sorted(state.value for state in DONE_ATTEMPT_STATES)
 class BatchLimits:
     """How much one transaction removes at most, and the pause between two of them."""
 
-    sessions: int = 500
+    sessions: int = 200
     """Sessions per batch (fewer when their tasks pass :attr:`tasks`)."""
-    tasks: int = 20_000
+    tasks: int = 5_000
     """Tasks per batch, summed over its sessions' attempts (a session with more than
     this goes alone)."""
     logs: int = 2_000
@@ -67,7 +67,18 @@ class BatchLimits:
     revisions: int = 100
     """Revisions per batch."""
     pause_seconds: float = 0.2
-    """Sleep between two batches, so that live work gets the database in between."""
+    """The least sleep between two batches, so that live work gets the database in
+    between; 0: no sleep at all (a prune at full speed)."""
+    load_share: float = 0.25
+    """The most of the time a prune spends in its batches: after a batch that took t
+    seconds it sleeps t * (1 / load_share - 1), if that is longer than the least pause.
+    On two cores a prune at full speed made a running fan-out's hop p99 twice as long."""
+
+    def pause_after(self, batch_seconds: float) -> float:
+        """How long to sleep after a batch that took ``batch_seconds``."""
+        if self.pause_seconds <= 0:
+            return 0.0
+        return max(self.pause_seconds, batch_seconds * (1 / self.load_share - 1))
 
 
 def prune_session_batch(

@@ -400,3 +400,15 @@ def test_attempts_keep_their_state_through_a_prune(
             select(attempts.c.state).where(attempts.c.id == running.attempt_id)
         ).scalar_one()
     assert state == AttemptState.RUNNING.value
+
+
+class TestBatchPauses:
+    def test_a_prune_sleeps_three_times_as_long_as_its_last_batch_took(self) -> None:
+        limits = BatchLimits()
+        assert limits.pause_after(0.4) == pytest.approx(1.2)
+
+    def test_a_quick_batch_still_sleeps_the_least_pause(self) -> None:
+        assert BatchLimits(pause_seconds=0.2).pause_after(0.01) == 0.2
+
+    def test_no_least_pause_means_full_speed(self) -> None:
+        assert BatchLimits(pause_seconds=0).pause_after(5.0) == 0.0
