@@ -266,6 +266,35 @@ def test_the_agent_never_gets_a_database_url(overlay: str) -> None:
     assert not any("DATABASE" in key for key in settings(overlay))
 
 
+@pytest.mark.parametrize("overlay", ALL_VARIANTS)
+def test_no_overlay_has_a_persistent_volume_claim_or_mounts_one(overlay: str) -> None:
+    # Task logs live in the database: any pod may run on any node, with any storage class
+    assert objects(overlay, "PersistentVolumeClaim") == []
+    for workload in workloads(overlay):
+        if workload["kind"] == "StatefulSet":  # the dev overlay's own PostgreSQL and Redis
+            continue
+        kinds = {key for volume in pod_spec(workload).get("volumes", []) for key in volume}
+        assert "persistentVolumeClaim" not in kinds, _label(workload)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_volume_of_a_tickwork_pod_is_scratch_or_a_secret(overlay: str) -> None:
+    for workload in workloads(overlay):
+        if not workload["metadata"]["name"].startswith("tickwork-"):
+            continue
+        for volume in pod_spec(workload).get("volumes", []):
+            assert {"emptyDir", "secret"} & set(volume), (_label(workload), volume)
+
+
+@pytest.mark.parametrize("overlay", ALL_VARIANTS)
+def test_no_service_is_given_a_log_directory(overlay: str) -> None:
+    assert "TICKWORK_LOG_DIR" not in settings(overlay)
+    for workload in workloads(overlay):
+        for container in containers(workload):
+            names = {env["name"] for env in container.get("env", [])}
+            assert "TICKWORK_LOG_DIR" not in names, _label(workload)
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_the_network_policy_lets_agents_reach_only_dns_and_redis(overlay: str) -> None:
     policy = one(overlay, "NetworkPolicy", "tickwork-agent-egress")

@@ -57,7 +57,7 @@ def test_every_service_is_ready_on_a_read_only_root_with_one_scratch_directory(
         pids=$!
         {tickwork} scheduler --metrics-port {scheduler} > {scratch}/scheduler.log 2>&1 &
         pids="$pids $!"
-        TICKWORK_LOG_DIR={scratch}/logs {tickwork} executor --metrics-port {executor} \
+        {tickwork} executor --metrics-port {executor} \
             > {scratch}/executor.log 2>&1 &
         pids="$pids $!"
         env -u TICKWORK_DATABASE_URL {tickwork} agent --concurrency 1 \
