@@ -49,8 +49,6 @@ class Cluster:
         self.engine = open_migrated_store(url)
         self.project_dir = work_dir / "project"
         self.project_dir.mkdir(exist_ok=True)
-        self.task_log_dir = work_dir / "task-logs"
-        self.task_log_dir.mkdir(exist_ok=True)
         self.services: list[Service] = []
         self._serial = itertools.count(1)
 
@@ -72,7 +70,6 @@ class Cluster:
             "TICKWORK_DATABASE_URL": self.url,
             "TICKWORK_REDIS_URL": self.redis_url,
             "TICKWORK_REDIS_PREFIX": self.redis_prefix,
-            "TICKWORK_LOG_DIR": str(self.task_log_dir),
             # One partition: one executor holds it and works, the other stands by, and
             # the handover of a stopped executor's partition is what part (1) measures.
             "TICKWORK_EXECUTOR_PARTITIONS": "1",

@@ -1,13 +1,10 @@
 """What the benchmarks share: throwaway PostgreSQL databases, nearest-rank percentiles,
-attempts of no-op workflows, and the cost of creating a file where logs go."""
+and attempts of no-op workflows."""
 
 from __future__ import annotations
 
 import math
-import os
 import secrets
-import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,21 +18,6 @@ from shared.clock import SystemClock
 from shared.dsl.parser import parse_workflow_text
 from shared.store.engine import create_store_engine, libpq_url
 from shared.store.migrate import upgrade_database
-
-FILE_PROBE_COUNT = 200
-"""Files :func:`file_create_ms` creates."""
-
-
-def file_create_ms(directory: Path, count: int = FILE_PROBE_COUNT) -> float:
-    """The mean time to create an empty file in a new directory under ``directory``: what
-    the executor pays for each run's log file on this file system, as it is now. On some
-    (ext4 without a journal, shortly after many files were deleted) it costs a large part
-    of a millisecond of kernel time, and the fan-out's figures follow it."""
-    probe = Path(tempfile.mkdtemp(prefix="file-probe-", dir=directory))
-    started = time.perf_counter()
-    for index in range(count):
-        os.close(os.open(probe / f"{index}.log", os.O_WRONLY | os.O_CREAT, 0o640))
-    return 1000 * (time.perf_counter() - started) / count
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:

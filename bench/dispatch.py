@@ -61,10 +61,10 @@ run by one executor), created in one transaction; the clock runs until every one
 is in ``success``. Reported per N: tasks/s, and CPU ms per task of each executor process,
 of the executors together and of the agents (``executors_<N>_*`` keys).
 
-**The file system.** Just before the fan-out, 200 empty files are created in a new
-directory beside the executor's log directory, and their mean creation time is reported
-(``log_file_create_ms``): the executor makes one log file per run, and on some file
-systems that costs a large part of a millisecond (see bench/README.md).
+**Logs.** The agents stream each task's log through Redis and the executor writes it
+into the store (``task_log_chunks``) in the pass that reads it: no service here writes a
+file per task. After each attempt (outside its timing) the benchmark checks that every
+run's log is whole in the store (:func:`check_attempt`).
 
 Progress goes to stderr (a bar on a terminal, one line per part
 otherwise); the last stdout line is one JSON object of figures. ``--repeat N`` runs each
@@ -106,7 +106,6 @@ from _services import (
     wait_until,
 )
 from _stores import (
-    file_create_ms,
     noop_workflow_text,
     percentile,
     run_request,
@@ -119,6 +118,7 @@ from sqlalchemy import Engine
 from services.embedded import create_run_attempt
 from shared.clock import SystemClock
 from shared.domain.states import AttemptState, TaskState
+from shared.store.logs import RunLog, list_run_logs
 from shared.store.migrate import open_migrated_store
 from shared.store.sessions import get_attempt_state
 from shared.store.tasks import TaskRow, list_attempt_tasks
@@ -332,14 +332,11 @@ class Tickwork:
         engine = open_migrated_store(url)
         common = {"TICKWORK_REDIS_URL": redis_url, "TICKWORK_REDIS_PREFIX": prefix}
         tickwork = str(BIN_DIR / "tickwork")
-        log_dir = work_dir / "task-logs"
-        log_dir.mkdir()
         for index in range(1, executors + 1):
             port = free_port()
             env = service_env(
                 **common,
                 TICKWORK_DATABASE_URL=url,
-                TICKWORK_LOG_DIR=str(log_dir),
                 TICKWORK_METRICS_PORT=str(port),
             )
             command = [tickwork, "executor", "--metrics-port", str(port)]
@@ -395,7 +392,8 @@ class Tickwork:
         for attempt_id, state, size in zip(ids, states, sizes, strict=True):
             with self.engine.connect() as conn:
                 rows = [r for r in list_attempt_tasks(conn, attempt_id) if not r.is_group]
-            check_attempt(f"{name} attempt {attempt_id}", size, state, rows)
+                logs = list_run_logs(conn, attempt_id)
+            check_attempt(f"{name} attempt {attempt_id}", size, state, rows, logs)
         return SpreadRun(len(self.executors), sum(sizes), wall, cpu, agents)
 
     def warm_up(self, err: Console) -> None:
@@ -455,8 +453,9 @@ class Tickwork:
         metrics_after = self.agent_metrics()
         with self.engine.connect() as conn:
             rows = [r for r in list_attempt_tasks(conn, attempt_id) if not r.is_group]
+            logs = list_run_logs(conn, attempt_id)
         rows.sort(key=lambda r: r.position)
-        check_attempt(name, tasks, state, rows)
+        check_attempt(name, tasks, state, rows, logs)
         return AttemptRun(
             name=name,
             tasks=tasks,
@@ -572,8 +571,11 @@ def spread_figures(runs: Sequence[SpreadRun]) -> dict[str, Any]:
     return out
 
 
-def check_attempt(name: str, tasks: int, state: AttemptState, rows: list[TaskRow]) -> None:
-    """Fail unless the attempt succeeded and ran each of its tasks exactly once."""
+def check_attempt(
+    name: str, tasks: int, state: AttemptState, rows: list[TaskRow], logs: list[RunLog]
+) -> None:
+    """Fail unless the attempt succeeded, ran each of its tasks exactly once, and every
+    run's log is whole in the store."""
     problems = []
     if state is not AttemptState.SUCCESS:
         problems.append(f"attempt ended {state.value}")
@@ -586,6 +588,9 @@ def check_attempt(name: str, tasks: int, state: AttemptState, rows: list[TaskRow
     rerun = [r.full_name for r in rows if r.lease_token != 1]
     if rerun:
         problems.append(f"{len(rerun)} tasks dispatched more than once, e.g. {rerun[:3]}")
+    unstored = [log.task_full_name for log in logs if not log.stored_bytes or log.missing_bytes]
+    if len(logs) != tasks or unstored:
+        problems.append(f"{len(logs)} run logs for {tasks} tasks; not whole: {unstored[:3]}")
     if problems:
         raise BenchFailed(f"{name}: " + "; ".join(problems))
 
@@ -669,7 +674,6 @@ class Results:
     parallel: AttemptRun
     chain: AttemptRun
     spread: list[SpreadRun] = dataclasses.field(default_factory=list)  # --executors
-    file_create_ms: float | None = None  # the log directory's file system, before (a)
 
 
 def run_all(
@@ -741,7 +745,6 @@ def run_parts(
         progress.advance(bar)
 
         raw = median_by_wall(raws)
-        probed_ms = file_create_ms(work_dir)
         parallels: list[AttemptRun] = []
         for round_number in range(1, repeat + 1):
             progress.update(bar, description=f"(a) tickwork fan-out ({round_number}/{repeat})")
@@ -769,7 +772,7 @@ def run_parts(
             spread = run_executor_counts(
                 executor_counts, url, redis_url, tasks, work_dir, progress.console
             )
-    return Results(raw, median_by_wall(parallels), median_by_wall(chains), spread, probed_ms)
+    return Results(raw, median_by_wall(parallels), median_by_wall(chains), spread)
 
 
 def describe_raw(raw: RawResult) -> str:
@@ -846,8 +849,6 @@ def figures(results: Results) -> dict[str, Any]:
     if mean_ms is not None:
         out["chain_publish_to_start_mean_ms"] = round(mean_ms, 2)
     out.update(spread_figures(results.spread))
-    if results.file_create_ms is not None:
-        out["log_file_create_ms"] = round(results.file_create_ms, 3)
     out["meets_targets"] = all(met for *_, met in target_checks(out))
     return out
 

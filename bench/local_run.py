@@ -1,10 +1,8 @@
 """Embedded-mode throughput: ``echo>`` tasks per second on SQLite, fanned out and chained.
 
 Each case runs in a state directory of its own through ``services.embedded.run_workflow``
-with no display; the directories are removed together at the end, not one by one, since on
-some file systems (ext4 without a journal) creating files is slow for a while after many
-were deleted. Before each case, the time to create an empty file beside its directory is
-measured (``<case>_log_file_create_ms``): the embedded run makes one log file per task. Progress
+with no display; each task's log goes to the run's SQLite store, as chunks (no file per
+task). The directories are removed together at the end, not one by one. Progress
 goes to stderr (a bar on a terminal, one line per case otherwise); the last stdout line is
 one JSON object of figures. A run that does not end in success, or runs a task other than
 exactly once, stops the benchmark with exit status 1."""
@@ -22,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _stores import file_create_ms
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import Engine, event
@@ -72,7 +69,6 @@ class CaseResult:
     attempt_seconds: float  # run_workflow(): attempt created -> its end seen by the loop
     wall_seconds: float  # parse + store set-up (migrations) + the run
     sql_statements: int  # sent to the driver during run_workflow(); an executemany is one
-    file_create_ms: float  # creating an empty file beside its state directory, before the run
 
     @property
     def tasks_per_s(self) -> float:
@@ -111,7 +107,6 @@ def counting_statements(engine: Engine) -> Iterator[list[int]]:
 def run_case(case: Case, parent: Path) -> CaseResult:
     """Run one case in a new state directory under ``parent`` (left for the caller to
     remove) and check that every task ran once."""
-    probed_ms = file_create_ms(parent)  # beside the project: nothing of it to read
     project_dir = Path(tempfile.mkdtemp(prefix=f"{case.name}-", dir=parent))
     started = time.perf_counter()
     definition = parse_workflow_text(workflow_text(case), "bench.dig", project_dir)
@@ -136,12 +131,12 @@ def run_case(case: Case, parent: Path) -> CaseResult:
         attempt_seconds=ended - run_started,
         wall_seconds=ended - started,
         sql_statements=statements[0],
-        file_create_ms=probed_ms,
     )
 
 
 def check_run(engine: Engine, case: Case, attempt_id: int, state: AttemptState) -> None:
-    """Fail unless the attempt succeeded and ran each of its tasks exactly once."""
+    """Fail unless the attempt succeeded, ran each of its tasks exactly once and stored
+    each run's whole log."""
     with engine.connect() as conn:
         attempt = get_attempt(conn, attempt_id)
         operators = [t for t in list_attempt_tasks(conn, attempt_id) if not t.is_group]
@@ -161,6 +156,9 @@ def check_run(engine: Engine, case: Case, attempt_id: int, state: AttemptState) 
         or ran_again
     ):
         problems.append(f"{len(logs)} runs logged for {case.tasks} tasks; rerun: {ran_again[:3]}")
+    unstored = [log.task_full_name for log in logs if not log.stored_bytes or log.missing_bytes]
+    if unstored:
+        problems.append(f"{len(unstored)} logs not whole in the store, e.g. {unstored[:3]}")
     if problems:
         raise BenchFailed(f"{case.name}: " + "; ".join(problems))
 
@@ -176,8 +174,7 @@ def describe(result: CaseResult) -> str:
     return (
         f"{result.case.name}: {result.tasks_per_s:,.0f} tasks/s "
         f"({result.attempt_seconds:.2f} s run, {result.wall_seconds:.2f} s wall, "
-        f"{result.sql_statements / result.case.tasks:.1f} SQL statements/task; "
-        f"creating a file took {result.file_create_ms:.3f} ms)"
+        f"{result.sql_statements / result.case.tasks:.1f} SQL statements/task)"
     )
 
 
@@ -222,7 +219,6 @@ def figures(results: dict[str, CaseResult]) -> dict[str, Any]:
         out[f"{name}_wall_seconds"] = round(result.wall_seconds, 3)
         out[f"{name}_attempt_seconds"] = round(result.attempt_seconds, 3)
         out[f"{name}_sql_per_task"] = round(result.sql_statements / result.case.tasks, 1)
-        out[f"{name}_log_file_create_ms"] = round(result.file_create_ms, 3)
     out["meets_targets"] = (
         min(parallel_500, parallel_2000, parallel_10000) >= TARGET_PARALLEL_TASKS_PER_S
         and chain.tasks_per_s >= TARGET_CHAIN_TASKS_PER_S

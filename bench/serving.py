@@ -83,17 +83,13 @@ def measure(name: str, base_url: str, path: str, args: argparse.Namespace) -> Lo
 
 
 def run_all(args: argparse.Namespace, server_url: str, work_dir: Path) -> dict[str, Any]:
-    log_dir = work_dir / "logs"
-    log_dir.mkdir()
     with throwaway_database(server_url) as url:
         engine = create_store_engine(url)
         seed(engine, args.sessions)
         engine.dispose()
         with (
             (work_dir / "api.log").open("wb") as server_log,
-            api_server(
-                url, args.workers, server_log, {"TICKWORK_LOG_DIR": str(log_dir)}
-            ) as base_url,
+            api_server(url, args.workers, server_log) as base_url,
         ):
             attempt_id = start_attempt(base_url)
             host, port = base_url.removeprefix("http://").split(":")
