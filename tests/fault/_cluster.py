@@ -434,14 +434,22 @@ class Cluster:
         self._wait_ready(service)
         return service
 
-    def start_api(self, tokens: str, *, workers: int = 2) -> Service:
-        """Start ``tickwork api`` (gunicorn) with ``tokens`` (TICKWORK_API_TOKENS); its
+    def start_api(
+        self,
+        tokens: str,
+        *,
+        workers: int = 2,
+        name: str = "api",
+        env: Mapping[str, str] | None = None,
+    ) -> Service:
+        """Start ``tickwork api`` (gunicorn) with ``tokens`` (TICKWORK_API_TOKENS) as
+        ``services[name]`` (replicas under names of their own); its
         :attr:`Service.metrics_port` is the port it serves on."""
         port = find_free_port()
-        extra = {"TICKWORK_API_TOKENS": tokens}
+        extra = {"TICKWORK_API_TOKENS": tokens, **(env or {})}
         args = ["api", "--bind", f"127.0.0.1:{port}", "--workers", str(workers)]
-        env = self._environment(database=True, extra=extra)
-        service = self._start("api", args, env, metrics=False, port=port)
+        environment = self._environment(database=True, extra=extra)
+        service = self._start(name, args, environment, metrics=False, port=port)
         self._wait_ready(service, "/readyz")
         return service
 
