@@ -27,16 +27,18 @@ def percentile(values: Sequence[float], fraction: float) -> float:
 
 
 @contextmanager
-def throwaway_database(server_url: str) -> Iterator[str]:
-    """A new database ``tickwork_bench_<hex>``, migrated; dropped afterwards."""
+def throwaway_database(server_url: str, *, migrate: bool = True) -> Iterator[str]:
+    """A new database ``tickwork_bench_<hex>``, migrated unless ``migrate`` is false (for
+    another checkout's migrations); dropped afterwards."""
     name = f"tickwork_bench_{secrets.token_hex(4)}"
     with psycopg.connect(libpq_url(server_url), autocommit=True, connect_timeout=5) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
     try:
-        engine = create_store_engine(url)
-        upgrade_database(engine)
-        engine.dispose()
+        if migrate:
+            engine = create_store_engine(url)
+            upgrade_database(engine)
+            engine.dispose()
         yield url
     finally:
         with psycopg.connect(libpq_url(server_url), autocommit=True, connect_timeout=5) as conn:
