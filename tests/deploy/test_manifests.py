@@ -2,7 +2,8 @@
 kustomize, every object validates against the Kubernetes schemas (strictly: an unknown
 field is an error), the sources pass yamllint, the Dockerfile passes hadolint; and what
 no schema can say holds: probes, limits and a non-root, read-only security context
-everywhere, no database URL anywhere near an agent, autoscalers aimed at the agents."""
+everywhere, no database URL anywhere near an agent, no persistent or shared volume (task
+logs live in the store), autoscalers aimed at the agents."""
 
 from __future__ import annotations
 
@@ -266,33 +267,117 @@ def test_the_agent_never_gets_a_database_url(overlay: str) -> None:
     assert not any("DATABASE" in key for key in settings(overlay))
 
 
+# --- no shared disk: task logs live in the store -------------------------------------------
+
+SERVICES = ("tickwork-api", "tickwork-scheduler", "tickwork-executor", "tickwork-agent")
+# Outside the base: the dev overlay's own PostgreSQL and Redis keep their data.
+DEV_DATA_STORES = ("tickwork-postgres", "tickwork-redis")
+
+
+def _volume_kinds(workload: dict[str, Any]) -> dict[str, str]:
+    """Each volume of a workload's pods, by name: the kind of its source."""
+    return {
+        volume["name"]: next(key for key in volume if key != "name")
+        for volume in pod_spec(workload).get("volumes", [])
+    }
+
+
 @pytest.mark.parametrize("overlay", ALL_VARIANTS)
-def test_no_overlay_has_a_persistent_volume_claim_or_mounts_one(overlay: str) -> None:
-    # Task logs live in the database: any pod may run on any node, with any storage class
+def test_no_overlay_has_a_persistent_volume_claim(overlay: str) -> None:
+    # Any pod may run on any node, whatever storage classes the cluster has.
     assert objects(overlay, "PersistentVolumeClaim") == []
     for workload in workloads(overlay):
-        if workload["kind"] == "StatefulSet":  # the dev overlay's own PostgreSQL and Redis
-            continue
-        kinds = {key for volume in pod_spec(workload).get("volumes", []) for key in volume}
-        assert "persistentVolumeClaim" not in kinds, _label(workload)
-
-
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_every_volume_of_a_tickwork_pod_is_scratch_or_a_secret(overlay: str) -> None:
-    for workload in workloads(overlay):
-        if not workload["metadata"]["name"].startswith("tickwork-"):
-            continue
-        for volume in pod_spec(workload).get("volumes", []):
-            assert {"emptyDir", "secret"} & set(volume), (_label(workload), volume)
+        assert "persistentVolumeClaim" not in _volume_kinds(workload).values(), _label(workload)
 
 
 @pytest.mark.parametrize("overlay", ALL_VARIANTS)
-def test_no_service_is_given_a_log_directory(overlay: str) -> None:
+def test_only_the_dev_postgresql_and_redis_claim_storage_and_only_read_write_once(
+    overlay: str,
+) -> None:
+    claiming = {}
+    for workload in workloads(overlay):
+        templates = workload["spec"].get("volumeClaimTemplates", [])
+        if templates:
+            claiming[workload["metadata"]["name"]] = {
+                mode for template in templates for mode in template["spec"]["accessModes"]
+            }
+    if overlay == "dev":
+        assert claiming == {name: {"ReadWriteOnce"} for name in DEV_DATA_STORES}
+    else:
+        assert claiming == {}
+
+
+@pytest.mark.parametrize("overlay", ALL_VARIANTS)
+def test_api_and_executor_mount_no_shared_volume(overlay: str) -> None:
+    for name in ("tickwork-api", "tickwork-executor"):
+        deployment = one(overlay, "Deployment", name)
+        kinds = _volume_kinds(deployment)
+        for container in containers(deployment):
+            for mount in container.get("volumeMounts", []):
+                where = f"{name} container {container['name']}: {mount['mountPath']}"
+                if kinds[mount["name"]] == "secret":
+                    assert mount.get("readOnly") is True, where
+                else:
+                    assert (kinds[mount["name"]], mount["mountPath"]) == ("emptyDir", "/tmp"), where
+
+
+@pytest.mark.parametrize("overlay", ALL_VARIANTS)
+def test_every_pod_volume_is_scratch_or_a_secret(overlay: str) -> None:
+    for workload in workloads(overlay):
+        for name, kind in _volume_kinds(workload).items():
+            assert kind in ("emptyDir", "secret"), (_label(workload), name, kind)
+
+
+@pytest.mark.parametrize("overlay", ALL_VARIANTS)
+def test_no_service_is_given_a_log_dir(overlay: str) -> None:
     assert "TICKWORK_LOG_DIR" not in settings(overlay)
     for workload in workloads(overlay):
         for container in containers(workload):
             names = {env["name"] for env in container.get("env", [])}
             assert "TICKWORK_LOG_DIR" not in names, _label(workload)
+
+
+@pytest.mark.parametrize("overlay", ALL_VARIANTS)
+def test_the_agent_work_dir_is_an_empty_dir_mounted_where_the_settings_say(overlay: str) -> None:
+    agent = one(overlay, "Deployment", "tickwork-agent")
+    work_dir = settings(overlay)["TICKWORK_AGENT_WORK_DIR"]
+    (container,) = containers(agent)
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == work_dir]
+    assert _volume_kinds(agent)[mount["name"]] == "emptyDir"
+    assert not mount.get("readOnly", False)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_each_service_is_given_only_the_stores_it_needs(overlay: str) -> None:
+    needs = {
+        "tickwork-api": {"database-url"},
+        "tickwork-scheduler": {"database-url"},
+        "tickwork-executor": {"database-url", "redis-url"},
+        "tickwork-agent": {"redis-url"},
+    }
+    stores = {"database-url", "redis-url"}
+    for name in SERVICES:
+        deployment = one(overlay, "Deployment", name)
+        (container,) = containers(deployment, init=False)
+        keys = {
+            env["valueFrom"]["secretKeyRef"]["key"]
+            for env in container.get("env", [])
+            if "secretKeyRef" in env.get("valueFrom", {})
+        }
+        assert keys & stores == needs[name], name
+
+
+def test_nothing_under_deploy_k8s_names_the_old_logs_volume_or_log_dir() -> None:
+    for path in sorted(K8S.rglob("*")):
+        if path.is_file():
+            text = path.read_text(encoding="utf-8")
+            for old in (
+                "tickwork-logs",
+                "logs-volume",
+                "TICKWORK_LOG_DIR",
+                "/var/lib/tickwork/logs",
+            ):
+                assert old not in text, f"{path.relative_to(ROOT)} names {old}"
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -509,6 +594,61 @@ def test_every_overlay_deploy_readme_shows_builds_and_validates(
         except kubernetes_validate.ValidationError as exc:
             problems.append(f"{obj['kind']} {obj['metadata']['name']}: {exc.message}")
     assert problems == [], f"deploy/README.md:{line}"
+
+
+def test_the_layout_deploy_readme_shows_lists_exactly_the_base_manifests() -> None:
+    text = README.read_text(encoding="utf-8")
+    layout = text[text.index("    base/") : text.index("    components/")]
+    listed = set(re.findall(r"^      (\S+\.yaml)\s", layout, re.MULTILINE))
+    assert listed == {path.name for path in (K8S / "base").glob("*.yaml")}
+
+
+IMPORT_JOB_EXAMPLE = "# import-logs-job.yaml"
+
+
+def readme_import_job() -> tuple[int, dict[str, Any]]:
+    """The Job deploy/README.md shows for importing an earlier release's log files, and
+    the line its block starts on."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    (number,) = [n for n, line in enumerate(lines, start=1) if line == IMPORT_JOB_EXAMPLE]
+    assert lines[number - 2] == "```yaml"
+    block = lines[number - 1 : lines.index("```", number)]
+    return number, yaml.safe_load("\n".join(block))
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_the_log_import_job_deploy_readme_shows_validates_strictly(version: str) -> None:
+    line, job = readme_import_job()
+    try:
+        kubernetes_validate.validate(job, version, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        pytest.fail(f"deploy/README.md:{line}: {exc.message}")
+
+
+def test_the_log_import_job_reads_the_old_volume_read_only_and_parses_as_tickwork_db_import_logs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _, job = readme_import_job()
+    spec = pod_spec(job)
+    (container,) = containers(job)
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["image"].endswith(f"/tickwork:{project_version()}")
+    # It runs where the earlier release's executor wrote: the PVC tickwork-logs, read-only.
+    kinds = _volume_kinds(job)
+    (old,) = [v for v in spec["volumes"] if kinds[v["name"]] == "persistentVolumeClaim"]
+    assert old["persistentVolumeClaim"] == {"claimName": "tickwork-logs", "readOnly": True}
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == old["name"]]
+    assert mount["readOnly"] is True
+    assert container["args"] == ["db", "import-logs", mount["mountPath"]]
+    # Only database clients reach the dev overlay's PostgreSQL; the same label marks this pod.
+    assert job["spec"]["template"]["metadata"]["labels"]["tickwork.dev/database-client"] == "true"
+    (ref,) = [e["valueFrom"]["secretKeyRef"] for e in container["env"]]
+    assert (ref["name"], ref["key"]) == ("tickwork-secrets", "database-url")
+    monkeypatch.setenv("TICKWORK_DATABASE_URL", dev_secret_values()["database-url"])
+    command, args = _command_of([*container["args"][:-1], str(tmp_path)])
+    with command.make_context(command.name or "?", args) as ctx:
+        assert ctx.params["directory"] == tmp_path
 
 
 # --- the API from outside -----------------------------------------------------------------
