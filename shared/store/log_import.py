@@ -1,9 +1,11 @@
 """Moving the task logs of a release that kept them as files (under ``TICKWORK_LOG_DIR``)
 into the store, once: ``tickwork db import-logs DIR``.
 
-A file's place names its run: ``<attempt id>/<task>.<task id>.<lease token>.log``. Each
-file is stored as chunks at their offsets, so importing twice, or again after a crash,
-changes nothing (a run already whole in the store is skipped without reading its file).
+A file's place names its run: ``<attempt id>/<task>.<task id>.<lease token>.log``. Only
+the parts of a file the store does not hold are stored, as chunks at their offsets, so
+importing twice, or again after a crash, changes nothing (a run already whole in the store
+is skipped without reading its file), and the bytes an executor stored are never written
+over by the file's (a hole in it, where another executor stored the text instead).
 A path that leaves ``DIR`` (a symbolic link, a name that is not a plain file name) is
 refused, never read; a file of a task the store does not have is skipped.
 """
@@ -17,8 +19,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import BinaryIO
 
-from sqlalchemy import Connection, Engine, and_, func, select
+from sqlalchemy import Connection, Engine, and_, select
 
 from shared.store.dialects import dialect_of
 from shared.store.logs import LogChunk, write_log_chunks
@@ -96,15 +99,39 @@ def find_log_files(root: Path, refused: list[str]) -> Iterator[LogFileFound]:
             )
 
 
-def stored_bytes(conn: Connection, found: LogFileFound) -> int:
-    """Bytes of the run of ``found`` the store holds (from 0 on, without a gap or not)."""
+def stored_ranges(conn: Connection, found: LogFileFound) -> list[tuple[int, int]]:
+    """The byte ranges ``[start, end)`` of the run of ``found`` the store holds, merged,
+    in order: its chunks may come from agents (a new executor stored them) as well as
+    from an earlier import."""
     chunk = task_log_chunks.c
-    total = conn.execute(
-        select(func.coalesce(func.sum(chunk.size_bytes), 0)).where(
-            chunk.task_id == found.task_id, chunk.lease_token == found.lease_token
-        )
-    ).scalar_one()
-    return int(total)
+    rows = conn.execute(
+        select(chunk.byte_offset, chunk.size_bytes)
+        .where(chunk.task_id == found.task_id, chunk.lease_token == found.lease_token)
+        .order_by(chunk.byte_offset)
+    )
+    merged: list[tuple[int, int]] = []
+    for offset, size in rows:
+        start, end = int(offset), int(offset) + int(size)
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def uncovered(ranges: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
+    """The parts of ``[0, size)`` that none of the merged, ordered ``ranges`` covers."""
+    missing: list[tuple[int, int]] = []
+    position = 0
+    for start, end in ranges:
+        if start > position:
+            missing.append((position, min(start, size)))
+        position = max(position, end)
+        if position >= size:
+            break
+    if position < size:
+        missing.append((position, size))
+    return [(start, end) for start, end in missing if start < end]
 
 
 def task_of(conn: Connection, found: LogFileFound) -> bool:
@@ -139,27 +166,39 @@ def index_run(conn: Connection, found: LogFileFound, now: datetime) -> None:
 
 
 def import_log_file(engine: Engine, found: LogFileFound, now: datetime) -> int | None:
-    """Store the file of ``found`` as chunks, a few per transaction; the bytes stored, 0
-    if the store had it whole already, None if the store has no such task. Opening the
-    file refuses a symbolic link put in its place meanwhile (OSError)."""
+    """Store the parts of the file of ``found`` that the store does not hold yet, as
+    chunks, a few per transaction; the bytes stored (0: the store had them all), None if
+    the store has no such task. A part the store holds is never written over: during a
+    rollout one run's log may lie partly in an old executor's file (with a hole where
+    the new one stored the rest) and partly in the store. Opening the file refuses a
+    symbolic link put in its place meanwhile (OSError)."""
     with engine.begin() as conn:
         if not task_of(conn, found):
             return None
         index_run(conn, found, now)
-        if stored_bytes(conn, found) >= found.size_bytes:
-            return 0
+        missing = uncovered(stored_ranges(conn, found), found.size_bytes)
+    if not missing:
+        return 0
     fd = os.open(found.path, os.O_RDONLY | os.O_NOFOLLOW)
-    written = 0
     with os.fdopen(fd, "rb") as file:
-        while True:
-            chunks = []
-            for _ in range(CHUNKS_PER_TRANSACTION):
-                data = file.read(IMPORT_CHUNK_BYTES)
-                if not data:
-                    break
-                chunks.append(LogChunk(found.task_id, found.lease_token, written, data))
-                written += len(data)
-            if not chunks:
-                return written
-            with engine.begin() as conn:
-                write_log_chunks(conn, chunks)
+        return sum(_import_range(engine, found, file, start, end) for start, end in missing)
+
+
+def _import_range(engine: Engine, found: LogFileFound, file: BinaryIO, start: int, end: int) -> int:
+    """Store bytes ``start`` to ``end`` of ``file``, :data:`CHUNKS_PER_TRANSACTION`
+    chunks per transaction; the bytes stored."""
+    file.seek(start)
+    position = start
+    while position < end:
+        chunks = []
+        for _ in range(CHUNKS_PER_TRANSACTION):
+            data = file.read(min(IMPORT_CHUNK_BYTES, end - position))
+            if not data:
+                break
+            chunks.append(LogChunk(found.task_id, found.lease_token, position, data))
+            position += len(data)
+        if not chunks:
+            break
+        with engine.begin() as conn:
+            write_log_chunks(conn, chunks)
+    return position - start

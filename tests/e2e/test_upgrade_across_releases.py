@@ -292,12 +292,6 @@ def test_after_the_import_each_run_reads_as_its_task_wrote_it(upgraded: Upgraded
         assert read == expected, f"{workload.name}: the import said {upgraded.imports[0]}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="import-logs skips a file when the store holds as many bytes of its run as the "
-    "file has, whichever offsets they are at (shared/store/log_import.py, stored_bytes)",
-)
 def test_a_run_whose_store_holds_more_than_its_old_file_reads_whole_after_the_import(
     upgraded: Upgraded,
 ) -> None:

@@ -252,3 +252,45 @@ class TestImportLogs:
         code, _, stderr = import_logs(migrated_database_url, tmp_path / "nowhere")
         assert code == 2
         assert "DIR" in stderr
+
+
+class TestImportBesideStoredChunks:
+    def test_a_file_holding_the_start_of_a_run_the_store_holds_the_rest_of_fills_the_start(
+        self,
+        engine: Engine,
+        migrated_database_url: str,
+        task_ids: list[int],
+        tmp_path: Path,
+    ) -> None:
+        # Given a run whose first 20 lines an old executor filed and whose next 60 a new
+        # executor stored (more bytes in the store than in the file)
+        lines = b"".join(b"line %03d\n" % n for n in range(80))
+        head = len(b"".join(b"line %03d\n" % n for n in range(20)))
+        index(engine, task_ids[0], size_bytes=len(lines), ended_at=NOW)
+        write(engine, LogChunk(task_ids[0], 1, head, lines[head:]))
+        directory = make_log_dir(tmp_path / "logs", {f"1/a.{task_ids[0]}.1.log": lines[:head]})
+        # When the old files are imported
+        code, report, _ = import_logs(migrated_database_url, directory)
+        # Then the run reads whole
+        assert (code, report["imported"]) == (0, 1)
+        assert read_all(engine, task_ids[0]) == lines
+
+    def test_a_hole_in_a_file_never_overwrites_what_the_store_holds(
+        self,
+        engine: Engine,
+        migrated_database_url: str,
+        task_ids: list[int],
+        tmp_path: Path,
+    ) -> None:
+        # Given a run a new executor stored the start of, then an old one filed the rest
+        # of at its offset (its file begins with a hole of NUL bytes)
+        first, rest = b"first part\n", b"the rest of it\n"
+        index(engine, task_ids[0], size_bytes=len(first + rest), ended_at=NOW)
+        write(engine, LogChunk(task_ids[0], 1, 0, first))
+        holed = bytes(len(first)) + rest
+        directory = make_log_dir(tmp_path / "logs", {f"1/a.{task_ids[0]}.1.log": holed})
+        # When the old files are imported
+        code, _, _ = import_logs(migrated_database_url, directory)
+        # Then the stored start stays, and the rest is filled in
+        assert code == 0
+        assert read_all(engine, task_ids[0]) == first + rest
