@@ -72,7 +72,7 @@ TABLES = (
 )
 """The tables a prune deletes from, in the order it reports them."""
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([dhms]?)\s*$", re.IGNORECASE)
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([dhms]?)\s*", re.IGNORECASE)
 _UNITS = {"d": "days", "": "days", "h": "hours", "m": "minutes", "s": "seconds"}
 _OFF = ("0", "off")
 
@@ -82,7 +82,7 @@ def parse_duration(raw: str) -> timedelta | None:
     ``off`` (keep everything). ValueError for anything else."""
     if raw.strip().lower() in _OFF:
         return None
-    match = _DURATION.match(raw)
+    match = _DURATION.fullmatch(raw)
     if match is None:
         raise ValueError(f"expected a duration such as 90d, 12h or 30m, or off; got {raw!r}")
     number, unit = match.groups()

@@ -41,6 +41,7 @@ from services.api.app import create_app
 from services.api.config import ApiConfig, ApiToken
 from shared.dsl.archive import pack_project
 from shared.store.engine import create_store_engine
+from shared.store.logs import LogChunk, write_log_chunks
 from shared.store.tables import task_logs, tasks
 from tests.support.databases import DatabaseSupply
 
@@ -129,9 +130,9 @@ def push_and_start(app: APIFlask, project_dir: Path) -> list[int]:
     return attempt_ids
 
 
-def add_task_log(engine: Engine, attempt_id: int, log_dir: Path) -> None:
-    """A finished ``+etl+extract`` under its root group, with one log file on disk, as an
-    agent would have left them."""
+def add_task_log(engine: Engine, attempt_id: int) -> None:
+    """A finished ``+etl+extract`` under its root group, with its log in the store, as the
+    executor would have left them."""
     now = datetime.now(UTC)
     common = {"attempt_id": attempt_id, "is_generated": False, "state": "success"}
     times = {"config": {}, "created_at": now, "updated_at": now, "finished_at": now}
@@ -155,8 +156,7 @@ def add_task_log(engine: Engine, attempt_id: int, log_dir: Path) -> None:
             .returning(tasks.c.id)
         ).scalar_one()
         relative = f"{attempt_id}/+{WORKFLOW}+extract.{task_id}.1.log"
-        (log_dir / relative).parent.mkdir(parents=True)
-        (log_dir / relative).write_text(LOG_TEXT)
+        write_log_chunks(conn, [LogChunk(task_id, 1, 0, LOG_TEXT.encode())])
         conn.execute(
             task_logs.insert().values(
                 task_id=task_id,
@@ -174,17 +174,14 @@ def load_schema(engine: Engine, database_url: str, work_dir: Path) -> BaseSchema
     project_dir = work_dir / "project"
     project_dir.mkdir()
     (project_dir / f"{WORKFLOW}.dig").write_text(WORKFLOW_TEXT)
-    log_dir = work_dir / "logs"
-    log_dir.mkdir()
     config = ApiConfig(
         database_url=database_url,
         tokens=(ApiToken("admin", ADMIN_TOKEN),),
         rate_limit_per_second=0,
-        log_dir=log_dir,
     )
     app = create_app(config, engine)
     attempt_ids = push_and_start(app, project_dir)
-    add_task_log(engine, attempt_ids[0], log_dir)
+    add_task_log(engine, attempt_ids[0])
     return schemathesis.openapi.from_wsgi("/api/openapi.json", app)
 
 
