@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from apiflask import APIBlueprint
 from flask import Response, current_app, request
@@ -52,6 +52,7 @@ FOLLOW_CHECK_SECONDS = 5.0
 TEXT_TYPE = "text/plain; charset=utf-8"
 # Most bytes of a log one follow event carries: a follower holds no more of it in memory.
 FOLLOW_EVENT_BYTES = 256 * 1024
+T = TypeVar("T")
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 # A stream offset as ``Last-Event-ID`` carries it: ASCII digits a 64-bit integer holds.
 _EVENT_ID = re.compile(r"[0-9]{1,18}")
@@ -287,30 +288,30 @@ def follow_response(attempt_id: int, offset: int, max_seconds: float) -> Respons
 def _take_follow_slot() -> Callable[[], None]:
     """Count one more open stream of this worker (503 past the limit); the release."""
     limit = current_app.extensions[CONFIG_KEY].max_follow_streams
-    slots = current_app.extensions.get(FOLLOW_SLOTS_KEY)
-    if slots is None:  # the first stream of this worker
-        slots = current_app.extensions.setdefault(
-            FOLLOW_SLOTS_KEY, threading.BoundedSemaphore(limit)
-        )
+    slots = _per_process(FOLLOW_SLOTS_KEY, lambda: threading.BoundedSemaphore(limit))
     if not slots.acquire(blocking=False):
         raise ApiProblem(
             503,
             f"this server process already streams {limit} logs; retry later",
             headers={"Retry-After": "5"},
         )
-    return slots.release  # type: ignore[no-any-return]
+    return slots.release
+
+
+def _per_process(key: str, make: Callable[[], T]) -> T:
+    """This server process's one ``make()`` under ``key``, made with the first follower
+    that needs it (so after gunicorn forked the process)."""
+    found = current_app.extensions.get(key)
+    if found is None:
+        found = current_app.extensions.setdefault(key, make())
+    return cast(T, found)
 
 
 def _notices(engine: Engine) -> LogNotices:
-    """This server process's listener of log notices (made with its first follower, so
-    after gunicorn forked the process)."""
-    notices = current_app.extensions.get(NOTICES_KEY)
-    if notices is None:
-        url = engine.url.render_as_string(hide_password=False)
-        listened = url if dialect_of(engine).serves_many_processes else None
-        notices = current_app.extensions.setdefault(NOTICES_KEY, LogNotices(listened))
-    assert isinstance(notices, LogNotices)
-    return notices
+    """This server process's listener of log notices (none to listen to on SQLite)."""
+    url = engine.url.render_as_string(hide_password=False)
+    listened = url if dialect_of(engine).serves_many_processes else None
+    return _per_process(NOTICES_KEY, lambda: LogNotices(listened))
 
 
 def _event(name: str, data: dict[str, Any], event_id: int | None = None) -> str:
@@ -354,11 +355,7 @@ class AttemptSnapshots:
 
 def _snapshots() -> AttemptSnapshots:
     """This server process's shared reads of followed attempts."""
-    found = current_app.extensions.get(SNAPSHOTS_KEY)
-    if found is None:
-        found = current_app.extensions.setdefault(SNAPSHOTS_KEY, AttemptSnapshots())
-    assert isinstance(found, AttemptSnapshots)
-    return found
+    return _per_process(SNAPSHOTS_KEY, AttemptSnapshots)
 
 
 def _follow(
