@@ -3,8 +3,9 @@
 A fresh standalone in a temporary directory (as ``make run`` starts it: the examples
 pushed) runs a few of the examples, one of which fails on purpose (``retry_notify``); then
 Debian's Chromium, driven by Playwright at 1280 by 800 pixels, saves the overview, the
-failed attempt's page and a workflow's page into docs/images/. A page that does not answer
-200 stops the script before any image is written.
+failed attempt's page (its failed task's log open in the pane beside the tree), the same
+page in the dark colour scheme, and a workflow's page into docs/images/. A page that does
+not answer 200 stops the script before any image is written.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ def run_examples(standalone: StandaloneProcess) -> dict[str, str]:
 
 
 @contextmanager
-def chromium_page() -> Iterator[Any]:
-    """A page of a headless Chromium at :data:`VIEWPORT`."""
+def chromium_page(color_scheme: str = "light") -> Iterator[Any]:
+    """A page of a headless Chromium at :data:`VIEWPORT` in ``color_scheme``."""
     executable = chromium_path()
     if executable is None:
         raise SystemExit(f"no Chromium: install Debian's {BROWSER_PACKAGE} package")
@@ -65,7 +66,7 @@ def chromium_page() -> Iterator[Any]:
             executable_path=executable, args=["--no-sandbox", "--disable-dev-shm-usage"]
         )
         try:
-            context = browser.new_context(viewport=VIEWPORT)
+            context = browser.new_context(viewport=VIEWPORT, color_scheme=color_scheme)
             context.set_default_timeout(TIMEOUT_MS)
             yield context.new_page()
         finally:
@@ -93,7 +94,10 @@ def take(standalone: StandaloneProcess) -> dict[str, bytes]:
         "ui-workflow.png": f"{base}/projects/examples/workflows/{WORKFLOW}",
     }
     with chromium_page() as page:
-        return {name: picture(page, url) for name, url in pages.items()}
+        images = {name: picture(page, url) for name, url in pages.items()}
+    with chromium_page("dark") as page:
+        images["ui-attempt-dark.png"] = picture(page, pages["ui-attempt.png"])
+    return images
 
 
 def main() -> int:
