@@ -17,7 +17,7 @@ from typing import Any
 from apiflask import APIFlask
 from flask import Response, g, request
 from sqlalchemy import Engine
-from werkzeug.routing import BaseConverter
+from werkzeug.routing import BaseConverter, ValidationError
 
 from services.api.auth import SECURITY_SCHEME_NAME, SECURITY_SCHEMES, authenticate, is_open
 from services.api.body import ARCHIVE_REQUEST_BODY, BINARY_BODY_ATTRIBUTE, check_request
@@ -78,13 +78,22 @@ PROBLEM_SCHEMA: dict[str, Any] = {
 }
 
 
-class IdConverter(BaseConverter):
-    """``<id:name>``: a positive id the store can hold (at most 18 digits); else 404."""
+MAX_ID = 2**63 - 1
+"""The largest id the store holds (a signed 64-bit integer on PostgreSQL and SQLite)."""
 
-    regex = r"[0-9]{1,18}"
+
+class IdConverter(BaseConverter):
+    """``<id:name>``, the converter of every id in a path, UI and REST: a whole number
+    from 1 to :data:`MAX_ID` written without leading zeros; anything else (0, a sign,
+    text, a number the store cannot hold) matches no route, so the answer is a 404."""
+
+    regex = r"[1-9][0-9]{0,18}"
 
     def to_python(self, value: str) -> int:
-        return int(value)
+        number = int(value)
+        if number > MAX_ID:
+            raise ValidationError()
+        return number
 
     def to_url(self, value: Any) -> str:
         return str(int(value))

@@ -67,14 +67,14 @@ def start(name: str, workflow: str) -> WerkzeugResponse | tuple[str, int]:
     return _to_attempt(result.attempt_id)
 
 
-@blueprint.get("/attempts/<int:attempt_id>/retry")
+@blueprint.get("/attempts/<id:attempt_id>/retry")
 def retry_form(attempt_id: int) -> str:
     """The retry form: everything, what did not succeed, or from a chosen task."""
     mode = request.args.get("mode", "failed")
     return _retry_page(attempt_id, mode if mode in RETRY_MODES else "failed")
 
 
-@blueprint.post("/attempts/<int:attempt_id>/retry")
+@blueprint.post("/attempts/<id:attempt_id>/retry")
 def retry(attempt_id: int) -> WerkzeugResponse | str:
     """A new attempt of the same session, as the form asks; on to the new attempt."""
     mode = request.form.get("mode", "")
@@ -98,13 +98,13 @@ def retry(attempt_id: int) -> WerkzeugResponse | str:
     return _to_attempt(new_id)
 
 
-@blueprint.get("/attempts/<int:attempt_id>/kill")
+@blueprint.get("/attempts/<id:attempt_id>/kill")
 def kill_form(attempt_id: int) -> str:
     """The page that asks before an attempt is killed."""
     return _kill_page(attempt_id)
 
 
-@blueprint.post("/attempts/<int:attempt_id>/kill")
+@blueprint.post("/attempts/<id:attempt_id>/kill")
 def kill(attempt_id: int) -> WerkzeugResponse | str:
     """Kill the attempt once confirmed: it moves to ``canceling`` and ends ``killed``."""
     if request.form.get("confirmed") != CONFIRMED:

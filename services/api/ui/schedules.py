@@ -80,13 +80,13 @@ def schedule_list() -> str:
     )
 
 
-@blueprint.get("/schedules/<int:schedule_id>")
+@blueprint.get("/schedules/<id:schedule_id>")
 def schedule_page(schedule_id: int) -> str:
     """One schedule: its times, state, missed times and controls."""
     return _detail_page(schedule_id)
 
 
-@blueprint.post("/schedules/<int:schedule_id>/pause")
+@blueprint.post("/schedules/<id:schedule_id>/pause")
 def pause(schedule_id: int) -> WerkzeugResponse:
     """Pause the schedule: the session times due from now on do not run."""
     with write_transaction() as conn:
@@ -97,7 +97,7 @@ def pause(schedule_id: int) -> WerkzeugResponse:
     return _back_to(schedule_id)
 
 
-@blueprint.post("/schedules/<int:schedule_id>/resume")
+@blueprint.post("/schedules/<id:schedule_id>/resume")
 def resume(schedule_id: int) -> WerkzeugResponse:
     """Resume the schedule; with ``replay`` the times due while it was paused run too."""
     replay = request.form.get("replay") == "yes"
@@ -114,7 +114,7 @@ def resume(schedule_id: int) -> WerkzeugResponse:
     return _back_to(schedule_id)
 
 
-@blueprint.post("/schedules/<int:schedule_id>/skip")
+@blueprint.post("/schedules/<id:schedule_id>/skip")
 def skip(schedule_id: int) -> WerkzeugResponse | tuple[str, int]:
     """Skip the upcoming session times before a time, or the next ``count`` of them."""
     values = filled(request.form, SKIP_FIELDS)
@@ -136,7 +136,7 @@ def skip(schedule_id: int) -> WerkzeugResponse | tuple[str, int]:
     return _back_to(schedule_id)
 
 
-@blueprint.get("/schedules/<int:schedule_id>/backfill")
+@blueprint.get("/schedules/<id:schedule_id>/backfill")
 def backfill_preview(schedule_id: int) -> str | tuple[str, int]:
     """The sessions a backfill would create (a dry run), with a button that runs it."""
     values = filled(request.args, BACKFILL_FIELDS)
@@ -157,7 +157,7 @@ def backfill_preview(schedule_id: int) -> str | tuple[str, int]:
     )
 
 
-@blueprint.post("/schedules/<int:schedule_id>/backfill")
+@blueprint.post("/schedules/<id:schedule_id>/backfill")
 def backfill(schedule_id: int) -> WerkzeugResponse | tuple[str, int]:
     """Create the backfill's sessions (those that exist already are kept)."""
     values = filled(request.form, BACKFILL_FIELDS)
