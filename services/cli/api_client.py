@@ -307,6 +307,10 @@ class ApiClient:
             body["params"] = params
         return self._json("POST", f"/api/attempts/{_seg(attempt_id)}/retry", json=body)
 
+    def get_failures(self, attempt_id: str) -> Json:
+        """Why an attempt failed: ``items`` (task, message, log_tail) and ``not_shown``."""
+        return self._json("GET", f"/api/attempts/{_seg(attempt_id)}/failures")
+
     def list_tasks(self, attempt_id: str) -> list[Json]:
         """The task tree of an attempt."""
         return _items(self._json("GET", f"/api/attempts/{_seg(attempt_id)}/tasks"))

@@ -4,7 +4,8 @@ message and the last lines of its latest log, shown the same way by every comman
     failed +wf+task: <error message>
       | <one of the last log lines, at most 10>
 
-Only the end of a log is read (a page from near its end), however large the log is.
+The API chooses the failures and reads the end of their logs
+(``GET /api/attempts/{id}/failures``); this module only prints them.
 """
 
 from __future__ import annotations
@@ -15,16 +16,11 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from services.cli.output import text
-from shared.errors import TickworkError
-from shared.log_tail import TAIL_BYTES, last_lines
 
 if TYPE_CHECKING:
     from services.cli.api_client import ApiClient
 
 Json = dict[str, Any]
-
-MAX_FAILURES = 10
-"""Most failed tasks reported with their logs; the others are counted."""
 
 
 @dataclass(frozen=True)
@@ -67,42 +63,21 @@ def error_message(task: Json) -> str:
     return "failed"
 
 
-def failed_tasks(tasks: list[Json]) -> list[Json]:
-    """The tasks in error that did not fail only because a child did: where to look."""
-    failed_parents = {t.get("parent_id") for t in tasks if t.get("state") == "error"}
-    return [t for t in tasks if t.get("state") == "error" and t.get("id") not in failed_parents]
-
-
 def read_failure_report(client: ApiClient, attempt: Json) -> FailureReport:
-    """What failed in ``attempt`` (an attempt's JSON): nothing unless it ended in error."""
+    """What failed in ``attempt`` (an attempt's JSON), as the API's
+    ``/api/attempts/{id}/failures`` says: nothing unless it ended in error."""
     if attempt.get("state") != "error":
         return FailureReport([])
-    attempt_id = str(attempt["id"])
-    failed = failed_tasks(client.list_tasks(attempt_id))
-    shown = failed[:MAX_FAILURES]
+    found = client.get_failures(str(attempt["id"]))
     failures = [
         Failure(
-            str(task["full_name"]), error_message(task), read_log_tail(client, attempt_id, task)
+            str(item.get("task", "")),
+            str(item.get("message") or "failed"),
+            [str(line) for line in item.get("log_tail") or []],
         )
-        for task in shown
+        for item in found.get("items") or []
     ]
-    return FailureReport(failures, len(failed) - len(shown))
-
-
-def read_log_tail(client: ApiClient, attempt_id: str, task: Json) -> list[str]:
-    """The last lines of the latest log of ``task``; none if it has no log that can be read
-    (a tail is an aid: the error message was already shown)."""
-    try:
-        files = client.list_log_files(attempt_id, str(task["full_name"]))
-        runs = [f for f in files if str(f.get("task_id")) == str(task["id"])]
-        if not runs:
-            return []
-        latest = max(runs, key=lambda f: (int(f.get("run") or 0), int(f["id"])))
-        offset = max(0, int(latest.get("size_bytes") or 0) - TAIL_BYTES)
-        page = client.read_log_page(attempt_id, str(latest["id"]), offset)
-    except TickworkError:
-        return []
-    return last_lines(page.data[-TAIL_BYTES:], cut=offset > 0 or len(page.data) > TAIL_BYTES)
+    return FailureReport(failures, int(found.get("not_shown") or 0))
 
 
 def echo_failure_report(report: FailureReport, attempt_id: str) -> None:

@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from services.cli.failures import failed_tasks, failure_lines
+from services.cli.failures import failure_lines
 from shared.log_tail import last_lines
-
-
-def _task(task_id: str, parent_id: str | None, state: str) -> dict[str, Any]:
-    return {"id": task_id, "parent_id": parent_id, "full_name": f"+t{task_id}", "state": state}
 
 
 class TestFailureLines:
@@ -38,18 +32,3 @@ class TestLastLines:
 
     def test_bytes_that_are_not_utf8_are_replaced(self) -> None:
         assert last_lines(b"bad \xff byte\n", cut=False) == ["bad \ufffd byte"]
-
-
-class TestFailedTasks:
-    def test_a_group_that_failed_because_a_child_did_is_not_named(self) -> None:
-        tasks = [
-            _task("1", None, "error"),
-            _task("2", "1", "success"),
-            _task("3", "1", "error"),
-            _task("4", "1", "canceled"),
-        ]
-        assert [t["id"] for t in failed_tasks(tasks)] == ["3"]
-
-    def test_every_failed_leaf_is_named(self) -> None:
-        tasks = [_task("1", None, "error"), _task("2", "1", "error"), _task("3", "1", "error")]
-        assert [t["id"] for t in failed_tasks(tasks)] == ["2", "3"]

@@ -10,14 +10,17 @@ from zoneinfo import ZoneInfo
 
 from apiflask import APIBlueprint
 from flask import Response
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field
 from sqlalchemy import Connection
 
 from services.api.database import read_connection, write_transaction
 from services.api.errors import InvalidBody
 from services.api.models import RequestBody, UserParams
 from services.api.paging import PageQuery, cursor_after, next_cursor, page_limit
+from services.api.reads import attempts as attempt_reads
 from services.api.responses import json_response
+from services.api.times import parse_time
+from services.api.routes.logs import log_out
 from shared.clock import utc_now
 from shared.domain.instants import shown_in
 from shared.domain.states import AttemptState
@@ -104,13 +107,6 @@ class StartBody(RequestBody):
     params: UserParams = Field(default_factory=dict)
     idempotency_key: str | None = Field(None, min_length=1, max_length=255)
 
-    @field_validator("session_time")
-    @classmethod
-    def _iso_time(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_time(value)
-        return value
-
 
 class RetryBody(RequestBody):
     """What a retry runs again."""
@@ -162,14 +158,6 @@ class TaskList(BaseModel):
 
     items: list[TaskOut]
     next_cursor: str | None = None
-
-
-def parse_time(value: str) -> datetime:
-    """An ISO 8601 time (naive if it has no offset); ValueError with a clear message."""
-    try:
-        return datetime.fromisoformat(value.strip())
-    except ValueError:
-        raise ValueError("expected an ISO 8601 time such as 2026-11-30T07:00:00+00:00") from None
 
 
 def attempt_item(attempt: AttemptView) -> dict[str, Any]:
@@ -265,7 +253,11 @@ def start(body: StartBody) -> dict[str, Any]:
 def start_from_body(conn: Connection, body: StartBody, now: datetime) -> StartResult:
     """Start what ``body`` asks (``created`` is False when the session had an attempt);
     InvalidBody naming a member the store cannot use."""
-    session_time = None if body.session_time is None else parse_time(body.session_time)
+    session_time = (
+        None
+        if body.session_time is None
+        else parse_time(body.session_time, None, pointer="/session_time")
+    )
     with _member_errors():
         return start_attempt(
             conn,
@@ -367,3 +359,84 @@ def tasks(attempt_id: int) -> dict[str, Any]:
         for node in nodes
     ]
     return {"items": items, "next_cursor": None}
+
+
+class FailureOut(BaseModel):
+    """A task that failed (not only because a child did)."""
+
+    task: str = Field(description="The task's full name.")
+    task_id: str
+    message: str = Field(description="Its error message (`failed` when it has none).")
+    log_tail: list[str] = Field(description="The last lines of its latest run's log.")
+
+
+class FailureList(BaseModel):
+    """Why an attempt failed: empty unless it ended in error."""
+
+    items: list[FailureOut]
+    not_shown: int = Field(description="How many more tasks failed (at most 10 are listed).")
+
+
+@blueprint.get("/api/attempts/<id:attempt_id>/failures")
+@blueprint.output(FailureList)
+@blueprint.doc(responses={404: "No such attempt"})
+def failures(attempt_id: int) -> dict[str, Any]:
+    """Why the attempt failed: the tasks that failed themselves, each with its message and
+    the last lines of its latest log."""
+    with read_connection() as conn:
+        found = attempt_reads.read_failures(conn, attempt_id)
+    return failures_json(found)
+
+
+def failures_json(found: attempt_reads.Failures) -> dict[str, Any]:
+    """Failures as the REST API shows them."""
+    items = [
+        {"task": f.task, "task_id": str(f.task_id), "message": f.message, "log_tail": f.log_tail}
+        for f in found.items
+    ]
+    return {"items": items, "not_shown": found.not_shown}
+
+
+class TaskDetailOut(BaseModel):
+    """One task with what it was given and what it set (secret values masked)."""
+
+    id: str
+    full_name: str
+    state: str
+    is_group: bool
+    error: dict[str, Any] | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    params: dict[str, Any] = Field(description="The params visible when it started.")
+    stored: dict[str, Any] = Field(description="The `${...}` values it stored for later tasks.")
+    exported: dict[str, Any] = Field(description="Its `_export` params.")
+    logs: list[dict[str, Any]] = Field(
+        description="Its runs' logs, oldest first, as `/api/logs/{id}/files` lists them."
+    )
+
+
+@blueprint.get("/api/attempts/<id:attempt_id>/tasks/<id:task_id>")
+@blueprint.output(TaskDetailOut)
+@blueprint.doc(responses={404: "No such attempt, or no such task in it"})
+def task_detail(attempt_id: int, task_id: int) -> dict[str, Any]:
+    """One task of the attempt: its params, stored and exported values, and its logs."""
+    with read_connection() as conn:
+        found = attempt_reads.read_task_detail(conn, attempt_id, task_id)
+    return task_detail_json(found)
+
+
+def task_detail_json(task: attempt_reads.TaskDetail) -> dict[str, Any]:
+    """A task's detail as the REST API shows it."""
+    return {
+        "id": str(task.id),
+        "full_name": task.full_name,
+        "state": task.state,
+        "is_group": task.is_group,
+        "error": task.error,
+        "started_at": task.started_at,
+        "finished_at": task.finished_at,
+        "params": task.params,
+        "stored": task.stored,
+        "exported": task.exported,
+        "logs": [log_out(log) for log in task.runs],
+    }

@@ -114,6 +114,11 @@ class ContentQuery(BaseModel):
 
     offset: int | None = Field(None, ge=0, description="First byte to send.")
     length: int | None = Field(None, ge=0, description="At most this many bytes.")
+    download: bool = Field(
+        False,
+        description="The whole log as a file to save (`Content-Disposition: attachment`), "
+        "however large; `offset`, `length` and `Range` are then ignored.",
+    )
 
 
 class FollowQuery(BaseModel):
@@ -171,7 +176,7 @@ def _text(description: str, media_type: str = "text/plain") -> ResponseDoc:
 _FILE_RESPONSES: dict[int | str, ResponseDoc] = {
     200: _text(
         "The log's text from `offset`: at most `length` bytes, and at most 16 MiB "
-        "(`X-Log-Size` is the log's size)"
+        "(`X-Log-Size` is the log's size); with `download=true`, the whole log"
     ),
     206: _text("The range asked for with `Range: bytes=a-b` (at most 16 MiB)"),
     404: _described("No such attempt or log, or the log retention removed its text"),
@@ -183,20 +188,38 @@ _FILE_RESPONSES: dict[int | str, ResponseDoc] = {
 @blueprint.input(ContentQuery, location="query", arg_name="query")
 @blueprint.doc(responses=_FILE_RESPONSES)
 def get_file(attempt_id: int, file_id: int, query: ContentQuery) -> Response:
-    """A run's log, or a part of it: `Range: bytes=a-b` or `?offset=&length=`."""
+    """A run's log, or a part of it: `Range: bytes=a-b` or `?offset=&length=`; the whole
+    of it to save with `?download=true`."""
+    return file_response(attempt_id, file_id, query)
+
+
+def file_response(attempt_id: int, file_id: int, query: ContentQuery) -> Response:
+    """A run's log or the part of it asked for (by ``query`` or the ``Range`` header), as
+    /api/logs/{id}/files/{file} and the attempt page's log pane answer it."""
     with read_connection() as conn:
         found = log_store.get_run_log(conn, attempt_id, file_id)
     log_store.check_readable(found)
     size = found.size_bytes
-    status, start, length = _part(request.headers.get("Range"), query, size)
+    if query.download:
+        status, start, length = 200, 0, size
+    else:
+        status, start, length = _part(request.headers.get("Range"), query, size)
     stream = log_store.iter_log_bytes(current_engine(), found, start, length)
     response = Response(stream, status, content_type=TEXT_TYPE)
     response.headers["Content-Length"] = str(length)
     if status == 206:
         response.headers["Content-Range"] = f"bytes {start}-{start + length - 1}/{size}"
+    if query.download:
+        name = found.path.rsplit("/", 1)[-1]
+        response.headers["Content-Disposition"] = f'attachment; filename="{_safe_name(name)}"'
     response.headers["Accept-Ranges"] = "bytes"
     response.headers["X-Log-Size"] = str(size)
     return response
+
+
+def _safe_name(name: str) -> str:
+    """A file name for a header: letters, digits and ``+-_.`` kept, the rest ``_``."""
+    return re.sub(r"[^A-Za-z0-9+._-]", "_", name)[:200] or "task.log"
 
 
 MAX_READ_BYTES = 16 * 1024 * 1024

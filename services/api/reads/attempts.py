@@ -1,0 +1,226 @@
+"""Reads of one attempt: the attempt, its tasks with the state a page shows for each, its
+failures with the end of their logs, and one task with its values and its runs' logs.
+
+The REST routes (routes/attempts.py, routes/logs.py) and the attempt page
+(ui/attempt.py) both read through these functions; the CLI renders the REST JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from sqlalchemy import Connection
+
+from shared.errors import NotFound
+from shared.log_tail import TAIL_BYTES, last_lines
+from shared.secrets import Masker, SecretBox, SecretKeyError
+from shared.store import history
+from shared.store import logs as log_store
+from shared.store import secrets as secret_store
+from shared.store.history import AttemptView, TaskSummary
+from shared.store.logs import RunLog
+from shared.store.tasks import find_task
+
+MAX_FAILURES = 10
+"""Most failed tasks reported with the end of their logs; the others are counted."""
+
+ACTIVE_ORDER = ("running", "retry_waiting", "queued", "ready", "delayed")
+"""The states a group that has not ended shows for its children, the first found winning:
+a group whose child runs shows ``running``, not ``planned``."""
+_TERMINAL = frozenset({"success", "error", "canceled"})
+
+
+class TaskView(NamedTuple):
+    """One task of an attempt as its page shows it: :class:`TaskSummary`'s values and
+    ``display_state``, the task's own state except for a group that has not ended, which
+    shows the most active state among its descendants (see :data:`ACTIVE_ORDER`)."""
+
+    id: int
+    parent_id: int | None
+    full_name: str
+    name: str
+    position: int
+    is_group: bool
+    state: str
+    retry_count: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    error_message: str | None
+    upstream_ids: tuple[int, ...]
+    display_state: str
+
+    @property
+    def duration_seconds(self) -> float | None:
+        """From the task's first start to its end, retries included; None until it ends."""
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return max(0.0, (self.finished_at - self.started_at).total_seconds())
+
+
+@dataclass(frozen=True)
+class FailureView:
+    """A task that failed (not only because a child did), its message and log tail."""
+
+    task: str
+    task_id: int
+    message: str
+    log_tail: list[str]
+
+
+@dataclass(frozen=True)
+class Failures:
+    """The failures reported (at most :data:`MAX_FAILURES`) and how many more failed."""
+
+    items: list[FailureView]
+    not_shown: int
+
+
+@dataclass(frozen=True)
+class AttemptTasks:
+    """An attempt, its tasks in creation order, and its runs' logs."""
+
+    attempt: AttemptView
+    tasks: list[TaskView]
+    logs: list[RunLog]
+
+
+@dataclass(frozen=True)
+class TaskDetail:
+    """One task with what it was given and what it set, secrets masked: ``params`` (visible
+    when it started), ``stored`` (the ``${...}`` values it stored for the tasks after it),
+    ``exported`` (its ``_export``), and the logs of its runs, oldest first."""
+
+    id: int
+    full_name: str
+    state: str
+    is_group: bool
+    error: dict[str, Any] | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    params: dict[str, Any]
+    stored: dict[str, Any]
+    exported: dict[str, Any]
+    runs: list[RunLog]
+
+
+def display_states(tasks: list[TaskSummary]) -> dict[int, str]:
+    """The state shown for each task: its own, or for a group that has not ended the most
+    active state of its descendants (tasks come parents first: children are seen after)."""
+    shown = {task.id: task.state for task in tasks}
+    rank = {state: place for place, state in enumerate(ACTIVE_ORDER)}
+    parents = {task.id: task.parent_id for task in tasks}
+    for task in reversed(tasks):  # children before their parents
+        parent = parents.get(task.id)
+        if parent is None or parent not in shown:
+            continue
+        mine, theirs = shown[task.id], shown[parent]
+        if theirs in _TERMINAL or mine not in rank:
+            continue
+        if theirs not in rank or rank[mine] < rank[theirs]:
+            shown[parent] = mine
+    return shown
+
+
+def with_display_states(tasks: list[TaskSummary]) -> list[TaskView]:
+    """``tasks`` as :class:`TaskView` records."""
+    shown = display_states(tasks)
+    return [TaskView(*task, shown[task.id]) for task in tasks]
+
+
+def failed_tasks(tasks: list[TaskView]) -> list[TaskView]:
+    """The tasks in error that did not fail only because a child did: where to look."""
+    failed_parents = {t.parent_id for t in tasks if t.state == "error"}
+    return [t for t in tasks if t.state == "error" and t.id not in failed_parents]
+
+
+def latest_run(logs: list[RunLog], task_id: int) -> RunLog | None:
+    """The log of a task's latest run: the highest lease token (a fencing token grows
+    with each run)."""
+    runs = [log for log in logs if log.task_id == task_id]
+    return max(runs, key=lambda log: (log.lease_token, log.id)) if runs else None
+
+
+def read_log_tail(conn: Connection, log: RunLog, limit: int) -> tuple[bytes, int]:
+    """The last ``limit`` bytes of a run's log and how many bytes come before them; a
+    line saying so for a log the retention removed."""
+    if log.pruned_at is not None:
+        return f"[the log retention removed this log on {log.pruned_at:%Y-%m-%d}]\n".encode(), 0
+    return log_store.read_log_tail(conn, log, limit)
+
+
+def tail_lines(conn: Connection, log: RunLog | None) -> list[str]:
+    """The last lines of a run's log (see :mod:`shared.log_tail`); none without a log."""
+    if log is None:
+        return []
+    data, before = read_log_tail(conn, log, TAIL_BYTES)
+    return last_lines(data, cut=before > 0)
+
+
+def read_attempt_tasks(conn: Connection, attempt_id: int) -> AttemptTasks:
+    """An attempt, its tasks with their display states and its logs; NotFound if none."""
+    attempt = history.get_attempt_view(conn, attempt_id)
+    tasks = with_display_states(history.list_task_summaries(conn, attempt_id))
+    return AttemptTasks(attempt, tasks, log_store.list_run_logs(conn, attempt_id))
+
+
+def failures_of(conn: Connection, read: AttemptTasks, limit: int = MAX_FAILURES) -> Failures:
+    """The failures of an attempt read by :func:`read_attempt_tasks`: none unless it
+    ended in error."""
+    if read.attempt.state.value != "error":
+        return Failures([], 0)
+    failed = failed_tasks(read.tasks)
+    items = [
+        FailureView(
+            task.full_name,
+            task.id,
+            task.error_message or "failed",
+            tail_lines(conn, latest_run(read.logs, task.id)),
+        )
+        for task in failed[:limit]
+    ]
+    return Failures(items, len(failed) - len(items))
+
+
+def read_failures(conn: Connection, attempt_id: int) -> Failures:
+    """Why an attempt failed; NotFound if there is no such attempt."""
+    return failures_of(conn, read_attempt_tasks(conn, attempt_id))
+
+
+def read_task_detail(conn: Connection, attempt_id: int, task_id: int) -> TaskDetail:
+    """One task of an attempt with its values and runs; NotFound if the attempt has no
+    such task."""
+    attempt = history.get_attempt_view(conn, attempt_id)
+    task = find_task(conn, task_id)
+    if task is None or task.attempt_id != attempt_id:
+        raise NotFound(f"attempt {attempt_id} has no task {task_id}")
+    masker = project_masker(conn, attempt.project_id)
+    stored = (task.result or {}).get("store") or {}
+    return TaskDetail(
+        id=task.id,
+        full_name=task.full_name,
+        state=task.state.value,
+        is_group=task.is_group,
+        error=masker.mask_value(task.error) if task.error else None,
+        started_at=task.started_at,
+        finished_at=task.finished_at,
+        params=masker.mask_value(task.params or {}),
+        stored=masker.mask_value(stored if isinstance(stored, dict) else {"value": stored}),
+        exported=masker.mask_value(task.config.get("export") or {}),
+        runs=log_store.list_run_logs(conn, attempt_id, task_id=task_id),
+    )
+
+
+def project_masker(conn: Connection, project_id: int) -> Masker:
+    """What hides the values of a project's secrets, as the agent hides them in logs and
+    stored values; an empty masker when this server cannot decrypt them (it has no
+    ``TICKWORK_SECRET_KEY``: then it holds no clear value to show either)."""
+    encrypted = secret_store.read_encrypted_secrets(conn, project_id)
+    if not encrypted:
+        return Masker([])
+    try:
+        box = SecretBox.from_environment()
+        return Masker(box.decrypt(value, name) for name, value in encrypted.items())
+    except SecretKeyError:
+        return Masker([])
