@@ -3,23 +3,25 @@ a given zone (UTC, or the workflow's for a session time)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from services.api.errors import ApiProblem, InvalidBody, InvalidParameter
-from shared.domain.instants import out_of_range, shown_in
+from shared.display import iso_time
+from shared.domain.instants import out_of_range
 
 TIME_FORMAT_HINT = "expected an ISO 8601 time like 2026-11-30T07:00:00+09:00 or 2026-11-30"
 
 
 def parse_time(
     raw: str,
-    timezone: str = "UTC",
+    timezone: str | None = "UTC",
     *,
     pointer: str | None = None,
     parameter: str | None = None,
 ) -> datetime:
-    """An aware time from ``raw``; a naive one is in ``timezone``.
+    """An aware time from ``raw``; a naive one is in ``timezone`` (with None it stays
+    naive, for the caller to read in a zone it learns later: a workflow's).
 
     Errors name the body member (``pointer``) or the query parameter (``parameter``): for
     text that is not a time (whitespace around it included), and for a time outside the
@@ -30,6 +32,8 @@ def parse_time(
     try:
         parsed = datetime.fromisoformat(raw)
         if parsed.tzinfo is None:
+            if timezone is None:
+                return parsed
             parsed = parsed.replace(tzinfo=_zone(timezone))
     except ValueError:
         raise _bad(f"{TIME_FORMAT_HINT}, got {raw[:60]!r}", pointer, parameter) from None
@@ -51,10 +55,6 @@ def _bad(detail: str, pointer: str | None, parameter: str | None) -> ApiProblem:
     return InvalidBody(pointer or "", detail)
 
 
-def format_time(instant: datetime | None, timezone: str | None = None) -> str | None:
-    """``instant`` as ISO 8601 with its offset, in ``timezone`` when given (else UTC, and
-    in UTC too when that zone cannot show it)."""
-    if instant is None:
-        return None
-    zone = ZoneInfo(timezone) if timezone else UTC
-    return shown_in(instant, zone).isoformat()
+format_time = iso_time
+"""``instant`` as ISO 8601 with its offset, in ``timezone`` when given (else UTC, and in
+UTC too when that zone cannot show it): :func:`shared.display.iso_time`."""

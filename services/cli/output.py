@@ -10,10 +10,12 @@ import json
 import re
 import sys
 from collections.abc import Callable, Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import click
+
+from shared.display import time_text
 
 
 def print_json(value: Any) -> None:
@@ -55,22 +57,18 @@ _ISO_TIME = re.compile(r"\A\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
 
 
 def format_time(value: datetime | str) -> str:
-    """A time as the CLI shows it: ISO 8601 to the second, in the offset it carries, with
-    ``Z`` for UTC (``2026-12-02T09:00:00+09:00``, ``2026-12-02T00:00:00Z``). A string that
-    is not an ISO 8601 time is returned as it is."""
+    """A time as the CLI shows it (:func:`shared.display.time_text`): ISO 8601 to the
+    second, in the offset it carries, with ``Z`` for UTC (``2026-12-02T09:00:00+09:00``,
+    ``2026-12-02T00:00:00Z``). A string that is not an ISO 8601 time is returned as it is."""
     if isinstance(value, datetime):
-        instant = value
-    elif not _ISO_TIME.match(value):
+        return time_text(value)
+    if not _ISO_TIME.match(value):
         return value
-    else:
-        try:
-            instant = datetime.fromisoformat(value)
-        except ValueError:
-            return value
-    shown = instant.replace(microsecond=0).isoformat()
-    if instant.utcoffset() == timedelta(0):
-        return shown.removesuffix("+00:00") + "Z"
-    return shown
+    try:
+        instant = datetime.fromisoformat(value)
+    except ValueError:
+        return value
+    return time_text(instant)
 
 
 def text(value: object) -> str:

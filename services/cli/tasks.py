@@ -17,6 +17,7 @@ from services.cli.client import ATTEMPT_ID, api, client_options
 from services.cli.errors import EXIT_CODES_HELP
 from services.cli.failures import error_message
 from services.cli.output import print_json, text
+from shared.display import duration_text
 
 Json = dict[str, Any]
 
@@ -61,22 +62,6 @@ def tree_order(tasks: list[Json]) -> Iterator[tuple[int, Json]]:
         stack.extend((depth + 1, child) for child in reversed(children.get(task.get("id"), [])))
 
 
-def format_duration(seconds: float | None) -> str:
-    """``0.4s``, ``12s``, ``3m05s``, ``2h03m10s``; ``-`` for none."""
-    if seconds is None:
-        return "-"
-    if seconds < 10:
-        return f"{seconds:.1f}s"
-    whole = round(seconds)
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m{secs:02d}s"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"
-
-
 def current_error(task: Json) -> str | None:
     """The task's error message if it is in error now; None otherwise."""
     if task.get("state") not in CURRENT_ERROR_STATES:
@@ -92,7 +77,7 @@ def task_row(depth: int, task: Json) -> list[str]:
         INDENT * depth + text(name),
         text(task.get("state")),
         text(task.get("started_at")),
-        format_duration(task.get("duration_seconds")),
+        duration_text(task.get("duration_seconds")),
         text(task.get("retry_count") or 0),
         text(current_error(task)),
     ]

@@ -135,3 +135,22 @@ def attempt_state_for(root_state: TaskState) -> AttemptState:
         TaskState.ERROR: AttemptState.ERROR,
         TaskState.CANCELED: AttemptState.CANCELED,
     }[root_state]
+
+
+class ScheduleState(StrEnum):
+    """Where a schedule stands, as lists show it (derived from its row, not stored)."""
+
+    ACTIVE = "active"  # emits its session times
+    PAUSED = "paused"  # paused by hand: the times due now do not run
+    FAILING = "failing"  # active, but its last scheduler passes failed
+    REMOVED = "removed"  # its workflow left the project: it emits nothing
+
+    @classmethod
+    def of(cls, *, paused: bool, removed: bool, failures: int) -> ScheduleState:
+        """The state of a schedule that is (or not) paused and removed, with ``failures``
+        scheduler passes failed in a row."""
+        if removed:
+            return cls.REMOVED
+        if paused:
+            return cls.PAUSED
+        return cls.FAILING if failures else cls.ACTIVE

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.cli.tasks import current_error, format_duration, tree_order
+from services.cli.tasks import current_error, tree_order
+from shared.display import duration_text
 
 
 def _task(task_id: int, parent_id: int | None, position: int) -> dict[str, Any]:
@@ -43,11 +44,11 @@ class TestCurrentError:
         assert current_error({"state": "error", "error": {"message": "exit 3"}}) == "exit 3"
 
 
-def test_durations_read_in_seconds_minutes_and_hours() -> None:
-    assert [format_duration(s) for s in (None, 0.25, 12.4, 185, 7390)] == [
+def test_durations_read_in_seconds_minutes_and_hours_as_the_web_ui_shows_them() -> None:
+    assert [duration_text(s) for s in (None, 0.25, 12.4, 185, 7390)] == [
         "-",
         "0.2s",
-        "12s",
-        "3m05s",
-        "2h03m10s",
+        "12.4s",
+        "3m 05s",
+        "2h 03m",
     ]

@@ -7,7 +7,7 @@ from typing import Any
 
 from apiflask import APIBlueprint
 from flask import Response
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field
 
 from services.api import times
 from services.api.database import read_connection
@@ -20,7 +20,7 @@ from services.api.paging import (
     page_limit,
 )
 from services.api.responses import json_response
-from services.api.routes.attempts import AttemptOut, AttemptPage, attempt_item, parse_time
+from services.api.routes.attempts import AttemptOut, AttemptPage, attempt_item
 from shared.domain.states import AttemptState
 from shared.store import history
 from shared.store.history import SessionView
@@ -61,13 +61,6 @@ class SessionsQuery(PageQuery):
     time_to: str | None = Field(
         None, alias="to", max_length=64, description="Session times before (exclusive)."
     )
-
-    @field_validator("time_from", "time_to")
-    @classmethod
-    def _iso_time(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_time(value)
-        return value
 
 
 def _utc(value: str | None, parameter: str) -> datetime | None:

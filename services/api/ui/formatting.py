@@ -1,87 +1,79 @@
-"""How pages show values: times in the workflow's zone with UTC on hover, durations,
-states. Registered as Jinja filters; every template uses these, none formats on its own."""
+"""How pages show values, as Jinja filters over the formatters of shared/display.py:
+times in the workflow's zone with UTC on hover, durations, sizes, states (their colours
+come from shared/state_colours.py, served as /ui/states.css). Every template uses these;
+none formats on its own."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+import hashlib
+from datetime import datetime
+from functools import cache
 from urllib.parse import urlencode
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from flask import Flask, request
+from flask import Blueprint, Flask, Response, request
 from markupsafe import Markup, escape
+from werkzeug.wrappers import Response as WerkzeugResponse
 
-STATE_CLASSES = {
-    "success": "ok",
-    "error": "bad",
-    "killed": "bad",
-    "canceled": "muted",
-    "canceling": "warn",
-    "running": "live",
-    "queued": "wait",
-    "planned": "wait",
-    "blocked": "wait",
-    "ready": "wait",
-    "retry_waiting": "warn",
-    "delayed": "warn",
-    "created": "wait",
-}
+from shared.clock import utc_now
+from shared.display import (
+    as_instant,
+    duration_text,
+    running_for_text,
+    size_text,
+    time_text,
+    utc_text,
+)
+from shared.state_colours import states_stylesheet
 
-
-def _zone(name: str | None) -> ZoneInfo | None:
-    if not name:
-        return None
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        return None
-
-
-def _moments(value: datetime | str, zone: str | None) -> tuple[str, str]:
-    """The UTC instant (``...Z``) and the text shown for a time in ``zone``."""
-    moment = datetime.fromisoformat(value) if isinstance(value, str) else value
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    shown = moment.astimezone(_zone(zone) or moment.tzinfo).replace(microsecond=0)
-    utc = moment.astimezone(UTC).replace(microsecond=0)
-    utc_text = utc.isoformat().replace("+00:00", "Z")
-    shown_text = utc_text if shown.utcoffset() == timedelta(0) else shown.isoformat()
-    return utc_text, shown_text.replace("T", " ")
+blueprint = Blueprint("ui_formatting", __name__, url_prefix="/ui")
 
 
 def when(value: datetime | str | None, zone: str | None = None) -> Markup:
     """A ``<time>`` element: the time in ``zone`` (else as given) to the second, with its
-    UTC instant in ``datetime`` and on hover; ``-`` for nothing."""
+    UTC instant in ``datetime`` and on hover, and the zone in ``data-zone`` when one is
+    given (a script may show the time in another zone); ``-`` for nothing."""
     if value is None or value == "":
         return Markup("-")
-    utc_text, shown_text = _moments(value, zone)
+    instant = as_instant(value)
+    utc, shown = utc_text(instant), time_text(instant, zone, sep=" ")
+    zone_attribute = f' data-zone="{escape(zone)}"' if zone else ""
     # ISO times hold no markup; plain formatting keeps a 2,000-row page fast.
-    return Markup(f'<time datetime="{utc_text}" title="{utc_text}">{shown_text}</time>')
+    return Markup(f'<time datetime="{utc}" title="{utc}"{zone_attribute}>{shown}</time>')
 
 
 def when_text(value: datetime | str | None, zone: str | None = None) -> str:
     """The text :func:`when` shows, as plain text (for a ``title`` or a label)."""
     if value is None or value == "":
         return "-"
-    return _moments(value, zone)[1]
+    return time_text(as_instant(value), zone, sep=" ")
 
 
-def duration(seconds: float | None) -> str:
-    """``1.2s``, ``3m 04s``, ``2h 05m``; ``-`` for nothing."""
-    if seconds is None:
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    whole = int(seconds)
-    if whole < 3600:
-        return f"{whole // 60}m {whole % 60:02d}s"
-    return f"{whole // 3600}h {whole % 3600 // 60:02d}m"
+def running_for(start: datetime | str | float | None) -> str:
+    """How long a running thing that started at ``start`` has been running (``3m 04s``)."""
+    return running_for_text(start, utc_now())
 
 
 def state_badge(state: str | None) -> Markup:
-    """A state as a coloured badge (its class says its kind: ok, bad, live, wait, ...)."""
+    """A state as a badge; its class ``state-NAME`` takes the state's colour."""
     name = str(state or "-")
-    kind = STATE_CLASSES.get(name, "muted")
-    return Markup(f'<span class="state state-{kind}">{escape(name)}</span>')
+    return Markup(f'<span class="state state-{escape(name)}">{escape(name)}</span>')
+
+
+@cache
+def _stylesheet() -> tuple[bytes, str]:
+    body = states_stylesheet().encode()
+    return body, hashlib.sha256(body).hexdigest()[:16]
+
+
+@blueprint.get("/states.css")
+def states_css() -> WerkzeugResponse:
+    """The state colours as a stylesheet: ``--state-NAME`` and ``.state-NAME``."""
+    body, digest = _stylesheet()
+    response = Response(body, mimetype="text/css")
+    response.set_etag(digest)
+    response.cache_control.public = True
+    response.cache_control.max_age = 3600
+    return response.make_conditional(request)
 
 
 def query_with(**changes: object) -> str:
@@ -101,5 +93,8 @@ def register(app: Flask) -> None:
     app.add_template_global(query_with, "query_with")
     app.add_template_filter(when, "when")
     app.add_template_filter(when_text, "when_text")
-    app.add_template_filter(duration, "duration")
+    app.add_template_filter(duration_text, "duration")
+    app.add_template_filter(size_text, "size")
+    app.add_template_filter(running_for, "running_for")
     app.add_template_filter(state_badge, "state")
+    app.register_blueprint(blueprint)
