@@ -15,7 +15,7 @@ from services.api.config import ApiConfig, ApiToken
 from services.api.errors import ApiProblem
 from services.api.ui import is_ui_path
 
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/favicon.ico"})
 # The OpenAPI document and its viewer describe the API and hold no data.
 OPEN_PREFIXES = ("/api/openapi.json", "/api/docs")
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})

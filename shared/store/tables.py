@@ -358,3 +358,17 @@ project_params = Table(
     Column("value", Text, nullable=False),
     Column("updated_at", Timestamp, nullable=False),
 )
+
+# The web UI's signed-in sessions (shared.store.ui_sessions): the cookie holds a random
+# session id, the row its SHA-256; signing out or removing the token ends the row, and
+# with it every copy of the cookie on every API replica.
+ui_sessions = Table(
+    "ui_sessions",
+    metadata,
+    Column("id_digest", String(64), primary_key=True),
+    Column("token_digest", String(64), nullable=False, index=True),
+    Column("role", String(16), nullable=False),
+    Column("created_at", Timestamp, nullable=False),
+    Column("last_seen_at", Timestamp, nullable=False, index=True),
+    Column("ended_at", Timestamp, nullable=True),
+)

@@ -25,6 +25,8 @@ from services.api.ui import formatting
 from shared.store.retention import RETENTION_KEY, RetentionPolicy
 
 UI_PREFIX = "/ui"
+FAVICON_PATH = "/favicon.ico"
+FAVICON_FILE = "favicon.svg"
 UI_MODULES = (
     "auth",
     "overview",
@@ -71,3 +73,9 @@ def register_ui(app: APIFlask, config: ApiConfig) -> None:
     @app.doc(hide=True)
     def _root() -> WerkzeugResponse:
         return redirect(UI_PREFIX + "/", code=302)
+
+    @app.get(FAVICON_PATH)
+    @app.doc(hide=True)
+    def _favicon() -> WerkzeugResponse:
+        # Open (services/api/auth.py): a browser asks for it before anyone signs in.
+        return shell.send_static_file(FAVICON_FILE)

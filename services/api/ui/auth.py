@@ -1,12 +1,21 @@
 """Signing in to the web UI, and what guards its pages.
 
 A person signs in at ``/ui/login`` with one of the REST API's tokens (``read`` or
-``admin``, services/api/config.py). The answer is Flask's session cookie: signed,
-HttpOnly, SameSite=Strict, Secure when the request came over https, valid 12 hours after
-the last page. It holds a keyed digest of the token, never the token, and that digest is
-matched against the configured tokens on every request: a token removed from the
-configuration ends its sessions at their next page. Failed sign-ins are limited per
-client address (10 at once, then one every 6 seconds).
+``admin``, services/api/config.py). Signing in starts a session in the store
+(shared/store/ui_sessions.py, a row every API replica reads) and answers with Flask's
+session cookie: signed, HttpOnly, SameSite=Strict, Secure when the request came over
+https. The cookie holds the session's random id (the store keeps only its SHA-256) and
+its CSRF token, never the token. Every guarded request reads the session's row by its
+primary key: a session that ended, or was not used for 12 hours, no longer opens a page,
+whichever replica is asked and whatever copy of the cookie is shown. Its last use is
+written at most once a minute. Signing out ends the row, so every copy of the cookie
+stops working at once; a session whose token (kept on the row as a keyed digest) is no
+longer configured ends, with every other session of that token, at its next request.
+Ended and idle rows are deleted at each sign-in.
+
+Failed sign-ins, and requests to ``/ui`` with a bearer token that is not valid, are
+limited per client address together (10 at once, then one every 6 seconds; then 429 with
+``Retry-After``).
 
 The cookie's signing key (``app.secret_key``) is derived with HKDF-SHA256 and a purpose
 label, never used raw: from ``TICKWORK_SECRET_KEY`` when it is set, else from every
@@ -22,8 +31,10 @@ forged cross-site request cannot carry it. With authentication off, pages are op
 everyone may act (the page says so); their forms still carry the CSRF token.
 
 Every UI answer carries a Content-Security-Policy without inline scripts or styles,
-``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: same-origin``; errors on UI
-paths are HTML pages (``templates/ui/error.html``), not problem documents.
+``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: same-origin``, and every
+guarded one ``Cache-Control: no-store`` (no signed-in page stays in a cache after signing
+out); errors on UI paths are HTML pages (``templates/ui/error.html``), not problem
+documents.
 """
 
 from __future__ import annotations
@@ -55,10 +66,20 @@ from flask.sessions import SecureCookieSessionInterface
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from services.api.auth import READ_METHODS, match_token
-from services.api.config import ApiConfig, Role
+from services.api.config import ApiConfig, ApiToken, Role
+from services.api.database import read_connection, write_transaction
 from services.api.errors import ERROR_PAGE_KEY, PROBLEM_TYPES, ApiProblem
 from services.api.ratelimit import RateLimiter, retry_after_header
 from services.api.ui import UI_PREFIX, is_ui_path
+from shared.clock import utc_now
+from shared.store.ui_sessions import (
+    end_token_ui_sessions,
+    end_ui_session,
+    find_ui_session,
+    remove_finished_ui_sessions,
+    start_ui_session,
+    touch_ui_session,
+)
 
 HOME = UI_PREFIX + "/"
 LOGIN_PATH = UI_PREFIX + "/login"
@@ -66,6 +87,8 @@ LOGOUT_PATH = UI_PREFIX + "/logout"
 STATIC_PREFIX = UI_PREFIX + "/static/"
 SESSION_COOKIE = "tickwork_session"
 SESSION_LIFETIME = timedelta(hours=12)
+SESSION_TOUCH_INTERVAL = timedelta(minutes=1)  # how often a session's last use is written
+SESSION_ID_KEY = "sid"
 CSRF_FIELD = "csrf_token"
 CSRF_HEADER = "X-CSRF-Token"
 SIGN_IN_KEY = "tickwork.ui_sign_in"
@@ -110,6 +133,28 @@ class SignIn:
         digests = tuple((token_digest(digest_key, t.token), t.role) for t in config.tokens)
         failures = RateLimiter(FAILED_SIGN_INS_PER_SECOND, FAILED_SIGN_INS_BURST)
         return cls(config, digest_key, digests, failures)
+
+    def limit_attempt(self) -> None:
+        """Count one try of a token from this client (a sign-in, a bearer token on a
+        page): 429 once the client's tries are used up. A try that matches gives it back
+        (:meth:`RateLimiter.release`)."""
+        client: str = g.client  # the address here (services/api/auth.py)
+        wait = self.failures.acquire(client)
+        if wait is not None:
+            raise ApiProblem(
+                429,
+                "too many tokens that are not valid from this address; wait and try again",
+                headers={"Retry-After": retry_after_header(wait)},
+            )
+
+    def check_token(self, given: str) -> ApiToken | None:
+        """The configured token ``given`` is, counted by :meth:`limit_attempt` when it
+        is none."""
+        self.limit_attempt()
+        token = match_token(given, self.config.tokens)
+        if token is not None:
+            self.failures.release(g.client)
+        return token
 
     def role_of(self, digest: str) -> Role | None:
         """The role of the configured token whose digest is ``digest``, compared against
@@ -210,7 +255,7 @@ def _who_is_asking(sign_in: SignIn) -> tuple[Role | None, bool]:
     token; a bearer token that is not valid is a 401."""
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() == "bearer" and given.strip():
-        token = match_token(given.strip(), sign_in.config.tokens)
+        token = sign_in.check_token(given.strip())
         if token is None:
             raise ApiProblem(
                 401,
@@ -218,14 +263,33 @@ def _who_is_asking(sign_in: SignIn) -> tuple[Role | None, bool]:
                 headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
             )
         return token.role, True
-    digest = session.get("token")
-    if not isinstance(digest, str):
-        return None, False
-    role = sign_in.role_of(digest)
+    return _session_role(sign_in), False
+
+
+def _session_role(sign_in: SignIn) -> Role | None:
+    """The role of the cookie's session if the store says it is live and its token is
+    still configured; else None, the cookie emptied and, for a token no longer
+    configured, every session of that token ended."""
+    session_id = session.get(SESSION_ID_KEY)
+    if not isinstance(session_id, str):
+        return None
+    now = utc_now()
+    with read_connection() as conn:
+        found = find_ui_session(conn, session_id)
+    if found is None or not found.is_live(now, SESSION_LIFETIME):
+        session.clear()
+        return None
+    role = sign_in.role_of(found.token_digest)
     if role is None:
+        with write_transaction() as conn:
+            end_token_ui_sessions(conn, found.token_digest, now)
         session.clear()
         flash("Your token is no longer accepted: sign in again.", "error")
-    return role, False
+        return None
+    if now - found.last_seen_at >= SESSION_TOUCH_INTERVAL:
+        with write_transaction() as conn:
+            touch_ui_session(conn, session_id, now)
+    return role
 
 
 def _to_sign_in() -> WerkzeugResponse:
@@ -289,6 +353,8 @@ def _secure_headers(response: Response) -> Response:
     if is_ui_path(request.path):
         for name, value in SECURITY_HEADERS.items():
             response.headers.setdefault(name, value)
+    if _guarded(request.path):
+        response.headers["Cache-Control"] = "no-store"
     return response
 
 
@@ -310,9 +376,7 @@ def login() -> WerkzeugResponse | str:
     """The sign-in form; straight on to ``next`` when already signed in or sign-in is off."""
     target = local_target(request.args.get("next"))
     sign_in = _sign_in()
-    digest = session.get("token")
-    signed_in = isinstance(digest, str) and sign_in.role_of(digest) is not None
-    if not sign_in.config.auth_enabled or signed_in:
+    if not sign_in.config.auth_enabled or _session_role(sign_in) is not None:
         return redirect(target, code=303)
     return render_template("ui/login.html", target=target, error=None)
 
@@ -325,22 +389,19 @@ def login_submit() -> WerkzeugResponse | tuple[str, int, dict[str, str]]:
     if not sign_in.config.auth_enabled:
         return redirect(target, code=303)
     _check_origin()
-    client: str = g.client  # the address here (services/api/auth.py)
-    wait = sign_in.failures.acquire(client)
-    if wait is not None:
-        raise ApiProblem(
-            429,
-            "too many failed sign-ins from this address; wait and try again",
-            headers={"Retry-After": retry_after_header(wait)},
-        )
-    token = match_token(request.form.get("token", "").strip(), sign_in.config.tokens)
+    token = sign_in.check_token(request.form.get("token", "").strip())
     if token is None:
         html = render_template("ui/login.html", target=target, error="That token is not valid.")
         return html, 401, {"WWW-Authenticate": 'Bearer realm="tickwork"'}
-    sign_in.failures.release(client)
+    session_id = secrets.token_urlsafe(32)
+    now = utc_now()
+    with write_transaction() as conn:
+        remove_finished_ui_sessions(conn, now, SESSION_LIFETIME)
+        digest = token_digest(sign_in.digest_key, token.token)
+        start_ui_session(conn, session_id, digest, token.role, now)
     session.clear()
     session.permanent = True
-    session["token"] = token_digest(sign_in.digest_key, token.token)
+    session[SESSION_ID_KEY] = session_id
     session["csrf"] = secrets.token_urlsafe(32)
     return redirect(target, code=303)
 
@@ -358,6 +419,11 @@ def _check_origin() -> None:
 
 @blueprint.post("/logout")
 def logout() -> WerkzeugResponse:
-    """End the session (the guard has checked its CSRF token) and show the login page."""
+    """End the session in the store, for every copy of its cookie on every replica (the
+    guard has checked its CSRF token), and show the login page."""
+    session_id = session.get(SESSION_ID_KEY)
+    if isinstance(session_id, str):
+        with write_transaction() as conn:
+            end_ui_session(conn, session_id, utc_now())
     session.clear()
     return redirect(LOGIN_PATH, code=303)
