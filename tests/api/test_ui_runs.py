@@ -319,6 +319,7 @@ class TestAttemptPage:
             "state": "running",
             "group": True,
             "full_name": "+wide",
+            "started": int(NOW.timestamp()),
         }
         assert data["tasks"][1] == {
             "id": large_attempt["group"] + 1,

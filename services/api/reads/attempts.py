@@ -224,3 +224,8 @@ def project_masker(conn: Connection, project_id: int) -> Masker:
         return Masker(box.decrypt(value, name) for name, value in encrypted.items())
     except SecretKeyError:
         return Masker([])
+
+
+def read_attempt_state(conn: Connection, attempt_id: int) -> AttemptView:
+    """The attempt alone (its state among its values); NotFound if there is none."""
+    return history.get_attempt_view(conn, attempt_id)

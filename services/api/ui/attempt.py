@@ -1,8 +1,11 @@
 """The attempt page: why it failed (on top), its task tree with a timeline of the task
-runs, its task graph, and each task's log, followed live while the attempt runs.
+runs, its task graph, and a pane beside the tree with one task's log, values and actions,
+followed live while the attempt runs.
 
-The page works as plain HTML; static/attempt.js draws the graph (laid out by elkjs),
-refreshes the tree while the attempt runs, and loads and follows the logs.
+The page works as plain HTML (a folded tree, each task's log as text); static/attempt.js
+renders the whole tree from the page's task list (filters, folding, jumping to a
+failure), draws the graph (laid out by elkjs) and opens the log pane. Everything shown is
+read through services/api/reads/attempts.py, as the REST routes read it.
 """
 
 from __future__ import annotations
@@ -16,25 +19,27 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from flask import Blueprint, Response, render_template, request
+from flask import Blueprint, Response, jsonify, render_template, request
 from jinja2.utils import htmlsafe_json_dumps
 from markupsafe import Markup
-from sqlalchemy import Connection
+from pydantic import ValidationError
 
 from services.api.database import read_connection
-from services.api.routes.logs import FOLLOW_MAX_SECONDS, follow_response
+from services.api.reads import attempts as attempt_reads
+from services.api.reads.attempts import FailureView, TaskView
+from services.api.routes.attempts import task_detail_json
+from services.api.routes.logs import (
+    FOLLOW_MAX_SECONDS,
+    ContentQuery,
+    file_response,
+    follow_response,
+)
 from shared.clock import utc_now
 from shared.errors import NotFound
-from shared.log_tail import TAIL_BYTES, last_lines
-from shared.store import history
-from shared.store import logs as log_store
-from shared.store.history import AttemptView, TaskSummary
-from shared.store.logs import RunLog
+from shared.store.history import AttemptView
 
 blueprint = Blueprint("ui_attempt", __name__, url_prefix="/ui")
 
-MAX_FAILURES = 10
-"""Most failed tasks shown on top with their logs."""
 LOG_PAGE_BYTES = 1024 * 1024
 """Most bytes of each run's log the page shows inline (the end of a longer one)."""
 TREE_BUDGET = 150
@@ -45,6 +50,8 @@ NOTABLE_STATES = frozenset({"error", "retry_waiting", "running"})
 MAX_NOTABLE = 100
 """Most tasks a folded tree shows for their state beyond :data:`TREE_BUDGET`."""
 TEXT_TYPE = "text/plain; charset=utf-8"
+ERROR_CHARS = 400
+"""Most characters of a task's error message the page's task list carries."""
 
 
 @dataclass(frozen=True)
@@ -53,27 +60,17 @@ class TaskLine:
     and width, in percent of the attempt's span) and how many of its descendants a folded
     tree leaves out."""
 
-    task: TaskSummary
+    task: TaskView
     depth: int
     bar: tuple[float, float] | None
     folded: int
 
 
-@dataclass(frozen=True)
-class Failure:
-    """A task that failed (not only because a child did), its message and log tail."""
-
-    task: str
-    task_id: int
-    message: str
-    log_tail: list[str]
-
-
-def tree_order(tasks: list[TaskSummary]) -> list[tuple[int, TaskSummary]]:
+def tree_order(tasks: list[TaskView]) -> list[tuple[int, TaskView]]:
     """``(depth, task)`` for every task, each right after its parent, siblings in their
     order; a task whose parent is not listed is shown as a root."""
     children = _children(tasks)
-    ordered: list[tuple[int, TaskSummary]] = []
+    ordered: list[tuple[int, TaskView]] = []
     stack = [(0, task) for task in reversed(children.get(None, []))]
     while stack:
         depth, task = stack.pop()
@@ -82,10 +79,10 @@ def tree_order(tasks: list[TaskSummary]) -> list[tuple[int, TaskSummary]]:
     return ordered
 
 
-def _children(tasks: list[TaskSummary]) -> dict[int | None, list[TaskSummary]]:
+def _children(tasks: list[TaskView]) -> dict[int | None, list[TaskView]]:
     """Each task's children in their order, by parent id (None: the roots)."""
     ids = {task.id for task in tasks}
-    children: dict[int | None, list[TaskSummary]] = {}
+    children: dict[int | None, list[TaskView]] = {}
     for task in tasks:
         parent = task.parent_id
         children.setdefault(parent if parent in ids else None, []).append(task)
@@ -94,7 +91,7 @@ def _children(tasks: list[TaskSummary]) -> dict[int | None, list[TaskSummary]]:
     return children
 
 
-def shown_in_folded_tree(tasks: list[TaskSummary]) -> set[int]:
+def shown_in_folded_tree(tasks: list[TaskView]) -> set[int]:
     """The ids of the tasks a folded tree shows: the roots, then groups opened breadth
     first while their children fit in :data:`TREE_BUDGET` (a group that does not fit
     shows its first children up to the budget), and the tasks in a notable state
@@ -111,14 +108,14 @@ def shown_in_folded_tree(tasks: list[TaskSummary]) -> set[int]:
     by_id = {task.id: task for task in tasks}
     notable = [t for t in tasks if t.state in NOTABLE_STATES and t.id not in shown]
     for task in notable[:MAX_NOTABLE]:
-        current: TaskSummary | None = task
+        current: TaskView | None = task
         while current is not None and current.id not in shown:
             shown.add(current.id)
             current = None if current.parent_id is None else by_id.get(current.parent_id)
     return shown
 
 
-def _folded_counts(tasks: list[TaskSummary], shown: set[int]) -> dict[int, int]:
+def _folded_counts(tasks: list[TaskView], shown: set[int]) -> dict[int, int]:
     """For each shown task, how many of its descendants are not shown."""
     by_id = {task.id: task for task in tasks}
     counts: dict[int, int] = {}
@@ -133,13 +130,7 @@ def _folded_counts(tasks: list[TaskSummary], shown: set[int]) -> dict[int, int]:
     return counts
 
 
-def failed_tasks(tasks: list[TaskSummary]) -> list[TaskSummary]:
-    """The tasks in error that did not fail only because a child did: where to look."""
-    failed_parents = {t.parent_id for t in tasks if t.state == "error"}
-    return [t for t in tasks if t.state == "error" and t.id not in failed_parents]
-
-
-def _span(tasks: list[TaskSummary], now: datetime) -> tuple[datetime, float] | None:
+def _span(tasks: list[TaskView], now: datetime) -> tuple[datetime, float] | None:
     """When the first task started and how long, in seconds, the timeline spans."""
     started = [t for t in tasks if t.started_at is not None]
     if not started:
@@ -150,7 +141,7 @@ def _span(tasks: list[TaskSummary], now: datetime) -> tuple[datetime, float] | N
 
 
 def tree_lines(
-    ordered: list[tuple[int, TaskSummary]], now: datetime, shown: set[int] | None = None
+    ordered: list[tuple[int, TaskView]], now: datetime, shown: set[int] | None = None
 ) -> list[TaskLine]:
     """The lines of a task tree given in :func:`tree_order` (only the tasks in ``shown``,
     if given), each task with its timeline bar and how many of its descendants are left
@@ -173,53 +164,49 @@ def tree_lines(
     return lines
 
 
-def graph_json(ordered: list[tuple[int, TaskSummary]]) -> Markup:
-    """What the page's script draws, as compact JSON safe inside a script element: each
-    task in tree order (``group`` only on groups; ``full_name`` only where it is not the
-    parent's followed by ``name``) and the upstream edges as ``[upstream, downstream]``."""
+def _epoch(moment: datetime | None) -> int | None:
+    return None if moment is None else int(moment.timestamp())
+
+
+def graph_json(ordered: list[tuple[int, TaskView]], logged: set[int] | None = None) -> Markup:
+    """What the page's script draws the graph and the tree from, as compact JSON safe
+    inside a script element: each task in tree order with its display ``state`` (``own``:
+    its own state where that differs, as for a group whose child runs), ``group`` only on
+    groups, ``full_name`` only where it is not the parent's followed by ``name``, and only
+    where they apply ``retries``, ``started``/``finished`` (Unix seconds), ``error`` (its
+    message, cut at :data:`ERROR_CHARS`) and ``log`` (it has one); then the upstream edges
+    as ``[upstream, downstream]``."""
+    logged = logged or set()
     items = []
     for _, task in ordered:
-        item: dict[str, Any] = {"id": task.id, "name": task.name, "state": task.state}
+        item: dict[str, Any] = {"id": task.id, "name": task.name, "state": task.display_state}
+        if task.display_state != task.state:
+            item["own"] = task.state
         if task.parent_id is not None:
             item["parent"] = task.parent_id
         if task.is_group:
             item["group"] = True
         if task.parent_id is None or task.name == task.full_name:
             item["full_name"] = task.full_name
+        _put_optional(item, task, task.id in logged)
         items.append(item)
     edges = [(up, task.id) for _, task in ordered for up in task.upstream_ids]
     data = {"tasks": items, "edges": edges}
     return htmlsafe_json_dumps(data, dumps=json.dumps, separators=(",", ":"))
 
 
-def _read_part(conn: Connection, log: RunLog, limit: int) -> tuple[bytes, int]:
-    """The last ``limit`` bytes of a run's log and how many bytes come before them; a
-    line saying so for a log the retention removed."""
-    if log.pruned_at is not None:
-        return f"[the log retention removed this log on {log.pruned_at:%Y-%m-%d}]\n".encode(), 0
-    return log_store.read_log_tail(conn, log, limit)
-
-
-def _latest_run(files: list[RunLog], task_id: int) -> RunLog | None:
-    runs = [f for f in files if f.task_id == task_id]
-    return max(runs, key=lambda f: (f.lease_token, f.id)) if runs else None
-
-
-def failures(
-    conn: Connection, tasks: list[TaskSummary], files: list[RunLog]
-) -> tuple[list[Failure], int]:
-    """The failures to show on top (at most :data:`MAX_FAILURES`), and how many more."""
-    failed = failed_tasks(tasks)
-    shown = []
-    for task in failed[:MAX_FAILURES]:
-        latest = _latest_run(files, task.id)
-        tail: list[str] = []
-        if latest is not None:
-            data, before = _read_part(conn, latest, TAIL_BYTES)
-            tail = last_lines(data, cut=before > 0)
-        message = task.error_message or "failed"
-        shown.append(Failure(task.full_name, task.id, message, tail))
-    return shown, len(failed) - len(shown)
+def _put_optional(item: dict[str, Any], task: TaskView, logged: bool) -> None:
+    """The keys of a task's JSON that are left out when they say nothing."""
+    if task.retry_count:
+        item["retries"] = task.retry_count
+    if task.started_at is not None:
+        item["started"] = _epoch(task.started_at)
+    if task.finished_at is not None:
+        item["finished"] = _epoch(task.finished_at)
+    if task.error_message and task.state in ("error", "retry_waiting"):
+        item["error"] = task.error_message[:ERROR_CHARS]
+    if logged:
+        item["log"] = 1
 
 
 @dataclass(frozen=True)
@@ -231,10 +218,10 @@ class AttemptContext:
     lines: list[TaskLine]
     """The tree's lines: every task, or only those a folded tree shows."""
     folded: bool
-    failures: list[Failure]
+    failures: list[FailureView]
     more_failures: int
-    logged: list[TaskSummary]
-    """The tasks of the tree's lines that have a log, in tree order."""
+    first_failure: int | None
+    """The task whose log the pane opens at first: the first failure's."""
     graph: Markup
 
     def as_template_context(self) -> dict[str, Any]:
@@ -249,26 +236,32 @@ class AttemptContext:
             "folded": self.folded,
             "failures": self.failures,
             "more_failures": self.more_failures,
-            "logged": self.logged,
+            "first_failure": self.first_failure,
             "graph": self.graph,
         }
 
 
 def read_attempt(attempt_id: int, *, whole_tree: bool) -> AttemptContext:
-    """An attempt, its task tree (folded when it is large, unless ``whole_tree``) and its
-    log files, read in one connection."""
+    """An attempt, its task tree (folded when it is large, unless ``whole_tree``), its
+    failures and what its page's script needs, read in one connection."""
     with read_connection() as conn:
-        attempt = history.get_attempt_view(conn, attempt_id)
-        tasks = history.list_task_summaries(conn, attempt_id)
-        files = log_store.list_run_logs(conn, attempt_id)
-        shown, more = failures(conn, tasks, files) if attempt.state.value == "error" else ([], 0)
+        read = attempt_reads.read_attempt_tasks(conn, attempt_id)
+        found = attempt_reads.failures_of(conn, read)
+    tasks = read.tasks
     folded = not whole_tree and len(tasks) > TREE_BUDGET
     ordered = tree_order(tasks)
     lines = tree_lines(ordered, utc_now(), shown_in_folded_tree(tasks) if folded else None)
-    with_logs = {f.task_id for f in files}
-    logged = [line.task for line in lines if line.task.id in with_logs]
+    logged = {log.task_id for log in read.logs}
+    first = found.items[0].task_id if found.items else None
     return AttemptContext(
-        attempt, len(tasks), lines, folded, shown, more, logged, graph_json(ordered)
+        read.attempt,
+        len(tasks),
+        lines,
+        folded,
+        found.items,
+        found.not_shown,
+        first,
+        graph_json(ordered, logged),
     )
 
 
@@ -310,7 +303,7 @@ def _render_attempt(attempt_id: int, template: str) -> tuple[str, int]:
 
 @blueprint.get("/attempts/<id:attempt_id>")
 def attempt_page(attempt_id: int) -> tuple[str, int]:
-    """An attempt: why it failed, its tasks, graph, timeline and logs."""
+    """An attempt: why it failed, its tasks, graph, timeline and the log pane."""
     return _render_attempt(attempt_id, "ui/attempt.html")
 
 
@@ -320,16 +313,52 @@ def attempt_live(attempt_id: int) -> tuple[str, int]:
     return _render_attempt(attempt_id, "ui/attempt_live.html")
 
 
-def task_log_text(conn: Connection, attempt_id: int, files: list[RunLog]) -> str:
+def _text(message: str, status: int) -> Response:
+    return Response(message, status, content_type=TEXT_TYPE)
+
+
+@blueprint.get("/attempts/<id:attempt_id>/tasks/<id:task_id>")
+def task_detail(attempt_id: int, task_id: int) -> Response:
+    """One task as JSON for the log pane: its values (secrets masked) and its runs' logs,
+    as ``GET /api/attempts/{id}/tasks/{task_id}`` answers."""
+    try:
+        with read_connection() as conn:
+            found = attempt_reads.read_task_detail(conn, attempt_id, task_id)
+    except NotFound as error:
+        return _text(f"{error}\n", 404)
+    response = jsonify(task_detail_json(found))
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+@blueprint.get("/attempts/<id:attempt_id>/logs/<id:file_id>")
+def log_file(attempt_id: int, file_id: int) -> Response:
+    """A run's log or a part of it, as ``GET /api/logs/{id}/files/{file}`` answers
+    (``Range``, ``?offset=&length=``, ``?download=true``): the log pane reads its tail
+    and earlier ranges here."""
+    try:
+        query = ContentQuery.model_validate(request.args.to_dict())
+    except ValidationError:
+        return _text("expected offset and length as whole numbers, download as true\n", 400)
+    try:
+        return file_response(attempt_id, file_id, query)
+    except NotFound as error:
+        return _text(f"{error}\n", 404)
+
+
+def task_log_text(attempt_id: int, task_id: int) -> str:
     """The logs of a task's runs, oldest first: each run's last :data:`LOG_PAGE_BYTES`,
-    under a heading when there was more than one run."""
-    parts = []
-    for file in files:
-        data, before = _read_part(conn, file, LOG_PAGE_BYTES)
-        heading = f"--- run {file.lease_token} ---\n" if len(files) > 1 else ""
-        whole = f"/api/logs/{attempt_id}/files/{file.id}"
-        skipped = f"[{before} bytes before this; the whole log: {whole}]\n"
-        parts.append(heading + (skipped if before else "") + data.decode("utf-8", "replace"))
+    under a heading when there was more than one run; NotFound for no such task."""
+    with read_connection() as conn:
+        detail = attempt_reads.read_task_detail(conn, attempt_id, task_id)
+        parts = []
+        for file in detail.runs:
+            data, before = attempt_reads.read_log_tail(conn, file, LOG_PAGE_BYTES)
+            heading = f"--- run {file.lease_token} ---\n" if len(detail.runs) > 1 else ""
+            whole = f"/ui/attempts/{attempt_id}/logs/{file.id}?download=true"
+            skipped = f"[{before} bytes before this; the whole log: {whole}]\n"
+            text = data.decode("utf-8", "replace")
+            parts.append(heading + (skipped if before else "") + text)
     return "".join(parts) if parts else "No log yet.\n"
 
 
@@ -338,24 +367,22 @@ def task_log(attempt_id: int, task_id: int) -> Response:
     """A task's log as text: every run of it, as far as written (a run still going or
     killed too)."""
     try:
-        with read_connection() as conn:
-            history.get_attempt_view(conn, attempt_id)
-            files = log_store.list_run_logs(conn, attempt_id, task_id=task_id)
-            text = task_log_text(conn, attempt_id, files)
+        text = task_log_text(attempt_id, task_id)
     except NotFound:
-        return Response(f"No attempt {attempt_id}.\n", 404, content_type=TEXT_TYPE)
+        return _text(f"No task {task_id} in attempt {attempt_id}.\n", 404)
     return Response(text, 200, content_type=TEXT_TYPE, headers={"Cache-Control": "no-store"})
 
 
 @blueprint.get("/attempts/<id:attempt_id>/follow")
 def follow_logs(attempt_id: int) -> Response:
     """The attempt's logs as server-sent events while it runs (as /api/logs/{id}/follow;
-    EventSource resumes with ``Last-Event-ID``)."""
+    ``?offset=`` starts after that many bytes of the stream, EventSource resumes with
+    ``Last-Event-ID``)."""
     try:
         with read_connection() as conn:
-            history.get_attempt_view(conn, attempt_id)
+            attempt_reads.read_attempt_state(conn, attempt_id)
     except NotFound:
-        return Response(f"No attempt {attempt_id}.\n", 404, content_type=TEXT_TYPE)
-    last_event = request.headers.get("Last-Event-ID", "")
-    offset = int(last_event) if last_event.isdigit() and len(last_event) <= 18 else 0
+        return _text(f"No attempt {attempt_id}.\n", 404)
+    given = request.headers.get("Last-Event-ID", "") or request.args.get("offset", "")
+    offset = int(given) if given.isdigit() and len(given) <= 18 else 0
     return follow_response(attempt_id, offset, FOLLOW_MAX_SECONDS)
