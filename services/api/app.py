@@ -26,6 +26,7 @@ from services.api.database import ENGINE_KEY
 from services.api.docs import register_docs
 from services.api.errors import PROBLEM_MEDIA_TYPE, ApiProblem, register_error_handlers
 from services.api.metrics import ApiMetrics
+from services.api.paging import MAX_ID
 from services.api.ratelimit import RateLimiter, retry_after_header
 from services.api.ui import is_ui_path, register_ui
 from shared.store.engine import create_store_engine
@@ -76,10 +77,6 @@ PROBLEM_SCHEMA: dict[str, Any] = {
     },
     "required": ["type", "title", "status", "detail"],
 }
-
-
-MAX_ID = 2**63 - 1
-"""The largest id the store holds (a signed 64-bit integer on PostgreSQL and SQLite)."""
 
 
 class IdConverter(BaseConverter):
