@@ -33,6 +33,11 @@ def list_schedules_via_api(endpoint: str | None, as_json: bool) -> None:
     """List every schedule the API knows."""
     with api(endpoint) as client:
         items = list(client.list_schedules())
+    print_schedules(items, as_json)
+
+
+def print_schedules(items: list[dict[str, Any]], as_json: bool) -> None:
+    """Schedules in the REST API's JSON form, as JSON lines or a table."""
     print_items(
         items,
         as_json,
@@ -43,15 +48,9 @@ def list_schedules_via_api(endpoint: str | None, as_json: bool) -> None:
             ("schedule", field("schedule")),
             ("next session", field("next_session_time")),
             ("next run", field("next_run_time")),
-            ("state", _schedule_state),
+            ("state", field("state")),
         ],
     )
-
-
-def _schedule_state(item: dict[str, Any]) -> str:
-    if item.get("paused") or item.get("paused_at"):
-        return "paused"
-    return "failing" if item.get("failures") else "active"
 
 
 def missed_via_api(endpoint: str | None, project: str, workflow: str, as_json: bool) -> None:

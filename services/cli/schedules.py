@@ -6,10 +6,9 @@ directly, an operator's path; without it they ask the REST API (``--endpoint``).
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -19,6 +18,7 @@ from services.cli.admin_api import (
     list_schedules_via_api,
     missed_via_api,
     pause_via_api,
+    print_schedules,
     resume_via_api,
     skip_via_api,
 )
@@ -27,7 +27,7 @@ from services.cli.errors import did_you_mean, fail
 from services.cli.output import format_time
 from services.cli.params import ADMIN_DATABASE_OPTION, parse_session_time
 from shared.clock import utc_now
-from shared.domain.schedule import ScheduleSpec, parse_schedule, written_timezone
+from shared.domain.schedule import ScheduleSpec, parse_schedule
 from shared.dsl.parser import parse_workflow_file
 from shared.errors import InvalidInput, InvalidSchedule, NotFound
 
@@ -142,51 +142,11 @@ def list_command(database_url: str | None, endpoint: str | None, as_json: bool) 
         return
     from services.cli.store_access import store_transaction
     from shared.store import schedules as schedule_store
+    from shared.store.schedule_reads import schedule_json
 
     with store_transaction(database_url, write=False) as conn:
         rows = schedule_store.list_schedules(conn)
-    if as_json:
-        for row in rows:
-            click.echo(json.dumps(_row_json(row)))
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table("id", "project", "workflow", "schedule", "next session", "next run", "state")
-    for row in rows:
-        spec = row.schedule
-        state = "paused" if row.paused_at else ("failing" if row.failures else "active")
-        table.add_row(
-            str(row.id),
-            row.project_name,
-            row.workflow_name,
-            spec.describe(),
-            _local(spec, row.next_schedule_time),
-            _local(spec, row.next_run_time),
-            state,
-        )
-    Console().print(table)
-
-
-def _local(spec: ScheduleSpec, instant: datetime | None) -> str:
-    return "-" if instant is None else format_time(spec.local(instant))
-
-
-def _row_json(row: ScheduleRow) -> dict[str, Any]:
-    spec = row.schedule
-    return {
-        "id": str(row.id),
-        "project": row.project_name,
-        "workflow": row.workflow_name,
-        "schedule": spec.describe(),
-        "timezone": written_timezone(spec.timezone),
-        "next_session_time": _local(spec, row.next_schedule_time),
-        "next_run_time": _local(spec, row.next_run_time),
-        "checkpoint": _local(spec, row.last_session_time),
-        "paused": row.paused_at is not None,
-        "failures": row.failures,
-        "last_error": row.last_error,
-    }
+    print_schedules([schedule_json(row) for row in rows], as_json)
 
 
 def _find(conn: Connection, project: str, workflow: str) -> ScheduleRow:

@@ -1,7 +1,8 @@
 """Schedules: list, show, and the controls: pause, resume, skip, backfill.
 
-The operations are those of ``tickwork schedules`` and ``tickwork backfill``, on the same
-store functions.
+The reads are those of shared/store/schedule_reads.py (the web UI renders the same
+records); the operations are those of ``tickwork schedules`` and ``tickwork backfill``, on
+the same store functions.
 """
 
 from __future__ import annotations
@@ -17,19 +18,20 @@ from sqlalchemy import Connection
 from services.api.database import read_connection, write_transaction
 from services.api.errors import InvalidBody
 from services.api.models import RequestBody
-from services.api.paging import PageQuery, paged_list
+from services.api.paging import PageQuery, cursor_after, next_cursor, page_limit
 from services.api.times import format_time, parse_time
 from shared.clock import utc_now
-from shared.domain.schedule import written_timezone
+from shared.domain.states import ScheduleState
 from shared.errors import Conflict
 from shared.store import emission as emission_store
+from shared.store import schedule_reads
 from shared.store import schedules as schedule_store
+from shared.store.schedule_reads import ScheduleFilters, detail_json, schedule_json, summary_json
 from shared.store.schedules import ScheduleRow
-from shared.store.tables import projects, schedules
 
 blueprint = APIBlueprint("schedules", __name__, url_prefix="/api/schedules", tag="Schedules")
 
-RECENT_MISSED = 20
+RECENT_MISSED = schedule_reads.RECENT_MISSED
 MAX_SKIP = schedule_store.MAX_SKIP
 MAX_BACKFILL = emission_store.MAX_BACKFILL
 TIME_FIELD: JsonDict = {"format": "date-time"}
@@ -79,6 +81,9 @@ class ScheduleOut(BaseModel):
     schedule: str
     spec: dict[str, Any]
     timezone: str
+    state: ScheduleState = Field(
+        description="active, paused, failing (its last scheduler passes failed) or removed."
+    )
     next_run_time: str | None
     next_session_time: str | None
     checkpoint: str | None
@@ -90,16 +95,39 @@ class ScheduleOut(BaseModel):
     last_error: str | None
 
 
-class ScheduleDetail(ScheduleOut):
-    """A schedule with its recent missed session times (newest first)."""
+class LastSessionOut(BaseModel):
+    """The newest session of a schedule's workflow and its newest attempt's state."""
 
+    session_id: str
+    session_time: str
+    attempt_id: str | None
+    state: str | None
+
+
+class ScheduleItem(ScheduleOut):
+    """A listed schedule: a schedule and its workflow's last session (null if none)."""
+
+    last_session: LastSessionOut | None
+
+
+class NextTimeOut(BaseModel):
+    """An upcoming session time and when it is due to run."""
+
+    session_time: str
+    run_time: str
+
+
+class ScheduleDetail(ScheduleItem):
+    """A schedule with its next session times and recent missed times (newest first)."""
+
+    next_times: list[NextTimeOut]
     missed: list[MissedOut]
 
 
 class ScheduleList(BaseModel):
     """A page of schedules, newest first."""
 
-    items: list[ScheduleOut]
+    items: list[ScheduleItem]
     next_cursor: str | None
 
 
@@ -108,7 +136,23 @@ class ScheduleQuery(PageQuery):
 
     project: str | None = Field(None, max_length=255)
     workflow: str | None = Field(None, max_length=255)
+    q: str | None = Field(
+        None,
+        max_length=255,
+        description="Only schedules whose project or workflow name holds this text, in any case.",
+    )
+    paused: bool | None = Field(None, description="Only paused (true) or unpaused (false).")
     include_removed: bool = Field(False, description="Also schedules of removed workflows.")
+
+    def filters(self) -> ScheduleFilters:
+        """The store's filters."""
+        return ScheduleFilters(
+            project=self.project,
+            workflow=self.workflow,
+            q=self.q or None,
+            paused=self.paused,
+            include_removed=self.include_removed,
+        )
 
 
 class Skipped(BaseModel):
@@ -130,62 +174,25 @@ class BackfillOut(BaseModel):
     existing: list[str]
 
 
-def schedule_item(row: ScheduleRow) -> dict[str, Any]:
-    """A schedule row as JSON; its times in its own time zone."""
-    zone = row.timezone
-    return {
-        "id": str(row.id),
-        "project": row.project_name,
-        "project_id": str(row.project_id),
-        "workflow": row.workflow_name,
-        "workflow_definition_id": str(row.workflow_definition_id),
-        "schedule": row.schedule.describe(),
-        "spec": row.spec,
-        "timezone": written_timezone(zone),
-        "next_run_time": format_time(row.next_run_time, zone),
-        "next_session_time": format_time(row.next_schedule_time, zone),
-        "checkpoint": format_time(row.last_session_time, zone),
-        "paused": row.paused_at is not None,
-        "paused_at": format_time(row.paused_at, zone),
-        "disabled": row.disabled_at is not None,
-        "disabled_at": format_time(row.disabled_at, zone),
-        "failures": row.failures,
-        "last_error": row.last_error,
-    }
-
-
 def _detail(conn: Connection, schedule_id: int) -> dict[str, Any]:
-    row = schedule_store.get_schedule(conn, schedule_id)
-    zone = row.timezone
-    missed = [
-        {
-            "first_session_time": format_time(item.first_session_time, zone),
-            "last_session_time": format_time(item.last_session_time, zone),
-            "count": item.count,
-            "reason": item.reason,
-            "recorded_at": format_time(item.recorded_at, zone),
-        }
-        for item in schedule_store.list_missed(conn, schedule_id, RECENT_MISSED)
-    ]
-    return {**schedule_item(row), "missed": missed}
+    return detail_json(schedule_reads.get_schedule_detail(conn, schedule_id))
 
 
 @blueprint.get("")
 @blueprint.input(ScheduleQuery, location="query", arg_name="query")
 @blueprint.output(ScheduleList)
 def list_schedules(query: ScheduleQuery) -> dict[str, Any]:
-    """Schedules, newest first (``project``, ``workflow``: only theirs)."""
-    select = schedule_store.select_schedules()
-    if query.project is not None:
-        select = select.where(projects.c.name == query.project)
-    if query.workflow is not None:
-        select = select.where(schedules.c.workflow_name == query.workflow)
-    if not query.include_removed:
-        select = select.where(schedules.c.disabled_at.is_(None))
+    """Schedules, newest first, each with its workflow's last session (``project``,
+    ``workflow``: only theirs; ``q``: those whose project or workflow name holds it;
+    ``paused``: only paused or unpaused ones)."""
     with read_connection() as conn:
-        return paged_list(
-            conn, select, schedules.c.id, query, lambda row: schedule_item(ScheduleRow(*tuple(row)))
+        page = schedule_reads.list_schedule_page(
+            conn, query.filters(), after=cursor_after(query), limit=page_limit(query)
         )
+    return {
+        "items": [summary_json(item) for item in page.items],
+        "next_cursor": next_cursor(page.next_after),
+    }
 
 
 @blueprint.get("/<id:schedule_id>")
@@ -223,7 +230,7 @@ def skip_schedule(schedule_id: int, body: SkipIn) -> dict[str, Any]:
     """Skip upcoming session times; they are recorded as missed (a backfill can run them)."""
     with write_transaction() as conn:
         row, skipped = skip_session_times(conn, schedule_id, body, utc_now())
-        detail = schedule_item(schedule_store.get_schedule(conn, schedule_id))
+        detail = schedule_json(schedule_store.get_schedule(conn, schedule_id))
     return {
         "skipped": len(skipped),
         "first_session_time": format_time(skipped[0], row.timezone) if skipped else None,

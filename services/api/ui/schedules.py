@@ -1,43 +1,36 @@
 """The schedules' pages: every schedule, one schedule with its next and missed times, and
 its controls (pause, resume, skip, backfill with a preview of the sessions it creates).
 
-The controls run the REST API's own functions (services/api/routes/schedules.py) with its
-validation; a value it refuses is shown beside the field it names, and nothing changes.
+The pages render the records of shared/store/schedule_reads.py, the reads the REST API
+serialises. The controls run the REST API's own functions (services/api/routes/schedules.py)
+with its validation; a value it refuses is shown beside the field it names, and nothing
+changes.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
-from zoneinfo import ZoneInfo
 
 from flask import Blueprint, flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from services.api.database import read_connection, write_transaction
 from services.api.paging import decode_cursor, encode_cursor
-from services.api.routes.schedules import (
-    RECENT_MISSED,
-    BackfillIn,
-    SkipIn,
-    plan_backfill,
-    skip_session_times,
-)
+from services.api.routes.schedules import BackfillIn, SkipIn, plan_backfill, skip_session_times
 from services.api.ui.forms import FormInvalid, api_errors, filled, model_of, whole_number
 from shared.clock import utc_now
-from shared.domain.schedule import written_timezone
+from shared.display import time_text
 from shared.domain.schedule_policies import MissedReason
-from shared.store import catalog
+from shared.store import schedule_reads
 from shared.store import schedules as schedule_store
-from shared.store.paging import fetch_keyset_page
+from shared.store.schedule_reads import ScheduleFilters, ScheduleSummary
 from shared.store.schedules import ScheduleRow
-from shared.store.tables import projects, schedules
 
 blueprint = Blueprint("ui_schedules", __name__, url_prefix="/ui")
 
 PAGE_SIZE = 50
 PROJECT_CHOICES = 500
-NEXT_TIMES = 5
+PAUSED_CHOICES = {"yes": True, "no": False}
 SKIP_FIELDS = ("to", "count")
 BACKFILL_FIELDS = ("from", "to", "count")
 
@@ -51,31 +44,25 @@ MISSED_REASONS = {
 
 @blueprint.get("/schedules")
 def schedule_list() -> str:
-    """Every active schedule, newest first, a page at a time (``project``: only its)."""
+    """Active schedules, newest first, a page at a time: ``project`` (only its), ``q``
+    (part of a project or workflow name, any case), ``paused`` (``yes`` or ``no``)."""
     project = request.args.get("project") or None
+    q = request.args.get("q", "").strip()[:255]
+    paused = request.args.get("paused", "")
     cursor = request.args.get("cursor")
-    query = schedule_store.select_schedules().where(schedules.c.disabled_at.is_(None))
-    if project is not None:
-        query = query.where(projects.c.name == project)
+    filters = ScheduleFilters(project=project, q=q or None, paused=PAUSED_CHOICES.get(paused))
     with read_connection() as conn:
-        page = fetch_keyset_page(
-            conn,
-            query,
-            schedules.c.id,
-            after=decode_cursor(cursor) if cursor else None,
-            limit=PAGE_SIZE,
+        page = schedule_reads.list_schedule_page(
+            conn, filters, after=decode_cursor(cursor) if cursor else None, limit=PAGE_SIZE
         )
-        rows = [ScheduleRow(**row._mapping) for row in page.rows]
-        last = catalog.last_sessions(conn, [(r.project_id, r.workflow_name) for r in rows])
-        names = conn.execute(
-            catalog.select_projects().order_by(projects.c.name).limit(PROJECT_CHOICES)
-        ).all()
-    items = [_summary(row, last.get((row.project_id, row.workflow_name))) for row in rows]
+        names = schedule_reads.scheduled_project_names(conn, PROJECT_CHOICES)
     return render_template(
         "ui/schedules.html",
-        items=items,
+        items=page.items,
         project=project,
-        project_names=[str(row.name) for row in names],
+        q=q,
+        paused=paused if paused in PAUSED_CHOICES else "",
+        project_names=names,
         cursor=None if page.next_after is None else encode_cursor(page.next_after),
     )
 
@@ -149,7 +136,7 @@ def backfill_preview(schedule_id: int) -> str | tuple[str, int]:
         return _detail_page(schedule_id, form="backfill", values=values, errors=invalid.errors), 400
     return render_template(
         "ui/schedules_backfill.html",
-        schedule=_summary(row, None),
+        schedule=ScheduleSummary(row, None),
         values=values,
         parallel=parallel,
         created=plan.created,
@@ -184,57 +171,17 @@ def _detail_page(
 ) -> str:
     """The schedule's page; ``form`` names the form whose ``values`` were refused."""
     with read_connection() as conn:
-        row = schedule_store.get_schedule(conn, schedule_id)
-        missed = schedule_store.list_missed(conn, schedule_id, RECENT_MISSED)
-        last = catalog.last_sessions(conn, [(row.project_id, row.workflow_name)])
+        detail = schedule_reads.get_schedule_detail(conn, schedule_id)
     return render_template(
         "ui/schedules_detail.html",
-        schedule=_summary(row, last.get((row.project_id, row.workflow_name))),
-        next_times=_next_times(row),
-        missed=[
-            {
-                "first": item.first_session_time,
-                "last": item.last_session_time,
-                "count": item.count,
-                "reason": item.reason.value,
-                "why": MISSED_REASONS.get(item.reason, item.reason.value),
-                "recorded_at": item.recorded_at,
-            }
-            for item in missed
-        ],
+        schedule=detail.summary,
+        next_times=detail.next_times,
+        missed=detail.missed,
+        missed_reasons=MISSED_REASONS,
         form=form,
         values=values or {},
         errors=errors or {},
     )
-
-
-def _summary(row: ScheduleRow, last: catalog.LastSession | None) -> dict[str, Any]:
-    """What the pages show of a schedule."""
-    return {
-        "id": row.id,
-        "project": row.project_name,
-        "workflow": row.workflow_name,
-        "schedule": row.schedule.describe(),
-        "zone": row.timezone,
-        "timezone": written_timezone(row.timezone),
-        "next_session_time": row.next_schedule_time,
-        "next_run_time": row.next_run_time,
-        "checkpoint": row.last_session_time,
-        "paused": row.paused_at is not None,
-        "paused_at": row.paused_at,
-        "failures": row.failures,
-        "last_error": row.last_error,
-        "last": last,
-    }
-
-
-def _next_times(row: ScheduleRow) -> list[dict[str, datetime]]:
-    """The schedule's next session times, each with when it is due to run."""
-    first = row.next_schedule_time
-    if first is None:
-        return []
-    times = [first, *row.schedule.session_times(first, NEXT_TIMES - 1)]
-    return [{"session": t, "run": row.schedule.run_time(t, row.seed)} for t in times]
 
 
 def _numbers(values: dict[str, str]) -> dict[str, object]:
@@ -251,7 +198,7 @@ def _name(row: ScheduleRow) -> str:
 
 def _shown(instant: datetime, zone: str) -> str:
     """A session time in the schedule's zone, to the second, as a message says it."""
-    return instant.astimezone(ZoneInfo(zone)).replace(microsecond=0).isoformat(sep=" ")
+    return time_text(instant, zone, sep=" ")
 
 
 def _back_to(schedule_id: int) -> WerkzeugResponse:
