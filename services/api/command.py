@@ -6,8 +6,8 @@ import click
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from services.api.config import API_SETTINGS, ApiConfig
-from services.cli.errors import fail, fail_unavailable
 from shared.errors import StoreUnavailable, TickworkError
+from shared.exits import fail, fail_unavailable
 from shared.logging import configure_logging
 from shared.store.engine import create_store_engine, describe_store_error
 from shared.store.migrate import is_up_to_date

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo
 
 import click
 
 from shared.clock import utc_now
-from shared.domain.instants import out_of_range
+from shared.domain.entries import (
+    BadEntry,
+    nested_params,
+    read_session_time,
+    session_time_named,
+)
 
 if TYPE_CHECKING:
     from services.cli.api_client import ApiClient
@@ -23,43 +27,23 @@ SESSION_HELP = (
 
 
 def parse_session_time(raw: str, timezone: str, param_hint: str = "'--session-time'") -> datetime:
-    """ISO 8601, ``YYYY-MM-DD`` or ``YYYY-MM-DD HH:MM:SS``; naive times are in ``timezone``."""
+    """ISO 8601, ``YYYY-MM-DD`` or ``YYYY-MM-DD HH:MM:SS``; naive times are in ``timezone``
+    (:func:`shared.domain.entries.read_session_time`, its errors naming the option)."""
     try:
-        parsed = datetime.fromisoformat(raw.strip())
-    except ValueError:
-        raise click.BadParameter(
-            f"expected a time like 2026-01-30 or 2026-01-30T07:00:00+09:00, got {raw!r}",
-            param_hint=param_hint,
-        ) from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=ZoneInfo(timezone))
-    if reason := out_of_range(parsed):
-        raise click.BadParameter(f"{raw!r} is {reason}", param_hint=param_hint)
-    return parsed
+        return read_session_time(raw, timezone)
+    except BadEntry as error:
+        raise click.BadParameter(str(error), param_hint=param_hint) from None
 
 
 def session_time_of(
     raw: str, now: datetime, timezone: str, last: datetime | None = None
 ) -> datetime:
-    """The session time ``--session raw`` names: ``now`` (to the second), ``hourly`` and
-    ``daily`` (``now`` cut to the hour or the day in ``timezone``), ``last`` (the
-    workflow's latest session, ``last``), else a time read by :func:`parse_session_time`."""
-    keyword = raw.strip().lower()
-    local_now = now.astimezone(ZoneInfo(timezone)).replace(microsecond=0)
-    if keyword == "now":
-        return local_now
-    if keyword == "hourly":
-        return local_now.replace(minute=0, second=0)
-    if keyword == "daily":
-        return local_now.replace(hour=0, minute=0, second=0)
-    if keyword == "last":
-        if last is None:
-            raise click.BadParameter(
-                "'last' is the workflow's latest session, and it has none yet",
-                param_hint="'--session'",
-            )
-        return last
-    return parse_session_time(raw, timezone, "'--session'")
+    """The session time ``--session raw`` names
+    (:func:`shared.domain.entries.session_time_named`, its errors naming ``--session``)."""
+    try:
+        return session_time_named(raw, now, timezone, last)
+    except BadEntry as error:
+        raise click.BadParameter(str(error), param_hint="'--session'") from None
 
 
 def resolve_session_option(
@@ -78,31 +62,20 @@ def resolve_session_option(
     return session_time_of(raw, utc_now(), timezone, datetime.fromisoformat(last) if last else None)
 
 
-def parse_param(raw: str) -> tuple[list[str], str]:
-    """``a.b=v`` -> (["a", "b"], "v"); raises BadParameter naming the option."""
+def parse_param(raw: str) -> tuple[str, str]:
+    """``a.b=v`` -> ("a.b", "v"); raises BadParameter naming the option."""
     key, sep, value = raw.partition("=")
-    path = key.strip().split(".")
-    if not sep or not all(part.strip() for part in path):
+    if not sep:
         raise click.BadParameter(f"expected KEY=VALUE, got {raw!r}", param_hint="'--param'")
-    return path, value
+    return key, value
 
 
 def build_params(raw_params: tuple[str, ...]) -> dict[str, Any]:
     """Session params from ``--param`` options; dotted keys make nested values."""
-    params: dict[str, Any] = {}
-    for raw in raw_params:
-        path, value = parse_param(raw)
-        target = params
-        for part in path[:-1]:
-            nested = target.setdefault(part, {})
-            if not isinstance(nested, dict):
-                raise click.BadParameter(
-                    f"{raw!r} nests under {part!r}, which is already a value",
-                    param_hint="'--param'",
-                )
-            target = nested
-        target[path[-1]] = value
-    return params
+    try:
+        return nested_params(parse_param(raw) for raw in raw_params)
+    except BadEntry as error:
+        raise click.BadParameter(str(error), param_hint="'--param'") from None
 
 
 DATABASE_OPTION = click.option(

@@ -66,6 +66,29 @@ class TestStart:
         assert attempt["params"] == {"region": "eu", "day": "mon", "nested": {"key": "v"}}
         assert flashes(api) == [("success", f"Started attempt {attempt['id']} of etl/steps.")]
 
+    def test_params_as_json_keep_their_types_and_the_rows_go_over_them(
+        self, api: FlaskClient, project: int
+    ) -> None:
+        form = {
+            "params_json": '{"limits": {"rows": 1000, "tags": ["a", "b"]}, "day": "sun"}',
+            "param_key": ["day", "limits.strict"],
+            "param_value": ["mon", "yes"],
+        }
+        response = api.post(START, data=form)
+        assert response.status_code == 303, response.get_data(as_text=True)
+        assert attempts(api)[0]["params"] == {
+            "region": "eu",
+            "day": "mon",
+            "limits": {"rows": 1000, "tags": ["a", "b"], "strict": "yes"},
+        }
+
+    def test_a_refused_form_keeps_the_params_json_entered(
+        self, api: FlaskClient, project: int
+    ) -> None:
+        response = api.post(START, data={"session_time": "someday", "params_json": '{"x": 1}'})
+        assert response.status_code == 400
+        assert "{&#34;x&#34;: 1}</textarea>" in response.get_data(as_text=True)
+
     def test_the_session_time_takes_the_clis_keywords(self, api: FlaskClient, project: int) -> None:
         started(api, session_time="daily")
         assert attempts(api)[0]["session_time"].endswith("T00:00:00Z")
@@ -86,8 +109,15 @@ class TestStart:
         [
             ({"session_time": "someday"}, "Session time: expected a time like"),
             ({"session_time": "last"}, "Session time: &#39;last&#39; is the workflow"),
-            ({"param_key": "", "param_value": "orphan"}, "Params: the value"),
-            ({"param_key": ["a", "a.b"], "param_value": ["1", "2"]}, "Params: &#39;a.b=2&#39;"),
+            ({"param_key": "", "param_value": "orphan"}, "Params: row 1: the value"),
+            ({"param_key": ["a", "a.b"], "param_value": ["1", "2"]}, "Params: &#39;a.b&#39; nests"),
+            ({"param_key": "a..b", "param_value": "1"}, "Params: a key has an empty part"),
+            ({"params_json": '{"a": 1,}'}, "Params as JSON: not JSON at line 1 column 9"),
+            ({"params_json": "[1, 2]"}, "Params as JSON: must be a JSON object ({...}), not an"),
+            (
+                {"params_json": '{"a": 1}', "param_key": "a.b", "param_value": "2"},
+                "Params: &#39;a.b",
+            ),
         ],
     )
     def test_a_bad_value_is_named_on_the_form_and_starts_nothing(

@@ -9,18 +9,18 @@ without script, the server answers an unconfirmed form with a page that asks.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
-import click
 from flask import Blueprint, flash, redirect, render_template, request
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from services.api.database import read_connection, write_transaction
 from services.api.routes.attempts import RetryBody, StartBody, retry_from_body, start_from_body
 from services.api.ui.forms import FormInvalid, api_errors, model_of
-from services.cli.params import build_params, session_time_of
 from shared.clock import utc_now
+from shared.domain.entries import BadEntry, nested_params, session_time_named
 from shared.domain.schedule import resolve_timezone, written_timezone
 from shared.domain.states import KILLABLE_ATTEMPT_STATES
 from shared.errors import Conflict
@@ -33,6 +33,10 @@ blueprint = Blueprint("ui_actions", __name__, url_prefix="/ui")
 PARAM_ROWS = 5
 """Empty key/value rows the start form offers (a script may add more)."""
 MAX_PARAM_ROWS = 200
+MAX_PARAMS_JSON = 1_000_000
+"""Characters the params JSON field may hold (the API's body limit bounds what it takes)."""
+JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number"}
+JSON_KINDS.update({bool: "true or false", type(None): "null"})
 RETRY_MODES = ("failed", "all", "from")
 CONFIRMED = "yes"
 
@@ -40,29 +44,32 @@ CONFIRMED = "yes"
 @blueprint.get("/projects/<name>/workflows/<workflow>/start")
 def start_form(name: str, workflow: str) -> str:
     """The form that starts a session of the workflow by hand."""
-    return _start_page(name, workflow, {"session_time": "now"}, [], {})
+    return _start_page(name, workflow, {"session_time": "now", "params_json": ""}, [], {})
 
 
 @blueprint.post("/projects/<name>/workflows/<workflow>/start")
 def start(name: str, workflow: str) -> WerkzeugResponse | tuple[str, int]:
     """Start the session the form names; on to its attempt, or back to the form."""
-    raw_time = request.form.get("session_time", "").strip()
+    entered = {
+        "session_time": request.form.get("session_time", "").strip(),
+        "params_json": request.form.get("params_json", "")[:MAX_PARAMS_JSON],
+    }
     rows = _param_rows()
     try:
         target = _workflow_target(name, workflow)
-        session_time = _session_time(raw_time, target)
-        values: dict[str, Any] = {"project": name, "workflow": workflow, "params": _params(rows)}
+        session_time = _session_time(entered["session_time"], target)
+        params = _params(entered["params_json"], rows)
+        values: dict[str, Any] = {"project": name, "workflow": workflow, "params": params}
         if session_time is not None:
             values["session_time"] = session_time.isoformat()
         body = model_of(StartBody, values)
         with api_errors(), write_transaction() as conn:
             result = start_from_body(conn, body, utc_now())
     except FormInvalid as invalid:
-        return _start_page(name, workflow, {"session_time": raw_time}, rows, invalid.errors), 400
+        return _start_page(name, workflow, entered, rows, invalid.errors), 400
     if not result.created:
         conflict = {"attempt_id": result.attempt_id, "session_id": result.session_id}
-        page = _start_page(name, workflow, {"session_time": raw_time}, rows, {}, conflict)
-        return page, 409
+        return _start_page(name, workflow, entered, rows, {}, conflict), 409
     flash(f"Started attempt {result.attempt_id} of {name}/{workflow}.", "success")
     return _to_attempt(result.attempt_id)
 
@@ -167,11 +174,11 @@ def _session_time(raw: str, target: dict[str, Any]) -> datetime | None:
         return None
     last = target["last"]
     try:
-        return session_time_of(
+        return session_time_named(
             raw, utc_now(), target["timezone"], None if last is None else last.session_time
         )
-    except click.BadParameter as error:
-        raise FormInvalid({"session_time": error.message}) from None
+    except BadEntry as error:
+        raise FormInvalid({"session_time": str(error)}) from None
 
 
 def _param_rows() -> list[tuple[str, str]]:
@@ -182,17 +189,35 @@ def _param_rows() -> list[tuple[str, str]]:
     return [(key, value) for key, value in rows if key or value]
 
 
-def _params(rows: list[tuple[str, str]]) -> dict[str, Any]:
-    """Session params from the rows; a dotted key nests, as ``--param a.b=v`` does."""
-    for key, value in rows:
+def _params(raw_json: str, rows: list[tuple[str, str]]) -> dict[str, Any]:
+    """Session params: the JSON object of the ``params_json`` field, then the rows over it
+    (a dotted key nests, as ``--param a.b=v`` does; row values are text). FormInvalid
+    names the field (``params_json`` or ``params``) and the place that is wrong."""
+    base = _params_object(raw_json)
+    for number, (key, value) in enumerate(rows, start=1):
         if not key:
-            raise FormInvalid({"params": f"the value {value[:40]!r} has no key"})
-        if "=" in key:
-            raise FormInvalid({"params": f"a key has no '=': {key[:40]!r}"})
+            raise FormInvalid({"params": f"row {number}: the value {value[:40]!r} has no key"})
     try:
-        return build_params(tuple(f"{key}={value}" for key, value in rows))
-    except click.BadParameter as error:
-        raise FormInvalid({"params": error.message}) from None
+        return nested_params(rows, into=base)
+    except BadEntry as error:
+        raise FormInvalid({"params": str(error)}) from None
+
+
+def _params_object(raw_json: str) -> dict[str, Any]:
+    """The JSON object the ``params_json`` field holds (empty: none)."""
+    if not raw_json.strip():
+        return {}
+    try:
+        value = json.loads(raw_json)
+    except json.JSONDecodeError as error:
+        where = f"line {error.lineno} column {error.colno}"
+        raise FormInvalid({"params_json": f"not JSON at {where}: {error.msg}"}) from None
+    except RecursionError:
+        raise FormInvalid({"params_json": "nested too deeply"}) from None
+    if not isinstance(value, dict):
+        kind = JSON_KINDS.get(type(value), "a value")
+        raise FormInvalid({"params_json": f"must be a JSON object ({{...}}), not {kind}"})
+    return value
 
 
 def _retry_page(attempt_id: int, mode: str) -> str:
