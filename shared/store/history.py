@@ -21,6 +21,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import aliased
 
+from shared.display import elapsed_seconds
 from shared.domain.choices import parse_choice
 from shared.domain.states import AttemptState
 from shared.errors import NotFound
@@ -99,10 +100,7 @@ class TaskNode:
     @property
     def duration_seconds(self) -> float | None:
         """From the task's first start to its end, retries included; None until it ends."""
-        started, finished = self.task.started_at, self.task.finished_at
-        if started is None or finished is None:
-            return None
-        return max(0.0, (finished - started).total_seconds())
+        return elapsed_seconds(self.task.started_at, self.task.finished_at)
 
 
 class TaskSummary(NamedTuple):
@@ -129,9 +127,7 @@ class TaskSummary(NamedTuple):
     @property
     def duration_seconds(self) -> float | None:
         """From the task's first start to its end, retries included; None until it ends."""
-        if self.started_at is None or self.finished_at is None:
-            return None
-        return max(0.0, (self.finished_at - self.started_at).total_seconds())
+        return elapsed_seconds(self.started_at, self.finished_at)
 
 
 _ATTEMPT_COLUMNS = (
