@@ -64,7 +64,7 @@ def duration_text(seconds: float | None) -> str:
     seconds = max(0.0, float(seconds))
     if round(seconds, 1) < 60:
         return f"{seconds:.1f}s"
-    whole = int(seconds)
+    whole = round(seconds)
     if whole < 3600:
         return f"{whole // 60}m {whole % 60:02d}s"
     return f"{whole // 3600}h {whole % 3600 // 60:02d}m"

@@ -50,6 +50,56 @@ class TestReading:
         assert [s["id"] for s in found] == [schedule["id"]]
         assert api.get("/api/schedules?project=demo&workflow=nightly").get_json()["items"] == []
 
+    def test_q_finds_part_of_a_project_or_workflow_name_in_any_case(
+        self, push: Pusher, api: FlaskClient, schedule: dict[str, Any]
+    ) -> None:
+        push("Other_Team", {"nightly.dig": DAILY_WORKFLOW})
+
+        def names(q: str) -> list[str]:
+            items = api.get("/api/schedules", query_string={"q": q}).get_json()["items"]
+            return sorted(f"{s['project']}/{s['workflow']}" for s in items)
+
+        assert names("DAIL") == ["demo/daily"]  # a workflow name, another case
+        assert names("r_t") == ["Other_Team/nightly"]  # '_' is a character, not a wildcard
+        assert names("team") == ["Other_Team/nightly"]  # a project name
+        assert names("%") == []
+        assert names("a") == ["Other_Team/nightly", "demo/daily"]
+
+    def test_paused_lists_only_paused_or_unpaused_schedules(
+        self, push: Pusher, api: FlaskClient, schedule: dict[str, Any]
+    ) -> None:
+        push("other", {"nightly.dig": DAILY_WORKFLOW})
+        api.post(f"/api/schedules/{schedule['id']}/pause")
+
+        def ids(paused: str) -> list[str]:
+            items = api.get(f"/api/schedules?paused={paused}").get_json()["items"]
+            return [item["id"] for item in items]
+
+        assert ids("true") == [schedule["id"]]
+        assert schedule["id"] not in ids("false") and len(ids("false")) == 1
+        assert_problem(api.get("/api/schedules?paused=maybe"), 422)
+
+    def test_a_listed_schedule_says_its_state_and_its_workflows_last_session(
+        self, api: FlaskClient, schedule: dict[str, Any]
+    ) -> None:
+        assert (schedule["state"], schedule["last_session"]) == ("active", None)
+        api.post(f"/api/schedules/{schedule['id']}/pause")
+        api.post("/api/attempts", json={"project": "demo", "workflow": "daily"})
+        (item,) = api.get("/api/schedules").get_json()["items"]
+        assert item["state"] == "paused"
+        assert item["last_session"]["attempt_id"] is not None
+        assert item["last_session"]["session_time"].endswith("+09:00")  # in its zone
+
+    def test_one_schedule_shows_its_next_session_times_and_when_they_run(
+        self, api: FlaskClient, schedule: dict[str, Any]
+    ) -> None:
+        body = api.get(f"/api/schedules/{schedule['id']}").get_json()
+        assert [t["session_time"] for t in body["next_times"][:2]] == [
+            "2026-01-01T00:00:00+09:00",
+            "2026-01-02T00:00:00+09:00",
+        ]
+        assert len(body["next_times"]) == 5
+
     def test_one_schedule_shows_its_missed_times(
         self, api: FlaskClient, schedule: dict[str, Any]
     ) -> None:

@@ -63,6 +63,27 @@ class TestList:
         assert f'/ui/schedules/{schedule["id"]}"' not in html
         assert '<option value="other" selected>' in html
 
+    def test_the_search_box_finds_part_of_a_name_in_any_case(
+        self, api: FlaskClient, push: Pusher, schedule: dict[str, Any]
+    ) -> None:
+        push("other", {"nightly.dig": DAILY_WORKFLOW})
+        html = api.get("/ui/schedules?q=NIGHT").get_data(as_text=True)
+        assert "nightly" in html
+        assert f'/ui/schedules/{schedule["id"]}"' not in html
+        assert 'name="q" value="NIGHT"' in html
+
+    def test_the_paused_filter_lists_paused_schedules_and_says_when_none_match(
+        self, api: FlaskClient, schedule: dict[str, Any]
+    ) -> None:
+        assert "No schedule matches these filters." in api.get("/ui/schedules?paused=yes").get_data(
+            as_text=True
+        )
+        api.post(f"/ui/schedules/{schedule['id']}/pause")
+        html = api.get("/ui/schedules?paused=yes").get_data(as_text=True)
+        assert f'/ui/schedules/{schedule["id"]}"' in html
+        assert '<span class="state state-paused">paused</span>' in html
+        assert '<option value="yes" selected>' in html
+
 
 class TestDetail:
     def test_a_schedule_shows_its_next_times_and_its_missed_times_with_their_reason(
