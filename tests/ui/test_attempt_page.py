@@ -1,6 +1,9 @@
 """The attempt page in a real browser: a running attempt turns green by itself, a failed
-one says why on top, logs are followed live and a killed task's log is there, the task
-graph draws every task shown, and a script in a param stays text."""
+one says why on top and opens the failed task's log in the pane beside the tree, a log
+shows its ANSI colours and can be wrapped, searched and downloaded, logs are followed
+live and a killed task's log is there, a group whose child runs shows running, the task
+graph draws every task shown, params show as a tree, actions work from the pane, and a
+script in a param stays text."""
 
 from __future__ import annotations
 
@@ -22,6 +25,11 @@ from tests.ui.conftest import TIMEOUT_MS
 
 pytestmark = [pytest.mark.slow]
 
+PAINT = (
+    "printf '\\033[31mred\\033[0m \\033[1;32mbold green\\033[0m\\n'; "
+    "echo needle 1; echo needle 2; exit 2"
+)
+"""A command whose log has ANSI colours (red, then bold green) and two needles."""
 PROJECT = {
     "nap.dig": """\
         +prep:
@@ -45,6 +53,7 @@ PROJECT = {
         +hello:
           echo>: ${note}
     """,
+    "colours.dig": "+paint:\n  sh>: " + PAINT + "\n",
 }
 XSS = "<script>window.__x=1</script>"
 DRAWN_AT = """new MutationObserver((changes, observer) => {
@@ -93,6 +102,11 @@ def task_named(server: StandaloneProcess, attempt_id: str, name: str) -> dict[st
     return next((task for task in items if task["full_name"] == name), None)
 
 
+def open_row(page: Any, full_name: str) -> None:
+    """Click the name of a task in the tree (its log opens in the pane)."""
+    page.locator(f'#task-tree a.open-log[title="{full_name}"]').click()
+
+
 def test_a_running_attempt_turns_green_without_reloading(
     server: StandaloneProcess, page: Any
 ) -> None:
@@ -102,7 +116,7 @@ def test_a_running_attempt_turns_green_without_reloading(
     state = page.locator("#attempt-live .facts .state").first
     expect(state).to_have_text("success", timeout=TIMEOUT_MS)
     expect(page.locator("#attempt-live table.tree tbody tr[data-state=success]")).to_have_count(3)
-    expect(page.locator("#graph svg g.node.s-ok")).to_have_count(3)
+    expect(page.locator('#graph svg g.node[data-state="success"]')).to_have_count(3)
     assert page.evaluate("window.__same_page") is True
 
 
@@ -118,8 +132,10 @@ def test_a_failed_attempt_says_which_task_failed_why_and_the_end_of_its_log(
     expect(why.locator(".task-name")).to_have_text(["+fail+load"])
     expect(why.locator("pre.message")).to_have_text(failed["error"]["message"])
     expect(why.locator("pre.tail")).to_contain_text("table missing")
-    page.get_by_text("+fail+load", exact=True).last.click()  # its log, inline
-    expect(page.locator("details.log[open] pre.log-text")).to_contain_text("loading rows")
+    # The failed task's log is open in the pane at once.
+    pane = page.locator("#log-pane")
+    expect(pane.locator(".pane-task")).to_have_text("+fail+load")
+    expect(pane.locator("pre.log-view")).to_contain_text("loading rows")
 
 
 def test_the_graph_draws_a_box_for_every_task_shown(server: StandaloneProcess, page: Any) -> None:
@@ -133,7 +149,7 @@ def test_the_graph_draws_a_box_for_every_task_shown(server: StandaloneProcess, p
     expect(page.locator("body")).to_have_attribute("data-graph-drawn", "true")
 
 
-def test_a_task_box_in_the_graph_leads_to_its_row_in_the_tree(
+def test_a_task_box_in_the_graph_opens_its_log_and_marks_its_row(
     server: StandaloneProcess, page: Any
 ) -> None:
     attempt_id = start(server, "nap")
@@ -141,17 +157,18 @@ def test_a_task_box_in_the_graph_leads_to_its_row_in_the_tree(
     page.goto(f"{server.endpoint}/ui/attempts/{attempt_id}")
     row = page.locator("table.tree tbody tr", has_text="+prep")
     task_id = row.get_attribute("data-task-id")
-    page.locator(f'#task-graph g.node[data-task-id="{task_id}"] a').click()
-    expect(page).to_have_url(re.compile(f"#task-{task_id}$"))
+    page.locator(f'#task-graph g.node[data-task-id="{task_id}"]').click()
+    expect(page.locator("#log-pane .pane-task")).to_have_text("+nap+prep")
+    expect(page.locator("#log-pane pre.log-view")).to_contain_text("preparing")
+    expect(page.locator(f"#task-{task_id}")).to_have_class(re.compile("selected"))
 
 
 def test_a_running_task_log_is_followed_live(server: StandaloneProcess, page: Any) -> None:
     attempt_id = start(server, "ticker")
     page.goto(f"{server.endpoint}/ui/attempts/{attempt_id}")
     page.evaluate("window.__same_page = true")
-    log = page.locator('details.log[data-task="+ticker+tick"]')
-    log.locator("summary").click()
-    text = log.locator("pre.log-text")
+    open_row(page, "+ticker+tick")
+    text = page.locator("#log-pane pre.log-view")
     expect(text).to_contain_text("tick 1", timeout=TIMEOUT_MS)
     expect(text).not_to_contain_text("tick 8")
     expect(text).to_contain_text("tick 8", timeout=TIMEOUT_MS)
@@ -168,9 +185,8 @@ def test_the_log_of_a_killed_sleep_task_is_shown(server: StandaloneProcess, page
     assert killed.exit_code == 0, killed.explain()
     assert wait_for_attempt(server, attempt_id)["state"] == "killed"
     page.goto(f"{server.endpoint}/ui/attempts/{attempt_id}")
-    log = page.locator('details.log[data-task="+sleepy+sleep"]')
-    log.locator("summary").click()
-    expect(log.locator("pre.log-text")).to_contain_text("going to sleep")
+    open_row(page, "+sleepy+sleep")
+    expect(page.locator("#log-pane pre.log-view")).to_contain_text("going to sleep")
 
 
 def test_a_script_in_a_param_shows_as_text_and_never_runs(
@@ -179,11 +195,112 @@ def test_a_script_in_a_param_shows_as_text_and_never_runs(
     attempt_id = start(server, "show", note=XSS)
     wait_for_attempt(server, attempt_id)
     page.goto(f"{server.endpoint}/ui/attempts/{attempt_id}")
-    expect(page.locator("table.params code")).to_have_text(XSS)
-    page.locator('details.log[data-task="+show+hello"] summary').click()
-    expect(page.locator('details.log[data-task="+show+hello"] pre')).to_contain_text(XSS)
+    page.locator(".params-block summary").click()
+    expect(page.locator(".params-block .value-tree code")).to_have_text(XSS)
+    open_row(page, "+show+hello")
+    expect(page.locator("#log-pane pre.log-view")).to_contain_text(XSS)
     expect(page.locator("#graph svg g.node")).to_have_count(2)
     assert page.evaluate("typeof window.__x") == "undefined"
+
+
+def failed_colours(server: StandaloneProcess, page: Any) -> str:
+    """Open the page of a failed ``colours`` attempt, its log in the pane; its id."""
+    attempt_id = start(server, "colours")
+    assert wait_for_attempt(server, attempt_id)["state"] == "error"
+    page.goto(f"{server.endpoint}/ui/attempts/{attempt_id}")
+    expect(page.locator("#log-pane")).to_have_attribute("data-loaded", "true")
+    return attempt_id
+
+
+class TestLogPane:
+    def test_ansi_colours_are_coloured_spans_and_no_escape_is_left(
+        self, server: StandaloneProcess, page: Any
+    ) -> None:
+        failed_colours(server, page)
+        log = page.locator("#log-pane pre.log-view")
+        expect(log.locator("span.ansi-fg-31")).to_have_text("red")
+        expect(log.locator("span.ansi-bold.ansi-fg-32")).to_have_text("bold green")
+        expect(log).not_to_contain_text("[31m")
+        red = log.locator("span.ansi-fg-31").evaluate("e => getComputedStyle(e).color")
+        plain = log.evaluate("e => getComputedStyle(e).color")
+        assert red != plain
+
+    def test_long_lines_wrap_on_demand(self, server: StandaloneProcess, page: Any) -> None:
+        failed_colours(server, page)
+        log = page.locator("#log-pane pre.log-view")
+        assert log.evaluate("e => getComputedStyle(e).whiteSpace") == "pre"
+        page.locator("#log-pane .log-wrap").check()
+        assert log.evaluate("e => getComputedStyle(e).whiteSpace") == "pre-wrap"
+
+    def test_a_search_highlights_each_match_and_steps_through_them(
+        self, server: StandaloneProcess, page: Any
+    ) -> None:
+        failed_colours(server, page)
+        pane = page.locator("#log-pane")
+        pane.locator(".log-search").fill("NEEDLE")
+        expect(pane.locator("pre.log-view mark")).to_have_count(2)
+        expect(pane.locator(".log-matches")).to_have_text("1 of 2")
+        expect(pane.locator("pre.log-view mark.current")).to_have_text("needle")
+        pane.locator(".log-next").click()
+        expect(pane.locator(".log-matches")).to_have_text("2 of 2")
+        pane.locator(".log-prev").click()
+        expect(pane.locator(".log-matches")).to_have_text("1 of 2")
+
+    def test_the_download_link_serves_the_whole_log(
+        self, server: StandaloneProcess, page: Any
+    ) -> None:
+        failed_colours(server, page)
+        href = page.locator("#log-pane a.log-download").get_attribute("href")
+        assert href is not None and href.endswith("?download=true")
+        response = page.request.get(server.endpoint + href)
+        assert response.status == 200
+        assert response.headers["content-disposition"].startswith("attachment")
+        assert b"needle 2" in response.body()
+
+    def test_retry_from_this_task_starts_a_new_attempt_from_the_pane(
+        self, server: StandaloneProcess, page: Any
+    ) -> None:
+        attempt_id = failed_colours(server, page)
+        form = page.locator("#log-pane form.pane-retry-from")
+        expect(form.locator("input[name=from]")).to_have_value("+colours+paint")
+        form.get_by_role("button", name="Retry from this task").click()
+        page.wait_for_url(lambda url: f"/ui/attempts/{attempt_id}" not in url)
+        new_id = page.url.rstrip("/").rsplit("/", 1)[-1]
+        assert int(new_id) > int(attempt_id)
+
+
+def test_a_group_whose_task_runs_shows_running_and_the_task_how_long(
+    server: StandaloneProcess, page: Any
+) -> None:
+    attempt_id = start(server, "sleepy")
+    wait_for(
+        "the sleep task runs",
+        lambda: (task_named(server, attempt_id, "+sleepy+sleep") or {}).get("state") == "running",
+    )
+    try:
+        page.goto(f"{server.endpoint}/ui/attempts/{attempt_id}")
+        group = page.locator("#task-tree tbody tr").first
+        expect(group).to_have_attribute("data-state", "running")
+        running = page.locator("#task-tree tr", has=page.locator('a[title="+sleepy+sleep"]'))
+        running = running.locator(".running-for")
+        expect(running).to_have_text(re.compile(r"^running for \d+\.\ds$"))
+        first = running.text_content()
+        expect(running).not_to_have_text(first or "", timeout=TIMEOUT_MS)  # it counts on
+    finally:
+        server.tickwork("kill", attempt_id)
+
+
+def test_nested_params_show_as_a_tree(server: StandaloneProcess, page: Any) -> None:
+    body = {"project": "pages", "workflow": "nap", "params": {"target": {"db": {"host": "wh1"}}}}
+    response = httpx.post(server.endpoint + "/api/attempts", json=body, timeout=10.0)
+    assert response.status_code == 201, response.text
+    page.goto(f"{server.endpoint}/ui/attempts/{response.json()['id']}")
+    block = page.locator(".params-block")
+    block.locator("summary").first.click()
+    tree = block.locator(".value-tree")
+    expect(tree.locator(".value-key", has_text="host")).to_be_visible()
+    expect(tree.locator("code.value-string")).to_have_text("wh1")
+    expect(block.locator("table.params")).to_be_hidden()
 
 
 def chained_tasks(count: int) -> dict[str, Any]:

@@ -1,5 +1,8 @@
-// The attempt page: draws the task graph (laid out by elkjs's ELK), refreshes the state
-// and task tree while the attempt runs, and loads and follows the task logs.
+// The attempt page: renders the task tree from the page's task list (filters by state
+// and name, folding groups, jumping to the first failure), draws the task graph (laid
+// out by elkjs's ELK; zoom, pan, fit; groups fold together with the tree), refreshes
+// both while the attempt runs, and opens a task's log in the pane beside the tree
+// (attempt_log.js). State colours come from /ui/states.css (--state-NAME).
 // Data is only ever put in the page as text (textContent, text nodes, attributes).
 "use strict";
 
@@ -18,10 +21,11 @@
   const VISIBLE_BUDGET = 100;
   const MIN_SHOWN = 20;
   const MORE = "more:";
-  const STATE_KINDS = {
-    success: "ok", error: "bad", canceled: "muted", running: "live", queued: "wait",
-    planned: "wait", blocked: "wait", ready: "wait", retry_waiting: "warn", delayed: "warn",
-  };
+  // Tasks in these states are shown at first wherever they are (their groups open).
+  const NOTABLE = new Set(["error", "running", "retry_waiting"]);
+  const MAX_NOTABLE = 100;
+  // Rows the tree renders at a time; a button renders more.
+  const ROW_PAGE = 400;
   const LAYOUT = {
     "elk.algorithm": "layered",
     "elk.direction": "RIGHT",
@@ -32,6 +36,9 @@
   };
   // Past this many boxes the layout tries fewer orders to cross fewer arrows: faster.
   const LARGE_GRAPH = 60;
+  const ZOOM_STEP = 1.25;
+  const MIN_ZOOM = 0.05;
+  const MAX_ZOOM = 4;
 
   function svg(name, attributes) {
     const element = document.createElementNS(SVG_NS, name);
@@ -39,6 +46,19 @@
       element.setAttribute(key, String(value));
     }
     return element;
+  }
+
+  function element(name, className, text) {
+    const made = document.createElement(name);
+    if (className) made.className = className;
+    if (text !== undefined) made.textContent = text;
+    return made;
+  }
+
+  // A state's colour, from the generated stylesheet's custom property.
+  function stateColour(state) {
+    const value = getComputedStyle(document.documentElement).getPropertyValue(`--state-${state}`).trim();
+    return value || getComputedStyle(document.documentElement).getPropertyValue("--muted").trim() || "#888";
   }
 
   function readGraph() {
@@ -51,20 +71,46 @@
     return collapsedCount ? `${name} ▸ ${collapsedCount}` : name;
   }
 
-  // The task graph: tasks as boxes, groups as boxes holding their children (or one box
-  // when collapsed), an arrow from each task to those that wait for it.
-  class TaskGraph {
-    constructor(container, data) {
-      this.container = container;
-      this.load(data);
+  // -- durations and times, as the server writes them (shared/display.py) ----------------
+
+  function durationText(seconds) {
+    if (seconds === null || seconds === undefined) return "-";
+    const value = Math.max(0, seconds);
+    if (Math.round(value * 10) / 10 < 60) return `${value.toFixed(1)}s`;
+    const whole = Math.floor(value);
+    const pad = (n) => String(n).padStart(2, "0");
+    if (whole < 3600) return `${Math.floor(whole / 60)}m ${pad(whole % 60)}s`;
+    return `${Math.floor(whole / 3600)}h ${pad(Math.floor((whole % 3600) / 60))}m`;
+  }
+
+  const timeFormats = new Map();
+  function timeText(seconds, zone) {
+    if (!timeFormats.has(zone)) {
+      timeFormats.set(zone, new Intl.DateTimeFormat("en-CA", {
+        timeZone: zone, hourCycle: "h23", year: "numeric", month: "2-digit", day: "2-digit",
+        hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "longOffset",
+      }));
+    }
+    const parts = {};
+    for (const part of timeFormats.get(zone).formatToParts(new Date(seconds * 1000))) parts[part.type] = part.value;
+    const offset = (parts.timeZoneName || "GMT").replace("GMT", "");
+    return `${parts.year}-${parts.month}-${parts.day} ${parts.hour}:${parts.minute}:${parts.second}` +
+      (offset === "" || offset === "+00:00" ? "Z" : offset);
+  }
+
+  // -- the tasks, shared by the tree and the graph ---------------------------------------
+
+  // The attempt's tasks: ids as strings (the keys of maps and data-* attributes), each
+  // task's full name (its parent's followed by its name where the data leaves it out),
+  // its children, depth and place; and which groups are folded, for tree and graph alike.
+  class Tasks {
+    constructor(data) {
+      this.collapsed = new Set();
       this.partial = new Map();
-      this.collapsed = this.defaultCollapsed();
-      this.elk = new ELK();
-      this.drawing = 0;
+      this.load(data);
+      this.foldAtFirst();
     }
 
-    // Ids become strings (the keys of maps and data-* attributes); a task without a full
-    // name has its parent's followed by its own name (tasks come parents first).
     load(data) {
       for (const task of data.tasks) {
         task.id = String(task.id);
@@ -72,23 +118,24 @@
       }
       data.edges = data.edges.map(([upstream, downstream]) => [String(upstream), String(downstream)]);
       this.data = data;
+      this.list = data.tasks;
       this.byId = new Map(data.tasks.map((task) => [task.id, task]));
-      for (const task of data.tasks) {
-        if (task.full_name === undefined) {
-          const parent = this.byId.get(task.parent);
-          task.full_name = parent ? parent.full_name + task.name : task.name;
-        }
-      }
       this.children = new Map();
       this.place = new Map();
+      this.depth = new Map();
       this.roots = [];
       for (const task of data.tasks) {
-        if (task.parent && this.byId.has(task.parent)) {
+        const parent = task.parent && this.byId.get(task.parent);
+        if (task.full_name === undefined) task.full_name = parent ? parent.full_name + task.name : task.name;
+        task.lower = task.full_name.toLowerCase();
+        if (parent) {
           if (!this.children.has(task.parent)) this.children.set(task.parent, []);
           this.place.set(task.id, this.children.get(task.parent).length);
           this.children.get(task.parent).push(task);
+          this.depth.set(task.id, this.depth.get(task.parent) + 1);
         } else {
           this.roots.push(task);
+          this.depth.set(task.id, 0);
         }
       }
     }
@@ -97,10 +144,20 @@
       return this.children.get(id) || [];
     }
 
-    // Groups open breadth first while the tasks drawn stay within VISIBLE_BUDGET; the
-    // rest start collapsed (a layout of thousands of boxes would take seconds).
-    defaultCollapsed() {
-      const collapsed = new Set();
+    ancestors(id) {
+      const found = [];
+      let task = this.byId.get(id);
+      while (task && task.parent && this.byId.has(task.parent)) {
+        found.push(task.parent);
+        task = this.byId.get(task.parent);
+      }
+      return found;
+    }
+
+    // Groups open breadth first while the tasks shown stay within VISIBLE_BUDGET (a
+    // layout of thousands of boxes would take seconds); the groups of failed and running
+    // tasks open too.
+    foldAtFirst() {
       let visible = this.roots.length;
       const queue = [...this.roots];
       while (queue.length) {
@@ -116,22 +173,267 @@
           visible += shown + 1;
           queue.push(...kids.slice(0, shown));
         } else {
-          collapsed.add(task.id);
+          this.collapsed.add(task.id);
         }
       }
-      return collapsed;
+      let notable = 0;
+      for (const task of this.list) {
+        if (notable >= MAX_NOTABLE) break;
+        if (!NOTABLE.has(task.state) || task.group) continue;
+        notable += 1;
+        for (const id of this.ancestors(task.id)) this.collapsed.delete(id);
+      }
+    }
+
+    // The tasks that failed themselves (not only because a child did), in tree order.
+    failures() {
+      const failedParents = new Set(this.list.filter((t) => (t.own || t.state) === "error").map((t) => t.parent));
+      return this.list.filter((t) => (t.own || t.state) === "error" && !failedParents.has(t.id));
+    }
+
+    toggle(id, open) {
+      const close = open === undefined ? !this.collapsed.has(id) : !open;
+      if (close) this.collapsed.add(id);
+      else {
+        this.collapsed.delete(id);
+        this.partial.delete(id);
+      }
+    }
+
+    reveal(id) {
+      for (const ancestor of this.ancestors(id)) {
+        this.collapsed.delete(ancestor);
+        this.partial.delete(ancestor);
+      }
+    }
+  }
+
+  // -- the tree ------------------------------------------------------------------------
+
+  // The tree's rows, rendered from the task list: those the folding shows, or with a
+  // filter every task that matches and its groups; ROW_PAGE at a time.
+  class TaskTree {
+    constructor(tasks, onChange, onOpen) {
+      this.tasks = tasks;
+      this.onChange = onChange;
+      this.onOpen = onOpen;
+      this.name = "";
+      this.state = "";
+      this.limit = ROW_PAGE;
+      this.selected = null;
+    }
+
+    filtering() {
+      return Boolean(this.name || this.state);
+    }
+
+    matches(task) {
+      return (!this.name || task.lower.includes(this.name)) && (!this.state || task.state === this.state);
+    }
+
+    rowsToShow() {
+      const tasks = this.tasks;
+      if (this.filtering()) {
+        const keep = new Set();
+        let matched = 0;
+        for (const task of tasks.list) {
+          if (!this.matches(task)) continue;
+          matched += 1;
+          keep.add(task.id);
+          for (const id of tasks.ancestors(task.id)) keep.add(id);
+        }
+        this.matched = matched;
+        return tasks.list.filter((task) => keep.has(task.id));
+      }
+      this.matched = null;
+      const shown = [];
+      const hidden = new Set();
+      for (const task of tasks.list) {
+        if (task.parent && (hidden.has(task.parent) || tasks.collapsed.has(task.parent))) {
+          hidden.add(task.id);
+          continue;
+        }
+        shown.push(task);
+      }
+      return shown;
+    }
+
+    render() {
+      const table = document.getElementById("task-tree");
+      if (!table) return;
+      const live = document.getElementById("attempt-live");
+      this.attempt = document.getElementById("log-pane")?.dataset.attempt;
+      this.zone = live?.dataset.zone || "UTC";
+      const rows = this.rowsToShow();
+      this.span = this.timeSpan();
+      const body = document.createElement("tbody");
+      const fragment = document.createDocumentFragment();
+      for (const task of rows.slice(0, this.limit)) fragment.append(this.row(task));
+      if (rows.length > this.limit) fragment.append(this.moreRow(rows.length - this.limit));
+      body.append(fragment);
+      table.tBodies[0].replaceWith(body);
+      table.dataset.rendered = "true";
+      this.rows = rows;
+      const count = document.getElementById("filter-count");
+      if (count) {
+        const total = this.tasks.list.length;
+        count.textContent = this.matched === null ? `${rows.length} of ${total} tasks shown` : `${this.matched} of ${total} tasks match`;
+      }
+      document.querySelector(".folded-note")?.setAttribute("hidden", "");
+      tickRunning();
+    }
+
+    timeSpan() {
+      let first = Infinity;
+      let last = -Infinity;
+      const now = Date.now() / 1000;
+      for (const task of this.tasks.list) {
+        if (task.started === undefined) continue;
+        first = Math.min(first, task.started);
+        last = Math.max(last, task.finished ?? now);
+      }
+      return first === Infinity ? null : [first, Math.max(1, last - first)];
+    }
+
+    row(task) {
+      const tasks = this.tasks;
+      const row = element("tr");
+      row.id = `task-${task.id}`;
+      row.dataset.taskId = task.id;
+      row.dataset.state = task.state;
+      if (this.selected === task.id) row.classList.add("selected");
+      const name = element("td", "name");
+      name.append(element("span", "indent", "\u2003".repeat(tasks.depth.get(task.id) || 0)));
+      if (tasks.kids(task.id).length) {
+        const open = this.filtering() || !tasks.collapsed.has(task.id);
+        const fold = element("button", "fold", open ? "▾" : "▸");
+        fold.type = "button";
+        fold.dataset.group = task.id;
+        fold.setAttribute("aria-expanded", String(open));
+        fold.setAttribute("aria-label", `${open ? "Collapse" : "Expand"} ${task.full_name}`);
+        fold.disabled = this.filtering();
+        name.append(fold);
+      }
+      const link = element("a", "open-log", task.name);
+      link.href = `/ui/attempts/${this.attempt}/tasks/${task.id}/log`;
+      link.title = task.full_name;
+      link.dataset.taskId = task.id;
+      name.append(link);
+      if (task.group) name.append(" ", element("span", "muted", `group (${tasks.kids(task.id).length})`));
+      const state = element("td");
+      state.append(element("span", `state state-${task.state}`, task.state));
+      const retries = element("td", "", task.retries ? String(task.retries) : "");
+      const started = element("td", "when");
+      if (task.started !== undefined) {
+        const time = element("time", "", timeText(task.started, this.zone));
+        time.setAttribute("datetime", new Date(task.started * 1000).toISOString().replace(".000Z", "Z"));
+        time.dataset.zone = this.zone;
+        started.append(time);
+      } else started.textContent = "-";
+      const duration = element("td");
+      if ((task.own || task.state) === "running" && task.started !== undefined) {
+        const running = element("span", "running-for");
+        running.dataset.since = String(task.started);
+        duration.append(running);
+      } else {
+        duration.textContent = durationText(task.finished !== undefined && task.started !== undefined ? task.finished - task.started : null);
+      }
+      const timeline = element("td", "timeline");
+      if (this.span && task.started !== undefined) timeline.append(this.bar(task));
+      const error = element("td", "error");
+      if (task.error) error.append(element("pre", "message", task.error));
+      row.append(name, state, retries, started, duration, timeline, error);
+      return row;
+    }
+
+    bar(task) {
+      const [first, seconds] = this.span;
+      const start = task.started - first;
+      const end = (task.finished ?? Date.now() / 1000) - first;
+      const left = Math.round((10000 * start) / seconds) / 100;
+      const width = Math.max(0.3, Math.min((100 * (end - start)) / seconds, 100 - left));
+      const picture = svg("svg", { class: "bar", width: "100%", height: 12, role: "img", "aria-label": `ran ${durationText(end - start)}` });
+      picture.append(svg("rect", { class: `run st-${task.state}`, x: `${left}%`, width: `${width}%`, y: 1, height: 10, rx: 2, fill: stateColour(task.own || task.state) }));
+      return picture;
+    }
+
+    moreRow(left) {
+      const row = element("tr", "more-rows");
+      const cell = element("td");
+      cell.colSpan = 7;
+      const button = element("button", "", `Show ${Math.min(left, ROW_PAGE)} more rows (${left} not shown)`);
+      button.type = "button";
+      button.addEventListener("click", () => {
+        this.limit += ROW_PAGE;
+        this.render();
+      });
+      cell.append(button);
+      row.append(cell);
+      return row;
+    }
+
+    // Show a task's row (opening its groups, clearing a filter that hides it), scrolled
+    // into view.
+    show(id) {
+      const task = this.tasks.byId.get(id);
+      if (!task) return;
+      if (this.filtering() && !this.matches(task)) this.clearFilters();
+      this.tasks.reveal(id);
+      this.selected = id;
+      this.render();
+      const index = this.rows.findIndex((t) => t.id === id);
+      if (index >= this.limit) {
+        this.limit = index + ROW_PAGE;
+        this.render();
+      }
+      this.onChange();
+      const row = document.getElementById(`task-${id}`);
+      if (row) row.scrollIntoView({ block: "center" });
+    }
+
+    clearFilters() {
+      this.name = "";
+      this.state = "";
+      const name = document.getElementById("task-filter");
+      const state = document.getElementById("state-filter");
+      if (name) name.value = "";
+      if (state) state.value = "";
+    }
+
+    select(id) {
+      this.selected = id;
+      for (const row of document.querySelectorAll("#task-tree tr.selected")) row.classList.remove("selected");
+      if (id) document.getElementById(`task-${id}`)?.classList.add("selected");
+    }
+  }
+
+  // -- the graph -----------------------------------------------------------------------
+
+  // The task graph: tasks as boxes, groups as boxes holding their children (or one box
+  // when collapsed), an arrow from each task to those that wait for it; zoomed and
+  // panned by a transform on one group of the picture.
+  class TaskGraph {
+    constructor(container, tasks, onToggle, onOpen) {
+      this.container = container;
+      this.tasks = tasks;
+      this.onToggle = onToggle;
+      this.onOpen = onOpen;
+      this.elk = new ELK();
+      this.drawing = 0;
+      this.view = null;
     }
 
     // Each task's drawn stand-in: itself, its outermost collapsed ancestor, or the box
     // of the children a partly shown group leaves out.
     standIns() {
+      const tasks = this.tasks;
       const shown = new Map();
-      for (const task of this.data.tasks) {
-        const parent = task.parent && this.byId.has(task.parent) ? task.parent : null;
+      for (const task of tasks.list) {
+        const parent = task.parent && tasks.byId.has(task.parent) ? task.parent : null;
         if (parent === null) shown.set(task.id, task.id);
         else if (shown.get(parent) !== parent) shown.set(task.id, shown.get(parent));
-        else if (this.collapsed.has(parent)) shown.set(task.id, parent);
-        else if (this.place.get(task.id) >= (this.partial.get(parent) ?? Infinity)) shown.set(task.id, MORE + parent);
+        else if (tasks.collapsed.has(parent)) shown.set(task.id, parent);
+        else if (tasks.place.get(task.id) >= (tasks.partial.get(parent) ?? Infinity)) shown.set(task.id, MORE + parent);
         else shown.set(task.id, task.id);
       }
       return shown;
@@ -140,44 +442,39 @@
     ancestors(id) {
       if (id.startsWith(MORE)) {
         const group = id.slice(MORE.length);
-        return [group, ...this.ancestors(group)];
+        return [group, ...this.tasks.ancestors(group)];
       }
-      const found = [];
-      let task = this.byId.get(id);
-      while (task && task.parent && this.byId.has(task.parent)) {
-        found.push(task.parent);
-        task = this.byId.get(task.parent);
-      }
-      return found;
+      return this.tasks.ancestors(id);
     }
 
     elkGraph() {
+      const tasks = this.tasks;
       const shown = this.standIns();
       const thoroughness = new Set(shown.values()).size > LARGE_GRAPH ? "1" : "7";
       const layout = { ...LAYOUT, "elk.layered.thoroughness": thoroughness };
       const nodes = new Map();
       const build = (task) => {
-        const kids = this.kids(task.id);
-        const closed = kids.length > 0 && this.collapsed.has(task.id);
+        const kids = tasks.kids(task.id);
+        const closed = kids.length > 0 && tasks.collapsed.has(task.id);
         const text = label(task, closed ? kids.length : 0);
         const node = { id: task.id, width: Math.max(60, text.length * CHAR_WIDTH + 20), height: NODE_HEIGHT, text };
         nodes.set(task.id, node);
         if (kids.length && !closed) {
-          const shown = this.partial.get(task.id) ?? kids.length;
+          const count = tasks.partial.get(task.id) ?? kids.length;
           node.layoutOptions = { ...layout, "elk.padding": GROUP_PADDING };
-          node.children = kids.slice(0, shown).map(build);
+          node.children = kids.slice(0, count).map(build);
           node.edges = [];
-          if (shown < kids.length) {
-            const more = `… ${kids.length - shown} more tasks`;
+          if (count < kids.length) {
+            const more = `… ${kids.length - count} more tasks`;
             node.children.push({ id: MORE + task.id, width: more.length * CHAR_WIDTH + 20, height: NODE_HEIGHT, text: more });
           }
         }
         return node;
       };
-      const root = { id: "graph-root", layoutOptions: layout, children: this.roots.map(build), edges: [] };
+      const root = { id: "graph-root", layoutOptions: layout, children: tasks.roots.map(build), edges: [] };
       nodes.set(root.id, root);
       const seen = new Set();
-      for (const [upstream, downstream] of this.data.edges) {
+      for (const [upstream, downstream] of tasks.data.edges) {
         const from = shown.get(upstream);
         const to = shown.get(downstream);
         const key = `${from}>${to}`;
@@ -197,14 +494,16 @@
       const ticket = ++this.drawing;
       const laid = await this.elk.layout(this.elkGraph());
       if (ticket !== this.drawing) return;
+      this.size = { width: Math.ceil(laid.width), height: Math.ceil(laid.height) };
       const picture = svg("svg", {
-        id: "task-graph", width: Math.ceil(laid.width), height: Math.ceil(laid.height),
-        role: "group", "aria-label": `Task graph of ${this.data.tasks.length} tasks`,
+        id: "task-graph", width: "100%", height: "100%",
+        role: "group", "aria-label": `Task graph of ${this.tasks.list.length} tasks`,
       });
       const defs = svg("defs");
       const marker = svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" });
       marker.append(svg("path", { d: "M0,0 L10,5 L0,10 z" }));
       defs.append(marker);
+      const viewport = svg("g", { class: "viewport" });
       const nodeLayer = svg("g");
       const edgeLayer = svg("g");
       const walk = (node, x0, y0) => {
@@ -223,12 +522,77 @@
         }
       };
       walk(laid, 0, 0);
-      picture.append(defs, nodeLayer, edgeLayer);
-      const hint = document.createElement("p");
-      hint.className = "hint";
-      hint.textContent = "Open or close a group by clicking it; a task's box leads to its row in the tree.";
-      this.container.replaceChildren(hint, picture);
+      viewport.append(nodeLayer, edgeLayer);
+      picture.append(defs, viewport);
+      this.picture = picture;
+      this.viewport = viewport;
+      this.container.replaceChildren(picture);
+      this.listen(picture);
+      if (this.view) this.apply();
+      else this.fit(true);
       document.body.dataset.graphDrawn = "true";
+    }
+
+    // Zoom and pan: the transform of the picture's viewport group.
+    apply() {
+      const { x, y, k } = this.view;
+      this.viewport.setAttribute("transform", `translate(${x},${y}) scale(${k})`);
+      this.container.dataset.zoom = k.toFixed(3);
+    }
+
+    fit(atMostOne = false) {
+      const box = this.container.getBoundingClientRect();
+      const width = box.width || 800;
+      const height = box.height || 400;
+      let k = Math.min(width / (this.size.width + 20), height / (this.size.height + 20));
+      if (atMostOne) k = Math.min(1, k);
+      k = Math.max(MIN_ZOOM, Math.min(MAX_ZOOM, k));
+      this.view = { k, x: (width - this.size.width * k) / 2, y: Math.max(4, (height - this.size.height * k) / 2) };
+      this.apply();
+    }
+
+    zoom(factor, cx, cy) {
+      if (!this.view) return;
+      const box = this.container.getBoundingClientRect();
+      const px = cx ?? box.width / 2;
+      const py = cy ?? box.height / 2;
+      const k = Math.max(MIN_ZOOM, Math.min(MAX_ZOOM, this.view.k * factor));
+      const ratio = k / this.view.k;
+      this.view = { k, x: px - (px - this.view.x) * ratio, y: py - (py - this.view.y) * ratio };
+      this.apply();
+    }
+
+    listen(picture) {
+      picture.addEventListener("wheel", (event) => {
+        event.preventDefault();
+        const box = this.container.getBoundingClientRect();
+        this.zoom(event.deltaY < 0 ? ZOOM_STEP : 1 / ZOOM_STEP, event.clientX - box.left, event.clientY - box.top);
+      }, { passive: false });
+      let drag = null;
+      picture.addEventListener("pointerdown", (event) => {
+        if (event.button !== 0) return;
+        drag = { x: event.clientX, y: event.clientY, view: { ...this.view }, moved: false };
+      });
+      picture.addEventListener("pointermove", (event) => {
+        if (!drag) return;
+        const dx = event.clientX - drag.x;
+        const dy = event.clientY - drag.y;
+        if (!drag.moved && Math.abs(dx) + Math.abs(dy) < 4) return;
+        if (!drag.moved) picture.setPointerCapture(event.pointerId);
+        drag.moved = true;
+        this.view = { ...drag.view, x: drag.view.x + dx, y: drag.view.y + dy };
+        this.apply();
+      });
+      const end = (event) => {
+        if (drag && drag.moved) {
+          this.dragged = true;
+          window.setTimeout(() => { this.dragged = false; }, 0);
+          if (picture.hasPointerCapture(event.pointerId)) picture.releasePointerCapture(event.pointerId);
+        }
+        drag = null;
+      };
+      picture.addEventListener("pointerup", end);
+      picture.addEventListener("pointercancel", end);
     }
 
     // The box standing for the children a partly shown group leaves out: a click shows all.
@@ -238,9 +602,9 @@
       text.textContent = node.text;
       group.append(svg("rect", { x, y, width: node.width, height: node.height, rx: 4 }), text);
       const showAll = () => {
-        this.partial.delete(node.id.slice(MORE.length));
-        this.container.querySelector(".hint").textContent = "Laying out every task…";
-        this.draw();
+        if (this.dragged) return;
+        this.tasks.partial.delete(node.id.slice(MORE.length));
+        this.onToggle();
       };
       group.addEventListener("click", showAll);
       group.addEventListener("keydown", (event) => {
@@ -252,101 +616,202 @@
       return group;
     }
 
-    // A task's box links to its row in the tree (the whole tree when the row is folded
-    // away); a group's box is a button that opens or closes it.
+    // A task's box opens its log in the pane (and shows its row); a group's box is a
+    // button that opens or closes it, in the graph and the tree together.
     box(node, x, y) {
       if (node.id.startsWith(MORE)) return this.moreBox(node, x, y);
-      const task = this.byId.get(node.id);
+      const task = this.tasks.byId.get(node.id);
       const open = Boolean(node.children);
-      const closed = !open && this.kids(task.id).length > 0;
-      const group = svg("g", { class: this.nodeClass(task, open, closed), "data-task-id": task.id });
+      const closed = !open && this.tasks.kids(task.id).length > 0;
+      const group = svg("g", { class: this.nodeClass(open, closed), "data-task-id": task.id, "data-state": task.state });
       const title = svg("title");
       title.textContent = `${task.full_name} (${task.state})`;
       const text = svg("text", { x: x + 10, y: y + 18 });
       text.textContent = node.text;
-      const shape = svg("rect", { x, y, width: node.width, height: node.height, rx: 4 });
-      if (!open && !closed) {
-        const link = svg("a", { href: this.rowLink(task.id) });
-        link.append(title, shape, text);
-        group.append(link);
-        return group;
-      }
+      const shape = svg("rect", { x, y, width: node.width, height: node.height, rx: 4, stroke: stateColour(task.state) });
       group.append(title, shape, text);
       group.setAttribute("tabindex", "0");
       group.setAttribute("role", "button");
-      group.setAttribute("aria-expanded", String(open));
+      const act = () => {
+        if (this.dragged) return;
+        if (open || closed) {
+          this.tasks.toggle(task.id);
+          this.onToggle();
+        } else this.onOpen(task.id);
+      };
+      if (open || closed) group.setAttribute("aria-expanded", String(open));
       group.addEventListener("click", (event) => {
         event.stopPropagation();
-        this.toggle(task.id);
+        act();
       });
       group.addEventListener("keydown", (event) => {
         if (event.key === "Enter" || event.key === " ") {
           event.preventDefault();
-          this.toggle(task.id);
+          act();
         }
       });
       return group;
     }
 
-    rowLink(id) {
-      if (document.getElementById(`task-${id}`)) return `#task-${id}`;
-      const query = new URLSearchParams(window.location.search);
-      query.set("tree", "all");
-      return `?${query}#task-${id}`;
-    }
-
-    nodeClass(task, open, closed) {
-      const kind = STATE_KINDS[task.state] || "muted";
-      return `node s-${kind}${open ? " group" : ""}${closed ? " collapsed" : ""}`;
-    }
-
-    toggle(id) {
-      if (this.collapsed.has(id)) this.collapsed.delete(id);
-      else this.collapsed.add(id);
-      this.draw();
+    nodeClass(open, closed) {
+      return `node${open ? " group" : ""}${closed ? " collapsed" : ""}`;
     }
 
     // New states: recolour the boxes; new tasks (generated ones): draw again.
-    update(data) {
-      const sameTasks = data.tasks.length === this.data.tasks.length && data.tasks.every((task) => this.byId.has(task.id));
-      this.load(data);
-      if (!sameTasks) {
-        this.draw();
-        return;
-      }
+    recolour() {
       for (const box of this.container.querySelectorAll("g.node")) {
-        const task = this.byId.get(box.dataset.taskId);
+        const task = this.tasks.byId.get(box.dataset.taskId);
         if (!task) continue;
-        const open = box.classList.contains("group");
-        const closed = box.classList.contains("collapsed");
-        box.setAttribute("class", this.nodeClass(task, open, closed));
+        box.dataset.state = task.state;
+        box.querySelector("rect").setAttribute("stroke", stateColour(task.state));
         box.querySelector("title").textContent = `${task.full_name} (${task.state})`;
       }
     }
   }
 
-  function startGraph() {
-    const container = document.getElementById("graph");
-    const data = readGraph();
-    if (!container || !data || typeof ELK === "undefined") return null;
-    if (!data.tasks.length) {
-      container.querySelector("p").textContent = "No tasks yet.";
+  // -- the page ------------------------------------------------------------------------
+
+  function tickRunning() {
+    const now = Date.now() / 1000;
+    for (const span of document.querySelectorAll(".running-for[data-since]")) {
+      if (!span.dataset.since) continue;
+      span.textContent = `running for ${durationText(now - Number(span.dataset.since))}`;
     }
-    const graph = new TaskGraph(container, data);
-    graph.draw().catch((error) => {
-      container.querySelector("p").textContent = `The graph could not be drawn: ${error}`;
-    });
-    return graph;
   }
 
   function pollPause() {
     const live = document.getElementById("attempt-live");
-    const tasks = live ? Number(live.dataset.tasks) : 0;
-    return tasks > LARGE_TREE ? LARGE_TREE_POLL_MS : POLL_MS;
+    const count = live ? Number(live.dataset.tasks) : 0;
+    return count > LARGE_TREE ? LARGE_TREE_POLL_MS : POLL_MS;
   }
 
-  // While the attempt runs, its live part is fetched again every POLL_MS and put in place.
-  function pollLivePart(graph) {
+  function stateOptions(tasksList) {
+    const select = document.getElementById("state-filter");
+    if (!select) return;
+    const counts = new Map();
+    for (const task of tasksList) counts.set(task.state, (counts.get(task.state) || 0) + 1);
+    const chosen = select.value;
+    const options = [element("option", "", "any")];
+    options[0].value = "";
+    for (const [state, count] of [...counts.entries()].sort()) {
+      const option = element("option", "", `${state} (${count})`);
+      option.value = state;
+      options.push(option);
+    }
+    select.replaceChildren(...options);
+    select.value = counts.has(chosen) ? chosen : "";
+  }
+
+  function start() {
+    const data = readGraph();
+    if (!data) return;
+    const model = new Tasks(data);
+    const paneElement = document.getElementById("log-pane");
+    const pane = paneElement && window.TickworkLog ? new window.TickworkLog.LogPane(paneElement) : null;
+    let graph = null;
+    const open = (id) => {
+      tree.select(String(id));
+      if (pane) pane.open(id);
+    };
+    const redraw = () => {
+      tree.render();
+      if (graph) graph.draw();
+    };
+    const tree = new TaskTree(model, () => graph && graph.draw(), open);
+    if (pane) pane.onOpen = (id) => tree.select(id);
+
+    const tools = document.getElementById("tree-tools");
+    if (tools) {
+      tools.hidden = false;
+      stateOptions(model.list);
+      const name = document.getElementById("task-filter");
+      name.addEventListener("input", () => {
+        tree.name = name.value.trim().toLowerCase();
+        tree.limit = ROW_PAGE;
+        tree.render();
+      });
+      const state = document.getElementById("state-filter");
+      state.addEventListener("change", () => {
+        tree.state = state.value;
+        tree.limit = ROW_PAGE;
+        tree.render();
+      });
+      document.getElementById("jump-failure").addEventListener("click", () => {
+        const first = model.failures()[0];
+        if (!first) return;
+        tree.show(first.id);
+        open(first.id);
+      });
+      document.getElementById("jump-failure").disabled = !model.failures().length;
+      document.getElementById("expand-all").addEventListener("click", () => {
+        model.collapsed.clear();
+        model.partial.clear();
+        redraw();
+      });
+      document.getElementById("collapse-all").addEventListener("click", () => {
+        for (const task of model.list) if (model.kids(task.id).length) model.collapsed.add(task.id);
+        redraw();
+      });
+    }
+    // One listener for the rows: a name opens the task's log; the arrow folds a group.
+    document.addEventListener("click", (event) => {
+      const fold = event.target.closest("#task-tree button.fold");
+      if (fold) {
+        model.toggle(fold.dataset.group);
+        redraw();
+        return;
+      }
+      const link = event.target.closest("#task-tree a.open-log, section.failures a.task-name[data-task-id]");
+      if (link && pane && !(event.ctrlKey || event.metaKey || event.shiftKey)) {
+        event.preventDefault();
+        const id = link.dataset.taskId || link.closest("tr")?.dataset.taskId;
+        if (id) {
+          if (link.matches("section.failures a")) tree.show(id);
+          open(id);
+        }
+      }
+    });
+    tree.render();
+
+    const container = document.getElementById("graph");
+    if (container && typeof ELK !== "undefined") {
+      if (!model.list.length) container.querySelector("p").textContent = "No tasks yet.";
+      graph = new TaskGraph(container, model, redraw, (id) => {
+        tree.show(id);
+        open(id);
+      });
+      graph.draw().catch((error) => {
+        container.replaceChildren(element("p", "muted", `The graph could not be drawn: ${error}`));
+      });
+      const graphTools = document.getElementById("graph-tools");
+      if (graphTools) {
+        graphTools.hidden = false;
+        graphTools.addEventListener("click", (event) => {
+          const button = event.target.closest("button[data-zoom]");
+          if (!button || !graph.view) return;
+          if (button.dataset.zoom === "in") graph.zoom(ZOOM_STEP);
+          else if (button.dataset.zoom === "out") graph.zoom(1 / ZOOM_STEP);
+          else graph.fit();
+        });
+      }
+    }
+
+    const params = document.querySelector("[data-values-from]");
+    if (params && window.TickworkLog) {
+      const source = document.getElementById(params.dataset.valuesFrom);
+      params.replaceChildren(window.TickworkLog.valueTree(JSON.parse(source.textContent)));
+      params.parentElement.querySelector("table.params")?.setAttribute("hidden", "");
+    }
+
+    if (pane && paneElement.dataset.openTask) open(paneElement.dataset.openTask);
+    document.body.dataset.attemptReady = "true";
+    pollLivePart(model, tree, () => graph);
+    window.setInterval(tickRunning, 1000);
+  }
+
+  // While the attempt runs, its live part is fetched again and put in place; the tree
+  // is rendered again from its fresh task list, keeping the filters and folding.
+  function pollLivePart(model, tree, graphOf) {
     const tick = async () => {
       const current = document.getElementById("attempt-live");
       if (!current || current.dataset.done === "true") return;
@@ -356,9 +821,16 @@
           const parsed = new DOMParser().parseFromString(await response.text(), "text/html");
           const fresh = parsed.getElementById("attempt-live");
           if (fresh) {
+            const known = model.list.length;
             current.replaceWith(document.adoptNode(fresh));
-            const data = readGraph();
-            if (graph && data) graph.update(data);
+            model.load(readGraph());
+            stateOptions(model.list);
+            tree.render();
+            const graph = graphOf();
+            if (graph) {
+              if (model.list.length !== known) graph.draw();
+              else graph.recolour();
+            }
           }
         }
       } catch (error) {
@@ -367,70 +839,6 @@
       window.setTimeout(tick, pollPause());
     };
     window.setTimeout(tick, pollPause());
-  }
-
-  function logDetails(list, task) {
-    for (const details of list.querySelectorAll("details.log")) {
-      if (details.dataset.task === task) return details;
-    }
-    const details = document.createElement("details");
-    details.className = "log";
-    details.dataset.task = task;
-    const summary = document.createElement("summary");
-    const name = document.createElement("span");
-    name.className = "task-name";
-    name.textContent = task;
-    summary.append(name);
-    const text = document.createElement("pre");
-    text.className = "log-text";
-    text.tabIndex = 0;
-    details.append(summary, text);
-    list.querySelector(".no-logs")?.remove();
-    list.append(details);
-    return details;
-  }
-
-  // A running attempt's logs arrive by one event stream (from its start); an ended
-  // attempt's log is fetched when its task's details are opened.
-  function startLogs() {
-    const list = document.getElementById("logs-list");
-    if (!list) return;
-    let source = null;
-    if (list.dataset.followUrl && typeof EventSource !== "undefined") {
-      source = new EventSource(list.dataset.followUrl);
-      source.addEventListener("log", (event) => {
-        const part = JSON.parse(event.data);
-        const details = logDetails(list, part.task || part.file);
-        const text = details.querySelector("pre.log-text");
-        const atEnd = text.scrollTop + text.clientHeight >= text.scrollHeight - 4;
-        text.append(document.createTextNode(part.text));
-        details.dataset.loaded = "true";
-        if (atEnd) text.scrollTop = text.scrollHeight;
-      });
-      for (const name of ["end", "timeout"]) source.addEventListener(name, () => source.close());
-    }
-    const streaming = () => source !== null && source.readyState !== EventSource.CLOSED;
-    list.addEventListener("toggle", async (event) => {
-      const details = event.target;
-      const link = details.querySelector("a.log-link");
-      if (!details.open || details.dataset.loaded || !link || streaming()) return;
-      details.dataset.loaded = "true";
-      const text = details.querySelector("pre.log-text");
-      text.textContent = "Loading…";
-      try {
-        const response = await fetch(link.href, { cache: "no-store" });
-        text.textContent = await response.text();
-      } catch (error) {
-        delete details.dataset.loaded;
-        text.textContent = `The log could not be read: ${error}`;
-      }
-    }, true);
-  }
-
-  function start() {
-    const graph = startGraph();
-    pollLivePart(graph);
-    startLogs();
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
