@@ -1,6 +1,8 @@
-"""Schedules and actions in a real browser: pause and resume a schedule, preview and run a
-backfill, start a workflow with params from its form, retry from a task, kill a running
-attempt after confirming (in a dialog, or without script on the page the server answers)."""
+"""Schedules and actions in a real browser: find schedules by part of a name and by paused,
+pause and resume a schedule, preview and run a backfill, start a workflow with params from
+its form (nested JSON and rows, a bad value named by its field), retry from a task, kill a
+running attempt after confirming (in a dialog, or without script on the page the server
+answers), and state badges coloured from /ui/states.css in both colour schemes."""
 
 from __future__ import annotations
 
@@ -25,6 +27,9 @@ WORKFLOWS = {
     "greet.dig": "timezone: UTC\n+hello:\n  echo>: ${greeting}\n",
     "fails.dig": "timezone: UTC\n+ok:\n  echo>: fine\n+boom:\n  sh>: exit 3\n",
     "slow.dig": "timezone: UTC\n+nap:\n  sh>: sleep 60\n",
+    "Weekly_Digest.dig": (
+        'timezone: UTC\nschedule:\n  weekly>: "Sun,00:00:00"\n+note:\n  echo>: week\n'
+    ),
 }
 ATTEMPT_URL = re.compile(r".*/ui/attempts/(\d+)$")
 
@@ -156,3 +161,103 @@ def test_without_script_the_server_asks_before_a_kill(
     finally:
         context.close()
     assert wait_for_attempt(server, attempt_id)["state"] == "killed"
+
+
+def listed_workflows(page: Any) -> list[str]:
+    return [
+        text.strip()
+        for text in page.locator("table.schedules tbody tr td:nth-child(2)").all_inner_texts()
+    ]
+
+
+def test_search_and_the_paused_filter_narrow_the_schedule_list(
+    page: Any, server: StandaloneProcess
+) -> None:
+    nightly = next(
+        item["id"]
+        for item in server.get("/api/schedules?project=ui")["items"]
+        if item["workflow"] == "nightly"
+    )
+    page.goto(server.endpoint + "/ui/schedules")
+    # When part of a name is searched, in another case
+    page.get_by_label("Search").fill("digest")
+    page.get_by_role("button", name="Filter").click()
+    # Then only the schedules whose name holds it are listed, and the box keeps it
+    expect(page.locator("table.schedules tbody tr")).to_have_count(1)
+    assert listed_workflows(page) == ["Weekly_Digest"]
+    expect(page.get_by_label("Search")).to_have_value("digest")
+
+    # Given nightly is paused
+    response = httpx.post(f"{server.endpoint}/api/schedules/{nightly}/pause", timeout=10.0)
+    assert response.status_code == 200, response.text
+    try:
+        # When the list shows paused schedules only
+        page.get_by_label("Search").fill("")
+        page.get_by_label("Paused").select_option("yes")
+        page.get_by_role("button", name="Filter").click()
+        # Then nightly alone is listed, its badge saying paused
+        expect(page.locator("table.schedules tbody tr")).to_have_count(1)
+        assert listed_workflows(page) == ["nightly"]
+        expect(page.locator("table.schedules .state-paused")).to_have_text("paused")
+        # And unpaused ones exclude it
+        page.get_by_label("Paused").select_option("no")
+        page.get_by_role("button", name="Filter").click()
+        expect(page.locator("table.schedules tbody tr")).to_have_count(1)
+        assert listed_workflows(page) == ["Weekly_Digest"]
+    finally:
+        httpx.post(f"{server.endpoint}/api/schedules/{nightly}/resume", json={}, timeout=10.0)
+
+
+def test_the_start_form_builds_nested_params_and_names_a_bad_value(
+    page: Any, server: StandaloneProcess
+) -> None:
+    page.goto(server.endpoint + "/ui/projects/ui/workflows/greet/start")
+    page.get_by_label("Session time").fill("2026-11-02 06:00:00")
+    # When the JSON field holds something that is not JSON
+    page.get_by_label("Params as JSON").fill('{"greeting": "hi",\n "opts": }')
+    page.get_by_label("Param 1 key").fill("opts.mode")
+    page.get_by_label("Param 1 value").fill("fast")
+    page.get_by_role("button", name="Start").click()
+    # Then the form comes back naming that field and where, keeping what was entered
+    error = page.locator("#start-params_json-error")
+    expect(error).to_contain_text("Params as JSON: not JSON at line 2 column")
+    expect(page.get_by_label("Params as JSON")).to_have_attribute("aria-invalid", "true")
+    expect(page.get_by_label("Param 1 key")).to_have_value("opts.mode")
+    assert server.get("/api/sessions?project=ui&workflow=greet&from=2026-11-02")["items"] == []
+
+    # When it is mended: nested objects, a number and a list, and a row nesting into them
+    page.get_by_label("Params as JSON").fill(
+        '{"greeting": "hi", "opts": {"n": 3, "tags": ["a", "b"]}}'
+    )
+    page.get_by_role("button", name="Start").click()
+    page.wait_for_url(ATTEMPT_URL)
+    # Then the attempt has the params with their types, the row merged in
+    attempt = wait_for_attempt(server, attempt_id_of(page))
+    assert attempt["params"] == {
+        "greeting": "hi",
+        "opts": {"n": 3, "tags": ["a", "b"], "mode": "fast"},
+    }
+
+
+@pytest.mark.parametrize(("scheme", "killed"), [("light", "#8c1d40"), ("dark", "#f778ba")])
+def test_state_colours_come_from_the_states_stylesheet_in_each_scheme(
+    browser: Any, server: StandaloneProcess, scheme: str, killed: str
+) -> None:
+    context = browser.new_context(viewport=VIEWPORT, color_scheme=scheme)
+    context.set_default_timeout(TIMEOUT_MS)
+    try:
+        page = context.new_page()
+        page.goto(server.endpoint + "/ui/schedules?project=ui")
+        read = "name => getComputedStyle(document.documentElement).getPropertyValue(name).trim()"
+        assert page.evaluate(read, "--state-killed") == killed
+        active = page.evaluate(read, "--state-active")
+        badge = page.locator("table.schedules .state-active").first
+        expected = page.evaluate(
+            "colour => { const probe = document.createElement('span');"
+            " probe.style.color = colour; document.body.append(probe);"
+            " const shown = getComputedStyle(probe).color; probe.remove(); return shown; }",
+            active,
+        )
+        expect(badge).to_have_css("color", expected)
+    finally:
+        context.close()
