@@ -14,8 +14,8 @@ longer configured ends, with every other session of that token, at its next requ
 Ended and idle rows are deleted at each sign-in.
 
 Failed sign-ins, and requests to ``/ui`` with a bearer token that is not valid, are
-limited per client address together (10 at once, then one every 6 seconds; then 429 with
-``Retry-After``).
+limited per client address together, in each API process (10 at once, then one every 6
+seconds; then 429 with ``Retry-After``).
 
 The cookie's signing key (``app.secret_key``) is derived with HKDF-SHA256 and a purpose
 label, never used raw: from ``TICKWORK_SECRET_KEY`` when it is set, else from every
