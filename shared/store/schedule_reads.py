@@ -220,18 +220,21 @@ def schedule_json(row: ScheduleRow) -> dict[str, Any]:
 
 def summary_json(summary: ScheduleSummary) -> dict[str, Any]:
     """A listed schedule as JSON: :func:`schedule_json` and its workflow's last session."""
-    last = summary.last
-    zone = summary.row.timezone
     return {
         **schedule_json(summary.row),
-        "last_session": None
-        if last is None
-        else {
-            "session_id": str(last.session_id),
-            "session_time": iso_time(last.session_time, zone),
-            "attempt_id": None if last.attempt_id is None else str(last.attempt_id),
-            "state": last.state,
-        },
+        "last_session": last_session_json(summary.last, summary.row.timezone),
+    }
+
+
+def last_session_json(last: catalog.LastSession | None, zone: str | None) -> dict[str, Any] | None:
+    """A workflow's last session as JSON (None for none), its time in ``zone`` (else UTC)."""
+    if last is None:
+        return None
+    return {
+        "id": str(last.session_id),
+        "session_time": iso_time(last.session_time, zone),
+        "attempt_id": None if last.attempt_id is None else str(last.attempt_id),
+        "state": last.state,
     }
 
 

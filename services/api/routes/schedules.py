@@ -19,6 +19,7 @@ from services.api.database import read_connection, write_transaction
 from services.api.errors import InvalidBody
 from services.api.models import RequestBody
 from services.api.paging import PageQuery, cursor_after, next_cursor, page_limit
+from services.api.routes.workflows import LastSessionOut
 from services.api.times import format_time, parse_time
 from shared.clock import utc_now
 from shared.domain.states import ScheduleState
@@ -93,15 +94,6 @@ class ScheduleOut(BaseModel):
     disabled_at: str | None
     failures: int
     last_error: str | None
-
-
-class LastSessionOut(BaseModel):
-    """The newest session of a schedule's workflow and its newest attempt's state."""
-
-    session_id: str
-    session_time: str
-    attempt_id: str | None
-    state: str | None
 
 
 class ScheduleItem(ScheduleOut):

@@ -13,6 +13,7 @@ from services.api.paging import PageQuery, fetch_page
 from services.api.times import format_time
 from shared.domain.schedule import written_timezone
 from shared.store import catalog
+from shared.store.schedule_reads import last_session_json
 from shared.store.tables import workflow_definitions
 
 blueprint = APIBlueprint("workflows", __name__, url_prefix="/api/workflows", tag="Workflows")
@@ -82,14 +83,7 @@ def workflow_item(
         "next_run_time": format_time(row.next_run_time, zone),
         "next_session_time": format_time(row.next_schedule_time, zone),
         "paused": row.paused_at is not None,
-        "last_session": None
-        if found is None
-        else {
-            "id": str(found.session_id),
-            "session_time": format_time(found.session_time, zone),
-            "attempt_id": None if found.attempt_id is None else str(found.attempt_id),
-            "state": found.state,
-        },
+        "last_session": last_session_json(found, zone),
     }
     if zone is not None:
         item.update(timezone=written_timezone(zone), schedule=config.get("schedule"), config=config)
