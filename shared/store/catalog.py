@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, and_, func, select
+from sqlalchemy import ColumnElement, Connection, Select, and_, func, select
 
 from shared.errors import NotFound
+from shared.store.history import contains_pattern
 from shared.store.tables import (
     attempts,
     project_archives,
@@ -37,8 +38,14 @@ def _latest_revision_id(project_id: Any) -> Any:
     )
 
 
-def select_projects(name: str | None = None) -> Select[Any]:
-    """Live projects with their latest revision (columns ``revision_*``, null if none)."""
+def name_contains(column: Any, text: str) -> ColumnElement[bool]:
+    """Whether ``column`` (a name) holds ``text``, whatever its case."""
+    return func.lower(column).like(contains_pattern(text), escape="\\")
+
+
+def select_projects(name: str | None = None, *, contains: str | None = None) -> Select[Any]:
+    """Live projects with their latest revision (columns ``revision_*``, null if none):
+    the one named ``name``, or those whose name holds ``contains`` in any case."""
     latest = revisions.alias("latest")
     query = select(
         projects.c.id,
@@ -57,6 +64,8 @@ def select_projects(name: str | None = None) -> Select[Any]:
     query = query.where(projects.c.deleted_at.is_(None))
     if name is not None:
         query = query.where(projects.c.name == name)
+    if contains:
+        query = query.where(name_contains(projects.c.name, contains))
     return query
 
 
@@ -161,11 +170,20 @@ def _select_definitions(*, with_config: bool) -> Select[Any]:
 
 
 def select_workflows(
-    *, revision_id: int | None = None, project: str | None = None, with_config: bool = False
+    *,
+    revision_id: int | None = None,
+    project: str | None = None,
+    with_config: bool = False,
+    contains: str | None = None,
+    project_contains: str | None = None,
 ) -> Select[Any]:
     """Workflow definitions of one revision, or of every live project's latest revision
-    (optionally one project's), with their active schedule's times (null if none)."""
+    (optionally one project's, or those of projects whose name holds
+    ``project_contains``), with their active schedule's times (null if none); with
+    ``contains``, only workflows whose name holds it (any case)."""
     query = _select_definitions(with_config=with_config)
+    if contains:
+        query = query.where(name_contains(workflow_definitions.c.name, contains))
     if revision_id is not None:
         return query.where(workflow_definitions.c.revision_id == revision_id)
     query = query.where(
@@ -173,6 +191,8 @@ def select_workflows(
     )
     if project is not None:
         query = query.where(projects.c.name == project)
+    if project_contains:
+        query = query.where(name_contains(projects.c.name, project_contains))
     return query
 
 

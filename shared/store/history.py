@@ -32,6 +32,7 @@ from shared.store.tables import (
     sessions,
     task_dependencies,
     tasks,
+    workflow_definitions,
 )
 from shared.store.tasks import TaskRow, list_attempt_tasks
 
@@ -59,6 +60,13 @@ class AttemptView(NamedTuple):
     idempotency_key: str | None
     created_at: datetime
     finished_at: datetime | None
+
+    @property
+    def duration_seconds(self) -> float | None:
+        """From the attempt's creation to its end; None until it ends."""
+        if self.finished_at is None:
+            return None
+        return max(0.0, (self.finished_at - self.created_at).total_seconds())
 
 
 class SessionView(NamedTuple):
@@ -188,22 +196,46 @@ def _attempt_query() -> Select[Any]:
     return select(*_ATTEMPT_COLUMNS).select_from(_ATTEMPTS_FROM)
 
 
-def _filters(
-    project: str | None,
-    workflow: str | None,
-    state: AttemptState | None,
-    time_from: datetime | None,
-    time_to: datetime | None,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RunFilters:
+    """What a sessions or attempts list is filtered by; None (or empty) filters nothing.
+
+    ``project`` and ``workflow`` are exact names; ``project_contains`` and
+    ``workflow_contains`` keep names holding that text, whatever its case; ``state`` is
+    the (latest) attempt's; ``time_from`` (inclusive) and ``time_to`` (exclusive) bound
+    the session time."""
+
+    project: str | None = None
+    workflow: str | None = None
+    project_contains: str | None = None
+    workflow_contains: str | None = None
+    state: AttemptState | None = None
+    time_from: datetime | None = None
+    time_to: datetime | None = None
+
+
+def contains_pattern(text: str) -> str:
+    """The LIKE pattern (escaped with ``\\``) of names holding ``text``, lower case."""
+    escaped = text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def _filters(given: RunFilters) -> dict[str, Any]:
     """The filters given, by the name of the bound parameter each fills."""
-    given = {
-        "project": project,
-        "workflow": workflow,
-        "state": None if state is None else state.value,
-        "time_from": time_from,
-        "time_to": time_to,
+    values = {
+        "project": given.project,
+        "workflow": given.workflow,
+        "project_contains": given.project_contains and contains_pattern(given.project_contains),
+        "workflow_contains": given.workflow_contains and contains_pattern(given.workflow_contains),
+        "state": None if given.state is None else given.state.value,
+        "time_from": given.time_from,
+        "time_to": given.time_to,
     }
-    return {name: value for name, value in given.items() if value is not None}
+    return {name: value for name, value in values.items() if value}
+
+
+def _name_like(column: ColumnElement[str], parameter: str) -> ColumnElement[bool]:
+    return func.lower(column).like(bindparam(parameter), escape="\\")
 
 
 def _filter_conditions(names: frozenset[str]) -> list[ColumnElement[bool]]:
@@ -218,6 +250,18 @@ def _filter_conditions(names: frozenset[str]) -> list[ColumnElement[bool]]:
         found.append(sessions.c.project_id == project_id)
     if "workflow" in names:
         found.append(sessions.c.workflow_name == bindparam("workflow"))
+    # A partial name is matched on the few project and workflow names first; sessions are
+    # then kept by project id or workflow name, through the indexes an exact name uses.
+    if "project_contains" in names:
+        matching = select(projects.c.id).where(_name_like(projects.c.name, "project_contains"))
+        found.append(sessions.c.project_id.in_(matching))
+    if "workflow_contains" in names:
+        names_matching = (
+            select(workflow_definitions.c.name)
+            .where(_name_like(workflow_definitions.c.name, "workflow_contains"))
+            .distinct()
+        )
+        found.append(sessions.c.workflow_name.in_(names_matching))
     if "time_from" in names:
         found.append(sessions.c.session_time >= bindparam("time_from"))
     if "time_to" in names:
@@ -233,16 +277,19 @@ def list_sessions(
     state: AttemptState | None = None,
     time_from: datetime | None = None,
     time_to: datetime | None = None,
+    where: RunFilters | None = None,
     after: int | None = None,
     limit: int = 100,
 ) -> Page[SessionView]:
     """Sessions newest first (by id), each with its latest attempt.
 
     ``state`` keeps sessions whose latest attempt is in it; ``time_from`` (inclusive) and
-    ``time_to`` (exclusive) bound the session time. The latest attempts are read for the
-    page's sessions only, one index probe each.
+    ``time_to`` (exclusive) bound the session time; ``where`` gives every filter at once
+    (the keywords then filter nothing). The latest attempts are read for the page's
+    sessions only, one index probe each.
     """
-    filters = _filters(project, workflow, state, time_from, time_to)
+    given = where or RunFilters(project, workflow, None, None, state, time_from, time_to)
+    filters = _filters(given)
     statement = _session_page_statement(frozenset(filters), after is not None)
     page = fetch_statement_page(conn, statement, filters, after=after, limit=limit)
     return Page([_session_view(row) for row in page.rows], page.next_after)
@@ -349,12 +396,15 @@ def list_attempts(
     state: AttemptState | None = None,
     time_from: datetime | None = None,
     time_to: datetime | None = None,
+    where: RunFilters | None = None,
     after: int | None = None,
     limit: int = 100,
 ) -> Page[AttemptView]:
     """Attempts newest first (by id), filtered by project, workflow, state and the session
-    time (``time_from`` inclusive, ``time_to`` exclusive)."""
-    filters = _filters(project, workflow, state, time_from, time_to)
+    time (``time_from`` inclusive, ``time_to`` exclusive), or by ``where`` as
+    :func:`list_sessions`."""
+    given = where or RunFilters(project, workflow, None, None, state, time_from, time_to)
+    filters = _filters(given)
     statement = _attempt_page_statement(frozenset(filters), after is not None)
     page = fetch_statement_page(conn, statement, filters, after=after, limit=limit)
     return Page([_attempt_view(row) for row in page.rows], page.next_after)

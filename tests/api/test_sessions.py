@@ -67,9 +67,41 @@ class TestListSessions:
         )
         assert ids_of(found) == steps[1:3][::-1]
 
+    def test_parts_of_names_match_in_any_case_beside_the_exact_names(
+        self, api: FlaskClient, engine: Engine, project: int
+    ) -> None:
+        steps = add_sessions(engine, project, "steps", 2)
+        more = add_sessions(engine, project, "more", 1, state=AttemptState.ERROR)
+        assert ids_of(api.get("/api/sessions?project_contains=TL")) == (steps + more)[::-1]
+        assert ids_of(api.get("/api/sessions?project_contains=oth")) == []
+        assert ids_of(api.get("/api/sessions?workflow_contains=OR")) == more
+        assert ids_of(api.get("/api/sessions?workflow_contains=e&state=success")) == steps[::-1]
+        # an exact filter keeps its meaning: "et" names no project
+        assert ids_of(api.get("/api/sessions?project=et")) == []
+        # LIKE's wildcards are plain characters
+        assert ids_of(api.get("/api/sessions?workflow_contains=%25")) == []
+        assert ids_of(api.get("/api/sessions?workflow_contains=_")) == []
+
+    def test_the_attempts_list_takes_the_same_filters(
+        self, api: FlaskClient, engine: Engine, project: int
+    ) -> None:
+        steps = add_sessions(engine, project, "steps", 3)
+        add_sessions(engine, project, "more", 1, state=AttemptState.ERROR)
+        since = (NOW + timedelta(hours=1)).isoformat()
+        found = api.get(
+            "/api/attempts",
+            query_string={"project_contains": "ET", "workflow_contains": "tep", "from": since},
+        )
+        assert found.status_code == 200, found.json
+        assert [int(item["session_id"]) for item in found.json["items"]] == steps[1:][::-1]
+        backwards = api.get("/api/attempts?from=2026-01-02T00:00:00Z&to=2026-01-01T00:00:00Z")
+        assert backwards.status_code == 422
+        assert backwards.json["errors"][0]["parameter"] == "to"
+
     @pytest.mark.parametrize(
         ("query", "parameter"),
         [
+            ("project_contains=" + "x" * 256, "project_contains"),
             ("from=soon", "from"),
             ("state=happy", "state"),
             ("limit=0", "limit"),

@@ -112,6 +112,9 @@ class ProjectQuery(PageQuery):
     """Filters of the project list."""
 
     name: str | None = Field(None, max_length=255, description="Only the project of this name.")
+    name_contains: str | None = Field(
+        None, max_length=255, description="Only projects whose name holds this, in any case."
+    )
 
 
 class RevisionQuery(RequestQuery):
@@ -223,7 +226,11 @@ def list_projects(query: ProjectQuery) -> dict[str, Any]:
     """Projects, newest first (``name``: only that one)."""
     with read_connection() as conn:
         return paged_list(
-            conn, catalog.select_projects(query.name), projects.c.id, query, project_item
+            conn,
+            catalog.select_projects(query.name, contains=query.name_contains),
+            projects.c.id,
+            query,
+            project_item,
         )
 
 

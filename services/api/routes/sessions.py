@@ -9,9 +9,8 @@ from apiflask import APIBlueprint
 from flask import Response
 from pydantic import BaseModel, Field
 
-from services.api import times
 from services.api.database import read_connection
-from services.api.errors import InvalidParameter
+from services.api.filters import RunsQuery
 from services.api.paging import (
     PageQuery,
     cursor_after,
@@ -21,7 +20,6 @@ from services.api.paging import (
 )
 from services.api.responses import json_response
 from services.api.routes.attempts import AttemptOut, AttemptPage, attempt_item
-from shared.domain.states import AttemptState
 from shared.store import history
 from shared.store.history import SessionView
 
@@ -49,24 +47,8 @@ class SessionPage(BaseModel):
     next_cursor: str | None
 
 
-class SessionsQuery(PageQuery):
-    """Filters of the session list."""
-
-    project: str | None = Field(None, max_length=255, description="Project name.")
-    workflow: str | None = Field(None, max_length=255, description="Workflow name.")
-    state: AttemptState | None = Field(None, description="State of the last attempt.")
-    time_from: str | None = Field(
-        None, alias="from", max_length=64, description="Session times from (inclusive)."
-    )
-    time_to: str | None = Field(
-        None, alias="to", max_length=64, description="Session times before (exclusive)."
-    )
-
-
-def _utc(value: str | None, parameter: str) -> datetime | None:
-    """The bound in ``parameter`` (UTC if it has no offset); 422 for one the store cannot
-    compare (before year 1 or after 9999 once moved to UTC)."""
-    return None if value is None else times.parse_time(value, parameter=parameter)
+class SessionsQuery(RunsQuery):
+    """Filters of the session list (``state``: the last attempt's)."""
 
 
 def session_item(session: SessionView) -> dict[str, Any]:
@@ -93,20 +75,9 @@ def session_item(session: SessionView) -> dict[str, Any]:
 def list_sessions(query: SessionsQuery) -> Response:
     """Sessions, newest first, each with its last attempt."""
     after = cursor_after(query)
-    time_from, time_to = _utc(query.time_from, "from"), _utc(query.time_to, "to")
-    if time_from is not None and time_to is not None and time_to <= time_from:
-        raise InvalidParameter("to", "must be later than `from`")
+    filters = query.run_filters()
     with read_connection() as conn:
-        page = history.list_sessions(
-            conn,
-            project=query.project,
-            workflow=query.workflow,
-            state=query.state,
-            time_from=time_from,
-            time_to=time_to,
-            after=after,
-            limit=page_limit(query),
-        )
+        page = history.list_sessions(conn, where=filters, after=after, limit=page_limit(query))
     cursor = next_cursor(page.next_after)
     return json_response({"items": [session_item(s) for s in page.items], "next_cursor": cursor})
 

@@ -63,6 +63,14 @@ class WorkflowQuery(PageQuery):
     """Filters of the workflow list."""
 
     project: str | None = Field(None, max_length=255, description="Only this project's.")
+    name_contains: str | None = Field(
+        None, max_length=255, description="Only workflows whose name holds this, in any case."
+    )
+    project_contains: str | None = Field(
+        None,
+        max_length=255,
+        description="Only workflows of projects whose name holds this, in any case.",
+    )
 
 
 def workflow_item(
@@ -97,7 +105,11 @@ def list_workflows(query: WorkflowQuery) -> dict[str, Any]:
     """Workflows of every project's latest revision (``project``: one project's), with the
     last session's state and the schedule's next run and session times."""
     with read_connection() as conn:
-        select = catalog.select_workflows(project=query.project)
+        select = catalog.select_workflows(
+            project=query.project,
+            contains=query.name_contains,
+            project_contains=query.project_contains,
+        )
         rows, next_cursor = fetch_page(conn, select, workflow_definitions.c.id, query)
         last = catalog.last_sessions(conn, [(row.project_id, row.name) for row in rows])
     return {"items": [workflow_item(row, last) for row in rows], "next_cursor": next_cursor}
