@@ -15,8 +15,9 @@ from sqlalchemy import Connection
 
 from services.api.database import read_connection, write_transaction
 from services.api.errors import InvalidBody
+from services.api.filters import RunsQuery
 from services.api.models import RequestBody, UserParams
-from services.api.paging import PageQuery, cursor_after, next_cursor, page_limit
+from services.api.paging import cursor_after, next_cursor, page_limit
 from services.api.reads import attempts as attempt_reads
 from services.api.responses import json_response
 from services.api.times import parse_time
@@ -85,12 +86,8 @@ class AttemptPage(BaseModel):
     next_cursor: str | None
 
 
-class AttemptsQuery(PageQuery):
+class AttemptsQuery(RunsQuery):
     """Filters of the attempt list."""
-
-    project: str | None = Field(None, max_length=255, description="Project name.")
-    workflow: str | None = Field(None, max_length=255, description="Workflow name.")
-    state: AttemptState | None = None
 
 
 class StartBody(RequestBody):
@@ -216,15 +213,9 @@ def page_of(page: Page[AttemptView]) -> dict[str, Any]:
 def list_attempts(query: AttemptsQuery) -> Response:
     """Attempts, newest first."""
     after = cursor_after(query)
+    filters = query.run_filters()
     with read_connection() as conn:
-        page = history.list_attempts(
-            conn,
-            project=query.project,
-            workflow=query.workflow,
-            state=query.state,
-            after=after,
-            limit=page_limit(query),
-        )
+        page = history.list_attempts(conn, where=filters, after=after, limit=page_limit(query))
     return json_response(page_of(page))
 
 
