@@ -47,7 +47,7 @@ class TestLists:
         html = response.get_data(as_text=True)
         assert response.status_code == 200
         assert attempt_links(html) == [2, 1]
-        assert 'class="state state-bad">error</span>' in html
+        assert 'class="state state-error">error</span>' in html
         assert '<time datetime="2026-11-30T09:00:00Z"' in html
 
     def test_lists_filter_by_project_workflow_state_and_session_time(
@@ -64,6 +64,59 @@ class TestLists:
             assert attempt_links(ranged.get_data(as_text=True)) == [3, 2]
             until = api.get(f"{path}", query_string={"project": "etl", "to": later})
             assert attempt_links(until.get_data(as_text=True)) == [4, 1]
+
+    def test_lists_match_parts_of_names_in_any_case(
+        self, api: FlaskClient, engine: Engine, etl: int
+    ) -> None:
+        add_sessions(engine, etl, "steps", 2)
+        add_sessions(engine, etl, "other", 1, state=AttemptState.ERROR)
+        for path in ("/ui/sessions", "/ui/attempts"):
+            found = api.get(
+                path, query_string={"project_contains": "eT", "workflow_contains": "TH"}
+            )
+            assert attempt_links(found.get_data(as_text=True)) == [3]
+            found = api.get(path, query_string={"project_contains": "nope"})
+            assert attempt_links(found.get_data(as_text=True)) == []
+
+    def test_an_exact_name_from_a_link_is_kept_and_can_be_dropped(
+        self, api: FlaskClient, engine: Engine, etl: int
+    ) -> None:
+        add_sessions(engine, etl, "steps", 1)
+        html = api.get("/ui/sessions?project=etl&workflow=steps").get_data(as_text=True)
+        assert '<input type="hidden" name="project" value="etl">' in html
+        assert '<input type="hidden" name="workflow" value="steps">' in html
+        assert 'href="?project=etl"' in html  # "any workflow" keeps the project
+
+    def test_the_live_part_of_a_list_is_its_table_with_whether_anything_runs(
+        self, api: FlaskClient, engine: Engine, etl: int
+    ) -> None:
+        add_sessions(engine, etl, "steps", 1)
+        add_sessions(engine, etl, "other", 1, state=AttemptState.RUNNING)
+        for path in ("/ui/sessions", "/ui/attempts"):
+            page = api.get(f"{path}?workflow=steps").get_data(as_text=True)
+            assert f'data-live-part="{path}/live?workflow=steps"' in page
+            live = api.get(f"{path}/live?workflow=steps")
+            html = live.get_data(as_text=True)
+            assert live.status_code == 200
+            assert "<html" not in html
+            assert 'data-live-active="false"' in html
+            assert attempt_links(html) == [1]
+            running = api.get(f"{path}/live?state=running").get_data(as_text=True)
+            assert 'data-live-active="true"' in running
+            assert "running for" in running
+            assert api.get(f"{path}/live?state=sleepy").status_code == 400
+
+    def test_an_ended_attempt_shows_how_long_it_took(
+        self, api: FlaskClient, engine: Engine, etl: int
+    ) -> None:
+        add_sessions(engine, etl, "steps", 1)
+        with engine.begin() as conn:
+            conn.execute(update(attempts).values(finished_at=NOW + timedelta(minutes=3, seconds=4)))
+            created = conn.execute(select(attempts.c.created_at)).scalar_one()
+        took = NOW + timedelta(minutes=3, seconds=4) - created
+        html = api.get("/ui/attempts").get_data(as_text=True)
+        minutes, seconds = divmod(int(took.total_seconds()), 60)
+        assert f'<td class="duration">{minutes}m {seconds:02d}s</td>' in html
 
     def test_a_list_pages_with_a_cursor_keeping_its_filters(
         self, api: FlaskClient, engine: Engine, etl: int

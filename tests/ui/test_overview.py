@@ -14,8 +14,17 @@ from tests.e2e._standalone import StandaloneProcess, wait_for_attempt
 
 pytestmark = [pytest.mark.slow]
 
-GREEN = "rgb(46, 158, 79)"
-RED = "rgb(217, 45, 32)"
+
+def state_colour(page: Any, state: str) -> str:
+    """The colour /ui/states.css gives ``state`` (its ``--state-NAME``), as CSS reads it
+    back: ``rgb(r, g, b)``."""
+    value = page.evaluate(
+        "name => getComputedStyle(document.documentElement).getPropertyValue(name).trim()",
+        f"--state-{state}",
+    )
+    assert re.fullmatch(r"#[0-9a-fA-F]{6}", value), f"--state-{state} is {value!r}"
+    red, green, blue = (int(value[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgb({red}, {green}, {blue})"
 
 
 @pytest.fixture(scope="module")
@@ -58,10 +67,10 @@ def test_the_workflow_grid_colours_each_task_and_links_to_its_attempt(
     load = grid.locator("tr", has=page.locator("th code", has_text="+error_handler+load"))
     cell = load.locator("a.cell")
     expect(cell).to_have_attribute("href", f"/ui/attempts/{runs['error_handler']}")
-    expect(cell).to_have_css("background-color", RED)
+    expect(cell).to_have_css("background-color", state_colour(page, "error"))
     expect(cell).to_have_attribute("title", re.compile(r"^\+error_handler\+load · error · 20\d\d-"))
     extract = grid.locator("tr", has=page.locator("th code", has_text="+error_handler+extract"))
-    expect(extract.locator("a.cell")).to_have_css("background-color", GREEN)
+    expect(extract.locator("a.cell")).to_have_css("background-color", state_colour(page, "success"))
 
     cell.click()
     expect(page).to_have_url(f"{open_ui_server.endpoint}/ui/attempts/{runs['error_handler']}")

@@ -35,6 +35,7 @@ UI_MODULES = (
     "attempt",
     "schedules",
     "actions",
+    "search",
 )
 
 shell = Blueprint(

@@ -34,6 +34,16 @@ MISSED_REASONS = {
 @blueprint.get("/")
 def overview() -> str:
     """The overview page."""
+    return _render("ui/overview.html")
+
+
+@blueprint.get("/overview/live")
+def overview_live() -> str:
+    """The overview's sections alone, for the page to put in place while something runs."""
+    return _render("ui/overview_sections.html")
+
+
+def _render(template: str) -> str:
     since = utc_now() - FAILURE_WINDOW
     with read_connection() as conn:
         running = history.list_attempts(conn, state=AttemptState.RUNNING, limit=SECTION_ROWS)
@@ -42,7 +52,7 @@ def overview() -> str:
         troubled = dashboard.troubled_schedules(conn, SECTION_ROWS + 1)
         missed = dashboard.recent_missed(conn, SECTION_ROWS + 1)
     return render_template(
-        "ui/overview.html",
+        template,
         rows=SECTION_ROWS,
         running=running.items,
         more_running=running.next_after is not None,

@@ -5,30 +5,27 @@ its schedule's next times, and a grid of its recent sessions by task, coloured b
 
 from __future__ import annotations
 
-import gzip
 import io
-import tarfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from flask import Blueprint, render_template, request, send_file
-from sqlalchemy import Connection
 from werkzeug.wrappers import Response
 
 from services.api.database import read_connection
 from services.api.errors import PROBLEM_TYPES, ApiProblem
 from services.api.paging import decode_cursor, next_cursor
+from services.api.reads import projects as project_reads
 from shared.clock import utc_now
 from shared.domain.schedule import written_timezone
+from shared.domain.states import AttemptState
 from shared.errors import NotFound
 from shared.store import catalog, dashboard, history
-from shared.store.paging import fetch_keyset_page
 from shared.store.projects import get_project_archive
-from shared.store.schedules import ScheduleRow, find_schedule, list_schedules
+from shared.store.schedules import ScheduleRow, list_schedules
 from shared.store.secrets import list_secrets
-from shared.store.tables import projects as projects_table
-from shared.store.tables import revisions, workflow_definitions
 
 blueprint = Blueprint("ui_projects", __name__, url_prefix="/ui")
 
@@ -38,8 +35,8 @@ GRID_SESSIONS = 25
 """Sessions (columns) the workflow's grid shows per page."""
 NEXT_TIMES = 10
 """Upcoming session times shown for a scheduled workflow."""
-MAX_SOURCE_BYTES = 1024 * 1024
-"""The largest workflow file shown; a larger one is left out."""
+NAME_LIMIT = 255
+"""Longest text the projects list's search takes (as long as a name)."""
 
 
 def _after() -> int | None:
@@ -66,23 +63,45 @@ def _error_page(status: int, message: str) -> str:
 
 @blueprint.get("/projects")
 def projects() -> str:
-    """Live projects, newest first, with their latest revision and workflow count."""
+    """Live projects, newest first, with their latest revision and workflow count; ``q``
+    keeps those whose name holds it, in any case."""
+    contains = request.args.get("q", "").strip()
+    if len(contains) > NAME_LIMIT:
+        raise ApiProblem(400, f"q: at most {NAME_LIMIT} characters")
     with read_connection() as conn:
-        page = fetch_keyset_page(
-            conn,
-            catalog.select_projects(),
-            projects_table.c.id,
-            after=_after(),
-            limit=PROJECTS_PER_PAGE,
+        found = project_reads.list_projects(
+            conn, contains=contains or None, after=_after(), limit=PROJECTS_PER_PAGE
         )
-        revision_ids = [row.revision_id for row in page.rows if row.revision_id is not None]
-        counts = dashboard.count_workflows(conn, revision_ids)
     return render_template(
         "ui/projects.html",
-        projects=page.rows,
-        counts=counts,
-        cursor=next_cursor(page.next_after),
+        projects=found.page.items,
+        counts=found.workflow_counts,
+        cursor=next_cursor(found.page.next_after),
     )
+
+
+def _still_running(states: Iterable[str | AttemptState | None]) -> bool:
+    """Whether one of these attempt states has not ended: the page's live part then
+    fetches itself again often."""
+    return any(state is not None and not AttemptState(state).is_done for state in states)
+
+
+def _workflows_of(conn: Any, found: Any) -> dict[str, Any]:
+    """The project page's workflows with their last sessions, as its template takes them."""
+    workflows: list[Any] = []
+    if found.revision_id is not None:
+        workflows = project_reads.list_workflows(conn, int(found.revision_id))
+    last = catalog.last_sessions(conn, [(row.project_id, row.name) for row in workflows])
+    running = _still_running(session.state for session in last.values())
+    return {"project": found, "workflows": workflows, "last": last, "live_active": running}
+
+
+@blueprint.get("/projects/<name>/live")
+def project_live(name: str) -> str:
+    """The project page's workflows alone, for the page to put in place while they run."""
+    with read_connection() as conn:
+        context = _workflows_of(conn, catalog.get_project(conn, name))
+    return render_template("ui/projects_project_workflows.html", **context)
 
 
 @blueprint.get("/projects/<name>")
@@ -90,27 +109,17 @@ def project(name: str) -> str:
     """One project: its workflows, schedules, revisions and secrets' names."""
     with read_connection() as conn:
         found = catalog.get_project(conn, name)
-        workflows: list[Any] = []
-        if found.revision_id is not None:
-            query = catalog.select_workflows(revision_id=found.revision_id)
-            workflows = list(conn.execute(query.order_by(workflow_definitions.c.name)))
-        last = catalog.last_sessions(conn, [(row.project_id, row.name) for row in workflows])
+        context = _workflows_of(conn, found)
         schedules = list_schedules(conn, project_id=int(found.id))
-        page = fetch_keyset_page(
-            conn,
-            catalog.select_revisions(int(found.id)),
-            revisions.c.id,
-            after=_after(),
-            limit=REVISIONS_PER_PAGE,
+        page = project_reads.list_revisions(
+            conn, int(found.id), after=_after(), limit=REVISIONS_PER_PAGE
         )
         secrets = list_secrets(conn, name)
     return render_template(
         "ui/projects_project.html",
-        project=found,
-        workflows=workflows,
-        last=last,
+        **context,
         schedules=schedules,
-        revisions=page.rows,
+        revisions=page.items,
         cursor=next_cursor(page.next_after),
         secrets=secrets,
     )
@@ -147,15 +156,27 @@ class GridRow:
     cells: dict[int, dashboard.GridTask] = field(default_factory=dict)
 
 
+@blueprint.get("/projects/<name>/workflows/<workflow>/live")
+def workflow_live(name: str, workflow: str) -> str:
+    """The workflow page's grid alone, for the page to put in place while it runs."""
+    return _workflow_page(name, workflow, "ui/projects_workflow_grid.html")
+
+
 @blueprint.get("/projects/<name>/workflows/<workflow>")
 def workflow(name: str, workflow: str) -> str:
     """One workflow of the project's latest revision: its source, schedule and grid."""
+    return _workflow_page(name, workflow, "ui/projects_workflow.html")
+
+
+def _workflow_page(name: str, workflow: str, template: str) -> str:
     with read_connection() as conn:
         found = catalog.get_project(conn, name)
         revision = catalog.find_revision(conn, int(found.id), request.args.get("revision"))
         definition = catalog.find_workflow(conn, revision.id, workflow)
-        source = _source(conn, revision.archive_digest, workflow)
-        schedule = _active_schedule(conn, name, workflow)
+        source = None
+        if template == "ui/projects_workflow.html":  # the live part shows no source
+            source = project_reads.workflow_source(conn, revision.archive_digest, workflow)
+        schedule = project_reads.active_schedule(conn, name, workflow)
         page = history.list_sessions(
             conn, project=name, workflow=workflow, after=_after(), limit=GRID_SESSIONS
         )
@@ -163,8 +184,10 @@ def workflow(name: str, workflow: str) -> str:
         attempt_ids = [s.last_attempt.id for s in columns if s.last_attempt is not None]
         grid = _grid_rows(dashboard.grid_tasks(conn, attempt_ids))
     zone = str(dict(definition.config).get("timezone", "UTC"))
+    running = _still_running(s.last_attempt.state for s in columns if s.last_attempt)
     return render_template(
-        "ui/projects_workflow.html",
+        template,
+        live_active=running,
         project=found,
         revision=revision,
         workflow=definition,
@@ -177,33 +200,6 @@ def workflow(name: str, workflow: str) -> str:
         grid=grid,
         cursor=next_cursor(page.next_after),
     )
-
-
-def _source(conn: Connection, digest: str | None, workflow: str) -> list[str] | None:
-    """The lines of ``<workflow>.dig`` in the pushed archive (None: no archive or file)."""
-    if digest is None:
-        return None
-    content = get_project_archive(conn, digest)
-    wanted = {f"{workflow}.dig", f"./{workflow}.dig"}
-    try:
-        with tarfile.open(fileobj=io.BytesIO(content), mode="r:gz") as tar:
-            for member in tar:
-                if member.name in wanted and member.isfile() and member.size <= MAX_SOURCE_BYTES:
-                    data = tar.extractfile(member)
-                    if data is not None:
-                        return data.read().decode("utf-8", errors="replace").splitlines()
-    except (tarfile.TarError, gzip.BadGzipFile, EOFError):
-        return None
-    return None
-
-
-def _active_schedule(conn: Connection, project: str, workflow: str) -> ScheduleRow | None:
-    """The workflow's schedule unless it has none or it was removed."""
-    try:
-        found = find_schedule(conn, project, workflow)
-    except NotFound:
-        return None
-    return None if found.disabled_at is not None else found
 
 
 def _next_times(schedule: ScheduleRow | None, now: datetime) -> list[tuple[datetime, datetime]]:

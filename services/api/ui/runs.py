@@ -1,8 +1,11 @@
-"""The sessions and attempts lists: newest first, filtered by project, workflow, state and
-session time, a keyset page at a time (a deep page costs what the first does).
+"""The sessions and attempts lists: newest first, filtered by project and workflow (exact
+names, or parts of names in any case), state and session time, a keyset page at a time
+(a deep page costs what the first does).
 
 The filters live in the query string, so a filtered list is a link to paste; a filter
-that cannot be used is said on the page (400), never a server error.
+that cannot be used is said on the page (400), never a server error. Each list has a
+``/live`` twin rendering only its table, which ``static/ui.js`` fetches again while
+something on it runs.
 """
 
 from __future__ import annotations
@@ -30,14 +33,11 @@ NAME_LIMIT = 255
 
 
 @dataclass(frozen=True)
-class RunFilters:
-    """What a list is filtered by, read from the query string."""
+class ListQuery:
+    """What a list shows, read from the query string: its filters and the id to start
+    after (None: the first page)."""
 
-    project: str | None
-    workflow: str | None
-    state: AttemptState | None
-    time_from: datetime | None
-    time_to: datetime | None
+    filters: history.RunFilters
     after: int | None
 
 
@@ -83,37 +83,53 @@ def _after() -> int | None:
         raise BadFilter(problem.detail) from None
 
 
-def read_filters() -> RunFilters:
+def read_query() -> ListQuery:
     """The list's filters from the query string; BadFilter for one that cannot be used."""
-    filters = RunFilters(
+    filters = history.RunFilters(
         project=_name("project"),
         workflow=_name("workflow"),
+        project_contains=_name("project_contains"),
+        workflow_contains=_name("workflow_contains"),
         state=_state(),
         time_from=_time("from"),
         time_to=_time("to"),
-        after=_after(),
     )
     if filters.time_from and filters.time_to and filters.time_to <= filters.time_from:
         raise BadFilter("to: must be later than from")
-    return filters
+    return ListQuery(filters, _after())
 
 
-Loader = Callable[[RunFilters], tuple[Sequence[Any], int | None]]
+Loader = Callable[[ListQuery], tuple[Sequence[Any], int | None]]
 """Reads one page of a list: its rows and the id to continue after (None: last page)."""
+
+
+def any_running(items: Sequence[history.AttemptView | history.SessionView]) -> bool:
+    """Whether an attempt of ``items`` (or the last attempt of a session) has not ended:
+    its row will change by itself, so the page fetches its list again often."""
+    for item in items:
+        attempt = item.last_attempt if isinstance(item, history.SessionView) else item
+        if attempt is not None and not attempt.state.is_done:
+            return True
+    return False
 
 
 def _render(template: str, load: Loader) -> tuple[str, int]:
     """The list page ``template``: the page of rows ``load`` reads for the query's
     filters, or, with no rows, the reason the filters cannot be used (400)."""
     states = [state.value for state in AttemptState]
+    live_url = f"{request.path.removesuffix('/live')}/live"
+    if request.query_string:
+        live_url += "?" + request.query_string.decode("ascii", "replace")
+    context: dict[str, Any] = {"states": states, "live_url": live_url}
     try:
-        filters = read_filters()
+        query = read_query()
     except BadFilter as problem:
-        html = render_template(template, items=[], cursor=None, states=states, problem=problem)
+        html = render_template(template, items=[], cursor=None, problem=problem, **context)
         return html, 400
-    items, after = load(filters)
+    items, after = load(query)
     cursor = next_cursor(after)
-    html = render_template(template, items=items, cursor=cursor, states=states, problem=None)
+    context["live_active"] = any_running(items)
+    html = render_template(template, items=items, cursor=cursor, problem=None, **context)
     return html, 200
 
 
@@ -121,18 +137,9 @@ def _page_of(list_page: Callable[..., history.Page[Any]]) -> Loader:
     """A loader reading one page of ``list_page`` (the store's sessions or attempts list,
     which take the same filters) in a read connection."""
 
-    def load(filters: RunFilters) -> tuple[Sequence[Any], int | None]:
+    def load(query: ListQuery) -> tuple[Sequence[Any], int | None]:
         with read_connection() as conn:
-            page = list_page(
-                conn,
-                project=filters.project,
-                workflow=filters.workflow,
-                state=filters.state,
-                time_from=filters.time_from,
-                time_to=filters.time_to,
-                after=filters.after,
-                limit=PAGE_SIZE,
-            )
+            page = list_page(conn, where=query.filters, after=query.after, limit=PAGE_SIZE)
         return page.items, page.next_after
 
     return load
@@ -144,7 +151,19 @@ def sessions_page() -> tuple[str, int]:
     return _render("ui/runs_sessions.html", _page_of(history.list_sessions))
 
 
+@blueprint.get("/sessions/live")
+def sessions_live() -> tuple[str, int]:
+    """The sessions page's table alone, for the page to put in place while it runs."""
+    return _render("ui/runs_sessions_table.html", _page_of(history.list_sessions))
+
+
 @blueprint.get("/attempts")
 def attempts_page() -> tuple[str, int]:
     """Attempts, newest first."""
     return _render("ui/runs_attempts.html", _page_of(history.list_attempts))
+
+
+@blueprint.get("/attempts/live")
+def attempts_live() -> tuple[str, int]:
+    """The attempts page's table alone, for the page to put in place while it runs."""
+    return _render("ui/runs_attempts_table.html", _page_of(history.list_attempts))
