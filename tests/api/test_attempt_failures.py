@@ -4,6 +4,8 @@ download."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import Engine, update
@@ -89,3 +91,58 @@ def test_a_log_downloads_whole_as_a_file(api: FlaskClient, failed_attempt: tuple
     assert response.headers["Content-Disposition"].startswith("attachment; filename=")
     assert response.data.endswith(b"table missing\n")
     assert len(response.data) == log["size_bytes"]
+
+
+class TestLogPaneRoutes:
+    """What the attempt page's log pane reads under /ui: the same records as the REST
+    routes above."""
+
+    def test_a_task_reads_as_json_with_where_its_log_stream_stands(
+        self, api: FlaskClient, failed_attempt: tuple[int, int]
+    ) -> None:
+        attempt_id, task_id = failed_attempt
+        body = api.get(f"/ui/attempts/{attempt_id}/tasks/{task_id}").json
+        rest = api.get(f"/api/attempts/{attempt_id}/tasks/{task_id}").json
+        assert {key: body[key] for key in rest} == rest
+        assert body["stream_offset"] == body["logs"][0]["size_bytes"]
+
+    def test_the_tail_of_a_log_reads_by_range(
+        self, api: FlaskClient, failed_attempt: tuple[int, int]
+    ) -> None:
+        attempt_id, task_id = failed_attempt
+        [log] = api.get(f"/ui/attempts/{attempt_id}/tasks/{task_id}").json["logs"]
+        tail = api.get(
+            f"/ui/attempts/{attempt_id}/logs/{log['id']}", headers={"Range": "bytes=-14"}
+        )
+        assert tail.status_code == 206
+        assert tail.data == b"table missing\n"
+        size = log["size_bytes"]
+        assert tail.headers["Content-Range"] == f"bytes {size - 14}-{size - 1}/{size}"
+
+    def test_a_bad_part_is_a_400_and_an_unknown_log_a_404(
+        self, api: FlaskClient, failed_attempt: tuple[int, int]
+    ) -> None:
+        attempt_id = failed_attempt[0]
+        assert api.get(f"/ui/attempts/{attempt_id}/logs/1?offset=-1").status_code == 400
+        assert api.get(f"/ui/attempts/{attempt_id}/logs/1?nonsense=1").status_code == 400
+        assert api.get(f"/ui/attempts/{attempt_id}/logs/999").status_code == 404
+        assert api.get(f"/ui/attempts/{attempt_id}/tasks/999").status_code == 404
+
+    def test_the_page_opens_the_first_failures_log(
+        self, api: FlaskClient, failed_attempt: tuple[int, int]
+    ) -> None:
+        attempt_id, task_id = failed_attempt
+        html = api.get(f"/ui/attempts/{attempt_id}").get_data(as_text=True)
+        assert f'data-open-task="{task_id}"' in html
+
+    def test_the_pane_offers_no_action_to_who_cannot_act(self, api_app: Any) -> None:
+        from flask import render_template
+
+        attempt = {"id": 7, "state": "error"}
+        with api_app.test_request_context("/ui/attempts/7"):
+            acting = render_template("ui/_attempt_pane_actions.html", attempt=attempt, can_act=True)
+            reading = render_template(
+                "ui/_attempt_pane_actions.html", attempt=attempt, can_act=False
+            )
+        assert "Retry from this task" in acting and 'name="csrf_token"' in acting
+        assert "<form" not in reading

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from flask import Blueprint, Response, jsonify, render_template, request
+from flask import Blueprint, Response, render_template, request
 from jinja2.utils import htmlsafe_json_dumps
 from markupsafe import Markup
 from pydantic import ValidationError
@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from services.api.database import read_connection
 from services.api.reads import attempts as attempt_reads
 from services.api.reads.attempts import FailureView, TaskView
+from services.api.responses import json_response
 from services.api.routes.attempts import task_detail_json
 from services.api.routes.logs import (
     FOLLOW_MAX_SECONDS,
@@ -320,13 +321,15 @@ def _text(message: str, status: int) -> Response:
 @blueprint.get("/attempts/<id:attempt_id>/tasks/<id:task_id>")
 def task_detail(attempt_id: int, task_id: int) -> Response:
     """One task as JSON for the log pane: its values (secrets masked) and its runs' logs,
-    as ``GET /api/attempts/{id}/tasks/{task_id}`` answers."""
+    as ``GET /api/attempts/{id}/tasks/{task_id}`` answers, and ``stream_offset``, where
+    the pane starts following the attempt's log stream."""
     try:
         with read_connection() as conn:
             found = attempt_reads.read_task_detail(conn, attempt_id, task_id)
+            offset = attempt_reads.read_stream_offset(conn, attempt_id)
     except NotFound as error:
         return _text(f"{error}\n", 404)
-    response = jsonify(task_detail_json(found))
+    response = json_response({**task_detail_json(found), "stream_offset": offset})
     response.headers["Cache-Control"] = "no-store"
     return response
 

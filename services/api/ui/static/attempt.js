@@ -772,6 +772,7 @@
       }
     });
     tree.render();
+    performance.mark("tickwork:tree-shown");
 
     const container = document.getElementById("graph");
     if (container && typeof ELK !== "undefined") {
