@@ -26,7 +26,6 @@ from shared.domain.states import AttemptState, TaskState
 from shared.domain.workflow import WorkflowDefinition
 from shared.dsl.parser import parse_workflow_file
 from shared.errors import InvalidInput, TickworkError
-from shared.log_tail import TAIL_BYTES, last_lines
 from shared.logging import configure_logging
 
 if TYPE_CHECKING:
@@ -236,19 +235,13 @@ def _retries(row: TaskRow) -> str:
 
 
 def _log_tails(conn: Connection, attempt_id: int, task_ids: set[int]) -> dict[int, list[str]]:
-    """The last lines of the latest run's log of each of ``task_ids`` (as every failure
-    report shows them)."""
+    """The last lines of the latest run's log of each of ``task_ids``, read as the API
+    reads them for every failure report (services/api/reads/attempts.py)."""
+    from services.api.reads.attempts import latest_run, tail_lines
     from shared.store import logs as log_store
 
-    latest: dict[int, log_store.RunLog] = {}
-    for log in log_store.list_run_logs(conn, attempt_id):  # in run order: the latest wins
-        if log.task_id in task_ids and log.pruned_at is None:
-            latest[log.task_id] = log
-    tails = {}
-    for task_id, log in latest.items():
-        data, start = log_store.read_log_tail(conn, log, TAIL_BYTES)
-        tails[task_id] = last_lines(data, cut=start > 0)
-    return tails
+    logs = log_store.list_run_logs(conn, attempt_id)
+    return {task_id: tail_lines(conn, latest_run(logs, task_id)) for task_id in task_ids}
 
 
 def _logs_hint(request: RunRequest, attempt_id: int, *, on_executor: bool) -> str:
