@@ -32,9 +32,9 @@ everyone may act (the page says so); their forms still carry the CSRF token.
 
 Every UI answer carries a Content-Security-Policy without inline scripts or styles,
 ``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: same-origin``, and every
-guarded one ``Cache-Control: no-store`` (no signed-in page stays in a cache after signing
-out); errors on UI paths are HTML pages (``templates/ui/error.html``), not problem
-documents.
+guarded one ``Cache-Control: no-store`` unless it says otherwise (no signed-in page stays
+in a cache after signing out; the state colours' stylesheet may be kept); errors on UI
+paths are HTML pages (``templates/ui/error.html``), not problem documents.
 """
 
 from __future__ import annotations
@@ -353,8 +353,8 @@ def _secure_headers(response: Response) -> Response:
     if is_ui_path(request.path):
         for name, value in SECURITY_HEADERS.items():
             response.headers.setdefault(name, value)
-    if _guarded(request.path):
-        response.headers["Cache-Control"] = "no-store"
+    if _guarded(request.path):  # unless the page said how it may be kept (a stylesheet)
+        response.headers.setdefault("Cache-Control", "no-store")
     return response
 
 
