@@ -34,7 +34,7 @@ PARAM_ROWS = 5
 """Empty key/value rows the start form offers (a script may add more)."""
 MAX_PARAM_ROWS = 200
 MAX_PARAMS_JSON = 1_000_000
-"""Characters the params JSON field may hold (the API's body limit bounds what it takes)."""
+"""Characters the params JSON field may hold."""
 JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number"}
 JSON_KINDS.update({bool: "true or false", type(None): "null"})
 RETRY_MODES = ("failed", "all", "from")
@@ -52,7 +52,7 @@ def start(name: str, workflow: str) -> WerkzeugResponse | tuple[str, int]:
     """Start the session the form names; on to its attempt, or back to the form."""
     entered = {
         "session_time": request.form.get("session_time", "").strip(),
-        "params_json": request.form.get("params_json", "")[:MAX_PARAMS_JSON],
+        "params_json": request.form.get("params_json", ""),
     }
     rows = _param_rows()
     try:
@@ -207,6 +207,8 @@ def _params_object(raw_json: str) -> dict[str, Any]:
     """The JSON object the ``params_json`` field holds (empty: none)."""
     if not raw_json.strip():
         return {}
+    if len(raw_json) > MAX_PARAMS_JSON:
+        raise FormInvalid({"params_json": f"longer than {MAX_PARAMS_JSON:,} characters"})
     try:
         value = json.loads(raw_json)
     except json.JSONDecodeError as error:
