@@ -36,6 +36,8 @@
   };
   // Past this many boxes the layout tries fewer orders to cross fewer arrows: faster.
   const LARGE_GRAPH = 60;
+  // Longest the graph waits for the first log to be shown before it is laid out.
+  const GRAPH_WAIT_MS = 2000;
   const ZOOM_STEP = 1.25;
   const MIN_ZOOM = 0.05;
   const MAX_ZOOM = 4;
@@ -679,6 +681,17 @@
     }
   }
 
+  // elkjs is large: it is fetched and compiled only when the graph is drawn.
+  function loadScript(source) {
+    return new Promise((resolve, reject) => {
+      const script = document.createElement("script");
+      script.src = source;
+      script.addEventListener("load", resolve);
+      script.addEventListener("error", reject);
+      document.head.append(script);
+    });
+  }
+
   function pollPause() {
     const live = document.getElementById("attempt-live");
     const count = live ? Number(live.dataset.tasks) : 0;
@@ -774,29 +787,6 @@
     tree.render();
     performance.mark("tickwork:tree-shown");
 
-    const container = document.getElementById("graph");
-    if (container && typeof ELK !== "undefined") {
-      if (!model.list.length) container.querySelector("p").textContent = "No tasks yet.";
-      graph = new TaskGraph(container, model, redraw, (id) => {
-        tree.show(id);
-        open(id);
-      });
-      graph.draw().catch((error) => {
-        container.replaceChildren(element("p", "muted", `The graph could not be drawn: ${error}`));
-      });
-      const graphTools = document.getElementById("graph-tools");
-      if (graphTools) {
-        graphTools.hidden = false;
-        graphTools.addEventListener("click", (event) => {
-          const button = event.target.closest("button[data-zoom]");
-          if (!button || !graph.view) return;
-          if (button.dataset.zoom === "in") graph.zoom(ZOOM_STEP);
-          else if (button.dataset.zoom === "out") graph.zoom(1 / ZOOM_STEP);
-          else graph.fit();
-        });
-      }
-    }
-
     const params = document.querySelector("[data-values-from]");
     if (params && window.TickworkLog) {
       const source = document.getElementById(params.dataset.valuesFrom);
@@ -804,7 +794,41 @@
       params.parentElement.querySelector("table.params")?.setAttribute("hidden", "");
     }
 
-    if (pane && paneElement.dataset.openTask) open(paneElement.dataset.openTask);
+    // The graph's layout holds the page's only thread for a moment (a second for the
+    // largest): it starts once the failed task's log is on screen, or at once.
+    const drawGraph = async () => {
+      const container = document.getElementById("graph");
+      if (container && typeof ELK === "undefined" && container.dataset.elkSrc) {
+        await loadScript(container.dataset.elkSrc).catch(() => null);
+      }
+      if (container && typeof ELK !== "undefined") {
+        if (!model.list.length) container.querySelector("p").textContent = "No tasks yet.";
+        graph = new TaskGraph(container, model, redraw, (id) => {
+          tree.show(id);
+          open(id);
+        });
+        graph.draw().catch((error) => {
+          container.replaceChildren(element("p", "muted", `The graph could not be drawn: ${error}`));
+        });
+        const graphTools = document.getElementById("graph-tools");
+        if (graphTools) {
+          graphTools.hidden = false;
+          graphTools.addEventListener("click", (event) => {
+            const button = event.target.closest("button[data-zoom]");
+            if (!button || !graph.view) return;
+            if (button.dataset.zoom === "in") graph.zoom(ZOOM_STEP);
+            else if (button.dataset.zoom === "out") graph.zoom(1 / ZOOM_STEP);
+            else graph.fit();
+          });
+        }
+      }
+    };
+    if (pane && paneElement.dataset.openTask) {
+      tree.select(paneElement.dataset.openTask);
+      const opened = pane.open(paneElement.dataset.openTask);
+      const later = new Promise((resolve) => window.setTimeout(resolve, GRAPH_WAIT_MS));
+      Promise.race([opened, later]).then(drawGraph, drawGraph);
+    } else drawGraph();
     document.body.dataset.attemptReady = "true";
     pollLivePart(model, tree, () => graph);
     window.setInterval(tickRunning, 1000);
