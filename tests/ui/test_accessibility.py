@@ -62,6 +62,7 @@ def known(open_ui_server: StandaloneProcess) -> dict[str, str]:
     failed = next(task for task in tasks if task["state"] == "error" and not task["is_group"])
     schedule = open_ui_server.get(f"/api/schedules?project={EXAMPLES}")["items"][0]
     revision = open_ui_server.get(f"/api/projects/{EXAMPLES}/revisions")["items"][0]
+    log_file = open_ui_server.get(f"/api/logs/{attempt['id']}/files")["items"][0]
     return {
         "name": EXAMPLES,
         "project": EXAMPLES,
@@ -75,6 +76,7 @@ def known(open_ui_server: StandaloneProcess) -> dict[str, str]:
         "schedule_id": schedule["id"],
         "revision": revision["name"],
         "revision_id": revision["id"],
+        "file_id": log_file["id"],
     }
 
 
