@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from shared.domain.instants import out_of_range
 
@@ -22,19 +22,33 @@ class BadEntry(ValueError):
     """Raised when a typed session time or param cannot be used; the message says why."""
 
 
-def read_session_time(raw: str, timezone: str) -> datetime:
-    """ISO 8601, ``YYYY-MM-DD`` or ``YYYY-MM-DD HH:MM:SS``; naive times are in ``timezone``."""
+TIME_HINT = "expected an ISO 8601 time like 2026-11-30T07:00:00+09:00 or 2026-11-30"
+
+
+def read_time(raw: str, timezone: str | None) -> datetime:
+    """ISO 8601, ``YYYY-MM-DD`` or ``YYYY-MM-DD HH:MM:SS``: aware, a naive one read in
+    ``timezone`` (with None it stays naive, for a caller that learns the zone later).
+    BadEntry for text that is not such a time (white space around it included), an
+    unknown zone, or a time outside the range every zone can show."""
     try:
-        parsed = datetime.fromisoformat(raw.strip())
+        parsed = datetime.fromisoformat(raw)
     except ValueError:
-        raise BadEntry(
-            f"expected a time like 2026-01-30 or 2026-01-30T07:00:00+09:00, got {raw!r}"
-        ) from None
+        raise BadEntry(f"{TIME_HINT}, got {raw[:60]!r}") from None
     if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=ZoneInfo(timezone))
+        if timezone is None:
+            return parsed
+        try:
+            parsed = parsed.replace(tzinfo=ZoneInfo(timezone))
+        except (ZoneInfoNotFoundError, ValueError):
+            raise BadEntry(f"unknown time zone {timezone!r}") from None
     if reason := out_of_range(parsed):
-        raise BadEntry(f"{raw!r} is {reason}")
+        raise BadEntry(reason)
     return parsed
+
+
+def read_session_time(raw: str, timezone: str) -> datetime:
+    """A time as a person types it (:func:`read_time`, white space around it ignored)."""
+    return read_time(raw.strip(), timezone)
 
 
 def session_time_named(

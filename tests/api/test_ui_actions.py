@@ -107,7 +107,7 @@ class TestStart:
     @pytest.mark.parametrize(
         ("form", "shown"),
         [
-            ({"session_time": "someday"}, "Session time: expected a time like"),
+            ({"session_time": "someday"}, "Session time: expected an ISO 8601 time like"),
             ({"session_time": "last"}, "Session time: &#39;last&#39; is the workflow"),
             ({"param_key": "", "param_value": "orphan"}, "Params: row 1: the value"),
             ({"param_key": ["a", "a.b"], "param_value": ["1", "2"]}, "Params: &#39;a.b&#39; nests"),
