@@ -64,9 +64,7 @@ class AttemptView(NamedTuple):
     @property
     def duration_seconds(self) -> float | None:
         """From the attempt's creation to its end; None until it ends."""
-        if self.finished_at is None:
-            return None
-        return max(0.0, (self.finished_at - self.created_at).total_seconds())
+        return elapsed_seconds(self.created_at, self.finished_at)
 
 
 class SessionView(NamedTuple):
