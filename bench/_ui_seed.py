@@ -1,5 +1,6 @@
 """Seeding the UI benchmark's database: pushed projects with scheduled workflows, many
-sessions with attempts and tasks in realistic states, and one attempt of 2,000 tasks.
+sessions with attempts and tasks in realistic states, and one failed attempt of 2,000
+tasks whose failed task has a 64 MiB log.
 
 The projects are pushed and one attempt of each workflow is materialised through the
 store and the executor's own code; everything else is copied from those in bulk, with
@@ -8,19 +9,22 @@ store and the executor's own code; everything else is copied from those in bulk,
 
 from __future__ import annotations
 
+import json
 import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from _log_text import log_body
 from sqlalchemy import Connection, Engine, select, text
 
 from services.executor.materialize import Placement, materialize_children
 from shared.dsl.archive import ProjectArchive, pack_project, read_project_archive
 from shared.store import projects as project_store
+from shared.store.logs import LogChunk, write_log_chunks
 from shared.store.projects import load_workflow_definition
 from shared.store.starts import start_attempt
-from shared.store.tables import attempts, workflow_definitions
+from shared.store.tables import attempts, task_logs, workflow_definitions
 
 PROJECTS = ("sales", "marketing", "finance", "platform")
 WORKFLOWS = ("ingest", "transform", "publish", "quality", "export")
@@ -29,6 +33,8 @@ BIG_PROJECT = "warehouse"
 BIG_WORKFLOW = "nightly"
 BIG_GROUPS = 40
 BIG_TASKS_PER_GROUP = 50
+BIG_FAILED_STEP = 20
+BIG_LOG_BYTES = 64 * 1024 * 1024
 ERROR_EVERY = 37  # one session in 37 fails ...
 RETRIED_EVERY = 74  # ... and half of those were retried successfully
 KILLED_EVERY = 101
@@ -70,6 +76,8 @@ class Seeded:
     sessions: int
     big_attempt_id: int
     big_tasks: int
+    big_failed_task_id: int
+    big_log_bytes: int
 
 
 def big_workflow_text() -> str:
@@ -215,17 +223,49 @@ _ADVANCE_TASK_IDS = text(
 _STAGE = r"substring(full_name from '\+stage(\d\d)')::int"
 _STEP = r"substring(full_name from '\+step(\d\d\d)')::int"
 _BIG_ATTEMPT_PROGRESS = (
-    "UPDATE attempts SET state = 'running' WHERE id = :a",
-    "UPDATE tasks SET state = CASE WHEN parent_id IS NULL THEN 'planned' "
-    f"WHEN {_STAGE} < :done THEN 'success' WHEN {_STAGE} > :done THEN 'blocked' "
-    f"WHEN is_group THEN 'planned' WHEN {_STEP} < 20 THEN 'success' "
-    f"WHEN {_STEP} < 25 THEN 'running' ELSE 'blocked' END WHERE attempt_id = :a",
+    "UPDATE attempts SET state = 'error', finished_at = now() WHERE id = :a",
+    "UPDATE tasks SET state = CASE WHEN parent_id IS NULL THEN 'error' "
+    f"WHEN {_STAGE} < :done THEN 'success' WHEN {_STAGE} > :done THEN 'canceled' "
+    f"WHEN is_group THEN 'error' WHEN {_STEP} < {BIG_FAILED_STEP} THEN 'success' "
+    f"WHEN {_STEP} = {BIG_FAILED_STEP} THEN 'error' ELSE 'canceled' END WHERE attempt_id = :a",
     "UPDATE tasks SET started_at = created_at + make_interval(secs => id % 600), "
-    "finished_at = CASE WHEN state = 'success' "
-    "THEN created_at + make_interval(secs => id % 600 + 30) END, lease_token = 1 "
-    "WHERE attempt_id = :a AND state IN ('success', 'running')",
+    "finished_at = created_at + make_interval(secs => id % 600 + 30), lease_token = 1 "
+    "WHERE attempt_id = :a AND state IN ('success', 'error')",
+    "UPDATE tasks SET error = CAST(:error AS json) "
+    "WHERE attempt_id = :a AND state = 'error' AND NOT is_group",
     "UPDATE tasks SET retry_count = 1 WHERE attempt_id = :a AND full_name LIKE '%+stage03+step007'",
 )
+
+
+def _store_big_log(conn: Connection, attempt_id: int, size: int, now: datetime) -> int:
+    """Give the big attempt's failed task a log of ``size`` bytes of service-log text
+    (bench/_log_text.py's), ending in a coloured error line; the task's id."""
+    task_id, full_name = conn.execute(
+        text(
+            "SELECT id, full_name FROM tasks WHERE attempt_id = :a AND state = 'error' "
+            "AND NOT is_group"
+        ),
+        {"a": attempt_id},
+    ).one()
+    last = b"\x1b[31mERROR\x1b[0m table missing: exit code 3\n"
+    conn.execute(
+        task_logs.insert(),
+        {
+            "task_id": task_id,
+            "attempt_id": attempt_id,
+            "lease_token": 1,
+            "path": f"{attempt_id}/{full_name.rsplit('+', 1)[-1]}.{task_id}.1.log",
+            "size_bytes": size,
+            "created_at": now,
+            "ended_at": now,
+        },
+    )
+    offset = 0
+    for block in log_body(size - len(last)):
+        write_log_chunks(conn, [LogChunk(task_id, 1, offset, block)])
+        offset += len(block)
+    write_log_chunks(conn, [LogChunk(task_id, 1, offset, last)])
+    return int(task_id)
 
 
 def materialize(conn: Connection, attempt_id: int, definition_id: int, now: datetime) -> None:
@@ -292,9 +332,10 @@ def _seed_history(conn: Connection, workflows: list[Workflow], count: int, now: 
     )
 
 
-def _seed_big_attempt(conn: Connection, now: datetime) -> tuple[int, int]:
-    """The 2,000-task attempt, half-way through: three quarters of its stages done (one
-    task failed once and was retried), one running, the rest waiting."""
+def _seed_big_attempt(conn: Connection, now: datetime) -> tuple[int, int, int]:
+    """The 2,000-task attempt, failed: three quarters of its stages done (one task failed
+    once and was retried), then a task of the next stage failed with a 64 MiB log and
+    the rest were canceled. Its id, how many tasks it has, the failed task's id."""
     project_store.push_revision(
         conn,
         project_name=BIG_PROJECT,
@@ -315,13 +356,18 @@ def _seed_big_attempt(conn: Connection, now: datetime) -> tuple[int, int]:
         select(attempts.c.workflow_definition_id).where(attempts.c.id == started.attempt_id)
     ).scalar_one()
     materialize(conn, started.attempt_id, int(definition_id), now)
-    values = {"a": started.attempt_id, "done": BIG_GROUPS * 3 // 4 + 1}  # a fanned-out stage
+    values = {
+        "a": started.attempt_id,
+        "done": BIG_GROUPS * 3 // 4 + 1,  # a fanned-out stage
+        "error": json.dumps({"message": "exit code 3: table missing"}),
+    }
     for statement in _BIG_ATTEMPT_PROGRESS:
         conn.execute(text(statement), values)
     count = conn.execute(
         text("SELECT count(*) FROM tasks WHERE attempt_id = :a"), {"a": started.attempt_id}
     ).scalar_one()
-    return started.attempt_id, int(count)
+    failed = _store_big_log(conn, started.attempt_id, BIG_LOG_BYTES, now)
+    return started.attempt_id, int(count), failed
 
 
 def seed(engine: Engine, session_count: int) -> Seeded:
@@ -331,7 +377,9 @@ def seed(engine: Engine, session_count: int) -> Seeded:
     with engine.begin() as conn:
         workflows = _push_projects(conn, now - timedelta(days=1))
         _seed_history(conn, workflows, session_count, now)
-        big_attempt_id, big_tasks = _seed_big_attempt(conn, now)
+        big_attempt_id, big_tasks, failed_task_id = _seed_big_attempt(conn, now)
     with engine.connect() as conn:
         conn.execution_options(isolation_level="AUTOCOMMIT").execute(text("ANALYZE"))
-    return Seeded(workflows, session_count, big_attempt_id, big_tasks)
+    return Seeded(
+        workflows, session_count, big_attempt_id, big_tasks, failed_task_id, BIG_LOG_BYTES
+    )
