@@ -403,15 +403,54 @@ def list_attempts(
     :func:`list_sessions`."""
     given = where or RunFilters(project, workflow, None, None, state, time_from, time_to)
     filters = _filters(given)
+    session_ids = _few_matching_sessions(conn, filters)
+    if session_ids is not None:
+        # A rare project, workflow or time range: its attempts by their sessions' ids.
+        filters = {name: filters[name] for name in ("state",) if name in filters}
+        filters["session_ids"] = session_ids
     statement = _attempt_page_statement(frozenset(filters), after is not None)
     page = fetch_statement_page(conn, statement, filters, after=after, limit=limit)
     return Page([_attempt_view(row) for row in page.rows], page.next_after)
 
 
+FEW_SESSIONS = 1000
+"""Most sessions a filter of the attempts list may keep for their attempts to be read by
+session id; past it, attempts are read newest first, checking each one's session."""
+_SESSION_FILTERS = frozenset(
+    {"project", "workflow", "project_contains", "workflow_contains", "time_from", "time_to"}
+)
+
+
+def _few_matching_sessions(conn: Connection, filters: dict[str, Any]) -> list[int] | None:
+    """The ids of the sessions the filters on sessions keep, when there are at most
+    :data:`FEW_SESSIONS` (None: more, or no such filter). Newest first by attempt id, a
+    rare project's attempts would be found only after walking every other attempt; by
+    their sessions' ids they are a few index probes away."""
+    names = frozenset(filters) & _SESSION_FILTERS
+    if not names:
+        return None
+    bound = {name: filters[name] for name in names}
+    found = conn.execute(_matching_sessions_statement(names), bound).scalars().all()
+    return None if len(found) > FEW_SESSIONS else [int(found_id) for found_id in found]
+
+
+@lru_cache(maxsize=64)
+def _matching_sessions_statement(filters: frozenset[str]) -> Select[Any]:
+    return (
+        select(sessions.c.id)
+        .where(*_filter_conditions(filters))
+        .order_by(sessions.c.id.desc())
+        .limit(FEW_SESSIONS + 1)
+    )
+
+
 @lru_cache(maxsize=128)
 def _attempt_page_statement(filters: frozenset[str], after: bool) -> Select[Any]:
-    """The page statement of :func:`list_attempts` with ``filters``, made once each."""
+    """The page statement of :func:`list_attempts` with ``filters``, made once each;
+    ``session_ids`` (an expanding parameter) keeps the attempts of those sessions."""
     query = _attempt_query().where(*_filter_conditions(filters))
+    if "session_ids" in filters:
+        query = query.where(attempts.c.session_id.in_(bindparam("session_ids", expanding=True)))
     if "state" in filters:
         query = query.where(attempts.c.state == bindparam("state"))
     return keyset_statement(query, attempts.c.id, after=after)

@@ -152,6 +152,31 @@ class TestAttempts:
             page = history.list_attempts(conn, state=AttemptState.KILLED)
         assert [a.id for a in page.items] == [2]
 
+    def test_attempts_of_a_rare_project_and_of_a_common_one_page_alike(
+        self, engine: Engine, project: int, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # Given few sessions of "more" and more sessions of "steps" than are read by id
+        more = add_sessions(engine, project, "more", 3)
+        steps = add_sessions(engine, project, "steps", 6)
+        monkeypatch.setattr(history, "FEW_SESSIONS", 4)
+        history._matching_sessions_statement.cache_clear()
+        try:
+            for name, expected in (("MOR", more), ("TEP", steps)):
+                filters = history.RunFilters(workflow_contains=name)
+                seen: list[int] = []
+                after = None
+                with engine.connect() as conn:
+                    while True:
+                        page = history.list_attempts(conn, where=filters, after=after, limit=2)
+                        seen += [attempt.session_id for attempt in page.items]
+                        if page.next_after is None:
+                            break
+                        after = page.next_after
+                # Then both read newest first, every attempt once
+                assert seen == sorted(expected, reverse=True)
+        finally:
+            history._matching_sessions_statement.cache_clear()
+
     def test_an_unknown_attempt_is_not_found(self, engine: Engine) -> None:
         with engine.connect() as conn, pytest.raises(NotFound, match="no attempt 9"):
             history.get_attempt_view(conn, 9)
