@@ -39,7 +39,12 @@ FAILED_STAGE = 7
 FAILED_STEP = 20
 FAILED = f"+big+stage{FAILED_STAGE:02d}+step{FAILED_STEP:03d}"
 SECRET = "hunter2-very-secret"
-LOG = "".join(f"loading batch {n}\n" for n in range(200)) + "\x1b[31mERROR\x1b[0m table missing\n"
+LOG = (
+    "".join(f"loading batch {n:05d}\n" for n in range(5000))
+    + "\x1b[2K\x1b]0;window title\x07progress done\n"
+    + "\x1b[31mERROR\x1b[0m table missing\n"
+)
+"""About 100 KiB: more than the pane reads at first (its last 64 KiB)."""
 
 
 def big_workflow() -> str:
@@ -247,3 +252,22 @@ def test_the_graph_zooms_and_fits(attempt_page: Any) -> None:
     frame = graph.bounding_box()
     assert box is not None and frame is not None and fitted > 0
     assert box["width"] <= frame["width"] + 2 and box["height"] <= frame["height"] + 2
+
+
+def test_escape_sequences_other_than_colours_are_dropped(attempt_page: Any) -> None:
+    log = attempt_page.locator("#log-pane pre.log-view")
+    expect(log).to_contain_text("progress done")
+    expect(log).not_to_contain_text("window title")
+    assert "\x1b" not in (log.text_content() or "")
+
+
+def test_a_long_log_shows_its_tail_and_loads_earlier_parts_on_demand(attempt_page: Any) -> None:
+    pane = attempt_page.locator("#log-pane")
+    log = pane.locator("pre.log-view")
+    expect(log).to_contain_text("table missing")
+    expect(pane.locator(".log-note")).to_contain_text("the last 64 KiB of")
+    expect(log).not_to_contain_text("loading batch 00000")
+    pane.get_by_role("button", name="Load earlier").click()
+    expect(log).to_contain_text("loading batch 00000\nloading batch 00001\n")
+    expect(pane.get_by_role("button", name="Load earlier")).to_be_hidden()
+    assert (log.text_content() or "").count("loading batch 04000\n") == 1  # nothing twice
