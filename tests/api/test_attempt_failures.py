@@ -12,7 +12,14 @@ from sqlalchemy import Engine, update
 
 from shared.domain.states import AttemptState
 from shared.store.tables import tasks
-from tests.api._seed import THREE_STEPS, add_project, add_sessions, set_state, store_run_log
+from tests.api._seed import (
+    NOW,
+    THREE_STEPS,
+    add_project,
+    add_sessions,
+    set_state,
+    store_run_log,
+)
 
 
 @pytest.fixture
@@ -146,3 +153,28 @@ class TestLogPaneRoutes:
             )
         assert "Retry from this task" in acting and 'name="csrf_token"' in acting
         assert "<form" not in reading
+
+
+def test_a_planned_group_whose_task_runs_is_listed_as_running(
+    api: FlaskClient, engine: Engine
+) -> None:
+    with engine.begin() as conn:
+        project_id = add_project(conn, "etl", {"steps": THREE_STEPS})
+    add_sessions(engine, project_id, "steps", 1, state=AttemptState.RUNNING)
+    base = {"attempt_id": 1, "position": 0, "is_generated": False, "config": {}}
+    with engine.begin() as conn:
+        group = conn.execute(
+            tasks.insert().returning(tasks.c.id),
+            {**base, "full_name": "+steps", "is_group": True, "state": "planned"}
+            | {"created_at": NOW, "updated_at": NOW},
+        ).scalar_one()
+        conn.execute(
+            tasks.insert(),
+            {**base, "full_name": "+steps+load", "is_group": False, "state": "running"}
+            | {"parent_id": group, "created_at": NOW, "updated_at": NOW},
+        )
+    items = api.get("/api/attempts/1/tasks").json["items"]
+    assert [(t["state"], t["display_state"]) for t in items] == [
+        ("planned", "running"),
+        ("running", "running"),
+    ]

@@ -7,9 +7,10 @@ The REST routes (routes/attempts.py, routes/logs.py) and the attempt page
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from sqlalchemy import Connection
 
@@ -105,10 +106,19 @@ class TaskDetail:
     runs: list[RunLog]
 
 
-def display_states(tasks: list[TaskSummary]) -> dict[int, str]:
+class _StatedTask(Protocol):
+    @property
+    def id(self) -> int: ...
+    @property
+    def parent_id(self) -> int | None: ...
+    @property
+    def state(self) -> str: ...
+
+
+def display_states(tasks: Sequence[_StatedTask]) -> dict[int, str]:
     """The state shown for each task: its own, or for a group that has not ended the most
     active state of its descendants (tasks come parents first: children are seen after)."""
-    shown = {task.id: task.state for task in tasks}
+    shown = {task.id: str(task.state) for task in tasks}
     rank = {state: place for place, state in enumerate(ACTIVE_ORDER)}
     parents = {task.id: task.parent_id for task in tasks}
     for task in reversed(tasks):  # children before their parents
@@ -229,3 +239,10 @@ def project_masker(conn: Connection, project_id: int) -> Masker:
 def read_attempt_state(conn: Connection, attempt_id: int) -> AttemptView:
     """The attempt alone (its state among its values); NotFound if there is none."""
     return history.get_attempt_view(conn, attempt_id)
+
+
+def read_stream_offset(conn: Connection, attempt_id: int) -> int:
+    """Where the attempt's log stream (``/api/logs/{id}/follow``) stands now: the bytes of
+    all its logs, in the order the stream counts them. A follower starting there gets
+    only what is written from now on."""
+    return sum(log.size_bytes for log in log_store.list_run_logs(conn, attempt_id))

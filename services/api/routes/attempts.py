@@ -20,8 +20,8 @@ from services.api.models import RequestBody, UserParams
 from services.api.paging import cursor_after, next_cursor, page_limit
 from services.api.reads import attempts as attempt_reads
 from services.api.responses import json_response
-from services.api.times import parse_time
 from services.api.routes.logs import log_out
+from services.api.times import parse_time
 from shared.clock import utc_now
 from shared.domain.instants import shown_in
 from shared.domain.states import AttemptState
@@ -133,6 +133,10 @@ class TaskOut(BaseModel):
     is_group: bool
     is_generated: bool
     state: str
+    display_state: str = Field(
+        description="The state a page shows: its own, but for a group that has not ended "
+        "the most active of its tasks' (a group whose task runs shows `running`)."
+    )
     retry_count: int = Field(description="How many times it failed and was retried.")
     config: dict[str, Any]
     params: dict[str, Any] | None
@@ -326,6 +330,7 @@ def tasks(attempt_id: int) -> dict[str, Any]:
     """The attempt's task tree: each task with its parent and the tasks it waits for."""
     with read_connection() as conn:
         nodes = history.list_task_tree(conn, attempt_id)
+    shown = attempt_reads.display_states([node.task for node in nodes])
     items = [
         {
             "id": str(node.task.id),
@@ -337,6 +342,7 @@ def tasks(attempt_id: int) -> dict[str, Any]:
             "is_group": node.task.is_group,
             "is_generated": node.task.is_generated,
             "state": node.task.state.value,
+            "display_state": shown[node.task.id],
             "retry_count": node.task.retry_count,
             "config": node.task.config,
             "params": node.task.params,
