@@ -87,6 +87,14 @@ def gated_attempt(open_ui_server: StandaloneProcess, runs: Runs) -> Iterator[str
         wait_for_attempt(open_ui_server, attempt_id)
 
 
+SET_HIDDEN = """hidden => {
+  window.__hidden = hidden;
+  document.dispatchEvent(new Event("visibilitychange"));
+}"""
+"""Makes the page's ``document.hidden`` (as the init script of a spec defines it) say
+``hidden``, and tells the page, as a browser does when its tab is hidden or shown."""
+
+
 def _row(page: Any, attempt_id: str) -> Any:
     return page.locator(f'#live-list tr[data-attempt="{attempt_id}"]')
 
@@ -142,6 +150,30 @@ class TestLiveLists:
         expect(running.locator("td.duration")).to_contain_text("running for")
         (runs.gate_dir / "open").touch()
         expect(link).to_have_count(0, timeout=LIVE_WAIT_MS)
+
+    def test_a_hidden_tab_fetches_nothing_and_catches_up_when_shown(
+        self, page: Any, open_ui_server: StandaloneProcess, runs: Runs, gated_attempt: str
+    ) -> None:
+        # Given the attempts list with a running row, in a tab the browser says is hidden
+        page.add_init_script(
+            "Object.defineProperty(document, 'hidden', { get: () => window.__hidden === true });"
+        )
+        fetched: list[str] = []
+        page.on("request", lambda request: fetched.append(request.url))
+        page.goto(open_ui_server.endpoint + "/ui/attempts?project=Night-Shift")
+        expect(_row(page, gated_attempt).locator("td.state-cell")).to_have_text("running")
+        page.evaluate(SET_HIDDEN, True)
+        fetched.clear()
+        # When the attempt ends while the tab stays hidden for two polling periods
+        (runs.gate_dir / "open").touch()
+        wait_for_attempt(open_ui_server, gated_attempt)
+        page.wait_for_timeout(7_000)
+        # Then nothing was fetched, and the row still shows what it showed
+        assert [url for url in fetched if "/live" in url] == []
+        expect(_row(page, gated_attempt).locator("td.state-cell")).to_have_text("running")
+        # And once the tab is shown, the list is fetched at once
+        page.evaluate(SET_HIDDEN, False)
+        expect(_row(page, gated_attempt).locator("td.state-cell")).to_have_text("success")
 
 
 class TestSearchAndFilters:
