@@ -275,6 +275,24 @@ class TestTimes:
         page.get_by_label("Show times in").select_option("workflow")
         expect(time).to_have_text(re.compile(r"\+09:00$"))
 
+    def test_times_a_page_redraws_follow_the_chosen_zone(
+        self, page: Any, open_ui_server: StandaloneProcess, runs: Runs, gated_attempt: str
+    ) -> None:
+        # Given UTC chosen, and the page of a running attempt of a Tokyo workflow
+        page.goto(open_ui_server.endpoint + "/ui/attempts")
+        page.get_by_label("Show times in").select_option("utc")
+        page.goto(f"{open_ui_server.endpoint}/ui/attempts/{gated_attempt}")
+        facts = page.locator("#attempt-live dl.facts")
+        expect(facts.locator("time").first).to_have_text(re.compile(r"Z$"))
+        # When the attempt ends and the page redraws its live part with the end time
+        (runs.gate_dir / "open").touch()
+        finished = facts.locator("div", has=page.locator("dt", has_text="Finished")).locator("time")
+        # Then the new times show in UTC too
+        expect(finished).to_have_text(
+            re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ$"), timeout=LIVE_WAIT_MS
+        )
+        expect(facts.locator("time").first).to_have_text(re.compile(r"Z$"))
+
     def test_the_browser_zone_shows_times_in_the_browsers_own_zone(
         self, browser: Any, open_ui_server: StandaloneProcess, runs: Runs
     ) -> None:

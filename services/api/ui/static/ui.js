@@ -82,9 +82,25 @@ document.addEventListener("submit", (event) => {
     select.closest("[hidden]")?.removeAttribute("hidden");
   }
 
+  // Times a page's own script puts in later (the attempt page's live part, a log pane)
+  // follow the choice too; with the workflow's zone there is nothing to change.
+  function followNewTimes() {
+    new MutationObserver((changes) => {
+      if (chosen() === "workflow") return;
+      for (const change of changes) {
+        for (const node of change.addedNodes) {
+          if (node instanceof Element && (node.matches("time[datetime]") || node.querySelector("time[datetime]"))) {
+            apply(node.matches("time[datetime]") ? node.parentElement || node : node);
+          }
+        }
+      }
+    }).observe(document.body, { childList: true, subtree: true });
+  }
+
   window.tickworkTimes = { apply };
   setUpSwitch();
   apply(document);
+  followNewTimes();
 })();
 
 // Live parts: an element with data-live-part="URL" is fetched again from that URL (the server
