@@ -175,6 +175,29 @@ class TestLiveLists:
         page.evaluate(SET_HIDDEN, False)
         expect(_row(page, gated_attempt).locator("td.state-cell")).to_have_text("success")
 
+    def test_the_workflow_grid_follows_a_running_attempt_and_keeps_the_focused_cell(
+        self, page: Any, open_ui_server: StandaloneProcess, runs: Runs, gated_attempt: str
+    ) -> None:
+        page.goto(open_ui_server.endpoint + "/ui/projects/Night-Shift/workflows/Gated_Load")
+        cell = page.locator(f'#grid thead a.cell[href="/ui/attempts/{gated_attempt}"]')
+        expect(cell).to_have_class(re.compile(r"\bcell-running\b"))
+        cell.focus()
+        (runs.gate_dir / "open").touch()
+        expect(cell).to_have_class(re.compile(r"\bcell-success\b"), timeout=LIVE_WAIT_MS)
+        expect(cell).to_be_focused()
+
+    def test_the_project_page_follows_its_workflows_last_sessions(
+        self, page: Any, open_ui_server: StandaloneProcess, runs: Runs, gated_attempt: str
+    ) -> None:
+        page.goto(open_ui_server.endpoint + "/ui/projects/Night-Shift")
+        last = page.locator("#workflows").get_by_role("link", name="running")
+        expect(last).to_have_attribute("href", f"/ui/attempts/{gated_attempt}")
+        (runs.gate_dir / "open").touch()
+        done = page.locator("#workflows").get_by_role("link", name="success")
+        expect(done).to_have_attribute(
+            "href", f"/ui/attempts/{gated_attempt}", timeout=LIVE_WAIT_MS
+        )
+
 
 class TestSearchAndFilters:
     def test_the_attempts_list_matches_part_of_a_project_name_in_any_case(
