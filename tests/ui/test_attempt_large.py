@@ -172,6 +172,9 @@ def test_the_failed_tasks_log_opens_beside_the_tree_at_once(attempt_page: Any) -
     expect(pane.locator(".pane-task")).to_have_text(FAILED)
     expect(pane.locator("pre.log-view")).to_contain_text("table missing")
     expect(pane.locator("pre.log-view span.ansi-fg-31")).to_have_text("ERROR")
+    tail = attempt_page.locator("section.failures pre.tail")  # its last lines, on top
+    expect(tail.locator("span.ansi-fg-31")).to_have_text("ERROR")
+    expect(tail).not_to_contain_text("window title")
     assert 0 < visible_rows(attempt_page).count() <= 400
 
 
@@ -222,6 +225,7 @@ def test_a_folded_group_hides_its_tasks_in_the_tree_and_the_graph(attempt_page: 
     expect(attempt_page.locator(f'#task-graph g.node[data-task-id="{group_id}"]')).to_have_class(
         "node collapsed"
     )
+    attempt_page.get_by_role("button", name="Fit").click()  # the whole graph in its frame
     graph_box.click()  # and back, from the graph
     expect(kids).to_have_count(STEPS)
 

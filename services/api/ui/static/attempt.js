@@ -39,6 +39,8 @@
   // Longest the graph waits for the first log to be shown before it is laid out.
   const GRAPH_WAIT_MS = 2000;
   const ZOOM_STEP = 1.25;
+  // The smallest scale the graph is first shown at (labels stay legible).
+  const FIRST_ZOOM = 0.6;
   const MIN_ZOOM = 0.05;
   const MAX_ZOOM = 4;
 
@@ -508,10 +510,12 @@
       const viewport = svg("g", { class: "viewport" });
       const nodeLayer = svg("g");
       const edgeLayer = svg("g");
+      this.places = new Map();
       const walk = (node, x0, y0) => {
         for (const child of node.children || []) {
           const x = x0 + child.x;
           const y = y0 + child.y;
+          this.places.set(child.id, { x, y, width: child.width, height: child.height });
           nodeLayer.append(this.box(child, x, y));
           walk(child, x, y);
         }
@@ -531,7 +535,7 @@
       this.container.replaceChildren(picture);
       this.listen(picture);
       if (this.view) this.apply();
-      else this.fit(true);
+      else this.firstView();
       document.body.dataset.graphDrawn = "true";
     }
 
@@ -550,6 +554,26 @@
       if (atMostOne) k = Math.min(1, k);
       k = Math.max(MIN_ZOOM, Math.min(MAX_ZOOM, k));
       this.view = { k, x: (width - this.size.width * k) / 2, y: Math.max(4, (height - this.size.height * k) / 2) };
+      this.apply();
+    }
+
+    // At first: the whole graph if it is legible so, else legible (at least FIRST_ZOOM)
+    // around the first failure (or from the left).
+    firstView() {
+      this.fit(true);
+      if (this.view.k >= FIRST_ZOOM) return;
+      const box = this.container.getBoundingClientRect();
+      const k = FIRST_ZOOM;
+      const failed = this.tasks.failures()[0];
+      const stand = failed && this.standIns().get(failed.id);
+      const place = stand && this.places.get(stand);
+      if (place) {
+        const x = box.width / 2 - (place.x + place.width / 2) * k;
+        const y = box.height / 2 - (place.y + place.height / 2) * k;
+        this.view = { k, x, y };
+      } else {
+        this.view = { k, x: 8, y: Math.max(4, (box.height - this.size.height * k) / 2) };
+      }
       this.apply();
     }
 
@@ -692,6 +716,16 @@
     });
   }
 
+  // The log lines under "Why it failed", with their ANSI colours (attempt_log.js).
+  function colourTails() {
+    if (!window.TickworkLog) return;
+    for (const tail of document.querySelectorAll("section.failures pre.tail:not([data-coloured])")) {
+      const pieces = new window.TickworkLog.AnsiReader().read(tail.textContent);
+      tail.replaceChildren(...pieces.map(window.TickworkLog.pieceNode));
+      tail.dataset.coloured = "true";
+    }
+  }
+
   function pollPause() {
     const live = document.getElementById("attempt-live");
     const count = live ? Number(live.dataset.tasks) : 0;
@@ -786,6 +820,7 @@
     });
     tree.render();
     performance.mark("tickwork:tree-shown");
+    colourTails();
 
     const params = document.querySelector("[data-values-from]");
     if (params && window.TickworkLog) {
@@ -849,6 +884,7 @@
             const known = model.list.length;
             current.replaceWith(document.adoptNode(fresh));
             model.load(readGraph());
+            colourTails();
             stateOptions(model.list);
             tree.render();
             const graph = graphOf();

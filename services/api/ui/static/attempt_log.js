@@ -409,5 +409,5 @@
     return `${(count / 1024 / 1024).toFixed(1)} MiB`;
   }
 
-  window.TickworkLog = { AnsiReader, LogPane, valueTree, fillValues };
+  window.TickworkLog = { AnsiReader, LogPane, valueTree, fillValues, pieceNode };
 })();
