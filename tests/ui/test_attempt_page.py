@@ -290,6 +290,22 @@ def test_a_group_whose_task_runs_shows_running_and_the_task_how_long(
         server.tickwork("kill", attempt_id)
 
 
+def test_a_running_attempt_is_killed_from_the_log_pane(
+    server: StandaloneProcess, page: Any
+) -> None:
+    attempt_id = start(server, "sleepy")
+    wait_for(
+        "the sleep task runs",
+        lambda: (task_named(server, attempt_id, "+sleepy+sleep") or {}).get("state") == "running",
+    )
+    page.goto(f"{server.endpoint}/ui/attempts/{attempt_id}")
+    open_row(page, "+sleepy+sleep")
+    expect(page.locator("#log-pane pre.log-view")).to_contain_text("going to sleep")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.locator("#log-pane").get_by_role("button", name="Kill attempt").click()
+    assert wait_for_attempt(server, attempt_id)["state"] == "killed"
+
+
 def test_nested_params_show_as_a_tree(server: StandaloneProcess, page: Any) -> None:
     body = {"project": "pages", "workflow": "nap", "params": {"target": {"db": {"host": "wh1"}}}}
     response = httpx.post(server.endpoint + "/api/attempts", json=body, timeout=10.0)
