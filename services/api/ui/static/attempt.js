@@ -204,11 +204,14 @@
       }
     }
 
+    // Open the groups of a task; whether any was folded.
     reveal(id) {
+      let changed = false;
       for (const ancestor of this.ancestors(id)) {
-        this.collapsed.delete(ancestor);
-        this.partial.delete(ancestor);
+        changed = this.collapsed.delete(ancestor) || changed;
+        changed = this.partial.delete(ancestor) || changed;
       }
+      return changed;
     }
   }
 
@@ -382,7 +385,7 @@
       const task = this.tasks.byId.get(id);
       if (!task) return;
       if (this.filtering() && !this.matches(task)) this.clearFilters();
-      this.tasks.reveal(id);
+      const opened = this.tasks.reveal(id);
       this.selected = id;
       this.render();
       const index = this.rows.findIndex((t) => t.id === id);
@@ -390,7 +393,7 @@
         this.limit = index + ROW_PAGE;
         this.render();
       }
-      this.onChange();
+      if (opened) this.onChange();  // the graph is laid out again only for a change
       const row = document.getElementById(`task-${id}`);
       if (row) row.scrollIntoView({ block: "center" });
     }
