@@ -306,6 +306,7 @@
       source.addEventListener("log", (event) => {
         const part = JSON.parse(event.data);
         if (part.task !== task.full_name) return;
+        if (!this.log) this.note.textContent = "";  // its first run has begun
         const atEnd = this.view.scrollTop + this.view.clientHeight >= this.view.scrollHeight - 4;
         this.append(part.text);
         if (atEnd) this.view.scrollTop = this.view.scrollHeight;
