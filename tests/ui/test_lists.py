@@ -208,7 +208,8 @@ class TestSearchAndFilters:
         page.get_by_role("button", name="Filter").click()
         expect(page).to_have_url(re.compile(r"project_contains=AMPL"))
         rows = page.locator("#live-list tr[data-attempt]")
-        expect(rows.filter(has_text="examples")).to_have_count(2)
+        expect(page.locator(f'#live-list tr[data-attempt="{runs.failed}"]')).to_have_count(1)
+        expect(page.locator(f'#live-list tr[data-attempt="{runs.succeeded}"]')).to_have_count(1)
         expect(rows.filter(has_text="Night-Shift")).to_have_count(0)
 
     def test_the_sessions_list_matches_part_of_a_workflow_name_and_a_state(
@@ -229,8 +230,12 @@ class TestSearchAndFilters:
         self, page: Any, open_ui_server: StandaloneProcess, runs: Runs
     ) -> None:
         base = open_ui_server.endpoint + "/ui/sessions?project=examples"
+        ours = page.locator(
+            f'#live-list a[href="/ui/attempts/{runs.failed}"], '
+            f'#live-list a[href="/ui/attempts/{runs.succeeded}"]'
+        )
         page.goto(base + "&from=2000-01-01T00:00:00Z&to=2999-01-01T00:00:00Z")
-        expect(page.locator("#live-list tr[data-session]")).to_have_count(2)
+        expect(ours).to_have_count(2)
         page.goto(base + "&from=2000-01-01T00:00:00Z&to=2000-01-02T00:00:00Z")
         expect(page.locator("#live-list tr[data-session]")).to_have_count(0)
         page.goto(base + "&from=2000-01-02T00:00:00Z&to=2000-01-01T00:00:00Z")
@@ -336,10 +341,12 @@ class TestTimes:
         self, page: Any, open_ui_server: StandaloneProcess, runs: Runs
     ) -> None:
         page.goto(open_ui_server.endpoint + "/ui/sessions?project=examples")
-        durations = page.locator("#live-list td.duration")
-        expect(durations).to_have_count(2)
-        for index in range(2):
-            expect(durations.nth(index)).to_have_text(re.compile(r"^(\d+\.\ds|\d+m \d\ds)$"))
+        for attempt_id in (runs.failed, runs.succeeded):
+            row = page.locator(
+                "#live-list tr[data-session]",
+                has=page.locator(f'a[href="/ui/attempts/{attempt_id}"]'),
+            )
+            expect(row.locator("td.duration")).to_have_text(re.compile(r"^(\d+\.\ds|\d+m \d\ds)$"))
 
 
 PAGES = (
