@@ -6,6 +6,7 @@ reads on a 390-pixel phone and in a dark room."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -66,12 +67,24 @@ def runs(open_ui_server: StandaloneProcess, tmp_path_factory: pytest.TempPathFac
     return Runs(found["error_handler"], found["sequence"], gate_dir)
 
 
+_gated_starts = itertools.count()
+
+
+def start_gated(server: StandaloneProcess) -> Any:
+    """Start ``Gated_Load`` for a session time of its own (two starts in the same second
+    would otherwise name the same session)."""
+    session_time = f"2026-01-01T00:{next(_gated_starts) % 60:02d}:00+09:00"
+    return server.tickwork(
+        "start", "Night-Shift", "Gated_Load", "--session", session_time, "--json"
+    )
+
+
 @pytest.fixture
 def gated_attempt(open_ui_server: StandaloneProcess, runs: Runs) -> Iterator[str]:
     """A running attempt of ``Gated_Load``: the gate is opened when the test ends."""
     gate = runs.gate_dir / "open"
     gate.unlink(missing_ok=True)
-    started = open_ui_server.tickwork("start", "Night-Shift", "Gated_Load", "--json")
+    started = start_gated(open_ui_server)
     assert started.exit_code == 0, started.explain()
     attempt_id = str(started.json()["id"])
     try:
@@ -125,7 +138,7 @@ class TestLiveLists:
     ) -> None:
         page.goto(open_ui_server.endpoint + "/ui/sessions?workflow_contains=GATED")
         before = page.locator("#live-list tr[data-session]").count()
-        started = open_ui_server.tickwork("start", "Night-Shift", "Gated_Load", "--json")
+        started = start_gated(open_ui_server)
         assert started.exit_code == 0, started.explain()
         attempt_id = str(started.json()["id"])
         try:
