@@ -80,11 +80,10 @@ class Failures:
 
 @dataclass(frozen=True)
 class AttemptTasks:
-    """An attempt, its tasks in creation order, and its runs' logs."""
+    """An attempt and its tasks in creation order."""
 
     attempt: AttemptView
     tasks: list[TaskView]
-    logs: list[RunLog]
 
 
 @dataclass(frozen=True)
@@ -169,10 +168,10 @@ def tail_lines(conn: Connection, log: RunLog | None) -> list[str]:
 
 
 def read_attempt_tasks(conn: Connection, attempt_id: int) -> AttemptTasks:
-    """An attempt, its tasks with their display states and its logs; NotFound if none."""
+    """An attempt and its tasks with their display states; NotFound if none."""
     attempt = history.get_attempt_view(conn, attempt_id)
     tasks = with_display_states(history.list_task_summaries(conn, attempt_id))
-    return AttemptTasks(attempt, tasks, log_store.list_run_logs(conn, attempt_id))
+    return AttemptTasks(attempt, tasks)
 
 
 def failures_of(conn: Connection, read: AttemptTasks, limit: int = MAX_FAILURES) -> Failures:
@@ -181,12 +180,13 @@ def failures_of(conn: Connection, read: AttemptTasks, limit: int = MAX_FAILURES)
     if read.attempt.state.value != "error":
         return Failures([], 0)
     failed = failed_tasks(read.tasks)
+    logs = log_store.list_run_logs(conn, read.attempt.id) if failed else []
     items = [
         FailureView(
             task.full_name,
             task.id,
             task.error_message or "failed",
-            tail_lines(conn, latest_run(read.logs, task.id)),
+            tail_lines(conn, latest_run(logs, task.id)),
         )
         for task in failed[:limit]
     ]

@@ -169,15 +169,14 @@ def _epoch(moment: datetime | None) -> int | None:
     return None if moment is None else int(moment.timestamp())
 
 
-def graph_json(ordered: list[tuple[int, TaskView]], logged: set[int] | None = None) -> Markup:
+def graph_json(ordered: list[tuple[int, TaskView]]) -> Markup:
     """What the page's script draws the graph and the tree from, as compact JSON safe
     inside a script element: each task in tree order with its display ``state`` (``own``:
     its own state where that differs, as for a group whose child runs), ``group`` only on
     groups, ``full_name`` only where it is not the parent's followed by ``name``, and only
-    where they apply ``retries``, ``started``/``finished`` (Unix seconds), ``error`` (its
-    message, cut at :data:`ERROR_CHARS`) and ``log`` (it has one); then the upstream edges
-    as ``[upstream, downstream]``."""
-    logged = logged or set()
+    where they apply ``retries``, ``started``/``finished`` (Unix seconds) and ``error``
+    (its message, cut at :data:`ERROR_CHARS`); then the upstream edges as
+    ``[upstream, downstream]``."""
     items = []
     for _, task in ordered:
         item: dict[str, Any] = {"id": task.id, "name": task.name, "state": task.display_state}
@@ -189,14 +188,14 @@ def graph_json(ordered: list[tuple[int, TaskView]], logged: set[int] | None = No
             item["group"] = True
         if task.parent_id is None or task.name == task.full_name:
             item["full_name"] = task.full_name
-        _put_optional(item, task, task.id in logged)
+        _put_optional(item, task)
         items.append(item)
     edges = [(up, task.id) for _, task in ordered for up in task.upstream_ids]
     data = {"tasks": items, "edges": edges}
     return htmlsafe_json_dumps(data, dumps=json.dumps, separators=(",", ":"))
 
 
-def _put_optional(item: dict[str, Any], task: TaskView, logged: bool) -> None:
+def _put_optional(item: dict[str, Any], task: TaskView) -> None:
     """The keys of a task's JSON that are left out when they say nothing."""
     if task.retry_count:
         item["retries"] = task.retry_count
@@ -206,8 +205,6 @@ def _put_optional(item: dict[str, Any], task: TaskView, logged: bool) -> None:
         item["finished"] = _epoch(task.finished_at)
     if task.error_message and task.state in ("error", "retry_waiting"):
         item["error"] = task.error_message[:ERROR_CHARS]
-    if logged:
-        item["log"] = 1
 
 
 @dataclass(frozen=True)
@@ -252,7 +249,6 @@ def read_attempt(attempt_id: int, *, whole_tree: bool) -> AttemptContext:
     folded = not whole_tree and len(tasks) > TREE_BUDGET
     ordered = tree_order(tasks)
     lines = tree_lines(ordered, utc_now(), shown_in_folded_tree(tasks) if folded else None)
-    logged = {log.task_id for log in read.logs}
     first = found.items[0].task_id if found.items else None
     return AttemptContext(
         read.attempt,
@@ -262,7 +258,7 @@ def read_attempt(attempt_id: int, *, whole_tree: bool) -> AttemptContext:
         found.items,
         found.not_shown,
         first,
-        graph_json(ordered, logged),
+        graph_json(ordered),
     )
 
 
