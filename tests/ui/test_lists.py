@@ -18,6 +18,7 @@ from playwright.sync_api import expect
 
 from tests.e2e._run import EXAMPLES_DIR
 from tests.e2e._standalone import StandaloneProcess, wait_for_attempt
+from tests.support.axe import describe, serious_violations
 from tests.support.waiting import wait_until
 from tests.ui.conftest import PHONE_VIEWPORT, TIMEOUT_MS
 
@@ -415,6 +416,15 @@ class TestSmallScreensAndDarkRooms:
         assert _lightness(page, "body") < 0.2
         assert _lightness(page, "th") < 0.3
         assert _lightness(page, "body", "color") > 0.7
+
+    @pytest.mark.parametrize("path", PAGES)
+    def test_a_dark_page_has_no_serious_accessibility_violation(
+        self, page: Any, open_ui_server: StandaloneProcess, runs: Runs, path: str
+    ) -> None:
+        page.emulate_media(color_scheme="dark")
+        page.goto(open_ui_server.endpoint + path)
+        violations = serious_violations(page)
+        assert violations == [], f"{path} in the dark:\n{describe(violations)}"
 
     def test_a_page_is_light_in_a_light_colour_scheme(
         self, page: Any, open_ui_server: StandaloneProcess, runs: Runs
