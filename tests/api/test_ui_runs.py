@@ -105,6 +105,8 @@ class TestLists:
             assert 'data-live-active="true"' in running
             assert "running for" in running
             assert api.get(f"{path}/live?state=sleepy").status_code == 400
+            # a list whose filter cannot be used does not fetch itself again
+            assert "data-live-part" not in api.get(f"{path}?state=sleepy").get_data(as_text=True)
 
     def test_an_ended_attempt_shows_how_long_it_took(
         self, api: FlaskClient, engine: Engine, etl: int
