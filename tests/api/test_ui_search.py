@@ -91,6 +91,19 @@ class TestNameFilters:
         assert 'href="/ui/projects/billing"' not in html
         assert api.get("/ui/projects?q=" + "x" * 256).status_code == 400
 
+    def test_the_project_page_keeps_workflows_whose_name_holds_the_text(
+        self, api: FlaskClient, projects: dict[str, int]
+    ) -> None:
+        html = api.get("/ui/projects/Sales-ETL?workflow=LOAD").get_data(as_text=True)
+        assert 'href="/ui/projects/Sales-ETL/workflows/nightly_load"' in html
+        assert 'href="/ui/projects/Sales-ETL/workflows/report"' not in html
+        assert 'data-live-part="/ui/projects/Sales-ETL/live?workflow=LOAD"' in html
+        live = api.get("/ui/projects/Sales-ETL/live?workflow=LOAD").get_data(as_text=True)
+        assert "nightly_load" in live and "report" not in live
+        none = api.get("/ui/projects/Sales-ETL?workflow=zzz").get_data(as_text=True)
+        assert "No workflow&#39;s name holds" in none or "No workflow's name holds" in none
+        assert api.get("/ui/projects/Sales-ETL?workflow=" + "x" * 256).status_code == 400
+
     def test_the_rest_lists_match_parts_of_names_in_any_case(
         self, api: FlaskClient, projects: dict[str, int]
     ) -> None:

@@ -50,9 +50,10 @@ def list_projects(
     return ProjectsPage(Page(list(found.rows), found.next_after), counts)
 
 
-def list_workflows(conn: Connection, revision_id: int) -> list[Any]:
-    """The workflows a revision defines, by name, with their schedule's times."""
-    query = catalog.select_workflows(revision_id=revision_id)
+def list_workflows(conn: Connection, revision_id: int, *, contains: str | None = None) -> list[Any]:
+    """The workflows a revision defines (those whose name holds ``contains``, any case),
+    by name, with their schedule's times."""
+    query = catalog.select_workflows(revision_id=revision_id, contains=contains)
     return list(conn.execute(query.order_by(workflow_definitions.c.name)))
 
 

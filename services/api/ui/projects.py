@@ -87,10 +87,16 @@ def _still_running(states: Iterable[str | AttemptState | None]) -> bool:
 
 
 def _workflows_of(conn: Any, found: Any) -> dict[str, Any]:
-    """The project page's workflows with their last sessions, as its template takes them."""
+    """The project page's workflows (those whose name holds the query's ``workflow``, in
+    any case) with their last sessions, as its template takes them."""
+    contains = request.args.get("workflow", "").strip()
+    if len(contains) > NAME_LIMIT:
+        raise ApiProblem(400, f"workflow: at most {NAME_LIMIT} characters")
     workflows: list[Any] = []
     if found.revision_id is not None:
-        workflows = project_reads.list_workflows(conn, int(found.revision_id))
+        workflows = project_reads.list_workflows(
+            conn, int(found.revision_id), contains=contains or None
+        )
     last = catalog.last_sessions(conn, [(row.project_id, row.name) for row in workflows])
     running = _still_running(session.state for session in last.values())
     return {"project": found, "workflows": workflows, "last": last, "live_active": running}
