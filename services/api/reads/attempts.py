@@ -62,12 +62,14 @@ class TaskView(NamedTuple):
 
 @dataclass(frozen=True)
 class FailureView:
-    """A task that failed (not only because a child did), its message and log tail."""
+    """A task that failed (not only because a child did), its message, the log of its
+    latest run (None without one) and that log's last lines."""
 
     task: str
     task_id: int
     message: str
     log_tail: list[str]
+    log: RunLog | None = None
 
 
 @dataclass(frozen=True)
@@ -181,15 +183,11 @@ def failures_of(conn: Connection, read: AttemptTasks, limit: int = MAX_FAILURES)
         return Failures([], 0)
     failed = failed_tasks(read.tasks)
     logs = log_store.list_run_logs(conn, read.attempt.id) if failed else []
-    items = [
-        FailureView(
-            task.full_name,
-            task.id,
-            task.error_message or "failed",
-            tail_lines(conn, latest_run(logs, task.id)),
-        )
-        for task in failed[:limit]
-    ]
+    items = []
+    for task in failed[:limit]:
+        log = latest_run(logs, task.id)
+        message = task.error_message or "failed"
+        items.append(FailureView(task.full_name, task.id, message, tail_lines(conn, log), log))
     return Failures(items, len(failed) - len(items))
 
 

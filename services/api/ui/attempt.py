@@ -218,8 +218,6 @@ class AttemptContext:
     folded: bool
     failures: list[FailureView]
     more_failures: int
-    first_failure: int | None
-    """The task whose log the pane opens at first: the first failure's."""
     graph: Markup
 
     def as_template_context(self) -> dict[str, Any]:
@@ -234,7 +232,6 @@ class AttemptContext:
             "folded": self.folded,
             "failures": self.failures,
             "more_failures": self.more_failures,
-            "first_failure": self.first_failure,
             "graph": self.graph,
         }
 
@@ -249,7 +246,6 @@ def read_attempt(attempt_id: int, *, whole_tree: bool) -> AttemptContext:
     folded = not whole_tree and len(tasks) > TREE_BUDGET
     ordered = tree_order(tasks)
     lines = tree_lines(ordered, utc_now(), shown_in_folded_tree(tasks) if folded else None)
-    first = found.items[0].task_id if found.items else None
     return AttemptContext(
         read.attempt,
         len(tasks),
@@ -257,7 +253,6 @@ def read_attempt(attempt_id: int, *, whole_tree: bool) -> AttemptContext:
         folded,
         found.items,
         found.not_shown,
-        first,
         graph_json(ordered),
     )
 

@@ -541,7 +541,9 @@
     };
     if (pane && paneElement.dataset.openTask) {
       tree.select(paneElement.dataset.openTask);
-      const opened = pane.open(paneElement.dataset.openTask);
+      const { openLog, openSize } = paneElement.dataset;
+      const hint = openLog ? { id: openLog, size: Number(openSize) } : null;
+      const opened = pane.open(paneElement.dataset.openTask, hint);
       const later = new Promise((resolve) => window.setTimeout(resolve, GRAPH_WAIT_MS));
       Promise.race([opened, later]).then(drawGraph, drawGraph);
     } else drawGraph();

@@ -174,8 +174,11 @@
       this.source = null;
     }
 
-    async open(taskId) {
+    // ``hint``: the id and size of the task's latest log when the page knows them, so
+    // its tail is fetched at once, beside the task's JSON.
+    async open(taskId, hint) {
       const ticket = ++this.ticket;
+      this.early = hint && hint.size > 0 ? { ...hint, response: this.fetchTail(hint.id, hint.size) } : null;
       this.stopFollowing();
       this.taskId = String(taskId);
       this.element.hidden = false;
@@ -239,10 +242,9 @@
         return;
       }
       if (size > 0) {
-        const response = await fetch(`/ui/attempts/${this.attempt}/logs/${this.log.id}`, {
-          // Up to the size the task's JSON gave: the stream follows on from there.
-          cache: "no-store", headers: { Range: `bytes=${Math.max(0, size - TAIL_BYTES)}-${size - 1}` },
-        });
+        const early = this.early && this.early.id === this.log.id && this.early.size === size;
+        const response = await (early ? this.early.response : this.fetchTail(this.log.id, size));
+        this.early = null;
         if (ticket !== this.ticket) return;
         if (!response.ok) {
           this.note.textContent = `The log could not be read: ${response.status}`;
@@ -265,6 +267,14 @@
       // When the log is on screen: what bench/ui.py measures.
       performance.mark("tickwork:log-shown");
       this.follow(task);
+    }
+
+    // The last TAIL_BYTES of a log up to ``size`` (the size the task's JSON gave: the
+    // stream follows on from there).
+    fetchTail(id, size) {
+      return fetch(`/ui/attempts/${this.attempt}/logs/${id}`, {
+        cache: "no-store", headers: { Range: `bytes=${Math.max(0, size - TAIL_BYTES)}-${size - 1}` },
+      });
     }
 
     async loadEarlier() {
