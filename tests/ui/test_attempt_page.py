@@ -7,11 +7,13 @@ script in a param stays text."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import textwrap
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -78,9 +80,21 @@ def server(
     return open_ui_server
 
 
+SESSION_TIMES = itertools.count()
+"""Numbers the sessions this module starts: two started within one second must not both
+be "now" (one session each, else the second start is a 409)."""
+
+
 def start(server: StandaloneProcess, workflow: str, **params: str) -> str:
-    """Start a session of ``workflow`` now through the REST API; the attempt's id."""
-    body = {"project": "pages", "workflow": workflow, "params": params}
+    """Start a session of ``workflow`` through the REST API, at a session time of its own
+    (a distinct second of 2026-01-01); the attempt's id."""
+    session_time = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=next(SESSION_TIMES))
+    body = {
+        "project": "pages",
+        "workflow": workflow,
+        "session_time": session_time.isoformat(),
+        "params": params,
+    }
     response = httpx.post(server.endpoint + "/api/attempts", json=body, timeout=10.0)
     assert response.status_code == 201, response.text
     return str(response.json()["id"])
