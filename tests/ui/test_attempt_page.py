@@ -189,6 +189,21 @@ def test_a_running_task_log_is_followed_live(server: StandaloneProcess, page: An
     assert page.evaluate("window.__same_page") is True
 
 
+def test_the_panes_state_follows_its_task_to_its_end(server: StandaloneProcess, page: Any) -> None:
+    attempt_id = start(server, "ticker")
+    wait_for(
+        "the ticker runs",
+        lambda: (task_named(server, attempt_id, "+ticker+tick") or {}).get("state") == "running",
+    )
+    page.goto(f"{server.endpoint}/ui/attempts/{attempt_id}")
+    open_row(page, "+ticker+tick")
+    state = page.locator("#log-pane .pane-state")
+    expect(state).to_have_text("running")
+    expect(page.locator("#log-pane .pane-running")).to_have_text(re.compile(r"^running for "))
+    expect(state).to_have_text("success", timeout=TIMEOUT_MS)
+    expect(page.locator("#log-pane .pane-running")).to_have_text("")
+
+
 def test_the_log_of_a_killed_sleep_task_is_shown(server: StandaloneProcess, page: Any) -> None:
     attempt_id = start(server, "sleepy")
     wait_for(
@@ -321,7 +336,13 @@ def test_a_running_attempt_is_killed_from_the_log_pane(
 
 
 def test_nested_params_show_as_a_tree(server: StandaloneProcess, page: Any) -> None:
-    body = {"project": "pages", "workflow": "nap", "params": {"target": {"db": {"host": "wh1"}}}}
+    session_time = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=next(SESSION_TIMES))
+    body = {
+        "project": "pages",
+        "workflow": "nap",
+        "session_time": session_time.isoformat(),
+        "params": {"target": {"db": {"host": "wh1"}}},
+    }
     response = httpx.post(server.endpoint + "/api/attempts", json=body, timeout=10.0)
     assert response.status_code == 201, response.text
     page.goto(f"{server.endpoint}/ui/attempts/{response.json()['id']}")

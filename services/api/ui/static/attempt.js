@@ -548,13 +548,13 @@
       Promise.race([opened, later]).then(drawGraph, drawGraph);
     } else drawGraph();
     document.body.dataset.attemptReady = "true";
-    pollLivePart(model, tree, () => graph);
+    pollLivePart(model, tree, () => graph, pane);
     window.setInterval(tickRunning, 1000);
   }
 
   // While the attempt runs, its live part is fetched again and put in place; the tree
   // is rendered again from its fresh task list, keeping the filters and folding.
-  function pollLivePart(model, tree, graphOf) {
+  function pollLivePart(model, tree, graphOf, pane) {
     const tick = async () => {
       const current = document.getElementById("attempt-live");
       if (!current || current.dataset.done === "true") return;
@@ -570,6 +570,8 @@
             colourTails();
             stateOptions(model.list);
             tree.render();
+            const shown = pane && pane.taskId ? model.byId.get(pane.taskId) : null;
+            if (shown) pane.setState(shown.state, shown.started);
             const graph = graphOf();
             if (graph) {
               if (model.list.length !== known) graph.draw();

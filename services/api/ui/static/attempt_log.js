@@ -204,6 +204,19 @@
       await this.loadTail(task, ticket);
     }
 
+    // The open task's state as the attempt's live part last gave it (``started``: Unix
+    // seconds), so that the pane's badge and running time follow the tree's.
+    setState(state, started) {
+      const badge = this.element.querySelector(".pane-state");
+      if (!this.task || badge.textContent === state) return;
+      badge.className = `pane-state state state-${state}`;
+      badge.textContent = state;
+      const running = this.element.querySelector(".pane-running");
+      running.dataset.since = state === "running" && started ? String(started) : "";
+      running.classList.toggle("running-for", Boolean(running.dataset.since));
+      if (!running.dataset.since) running.textContent = "";
+    }
+
     showTask(task) {
       this.task = task;
       this.element.querySelector(".pane-task").textContent = task.full_name;
@@ -233,11 +246,11 @@
       }
       this.download.hidden = false;
       this.download.href = `/ui/attempts/${this.attempt}/logs/${this.log.id}?download=true`;
-      const runs = task.logs.length > 1 ? `run ${this.log.run} (of ${task.logs.length} runs); ` : "";
+      this.runLabel = task.logs.length > 1 ? `Run ${this.log.run} of ${task.logs.length}` : "";
       let start = 0;
       let size = this.log.size_bytes;
       if (this.log.pruned_at) {
-        this.note.textContent = `${runs}the log retention removed this log.`;
+        this.note.textContent = this.runNote("the log retention removed this log.");
         this.element.dataset.loaded = "true";
         return;
       }
@@ -261,12 +274,19 @@
       }
       this.loadedFrom = start;
       this.earlier.hidden = start === 0;
-      this.note.textContent = start > 0 ? `${runs}the last ${formatBytes(size - start)} of ${formatBytes(size)}.` : runs;
+      this.note.textContent = this.runNote(start > 0 ? `the last ${formatBytes(size - start)} of ${formatBytes(size)}.` : "");
       this.view.scrollTop = this.view.scrollHeight;
       this.element.dataset.loaded = "true";
       // When the log is on screen: what bench/ui.py measures.
       performance.mark("tickwork:log-shown");
       this.follow(task);
+    }
+
+    // The note above the log: which run it is (when the task ran more than once) and
+    // ``text`` (how much of it is shown), as one sentence.
+    runNote(text) {
+      if (!this.runLabel) return text ? text[0].toUpperCase() + text.slice(1) : "";
+      return text ? `${this.runLabel}: ${text}` : `${this.runLabel}.`;
     }
 
     // The last TAIL_BYTES of a log up to ``size`` (the size the task's JSON gave: the
@@ -299,7 +319,7 @@
         this.view.scrollTop += this.view.scrollHeight - height;
         this.earlier.hidden = this.loadedFrom === 0;
         const size = this.log.size_bytes;
-        this.note.textContent = this.loadedFrom > 0 ? `The last ${formatBytes(size - this.loadedFrom)} of ${formatBytes(size)}.` : "";
+        this.note.textContent = this.runNote(this.loadedFrom > 0 ? `the last ${formatBytes(size - this.loadedFrom)} of ${formatBytes(size)}.` : "");
       } finally {
         this.earlier.disabled = false;
       }
