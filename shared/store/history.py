@@ -129,6 +129,10 @@ class TaskSummary(NamedTuple):
     finished_at: datetime | None
     error_message: str | None
     upstream_ids: tuple[int, ...]
+    display_state: str = ""
+    """The state a page shows: read as the task's own; the attempt read model
+    (services/api/reads/attempts.py) gives a group that has not ended the most active
+    state among its descendants."""
 
     @property
     def duration_seconds(self) -> float | None:
@@ -537,6 +541,7 @@ def list_task_summaries(conn: Connection, attempt_id: int) -> list[TaskSummary]:
                 finished_at=_utc(finished_at),
                 error_message=message,
                 upstream_ids=tuple(up for _, up in edges[first_edge:next_edge]),
+                display_state=state,
             )
         )
     return found

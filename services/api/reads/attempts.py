@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from sqlalchemy import Connection
 
@@ -33,31 +33,9 @@ a group whose child runs shows ``running``, not ``planned``."""
 _TERMINAL = frozenset({"success", "error", "canceled"})
 
 
-class TaskView(NamedTuple):
-    """One task of an attempt as its page shows it: :class:`TaskSummary`'s values and
-    ``display_state``, the task's own state except for a group that has not ended, which
-    shows the most active state among its descendants (see :data:`ACTIVE_ORDER`)."""
-
-    id: int
-    parent_id: int | None
-    full_name: str
-    name: str
-    position: int
-    is_group: bool
-    state: str
-    retry_count: int
-    started_at: datetime | None
-    finished_at: datetime | None
-    error_message: str | None
-    upstream_ids: tuple[int, ...]
-    display_state: str
-
-    @property
-    def duration_seconds(self) -> float | None:
-        """From the task's first start to its end, retries included; None until it ends."""
-        if self.started_at is None or self.finished_at is None:
-            return None
-        return max(0.0, (self.finished_at - self.started_at).total_seconds())
+TaskView = TaskSummary
+"""One task of an attempt as its page shows it, its ``display_state`` set by
+:func:`with_display_states`."""
 
 
 @dataclass(frozen=True)
@@ -137,7 +115,7 @@ def display_states(tasks: Sequence[_StatedTask]) -> dict[int, str]:
 def with_display_states(tasks: list[TaskSummary]) -> list[TaskView]:
     """``tasks`` as :class:`TaskView` records."""
     shown = display_states(tasks)
-    return [TaskView(*task, shown[task.id]) for task in tasks]
+    return [task._replace(display_state=shown[task.id]) for task in tasks]
 
 
 def failed_tasks(tasks: list[TaskView]) -> list[TaskView]:
