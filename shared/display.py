@@ -7,6 +7,7 @@ client commands can import them without the store.
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -64,7 +65,7 @@ def duration_text(seconds: float | None) -> str:
     seconds = max(0.0, float(seconds))
     if round(seconds, 1) < 60:
         return f"{seconds:.1f}s"
-    whole = round(seconds)
+    whole = math.floor(seconds + 0.5)  # halves up, as the pages' scripts round
     if whole < 3600:
         return f"{whole // 60}m {whole % 60:02d}s"
     return f"{whole // 3600}h {whole % 3600 // 60:02d}m"

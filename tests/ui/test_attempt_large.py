@@ -269,7 +269,7 @@ def test_a_long_log_shows_its_tail_and_loads_earlier_parts_on_demand(attempt_pag
     pane = attempt_page.locator("#log-pane")
     log = pane.locator("pre.log-view")
     expect(log).to_contain_text("table missing")
-    expect(pane.locator(".log-note")).to_contain_text("The last 64 KiB of")
+    expect(pane.locator(".log-note")).to_contain_text("The last 64.0 KiB of")
     expect(log).not_to_contain_text("loading batch 00000")
     pane.get_by_role("button", name="Load earlier").click()
     expect(log).to_contain_text("loading batch 00000\nloading batch 00001\n")

@@ -378,6 +378,7 @@ def test_a_graph_of_2000_tasks_draws_its_first_tasks_and_one_box_for_the_rest(
         f'<script type="application/json" id="attempt-graph">{data}</script>'
         f"<script>{DRAWN_AT}</script>"
         f'<script src="{static}/vendor/elkjs/elk.bundled.js"></script>'
+        f'<script src="{static}/display.js"></script>'
         f'<script src="{static}/attempt_graph.js"></script>'
         f'<script src="{static}/attempt.js"></script>',
         wait_until="commit",

@@ -37,32 +37,9 @@
 
   const { TaskGraph, svg, stateColour, ZOOM_STEP } = window.TickworkGraph;
 
-  // -- durations and times, as the server writes them (shared/display.py) ----------------
-
-  function durationText(seconds) {
-    if (seconds === null || seconds === undefined) return "-";
-    const value = Math.max(0, seconds);
-    if (Math.round(value * 10) / 10 < 60) return `${value.toFixed(1)}s`;
-    const whole = Math.floor(value);
-    const pad = (n) => String(n).padStart(2, "0");
-    if (whole < 3600) return `${Math.floor(whole / 60)}m ${pad(whole % 60)}s`;
-    return `${Math.floor(whole / 3600)}h ${pad(Math.floor((whole % 3600) / 60))}m`;
-  }
-
-  const timeFormats = new Map();
-  function timeText(seconds, zone) {
-    if (!timeFormats.has(zone)) {
-      timeFormats.set(zone, new Intl.DateTimeFormat("en-CA", {
-        timeZone: zone, hourCycle: "h23", year: "numeric", month: "2-digit", day: "2-digit",
-        hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "longOffset",
-      }));
-    }
-    const parts = {};
-    for (const part of timeFormats.get(zone).formatToParts(new Date(seconds * 1000))) parts[part.type] = part.value;
-    const offset = (parts.timeZoneName || "GMT").replace("GMT", "");
-    return `${parts.year}-${parts.month}-${parts.day} ${parts.hour}:${parts.minute}:${parts.second}` +
-      (offset === "" || offset === "+00:00" ? "Z" : offset);
-  }
+  // Durations and times as the server writes them (static/display.js).
+  const durationText = window.TickworkDisplay.duration;
+  const timeText = (seconds, zone) => window.TickworkDisplay.time(new Date(seconds * 1000), zone);
 
   // -- the tasks, shared by the tree and the graph ---------------------------------------
 

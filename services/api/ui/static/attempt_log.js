@@ -274,7 +274,7 @@
       }
       this.loadedFrom = start;
       this.earlier.hidden = start === 0;
-      this.note.textContent = this.runNote(start > 0 ? `the last ${formatBytes(size - start)} of ${formatBytes(size)}.` : "");
+      this.note.textContent = this.runNote(start > 0 ? `the last ${window.TickworkDisplay.size(size - start)} of ${window.TickworkDisplay.size(size)}.` : "");
       this.view.scrollTop = this.view.scrollHeight;
       this.element.dataset.loaded = "true";
       // When the log is on screen: what bench/ui.py measures.
@@ -319,7 +319,7 @@
         this.view.scrollTop += this.view.scrollHeight - height;
         this.earlier.hidden = this.loadedFrom === 0;
         const size = this.log.size_bytes;
-        this.note.textContent = this.runNote(this.loadedFrom > 0 ? `the last ${formatBytes(size - this.loadedFrom)} of ${formatBytes(size)}.` : "");
+        this.note.textContent = this.runNote(this.loadedFrom > 0 ? `the last ${window.TickworkDisplay.size(size - this.loadedFrom)} of ${window.TickworkDisplay.size(size)}.` : "");
       } finally {
         this.earlier.disabled = false;
       }
@@ -432,12 +432,6 @@
     span.className = piece.cls;
     span.textContent = piece.text;
     return span;
-  }
-
-  function formatBytes(count) {
-    if (count < 1024) return `${count} B`;
-    if (count < 1024 * 1024) return `${(count / 1024).toFixed(0)} KiB`;
-    return `${(count / 1024 / 1024).toFixed(1)} MiB`;
   }
 
   window.TickworkLog = { AnsiReader, LogPane, valueTree, fillValues, pieceNode };

@@ -15,7 +15,6 @@ document.addEventListener("submit", (event) => {
 (() => {
   const KEY = "tickwork.zone";
   const CHOICES = ["workflow", "utc", "local"];
-  const formats = new Map();
 
   function chosen() {
     try {
@@ -34,25 +33,6 @@ document.addEventListener("submit", (event) => {
     }
   }
 
-  function format(zone) {
-    if (!formats.has(zone)) {
-      formats.set(zone, new Intl.DateTimeFormat("en-CA", {
-        timeZone: zone, hourCycle: "h23", year: "numeric", month: "2-digit", day: "2-digit",
-        hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "longOffset",
-      }));
-    }
-    return formats.get(zone);
-  }
-
-  // As the server writes times: "2026-12-02 09:00:00+09:00", or "...Z" for UTC.
-  function text(instant, zone) {
-    const parts = {};
-    for (const part of format(zone).formatToParts(instant)) parts[part.type] = part.value;
-    const offset = (parts.timeZoneName || "GMT").replace("GMT", "");
-    return `${parts.year}-${parts.month}-${parts.day} ${parts.hour}:${parts.minute}:${parts.second}` +
-      (offset === "" || offset === "+00:00" ? "Z" : offset);
-  }
-
   function apply(root) {
     const choice = chosen();
     const local = Intl.DateTimeFormat().resolvedOptions().timeZone;
@@ -62,7 +42,7 @@ document.addEventListener("submit", (event) => {
       if (choice === "workflow" || Number.isNaN(instant.getTime())) {
         element.textContent = element.dataset.shown;
       } else {
-        element.textContent = text(instant, choice === "utc" ? "UTC" : local);
+        element.textContent = window.TickworkDisplay.time(instant, choice === "utc" ? "UTC" : local);
       }
     }
     document.documentElement.dataset.zone = choice;
