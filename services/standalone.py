@@ -26,7 +26,6 @@ from services.agent.local import StreamingRunner
 from services.agent.operators.base import ResourceLimits, RunControl, StopReason
 from services.agent.operators.process import terminate_children
 from services.cli.errors import fail
-from services.cli.store_access import printable_url
 from services.embedded import make_in_process_runner
 from services.executor.loop import Recovery, WorkflowExecutor
 from services.executor.main import run_in_process
@@ -38,6 +37,7 @@ from shared.dispatch.seam import EventSink, InProcessDispatcher
 from shared.errors import TickworkError
 from shared.runner import stop_on_signals
 from shared.store.migrate import open_migrated_store
+from shared.store.urls import printable_url
 
 log = logging.getLogger(__name__)
 

@@ -49,7 +49,7 @@ from services.cli.dev_processes import (
     describe_exit,
 )
 from services.cli.errors import fail
-from services.cli.store_access import printable_url
+from shared.store.urls import printable_url
 
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/tickwork_dev"
 DATABASE_URL_ENV = "TICKWORK_DEV_DATABASE_URL"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.cli.errors import fail, fail_unavailable
-from services.cli.store_access import printable_url
+from shared.store.urls import printable_url
 
 API_HOST = "127.0.0.1"
 METRICS_HOST = "0.0.0.0"  # where the services bind their health and metrics ports

@@ -22,12 +22,12 @@ from redis.exceptions import RedisError
 from services.agent.log_limits import DEFAULT_LOG_HEAD_BYTES, DEFAULT_LOG_TAIL_BYTES
 from services.cli.errors import fail, fail_unavailable
 from services.cli.params import DATABASE_OPTION
-from services.cli.store_access import printable_url
 from shared.dispatch.messages import DEFAULT_QUEUE
 from shared.domain.partitions import DEFAULT_PARTITION_COUNT, MAX_PARTITION_COUNT
 from shared.domain.workflow import QUEUE_NAME
 from shared.errors import InvalidConfig, StoreUnavailable
 from shared.logging import configure_logging
+from shared.store.urls import printable_url
 
 # Celery and the services are imported by the commands that run them, so that the help
 # of each starts fast.

@@ -1,0 +1,16 @@
+"""How a database or Redis URL may be printed: its password masked.
+
+SQLAlchemy is imported only when a URL is printed, so a service that needs no store (an
+agent) may print its Redis URL without loading it."""
+
+from __future__ import annotations
+
+
+def printable_url(url: str) -> str:
+    """A database or Redis URL as it may be printed: its password, if any, masked."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ValueError:  # not a URL SQLAlchemy can parse: say nothing of it
+        return "<unparsable URL>"
