@@ -1,6 +1,7 @@
 """The REST API as a Flask (APIFlask) application: ``create_app(config)``.
 
-Routes live in ``services/api/routes/<resource>.py``, one blueprint each; the OpenAPI
+Routes live in ``services/api/routes/<resource>.py``, one blueprint each, registered from
+the list :data:`ROUTE_BLUEPRINTS` (a renamed module fails at import, never silently); the OpenAPI
 3.1 document (``/api/openapi.json``) and its viewer (``/api/docs``) are generated from
 them. Before a route runs, every request is authenticated, rate limited and checked
 (:mod:`services.api.body`); every error becomes a problem document (:mod:`services.api.errors`).
@@ -8,14 +9,12 @@ them. Before a route runs, every request is authenticated, rate limited and chec
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import re
 import time
 from typing import Any
 
 from apiflask import APIFlask
-from flask import Response, g, request
+from flask import Blueprint, Response, g, request
 from sqlalchemy import Engine
 from werkzeug.routing import BaseConverter, ValidationError
 
@@ -25,10 +24,22 @@ from services.api.config import ApiConfig
 from services.api.database import ENGINE_KEY
 from services.api.docs import register_docs
 from services.api.errors import PROBLEM_MEDIA_TYPE, ApiProblem, register_error_handlers
+from services.api.extensions import install
 from services.api.metrics import ApiMetrics
 from services.api.paging import MAX_ID
 from services.api.ratelimit import RateLimiter, retry_after_header
-from services.api.ui import is_ui_path, register_ui
+from services.api.routes import (
+    attempts,
+    health,
+    logs,
+    projects,
+    schedules,
+    secrets,
+    sessions,
+    workflows,
+)
+from services.api.ui import is_ui_path
+from services.api.ui.pages import register_ui
 from shared.store.engine import create_store_engine
 from shared.store.retention import RETENTION_KEY, RetentionPolicy
 
@@ -38,20 +49,17 @@ API_VERSION = "1"
 # next, a connection (and a PostgreSQL backend) per request.
 POOL_CONNECTIONS = 15
 RULE_ARGUMENT = re.compile(r"<(?:[^:<>]+:)?([^<>]+)>")
-CONFIG_KEY = "tickwork.config"
-METRICS_KEY = "tickwork.metrics"
-LIMITER_KEY = "tickwork.rate_limiter"
-# Each module defines ``blueprint``; a module not written yet is left out.
-ROUTE_MODULES = (
-    "health",
-    "projects",
-    "secrets",
-    "workflows",
-    "schedules",
-    "sessions",
-    "attempts",
-    "logs",
+ROUTE_BLUEPRINTS: tuple[Blueprint, ...] = (
+    health.blueprint,
+    projects.blueprint,
+    secrets.blueprint,
+    workflows.blueprint,
+    schedules.blueprint,
+    sessions.blueprint,
+    attempts.blueprint,
+    logs.blueprint,
 )
+"""The REST API's blueprints, registered in this order."""
 
 PROBLEM_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -125,25 +133,21 @@ def create_app(
     app.extensions[ENGINE_KEY] = engine or create_store_engine(
         config.database_url, pool_size=POOL_CONNECTIONS, max_overflow=0
     )
-    app.extensions[CONFIG_KEY] = config
     app.extensions[RETENTION_KEY] = retention or RetentionPolicy.from_environment()
-    app.extensions[METRICS_KEY] = ApiMetrics()
-    app.extensions[LIMITER_KEY] = RateLimiter(config.rate_limit_per_second, config.rate_limit_burst)
+    metrics = ApiMetrics()
+    install(app, config, metrics)
     register_error_handlers(app)
-    _register_hooks(app, config)
-    for name in ROUTE_MODULES:
-        module_name = f"services.api.routes.{name}"
-        if importlib.util.find_spec(module_name) is not None:
-            app.register_blueprint(importlib.import_module(module_name).blueprint)
+    _register_hooks(app, config, metrics)
+    for blueprint in ROUTE_BLUEPRINTS:
+        app.register_blueprint(blueprint)
     register_ui(app, config)
     register_docs(app)
     app.spec_processor(lambda spec: _complete_spec(app, spec))
     return app
 
 
-def _register_hooks(app: APIFlask, config: ApiConfig) -> None:
-    limiter: RateLimiter = app.extensions[LIMITER_KEY]
-    metrics: ApiMetrics = app.extensions[METRICS_KEY]
+def _register_hooks(app: APIFlask, config: ApiConfig, metrics: ApiMetrics) -> None:
+    limiter = RateLimiter(config.rate_limit_per_second, config.rate_limit_burst)
 
     @app.before_request
     def _admit() -> None:

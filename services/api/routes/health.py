@@ -12,7 +12,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from services.api.database import current_engine
 from services.api.errors import ApiProblem
-from services.api.metrics import CONTENT_TYPE, ApiMetrics
+from services.api.extensions import api_metrics
+from services.api.metrics import CONTENT_TYPE
 from shared.store.migrate import is_up_to_date
 from shared.store.retention import RETENTION_KEY, RetentionPolicy
 
@@ -80,9 +81,8 @@ def readyz() -> dict[str, Any]:
 @blueprint.doc(summary="Prometheus metrics", responses=cast(Any, METRICS_RESPONSES))
 def metrics() -> Response:
     """Request counts by endpoint and status, and latencies, summed over the workers."""
-    collected: ApiMetrics = current_app.extensions["tickwork.metrics"]
     return Response(
-        collected.render(), mimetype=CONTENT_TYPE.split(";")[0], content_type=CONTENT_TYPE
+        api_metrics().render(), mimetype=CONTENT_TYPE.split(";")[0], content_type=CONTENT_TYPE
     )
 
 

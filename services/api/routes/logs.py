@@ -24,6 +24,7 @@ from sqlalchemy import Engine
 
 from services.api.database import current_engine, read_connection
 from services.api.errors import ApiProblem, InvalidParameter
+from services.api.extensions import api_config
 from shared.domain.states import AttemptState
 from shared.store import logs as log_store
 from shared.store.dialects import dialect_of
@@ -33,7 +34,6 @@ from shared.store.sessions import get_attempt_state
 
 blueprint = APIBlueprint("logs", __name__, tag="Logs")
 
-CONFIG_KEY = "tickwork.config"
 FOLLOW_SLOTS_KEY = "tickwork.follow_slots"
 NOTICES_KEY = "tickwork.log_notices"
 SNAPSHOTS_KEY = "tickwork.log_snapshots"
@@ -310,7 +310,7 @@ def follow_response(attempt_id: int, offset: int, max_seconds: float) -> Respons
 
 def _take_follow_slot() -> Callable[[], None]:
     """Count one more open stream of this worker (503 past the limit); the release."""
-    limit = current_app.extensions[CONFIG_KEY].max_follow_streams
+    limit = api_config().max_follow_streams
     slots = _per_process(FOLLOW_SLOTS_KEY, lambda: threading.BoundedSemaphore(limit))
     if not slots.acquire(blocking=False):
         raise ApiProblem(

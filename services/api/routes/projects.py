@@ -6,14 +6,14 @@ import io
 from typing import Any, cast
 
 from apiflask import APIBlueprint
-from flask import Response, current_app, request, send_file
+from flask import Response, request, send_file
 from pydantic import BaseModel, Field
 from sqlalchemy import Connection, Row
 
 from services.api.body import ARCHIVE_SCHEMA, binary_body
-from services.api.config import ApiConfig
 from services.api.database import read_connection, write_transaction
 from services.api.errors import ApiProblem, InvalidParameter
+from services.api.extensions import api_config
 from services.api.models import RequestQuery
 from services.api.paging import PageQuery, fetch_page, paged_list
 from services.api.routes.workflows import WorkflowDetail, WorkflowList, workflow_item
@@ -182,8 +182,7 @@ def push_project(name: str, query: PushQuery) -> tuple[dict[str, Any], int]:
     schedule_from = (
         parse_time(query.schedule_from, parameter="schedule_from") if query.schedule_from else None
     )
-    config: ApiConfig = current_app.extensions["tickwork.config"]
-    archive = read_project_archive(request.get_data(), max_bytes=config.max_archive_bytes)
+    archive = read_project_archive(request.get_data(), max_bytes=api_config().max_archive_bytes)
     with write_transaction() as conn:
         result = push_revision(
             conn,
