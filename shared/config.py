@@ -1,36 +1,58 @@
 """Configuration from ``TICKWORK_*`` environment variables, read once into frozen dataclasses.
 
 Each service declares its variables as a table of :class:`Setting` in its own
-``config.py`` and reads them with :class:`SettingValues`: a flag given on the command
-line overrides its variable, and a bad value raises InvalidConfig naming the variable.
+``config.py`` (name, default, meaning, parser with its bounds, command-line flag) and
+reads them with :class:`SettingValues`: a flag given on the command line overrides its
+variable, and a bad value raises InvalidConfig naming the variable. The command line's
+options and the documented table of variables are derived from the same declarations.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from shared.errors import InvalidConfig, Problem
 
+T = TypeVar("T")
+Parser = Callable[[Mapping[str, str], str], Any]
+"""Reads the variable ``name`` of ``values`` into its typed value, or raises InvalidConfig."""
+
+
+def text_setting(values: Mapping[str, str], name: str) -> str:
+    """The setting ``name`` as given (an empty string when unset and without default)."""
+    return values[name]
+
 
 @dataclass(frozen=True)
 class Setting:
-    """One environment variable: its name, default and one-line meaning."""
+    """One environment variable, declared once: its name, default and one-line meaning,
+    the parser that types and bounds it, and the command-line flag that overrides it.
+
+    ``help`` is the flag's longer help (``doc`` when empty); ``shown_default`` is what a
+    help shows as the default when the declared one is computed (``CPU count``).
+    """
 
     name: str
     default: str
     doc: str
+    parse: Parser = text_setting
+    flag: str = ""
+    metavar: str = "TEXT"
+    help: str = ""
+    shown_default: str = ""
 
     @property
     def key(self) -> str:
         """The name a flag overrides it by: ``TICKWORK_REAPER_SECONDS`` -> ``reaper_seconds``."""
         return self.name.removeprefix("TICKWORK_").lower()
 
-
-T = TypeVar("T")
+    def parse_text(self, raw: str) -> Any:
+        """``raw`` read as this setting's value; InvalidConfig naming the variable otherwise."""
+        return self.parse({self.name: raw}, self.name)
 
 
 class SettingValues:
@@ -63,58 +85,16 @@ class SettingValues:
 
     def text(self, key: str) -> str:
         """The setting as given (an empty string when unset and without default)."""
-        return self.get(key, lambda values, name: values[name])
+        return self.get(key, text_setting)
+
+    def value(self, key: str) -> Any:
+        """The override for ``key`` if given, else its variable read by its declared parser."""
+        return self.get(key, self.declared[key].parse)
 
 
 def invalid(name: str, message: str) -> InvalidConfig:
     """InvalidConfig naming the variable ``name``."""
     return InvalidConfig(str(Problem(name, None, message)))
-
-
-EMBEDDED_SETTINGS = (
-    Setting("TICKWORK_STATE_DIR", "", "state directory (default: <project>/.tickwork)"),
-    Setting("TICKWORK_DATABASE_URL", "", "database URL (default: SQLite in the state dir)"),
-    Setting("TICKWORK_MAX_TASK_THREADS", "8", "tasks run at once by the embedded agent"),
-    Setting("TICKWORK_TASK_TIMEOUT_SECONDS", "86400", "time limit of one operator run"),
-    Setting("TICKWORK_TASK_MAX_MEMORY_MB", "0", "address-space limit of a task's process; 0: none"),
-    Setting("TICKWORK_TASK_MAX_OPEN_FILES", "0", "open-file limit of a task's process; 0: none"),
-    Setting("TICKWORK_TASK_MAX_CPU_SECONDS", "0", "CPU-time limit of a task's process; 0: none"),
-    Setting("TICKWORK_MAX_TASKS_PER_ATTEMPT", "10000", "tasks one attempt may have, generated too"),
-    Setting("TICKWORK_LOG_LEVEL", "WARNING", "level of tickwork's own log lines"),
-)
-
-
-@dataclass(frozen=True)
-class EmbeddedConfig:
-    """Settings of ``tickwork run``: one process, SQLite by default."""
-
-    state_dir: Path | None
-    database_url: str | None
-    max_task_threads: int
-    task_timeout_seconds: float
-    task_max_memory_mb: int
-    task_max_open_files: int
-    task_max_cpu_seconds: int
-    max_tasks_per_attempt: int
-    log_level: str
-
-    @classmethod
-    def from_environment(cls, environ: Mapping[str, str] | None = None) -> EmbeddedConfig:
-        """Read the settings; raises InvalidConfig naming the variable on a bad value."""
-        env = os.environ if environ is None else environ
-        values = {s.name: env.get(s.name, s.default) for s in EMBEDDED_SETTINGS}
-        state_dir = values["TICKWORK_STATE_DIR"]
-        return cls(
-            state_dir=Path(state_dir) if state_dir else None,
-            database_url=values["TICKWORK_DATABASE_URL"] or None,
-            max_task_threads=positive_int(values, "TICKWORK_MAX_TASK_THREADS"),
-            task_timeout_seconds=float(positive_int(values, "TICKWORK_TASK_TIMEOUT_SECONDS")),
-            task_max_memory_mb=count_setting(values, "TICKWORK_TASK_MAX_MEMORY_MB"),
-            task_max_open_files=count_setting(values, "TICKWORK_TASK_MAX_OPEN_FILES"),
-            task_max_cpu_seconds=count_setting(values, "TICKWORK_TASK_MAX_CPU_SECONDS"),
-            max_tasks_per_attempt=positive_int(values, "TICKWORK_MAX_TASKS_PER_ATTEMPT"),
-            log_level=_log_level(values, "TICKWORK_LOG_LEVEL"),
-        )
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -213,22 +193,149 @@ def one_of(choices: Iterable[str], message: str) -> Callable[[Mapping[str, str],
     return parse
 
 
-REDIS_SETTINGS = (
-    Setting("TICKWORK_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis for queues, leases, events"),
-    Setting("TICKWORK_REDIS_PREFIX", "tickwork:", "prefix of every Redis key, queues included"),
-)
-"""The Redis settings the executor and agents share."""
-
-COMMON_SETTINGS = (
-    Setting("TICKWORK_METRICS_PORT", "0", "port of /metrics and the probes; 0: off"),
-    Setting("TICKWORK_LOG_LEVEL", "INFO", "level of the service's log lines"),
-)
-"""Settings every long-running service has."""
-
-
 def redis_url(values: Mapping[str, str], name: str) -> str:
     """The setting ``name`` as a Redis URL; InvalidConfig naming it otherwise."""
     url = values[name]
     if not url.startswith(("redis://", "rediss://", "unix://")):
         raise invalid(name, "expected a redis://, rediss:// or unix:// URL")
     return url
+
+
+REDIS_SETTINGS = (
+    Setting(
+        "TICKWORK_REDIS_URL",
+        "redis://127.0.0.1:6379/0",
+        "Redis for queues, leases, events",
+        redis_url,
+        "--redis-url",
+        help="Redis for queues, leases and events",
+    ),
+    Setting(
+        "TICKWORK_REDIS_PREFIX",
+        "tickwork:",
+        "prefix of every Redis key, queues included",
+        flag="--redis-prefix",
+    ),
+)
+"""The Redis settings the executor and agents share."""
+
+LOG_LEVEL = Setting(
+    "TICKWORK_LOG_LEVEL",
+    "INFO",
+    "level of the service's log lines",
+    log_level,
+    "--log-level",
+    "[DEBUG|INFO|WARNING|ERROR|CRITICAL]",
+)
+"""The level of a long-running service's log lines: INFO, so that state changes show."""
+
+COMMON_SETTINGS = (
+    Setting(
+        "TICKWORK_METRICS_PORT",
+        "0",
+        "port of /metrics and the probes; 0: off",
+        port_setting,
+        "--metrics-port",
+        "PORT",
+        "Serve Prometheus metrics and the probes on this port; 0: off",
+    ),
+    LOG_LEVEL,
+)
+"""Settings every long-running service has."""
+
+TASK_TIMEOUT_SECONDS = Setting(
+    "TICKWORK_TASK_TIMEOUT_SECONDS",
+    "86400",
+    "time limit of one operator run",
+    seconds_at_least(1.0),
+    "--task-timeout",
+    "SECONDS",
+    "Time limit of one operator run, in seconds",
+)
+
+MAX_TASKS_PER_ATTEMPT = Setting(
+    "TICKWORK_MAX_TASKS_PER_ATTEMPT",
+    "10000",
+    "tasks one attempt may have, generated too",
+    int_range(1),
+    "--max-tasks-per-attempt",
+    "COUNT",
+    "Tasks one attempt may have, generated ones included; a task that would generate more fails",
+)
+
+TASK_LIMIT_SETTINGS = (
+    Setting(
+        "TICKWORK_TASK_MAX_MEMORY_MB",
+        "0",
+        "address-space limit of a task's process; 0: none",
+        count_setting,
+        "--max-memory-mb",
+        "MIB",
+        "The address-space limit, in MiB, of each task's process; 0: none",
+    ),
+    Setting(
+        "TICKWORK_TASK_MAX_OPEN_FILES",
+        "0",
+        "open-file limit of a task's process; 0: none",
+        count_setting,
+        "--max-open-files",
+        "COUNT",
+        "The open-file limit of each task's process; 0: none",
+    ),
+    Setting(
+        "TICKWORK_TASK_MAX_CPU_SECONDS",
+        "0",
+        "CPU-time limit of a task's process; 0: none",
+        count_setting,
+        "--max-cpu-seconds",
+        "SECONDS",
+        "The CPU-time limit, in seconds, of each task's process; 0: none",
+    ),
+)
+"""The resource limits of a task's process, the same in an agent and in one process."""
+
+EMBEDDED_SETTINGS = (
+    Setting("TICKWORK_STATE_DIR", "", "state directory (default: <project>/.tickwork)"),
+    Setting("TICKWORK_DATABASE_URL", "", "database URL (default: SQLite in the state dir)"),
+    Setting(
+        "TICKWORK_MAX_TASK_THREADS", "8", "tasks run at once by the embedded agent", positive_int
+    ),
+    TASK_TIMEOUT_SECONDS,
+    *TASK_LIMIT_SETTINGS,
+    MAX_TASKS_PER_ATTEMPT,
+    # One run on a terminal: its progress display speaks, the log only when something is wrong.
+    replace(LOG_LEVEL, default="WARNING", doc="level of tickwork's own log lines"),
+)
+"""Every variable ``tickwork run`` reads, with its default and meaning."""
+
+
+@dataclass(frozen=True)
+class EmbeddedConfig:
+    """Settings of ``tickwork run``: one process, SQLite by default."""
+
+    state_dir: Path | None
+    database_url: str | None
+    max_task_threads: int
+    task_timeout_seconds: float
+    task_max_memory_mb: int
+    task_max_open_files: int
+    task_max_cpu_seconds: int
+    max_tasks_per_attempt: int
+    log_level: str
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> EmbeddedConfig:
+        """Read the settings; raises InvalidConfig naming the variable on a bad value."""
+        values = SettingValues(EMBEDDED_SETTINGS, environ)
+        state_dir = values.text("state_dir")
+        return cls(
+            state_dir=Path(state_dir) if state_dir else None,
+            database_url=values.text("database_url") or None,
+            max_task_threads=values.value("max_task_threads"),
+            task_timeout_seconds=values.value("task_timeout_seconds"),
+            task_max_memory_mb=values.value("task_max_memory_mb"),
+            task_max_open_files=values.value("task_max_open_files"),
+            task_max_cpu_seconds=values.value("task_max_cpu_seconds"),
+            max_tasks_per_attempt=values.value("max_tasks_per_attempt"),
+            log_level=values.value("log_level"),
+        )

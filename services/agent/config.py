@@ -13,33 +13,117 @@ from services.agent.operators.base import ResourceLimits
 from shared.config import (
     COMMON_SETTINGS,
     REDIS_SETTINGS,
+    TASK_LIMIT_SETTINGS,
     Setting,
     SettingValues,
     count_setting,
     int_range,
     invalid,
-    log_level,
-    port_setting,
-    redis_url,
     seconds_at_least,
 )
 from shared.dispatch.celery_app import RedisSettings
 from shared.dispatch.messages import DEFAULT_QUEUE
 from shared.domain.workflow import QUEUE_NAME
 
+
+def queue_names(values: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """Comma-separated queue names; InvalidConfig naming the variable if one is not."""
+    names = tuple(part.strip() for part in values[name].split(",") if part.strip())
+    if not names:
+        raise invalid(name, "name at least one queue")
+    for queue in names:
+        if not QUEUE_NAME.fullmatch(queue):
+            raise invalid(
+                name, f"{queue!r} is not a queue name (letters, digits, '_', '.', '-'; up to 64)"
+            )
+    return names
+
+
+def work_dir(values: Mapping[str, str], name: str) -> str:
+    """The agent's work directory, which must be set; InvalidConfig naming it otherwise."""
+    if not values[name].strip():
+        raise invalid(name, "must be set (the command line uses a temporary directory)")
+    return values[name]
+
+
+AT_LEAST_A_TENTH = seconds_at_least(0.1)
+
 AGENT_SETTINGS = (
     *REDIS_SETTINGS,
-    Setting("TICKWORK_AGENT_QUEUES", DEFAULT_QUEUE, "comma-separated queues to serve"),
-    Setting("TICKWORK_AGENT_CONCURRENCY", str(os.cpu_count() or 1), "tasks run at once"),
-    Setting("TICKWORK_AGENT_GRACE_SECONDS", "30.0", "after SIGTERM, time for running tasks"),
-    Setting("TICKWORK_LEASE_TTL_SECONDS", "30.0", "lease time to live"),
-    Setting("TICKWORK_HEARTBEAT_SECONDS", "10.0", "seconds between lease extensions"),
-    Setting("TICKWORK_AGENT_WORK_DIR", "", "where task logs wait to be streamed; required"),
-    Setting("TICKWORK_AGENT_LOG_HEAD_BYTES", str(DEFAULT_LOG_HEAD_BYTES), "log start kept"),
-    Setting("TICKWORK_AGENT_LOG_TAIL_BYTES", str(DEFAULT_LOG_TAIL_BYTES), "log end kept"),
-    Setting("TICKWORK_TASK_MAX_MEMORY_MB", "0", "address-space limit of a task's process; 0: none"),
-    Setting("TICKWORK_TASK_MAX_OPEN_FILES", "0", "open-file limit of a task's process; 0: none"),
-    Setting("TICKWORK_TASK_MAX_CPU_SECONDS", "0", "CPU-time limit of a task's process; 0: none"),
+    Setting(
+        "TICKWORK_AGENT_QUEUES",
+        DEFAULT_QUEUE,
+        "comma-separated queues to serve",
+        queue_names,
+        "--queues",
+        "NAMES",
+        "Comma-separated queues to serve; `_queue: NAME` routes a task there",
+    ),
+    Setting(
+        "TICKWORK_AGENT_CONCURRENCY",
+        str(os.cpu_count() or 1),
+        "tasks run at once",
+        int_range(1, 1024),
+        "--concurrency",
+        "1-1024",
+        "Tasks run at once, each in its own worker process",
+        shown_default="CPU count",
+    ),
+    Setting(
+        "TICKWORK_AGENT_GRACE_SECONDS",
+        "30.0",
+        "after SIGTERM, time for running tasks",
+        AT_LEAST_A_TENTH,
+        "--grace",
+        "SECONDS",
+        "After SIGTERM, how long running tasks may finish before they are given back",
+    ),
+    Setting(
+        "TICKWORK_LEASE_TTL_SECONDS",
+        "30.0",
+        "lease time to live",
+        AT_LEAST_A_TENTH,
+        "--lease-ttl",
+        "SECONDS",
+    ),
+    Setting(
+        "TICKWORK_HEARTBEAT_SECONDS",
+        "10.0",
+        "seconds between lease extensions",
+        AT_LEAST_A_TENTH,
+        "--heartbeat",
+        "SECONDS",
+    ),
+    Setting(
+        "TICKWORK_AGENT_WORK_DIR",
+        "",
+        "where task logs wait to be streamed; required",
+        work_dir,
+        "--work-dir",
+        "DIRECTORY",
+        "Where the agent keeps task logs while it streams them",
+        shown_default="a temporary directory",
+    ),
+    Setting(
+        "TICKWORK_AGENT_LOG_HEAD_BYTES",
+        str(DEFAULT_LOG_HEAD_BYTES),
+        "log start kept",
+        count_setting,
+        "--log-head-bytes",
+        "BYTES",
+        "Bytes kept of the start of a task's log (streamed as written)",
+    ),
+    Setting(
+        "TICKWORK_AGENT_LOG_TAIL_BYTES",
+        str(DEFAULT_LOG_TAIL_BYTES),
+        "log end kept",
+        count_setting,
+        "--log-tail-bytes",
+        "BYTES",
+        "Bytes kept of the end of a task's log; what lies between head and tail is cut and "
+        "a line [tickwork: N bytes cut here] stands for it",
+    ),
+    *TASK_LIMIT_SETTINGS,
     *COMMON_SETTINGS,
 )
 """Every variable ``tickwork agent`` reads, with its default and meaning."""
@@ -73,26 +157,24 @@ class AgentSettings:
         """Read the settings (``overrides`` by key, e.g. ``agent_concurrency=4``, win over
         the environment); raises InvalidConfig naming the variable on a bad value."""
         values = SettingValues(AGENT_SETTINGS, environ, overrides)
-        at_least_a_tenth = seconds_at_least(0.1)
         settings = cls(
-            redis=RedisSettings(values.get("redis_url", redis_url), values.text("redis_prefix")),
-            queues=values.get("agent_queues", queue_names),
-            concurrency=values.get("agent_concurrency", int_range(1, 1024)),
-            grace_seconds=values.get("agent_grace_seconds", at_least_a_tenth),
-            lease_ttl_seconds=values.get("lease_ttl_seconds", at_least_a_tenth),
-            heartbeat_seconds=values.get("heartbeat_seconds", at_least_a_tenth),
-            work_dir=Path(values.get("agent_work_dir", _work_dir)),
+            redis=RedisSettings(values.value("redis_url"), values.value("redis_prefix")),
+            queues=values.value("agent_queues"),
+            concurrency=values.value("agent_concurrency"),
+            grace_seconds=values.value("agent_grace_seconds"),
+            lease_ttl_seconds=values.value("lease_ttl_seconds"),
+            heartbeat_seconds=values.value("heartbeat_seconds"),
+            work_dir=Path(values.value("agent_work_dir")),
             limits=ResourceLimits(
-                values.get("task_max_memory_mb", count_setting),
-                values.get("task_max_open_files", count_setting),
-                values.get("task_max_cpu_seconds", count_setting),
+                values.value("task_max_memory_mb"),
+                values.value("task_max_open_files"),
+                values.value("task_max_cpu_seconds"),
             ),
             log_limits=LogLimits(
-                values.get("agent_log_head_bytes", count_setting),
-                values.get("agent_log_tail_bytes", count_setting),
+                values.value("agent_log_head_bytes"), values.value("agent_log_tail_bytes")
             ),
-            log_level=values.get("log_level", log_level),
-            metrics_port=values.get("metrics_port", port_setting),
+            log_level=values.value("log_level"),
+            metrics_port=values.value("metrics_port"),
         )
         if settings.heartbeat_seconds >= settings.lease_ttl_seconds:
             raise invalid(
@@ -102,22 +184,3 @@ class AgentSettings:
                 "or leases expire between extensions",
             )
         return settings
-
-
-def queue_names(values: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """Comma-separated queue names; InvalidConfig naming the variable if one is not."""
-    names = tuple(part.strip() for part in values[name].split(",") if part.strip())
-    if not names:
-        raise invalid(name, "name at least one queue")
-    for queue in names:
-        if not QUEUE_NAME.fullmatch(queue):
-            raise invalid(
-                name, f"{queue!r} is not a queue name (letters, digits, '_', '.', '-'; up to 64)"
-            )
-    return names
-
-
-def _work_dir(values: Mapping[str, str], name: str) -> str:
-    if not values[name].strip():
-        raise invalid(name, "must be set (the command line uses a temporary directory)")
-    return values[name]

@@ -2,31 +2,64 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from shared.config import Setting, count_setting, positive_int
-from shared.errors import InvalidConfig, Problem
+from shared.config import Setting, SettingValues, count_setting, invalid, positive_int
 
 Role = Literal["read", "admin"]
 ROLES: tuple[Role, ...] = ("read", "admin")
+
+
+def _switch(values: Mapping[str, str], name: str) -> bool:
+    raw = values[name].strip().lower()
+    if raw not in ("on", "off"):
+        raise invalid(name, f"expected on or off, got {values[name]!r}")
+    return raw == "on"
+
+
+def _stripped(values: Mapping[str, str], name: str) -> str:
+    return values[name].strip()
+
 
 API_SETTINGS = (
     Setting("TICKWORK_DATABASE_URL", "", "the store (PostgreSQL, or SQLite for a single process)"),
     Setting("TICKWORK_API_TOKENS", "", "comma-separated ROLE:TOKEN, ROLE read or admin"),
     Setting("TICKWORK_API_TOKENS_FILE", "", "a file of ROLE:TOKEN lines (# comments)"),
-    Setting("TICKWORK_API_AUTH", "on", "on: every request but probes needs a token; off: none"),
-    Setting("TICKWORK_API_MAX_ARCHIVE_MB", "64", "largest project archive accepted, in MiB"),
-    Setting("TICKWORK_API_MAX_JSON_KB", "1024", "largest JSON body accepted, in KiB"),
-    Setting("TICKWORK_API_RATE_LIMIT", "50", "requests per second per token or client; 0: off"),
-    Setting("TICKWORK_SECRET_KEY", "", "encrypts project secrets; signs the web UI's cookies"),
-    Setting("TICKWORK_API_PAGE_LIMIT", "1000", "largest `limit` of a list"),
-    Setting("TICKWORK_API_MAX_FOLLOWS", "500", "log follow streams one worker serves at once"),
+    Setting(
+        "TICKWORK_API_AUTH", "on", "on: every request but probes needs a token; off: none", _switch
+    ),
+    Setting(
+        "TICKWORK_API_MAX_ARCHIVE_MB",
+        "64",
+        "largest project archive accepted, in MiB",
+        positive_int,
+    ),
+    Setting("TICKWORK_API_MAX_JSON_KB", "1024", "largest JSON body accepted, in KiB", positive_int),
+    Setting(
+        "TICKWORK_API_RATE_LIMIT",
+        "50",
+        "requests per second per token or client; 0: off",
+        count_setting,
+    ),
+    Setting(
+        "TICKWORK_SECRET_KEY",
+        "",
+        "encrypts project secrets; signs the web UI's cookies",
+        _stripped,
+    ),
+    Setting("TICKWORK_API_PAGE_LIMIT", "1000", "largest `limit` of a list", positive_int),
+    Setting(
+        "TICKWORK_API_MAX_FOLLOWS",
+        "500",
+        "log follow streams one worker serves at once",
+        positive_int,
+    ),
 )
+"""Every variable ``tickwork api`` reads, with its default and meaning."""
 
 
 @dataclass(frozen=True)
@@ -64,30 +97,18 @@ class ApiConfig:
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> ApiConfig:
         """Read the settings; raises InvalidConfig naming the variable on a bad value."""
-        env = os.environ if environ is None else environ
-        values = {s.name: env.get(s.name, s.default) for s in API_SETTINGS}
+        values = SettingValues(API_SETTINGS, environ)
         return cls(
-            database_url=values["TICKWORK_DATABASE_URL"],
-            tokens=_tokens(values),
-            auth_enabled=_switch(values, "TICKWORK_API_AUTH"),
-            max_archive_bytes=positive_int(values, "TICKWORK_API_MAX_ARCHIVE_MB") * 1024 * 1024,
-            max_json_bytes=positive_int(values, "TICKWORK_API_MAX_JSON_KB") * 1024,
-            rate_limit_per_second=count_setting(values, "TICKWORK_API_RATE_LIMIT"),
-            page_limit=positive_int(values, "TICKWORK_API_PAGE_LIMIT"),
-            max_follow_streams=positive_int(values, "TICKWORK_API_MAX_FOLLOWS"),
-            secret_key=values["TICKWORK_SECRET_KEY"].strip(),
+            database_url=values.text("database_url"),
+            tokens=_tokens(values.raw),
+            auth_enabled=values.value("api_auth"),
+            max_archive_bytes=values.value("api_max_archive_mb") * 1024 * 1024,
+            max_json_bytes=values.value("api_max_json_kb") * 1024,
+            rate_limit_per_second=values.value("api_rate_limit"),
+            page_limit=values.value("api_page_limit"),
+            max_follow_streams=values.value("api_max_follows"),
+            secret_key=values.value("secret_key"),
         )
-
-
-def _invalid(name: str, message: str) -> InvalidConfig:
-    return InvalidConfig(str(Problem(name, None, message)))
-
-
-def _switch(values: Mapping[str, str], name: str) -> bool:
-    raw = values[name].strip().lower()
-    if raw not in ("on", "off"):
-        raise _invalid(name, f"expected on or off, got {values[name]!r}")
-    return raw == "on"
 
 
 def _tokens(values: Mapping[str, str]) -> tuple[ApiToken, ...]:
@@ -105,7 +126,7 @@ def _tokens_file(path: Path) -> list[ApiToken]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = getattr(exc, "strerror", None) or exc
-        raise _invalid(name, f"cannot read {path}: {reason}") from None
+        raise invalid(name, f"cannot read {path}: {reason}") from None
     tokens = []
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
@@ -119,7 +140,7 @@ def _token(name: str, line: int | None, item: str) -> ApiToken:
     role, sep, token = item.strip().partition(":")
     where = name if line is None else f"{name} line {line}"
     if not sep or role not in ROLES:
-        raise _invalid(where, "expected ROLE:TOKEN with ROLE read or admin")
+        raise invalid(where, "expected ROLE:TOKEN with ROLE read or admin")
     if len(token) < 8 or any(ch.isspace() for ch in token):
-        raise _invalid(where, f"the {role} token must be 8 or more characters, no spaces")
+        raise invalid(where, f"the {role} token must be 8 or more characters, no spaces")
     return ApiToken(role, token)

@@ -6,18 +6,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.config import (
-    COMMON_SETTINGS,
-    Setting,
-    SettingValues,
-    log_level,
-    port_setting,
-    required_text,
-)
+from shared.config import COMMON_SETTINGS, Setting, SettingValues, required_text
 from shared.store.retention import RETENTION_SETTINGS, RetentionPolicy
 
 SCHEDULER_SETTINGS = (
-    Setting("TICKWORK_DATABASE_URL", "", "the store (PostgreSQL in production); required"),
+    Setting(
+        "TICKWORK_DATABASE_URL", "", "the store (PostgreSQL in production); required", required_text
+    ),
     *COMMON_SETTINGS,
     *RETENTION_SETTINGS,
 )
@@ -41,8 +36,8 @@ class SchedulerSettings:
         the environment); raises InvalidConfig naming the variable on a bad value."""
         values = SettingValues(SCHEDULER_SETTINGS, environ, overrides)
         return cls(
-            database_url=values.get("database_url", required_text),
-            metrics_port=values.get("metrics_port", port_setting),
-            log_level=values.get("log_level", log_level),
+            database_url=values.value("database_url"),
+            metrics_port=values.value("metrics_port"),
+            log_level=values.value("log_level"),
             retention=RetentionPolicy.from_settings(values),
         )
