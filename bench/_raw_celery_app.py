@@ -38,7 +38,7 @@ QUEUE = "default"
 app = make_celery(RedisSettings(REDIS_URL, PREFIX), name="tickwork_bench_raw")
 app.conf.update(
     # kombu's own Redis transport, as a plain Celery user has it: not tickwork's channel
-    # that keeps one client (shared.dispatch.celery_app.KeptClientTransport).
+    # that keeps one client (shared.dispatch.kept_client.KeptClientTransport).
     broker_transport=None,
     result_backend=REDIS_URL,
     task_ignore_result=False,

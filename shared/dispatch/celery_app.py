@@ -10,17 +10,13 @@ control, gossip or task events (nothing in Redis that tickwork does not need).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
 from celery import Celery
-from kombu.transport import TRANSPORT_ALIASES
-from kombu.transport import redis as kombu_redis
 from redis import Redis
 
+from shared.dispatch.kept_client import KEPT_CLIENT_TRANSPORT
 from shared.dispatch.messages import DEFAULT_QUEUE
 
 TASK_NAME = "tickwork.run_task"
@@ -38,45 +34,11 @@ class RedisSettings:
         return Redis.from_url(self.url, socket_timeout=10, health_check_interval=30)
 
 
-class KeptClientChannel(kombu_redis.Channel):
-    """kombu's Redis channel, but keeping one client for its commands outside the
-    consumer's loop. kombu makes a new client for each: a publish batch, the record of an
-    unacknowledged message, an acknowledgement; making one costs about what the command's
-    own round trip does. A client holds no connection (each command takes one from the
-    channel's pool), so one per channel is what kombu's own asynchronous client is too."""
-
-    _kept: Any = None
-
-    @contextmanager
-    def conn_or_acquire(self, client: Any = None) -> Iterator[Any]:
-        if client:
-            yield client
-            return
-        if self._kept is None:
-            self._kept = self._create_client()  # type: ignore[no-untyped-call]
-        yield self._kept
-
-    def _disconnect_pools(self) -> None:
-        """kombu's, and the kept client goes with the pool it was made on."""
-        super()._disconnect_pools()  # type: ignore[no-untyped-call]
-        self._kept = None
-
-
-class KeptClientTransport(kombu_redis.Transport):
-    """kombu's Redis transport on :class:`KeptClientChannel`, known to kombu (and shown in
-    Celery's messages about the broker) as :data:`KEPT_CLIENT_TRANSPORT`."""
-
-    Channel = KeptClientChannel
-
-
-KEPT_CLIENT_TRANSPORT = "tickwork-redis"
-TRANSPORT_ALIASES.setdefault(KEPT_CLIENT_TRANSPORT, f"{__name__}:KeptClientTransport")
-
-
 def make_celery(redis: RedisSettings, *, name: str = "tickwork") -> Celery:
     """The Celery app on ``redis``: every key under its prefix, JSON only, acks late.
 
-    A ``redis://`` URL is served by :class:`KeptClientTransport`; others (``rediss://``,
+    A ``redis://`` URL is served by
+    :class:`~shared.dispatch.kept_client.KeptClientTransport`; others (``rediss://``,
     ``unix://``, sentinels, or any other URL Celery's own variables give the broker) by
     kombu's own transport for their scheme, which reads what the scheme implies (TLS, a
     socket path)."""
