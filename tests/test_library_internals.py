@@ -10,6 +10,9 @@ message naming that module, so the module is read again before the new version i
 from __future__ import annotations
 
 import inspect
+import io
+import platform
+import tarfile
 from collections.abc import Callable
 from importlib.metadata import version
 from typing import Any
@@ -81,3 +84,66 @@ class TestKombu:
             "kombu",
             f"the Redis transport calls conn_or_acquire only {uses} times",
         )
+
+
+class TestTarfile:
+    MODULE = "shared/dsl/tar_pax.py"
+
+    def test_the_running_python_is_one_whose_tarfile_the_pax_check_was_read_against(
+        self,
+    ) -> None:
+        from shared.dsl.tar_pax import CHECKED_PYTHON_VERSIONS
+
+        running = platform.python_version()
+        assert running in CHECKED_PYTHON_VERSIONS, (
+            f"{self.MODULE} was checked against the tarfile of CPython "
+            f"{', '.join(CHECKED_PYTHON_VERSIONS)}, but this is {running}: read "
+            "TarInfo._proc_pax of this version again, then add it to the module's list."
+        )
+
+    def test_tarinfo_still_reads_a_pax_header_through_proc_pax_from_the_tarfile_stream(
+        self,
+    ) -> None:
+        proc_pax = getattr(tarfile.TarInfo, "_proc_pax", None)
+        assert proc_pax is not None, changed_python(self.MODULE, "TarInfo._proc_pax is gone")
+        assert parameters(proc_pax) == ["self", "tarfile"], changed_python(
+            self.MODULE, f"TarInfo._proc_pax takes {parameters(proc_pax)}"
+        )
+        source = inspect.getsource(proc_pax)
+        assert "tarfile.fileobj.read(" in source, changed_python(
+            self.MODULE, "TarInfo._proc_pax no longer reads tarfile.fileobj"
+        )
+        proc_member = tarfile.TarInfo._proc_member  # type: ignore[attr-defined]
+        dispatch = inspect.getsource(proc_member)
+        assert "self._proc_pax(tarfile)" in dispatch, changed_python(
+            self.MODULE, "TarInfo._proc_member no longer hands PAX headers to _proc_pax"
+        )
+
+    def test_a_pax_header_is_shown_to_the_check_before_tarfile_parses_it(self) -> None:
+        from shared.dsl.tar_pax import PaxCheckedTarInfo
+
+        seen: list[bytes] = []
+
+        class Recording(PaxCheckedTarInfo):
+            def check_pax_data(self, data: bytes) -> None:
+                seen.append(data)
+
+        written = io.BytesIO()
+        with tarfile.open(fileobj=written, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            member = tarfile.TarInfo("a" * 150)  # too long for ustar: a PAX header holds it
+            tar.addfile(member, io.BytesIO())
+        written.seek(0)
+        with tarfile.open(fileobj=written, mode="r|", tarinfo=Recording) as tar:
+            names = [member.name for member in tar]
+        assert names == ["a" * 150]
+        assert len(seen) == 1 and b" path=" + b"a" * 150 in seen[0], changed_python(
+            self.MODULE, "a PAX header's data no longer reaches check_pax_data"
+        )
+
+
+def changed_python(module: str, what: str) -> str:
+    """The failure message for a change in the standard library's tarfile."""
+    return (
+        f"{module} relies on tarfile internals that changed in CPython "
+        f"{platform.python_version()}: {what}. Read {module} again against this version."
+    )

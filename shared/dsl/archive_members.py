@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import tarfile
 from pathlib import PurePosixPath
-from typing import Any
 
 from shared.dsl.archive_links import LinkResolver
 from shared.dsl.archive_pax import pax_problem
 from shared.dsl.names import first_unshowable
 from shared.dsl.names import shown as shown_text
+from shared.dsl.tar_pax import PaxCheckedTarInfo, padded
 from shared.errors import InvalidInput, Problem
 
 MiB = 1024 * 1024
@@ -94,23 +94,15 @@ class MemberChecks:
         block to :meth:`check_header` as soon as it is decoded."""
         checks = self
 
-        class CheckedTarInfo(tarfile.TarInfo):
+        class CheckedTarInfo(PaxCheckedTarInfo):
             @classmethod
             def frombuf(cls, buf: bytes | bytearray, encoding: str, errors: str) -> CheckedTarInfo:
                 header = super().frombuf(buf, encoding, errors)
                 checks.check_header(header)
                 return header
 
-            def _proc_pax(self, tarfile: tarfile.TarFile) -> tarfile.TarInfo:
-                # The data is read, checked, then replayed to tarfile's own parsing.
-                stream = tarfile.fileobj
-                data = stream.read(padded(self.size))
-                checks.check_pax(self, data[: self.size])
-                tarfile.fileobj = _Replay(data, stream)  # type: ignore[assignment]
-                try:
-                    return super()._proc_pax(tarfile)  # type: ignore[misc,no-any-return]
-                finally:
-                    tarfile.fileobj = stream
+            def check_pax_data(self, data: bytes) -> None:
+                checks.check_pax(self, data)
 
         return CheckedTarInfo
 
@@ -277,11 +269,6 @@ def _checked_path(member: tarfile.TarInfo, text: str, *, of_link: bool = False) 
     return normal(path)
 
 
-def padded(size: int) -> int:
-    """``size`` rounded up to whole tar blocks: what the data of a header takes."""
-    return -(-size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
-
-
 def normal(path: PurePosixPath) -> PurePosixPath:
     """``path`` without its ``.`` parts (``a/./b`` -> ``a/b``), as tar names may hold them."""
     return PurePosixPath(*[part for part in path.parts if part not in ("", ".")])
@@ -302,19 +289,3 @@ def refused(member: tarfile.TarInfo | str, reason: str) -> InvalidInput:
 def too_large(message: str) -> ArchiveTooLarge:
     """The error refusing the archive as a whole for being over a limit."""
     return ArchiveTooLarge([Problem(ARCHIVE, None, message)])
-
-
-class _Replay:
-    """A stream that gives ``data`` back first, then reads on from ``stream``: what tarfile
-    reads of a PAX header after it was checked."""
-
-    def __init__(self, data: bytes, stream: Any) -> None:
-        self.data = data
-        self.stream = stream
-
-    def read(self, size: int) -> bytes:
-        head, self.data = self.data[:size], self.data[size:]
-        return head + (self.stream.read(size - len(head)) if size > len(head) else b"")
-
-    def tell(self) -> int:
-        return int(self.stream.tell()) - len(self.data)
