@@ -31,6 +31,7 @@ from shared.errors import (
     TickworkError,
     Unauthorized,
 )
+from shared.json_types import Json
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 PAGE_LIMIT = 100
@@ -38,8 +39,6 @@ NO_ROUTE = "no such resource"
 """The detail of tickwork's 404 for a path it has no route for (a 404 that is not JSON
 is no route of tickwork's either)."""
 WRONG_ENDPOINT = "is --endpoint (or TICKWORK_ENDPOINT) where `tickwork api` listens?"
-
-Json = dict[str, Any]
 
 
 class NoRoute(NotFound):
@@ -141,15 +140,6 @@ class ApiClient:
         """Delete a secret of a project."""
         with self._names_checked(project):
             self._send("DELETE", f"/api/projects/{_seg(project)}/secrets/{_seg(name)}")
-
-    def list_revisions(self, name: str, *, limit: int | None = None) -> Iterator[Json]:
-        """Revisions of a project, newest first."""
-        return self._pages(f"/api/projects/{_seg(name)}/revisions", {}, limit)
-
-    def get_archive(self, name: str, revision: str | None = None) -> bytes:
-        """The tar.gz of a revision (default the latest)."""
-        path = f"/api/projects/{_seg(name)}/archive"
-        return self._send("GET", path, params=_query(revision=revision)).content
 
     def list_project_workflows(
         self, name: str, revision: str | None = None, *, limit: int | None = None
@@ -366,10 +356,6 @@ class ApiClient:
                 raise self._unreachable(exc) from exc
 
     # -- service ---------------------------------------------------------------------------
-
-    def version(self) -> Json:
-        """The server's version and API version."""
-        return self._json("GET", "/api/version")
 
     def ready(self) -> bool:
         """Whether the API answers ``/readyz`` with 200 (database reachable and migrated)."""

@@ -11,16 +11,16 @@ The API chooses the failures and reads the end of their logs
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from services.cli.output import text
+from shared.domain.states import AttemptState, TaskState
+from shared.json_types import Json
 
 if TYPE_CHECKING:
     from services.cli.api_client import ApiClient
-
-Json = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def error_message(task: Json) -> str:
 def read_failure_report(client: ApiClient, attempt: Json) -> FailureReport:
     """What failed in ``attempt`` (an attempt's JSON), as the API's
     ``/api/attempts/{id}/failures`` says: nothing unless it ended in error."""
-    if attempt.get("state") != "error":
+    if attempt.get("state") != AttemptState.ERROR:
         return FailureReport([])
     found = client.get_failures(str(attempt["id"]))
     failures = [
@@ -101,5 +101,5 @@ def running_lines(tasks: list[Json]) -> list[str]:
     return [
         f"running {task['full_name']} (since {text(task.get('started_at'))})"
         for task in tasks
-        if task.get("state") == "running" and not task.get("is_group")
+        if task.get("state") == TaskState.RUNNING and not task.get("is_group")
     ]

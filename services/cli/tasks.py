@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from typing import Any
 
 import click
 
@@ -18,13 +17,11 @@ from services.cli.errors import EXIT_CODES_HELP
 from services.cli.failures import error_message
 from services.cli.output import print_json, text
 from shared.display import duration_text
-
-Json = dict[str, Any]
+from shared.domain.states import CURRENT_ERROR_STATES
+from shared.json_types import Json
 
 INDENT = "  "
 """What each level of the tree adds before a task's name."""
-CURRENT_ERROR_STATES = frozenset({"error", "retry_waiting"})
-"""States in which a task's stored error is its current one."""
 
 
 @click.command("tasks", epilog=EXIT_CODES_HELP)

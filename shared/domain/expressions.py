@@ -236,7 +236,6 @@ class _Parser:
         self.tokens = self._tokenize(source)
         self.pos = 0
         self.depth = 0
-        self.names: set[str] = set()
 
     def _tokenize(self, source: str) -> list[tuple[str, str]]:
         tokens: list[tuple[str, str]] = []
@@ -405,7 +404,6 @@ class _Parser:
         if (name or "") not in FUNCTIONS:
             raise self.error(f"unknown function {name or 'expression'!r}")
         function = FUNCTIONS[name or ""]
-        self.names.discard((name or "").split(".")[0])
         args = self._arguments()
         if function is None:  # moment(): reads text in the workflow's time zone
             return lambda s: make_moment(tuple(arg(s) for arg in args), s.default_zone())
@@ -422,7 +420,6 @@ class _Parser:
         if kind == "name":
             if text in _LITERALS:
                 return _constant(_LITERALS[text]), text
-            self.names.add(text)
             return (lambda s: s.lookup(text)), text
         if text == "(":
             node = self.ternary()
@@ -432,7 +429,7 @@ class _Parser:
 
 
 @lru_cache(maxsize=4096)
-def _compile(source: str) -> tuple[Node, frozenset[str]]:
+def _compile(source: str) -> Node:
     if len(source) > MAX_EXPRESSION_CHARS:
         head = source[:40].replace("\n", " ")
         raise InvalidExpression(
@@ -446,7 +443,7 @@ def _compile(source: str) -> tuple[Node, frozenset[str]]:
         raise InvalidExpression("expression is nested too deeply") from None
     except ValueError as exc:  # e.g. an integer literal of thousands of digits
         raise InvalidExpression(f"invalid number in expression: {exc}") from None
-    return node, frozenset(parser.names)
+    return node
 
 
 Part = str | Node
@@ -489,12 +486,10 @@ def _find_close(text: str, start: int) -> int:
 
 
 @lru_cache(maxsize=4096)
-def _split(text: str) -> tuple[tuple[Part, ...], bool, frozenset[str]]:
-    """Literal text and compiled expressions, whether the text is one whole expression, and
-    the variable names it refers to."""
+def _split(text: str) -> tuple[tuple[Part, ...], bool]:
+    """Literal text and compiled expressions, and whether the text is one whole expression."""
     parts: list[Part] = []
     literal: list[str] = []
-    names: frozenset[str] = frozenset()
     i = 0
     while (dollar := text.find("$", i)) != -1:
         literal.append(text[i:dollar])
@@ -511,15 +506,14 @@ def _split(text: str) -> tuple[tuple[Part, ...], bool, frozenset[str]]:
                 parts.append("".join(literal))
             literal = []
             source = text[dollar + 2 : close]
-            node, used = _compile(source)
+            node = _compile(source)
             parts.append(_naming_errors(node, source))
-            names |= used
             i = close + 1
     literal.append(text[i:])
     if "".join(literal):
         parts.append("".join(literal))
     whole = len(parts) == 1 and not isinstance(parts[0], str)
-    return tuple(parts), whole, names
+    return tuple(parts), whole
 
 
 def _has_template(value: Any) -> bool:
@@ -574,7 +568,7 @@ class _Scope:
         return value
 
     def render_text(self, text: str) -> Any:
-        parts, whole, _ = _split(text)
+        parts, whole = _split(text)
         if whole:
             value = parts[0](self)  # type: ignore[operator]
             if value is UNDEFINED:
@@ -601,11 +595,6 @@ def check_template(text: str) -> None:
     """Raise :class:`InvalidExpression` if any ``${...}`` in ``text`` does not parse."""
     if "$" in text:
         _split(text)
-
-
-def find_names(text: str) -> set[str]:
-    """The top-level variable names the expressions in ``text`` refer to."""
-    return set(_split(text)[2]) if "$" in text else set()
 
 
 def escape(value: Any) -> Any:

@@ -38,6 +38,10 @@ ACTIVE_TASK_STATES = frozenset(
 )
 """States of a task that has started and not ended: its parent must wait for it."""
 
+CURRENT_ERROR_STATES = frozenset({TaskState.ERROR, TaskState.RETRY_WAITING})
+"""States in which a task's stored error is its current one (after a retry succeeds the
+error is kept, but is no longer current)."""
+
 TIMED_TASK_STATES = (TaskState.RETRY_WAITING, TaskState.DELAYED)
 """States a task leaves for READY once its ``not_before`` time has come."""
 
@@ -92,11 +96,6 @@ ALLOWED_TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
     TaskState.ERROR: frozenset({TaskState.BLOCKED}),
     TaskState.CANCELED: frozenset({TaskState.BLOCKED}),
 }
-
-
-def can_transition(current: TaskState, target: TaskState) -> bool:
-    """Whether a task in ``current`` may move to ``target``."""
-    return target in ALLOWED_TASK_TRANSITIONS[current]
 
 
 def states_before(target: TaskState) -> tuple[TaskState, ...]:

@@ -23,7 +23,7 @@ from sqlalchemy.orm import aliased
 
 from shared.display import elapsed_seconds
 from shared.domain.choices import parse_choice
-from shared.domain.states import AttemptState
+from shared.domain.states import CURRENT_ERROR_STATES, AttemptState
 from shared.errors import NotFound
 from shared.store.paging import fetch_statement_page, keyset_statement
 from shared.store.tables import (
@@ -485,8 +485,6 @@ def list_task_tree(conn: Connection, attempt_id: int) -> list[TaskNode]:
     ]
 
 
-ERROR_STATES = ("error", "retry_waiting")
-"""Task states in which a task's stored error is its current one."""
 _SUMMARY_QUERY = select(
     tasks.c.id,
     tasks.c.parent_id,
@@ -500,7 +498,7 @@ _SUMMARY_QUERY = select(
     type_coerce(tasks.c.started_at, DateTime(timezone=True)),
     type_coerce(tasks.c.finished_at, DateTime(timezone=True)),
     case(
-        (tasks.c.state.in_(ERROR_STATES), tasks.c.error["message"].as_string()),
+        (tasks.c.state.in_(CURRENT_ERROR_STATES), tasks.c.error["message"].as_string()),
         else_=null(),
     ),
 )

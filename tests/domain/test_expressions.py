@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from shared.domain.expressions import check_template, find_names, render
+from shared.domain.expressions import check_template, render
 from shared.errors import InvalidExpression
 
 CONTEXT: dict[str, Any] = {
@@ -259,15 +259,6 @@ class TestSyntaxCheck:
     def test_syntax_errors_surface_when_rendering_too(self) -> None:
         with pytest.raises(InvalidExpression, match="unexpected end of expression"):
             render("${n +}", CONTEXT)
-
-
-class TestFindNames:
-    def test_names_are_the_top_level_variables_referenced(self) -> None:
-        text = "${a.b + c['d']} $${escaped} ${JSON.stringify(e)} ${f ? g : 1}"
-        assert find_names(text) == {"a", "c", "e", "f", "g"}
-
-    def test_a_plain_string_has_no_names(self) -> None:
-        assert find_names("nothing here") == set()
 
 
 class TestMoment:

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection
 
+from shared.domain.states import TERMINAL_TASK_STATES, AttemptState, TaskState
 from shared.errors import NotFound
 from shared.log_tail import TAIL_BYTES, last_lines
 from shared.secrets import Masker, SecretBox, SecretKeyError
@@ -27,10 +28,15 @@ from shared.store.tasks import find_task
 MAX_FAILURES = 10
 """Most failed tasks reported with the end of their logs; the others are counted."""
 
-ACTIVE_ORDER = ("running", "retry_waiting", "queued", "ready", "delayed")
+ACTIVE_ORDER = (
+    TaskState.RUNNING,
+    TaskState.RETRY_WAITING,
+    TaskState.QUEUED,
+    TaskState.READY,
+    TaskState.DELAYED,
+)
 """The states a group that has not ended shows for its children, the first found winning:
 a group whose child runs shows ``running``, not ``planned``."""
-_TERMINAL = frozenset({"success", "error", "canceled"})
 
 
 TaskView = TaskSummary
@@ -98,14 +104,14 @@ def display_states(tasks: Sequence[_StatedTask]) -> dict[int, str]:
     """The state shown for each task: its own, or for a group that has not ended the most
     active state of its descendants (tasks come parents first: children are seen after)."""
     shown = {task.id: str(task.state) for task in tasks}
-    rank = {state: place for place, state in enumerate(ACTIVE_ORDER)}
+    rank: dict[str, int] = {state: place for place, state in enumerate(ACTIVE_ORDER)}
     parents = {task.id: task.parent_id for task in tasks}
     for task in reversed(tasks):  # children before their parents
         parent = parents.get(task.id)
         if parent is None or parent not in shown:
             continue
         mine, theirs = shown[task.id], shown[parent]
-        if theirs in _TERMINAL or mine not in rank:
+        if theirs in TERMINAL_TASK_STATES or mine not in rank:
             continue
         if theirs not in rank or rank[mine] < rank[theirs]:
             shown[parent] = mine
@@ -120,8 +126,8 @@ def with_display_states(tasks: list[TaskSummary]) -> list[TaskView]:
 
 def failed_tasks(tasks: list[TaskView]) -> list[TaskView]:
     """The tasks in error that did not fail only because a child did: where to look."""
-    failed_parents = {t.parent_id for t in tasks if t.state == "error"}
-    return [t for t in tasks if t.state == "error" and t.id not in failed_parents]
+    failed_parents = {t.parent_id for t in tasks if t.state == TaskState.ERROR}
+    return [t for t in tasks if t.state == TaskState.ERROR and t.id not in failed_parents]
 
 
 def latest_run(logs: list[RunLog], task_id: int) -> RunLog | None:
@@ -157,7 +163,7 @@ def read_attempt_tasks(conn: Connection, attempt_id: int) -> AttemptTasks:
 def failures_of(conn: Connection, read: AttemptTasks, limit: int = MAX_FAILURES) -> Failures:
     """The failures of an attempt read by :func:`read_attempt_tasks`: none unless it
     ended in error."""
-    if read.attempt.state.value != "error":
+    if read.attempt.state != AttemptState.ERROR:
         return Failures([], 0)
     failed = failed_tasks(read.tasks)
     logs = log_store.list_run_logs(conn, read.attempt.id) if failed else []

@@ -36,6 +36,7 @@ from services.api.routes.logs import (
     follow_response,
 )
 from shared.clock import utc_now
+from shared.domain.states import CURRENT_ERROR_STATES, TaskState
 from shared.errors import NotFound
 from shared.store.history import AttemptView
 
@@ -46,7 +47,7 @@ LOG_PAGE_BYTES = 1024 * 1024
 TREE_BUDGET = 150
 """About how many rows the task tree shows unless every task is asked for (``?tree=all``):
 groups open breadth first while their tasks fit, the rest stay folded."""
-NOTABLE_STATES = frozenset({"error", "retry_waiting", "running"})
+NOTABLE_STATES = frozenset({TaskState.ERROR, TaskState.RETRY_WAITING, TaskState.RUNNING})
 """States of the tasks a folded tree shows wherever they are (with their parents)."""
 MAX_NOTABLE = 100
 """Most tasks a folded tree shows for their state beyond :data:`TREE_BUDGET`."""
@@ -203,7 +204,7 @@ def _put_optional(item: dict[str, Any], task: TaskView) -> None:
         item["started"] = _epoch(task.started_at)
     if task.finished_at is not None:
         item["finished"] = _epoch(task.finished_at)
-    if task.error_message and task.state in ("error", "retry_waiting"):
+    if task.error_message and task.state in CURRENT_ERROR_STATES:
         item["error"] = task.error_message[:ERROR_CHARS]
 
 
