@@ -147,3 +147,40 @@ def changed_python(module: str, what: str) -> str:
         f"{module} relies on tarfile internals that changed in CPython "
         f"{platform.python_version()}: {what}. Read {module} again against this version."
     )
+
+
+class TestPsycopg:
+    MODULE = "services/api/cooperative_psycopg.py"
+
+    def test_the_installed_psycopg_is_one_the_cooperative_wait_was_checked_against(
+        self,
+    ) -> None:
+        from services.api.cooperative_psycopg import CHECKED_PSYCOPG_VERSIONS
+
+        require_version(self.MODULE, "psycopg", CHECKED_PSYCOPG_VERSIONS)
+
+    def test_psycopg_still_waits_through_the_module_names_the_worker_sets(self) -> None:
+        from psycopg import connection, waiting
+
+        for name in ("wait", "wait_selector", "wait_conn", "DefaultSelector"):
+            assert hasattr(waiting, name), changed(
+                self.MODULE, "psycopg", f"psycopg.waiting.{name} is gone"
+            )
+        assert parameters(waiting.wait_selector)[:2] == ["gen", "fileno"], changed(
+            self.MODULE,
+            "psycopg",
+            f"waiting.wait_selector takes {parameters(waiting.wait_selector)}",
+        )
+        selector_users = inspect.getsource(waiting.wait_selector) + inspect.getsource(
+            waiting.wait_conn
+        )
+        assert selector_users.count("DefaultSelector()") == 2, changed(
+            self.MODULE,
+            "psycopg",
+            "wait_selector and wait_conn no longer make waiting.DefaultSelector",
+        )
+        assert "waiting.wait(" in inspect.getsource(connection.Connection.wait), changed(
+            self.MODULE,
+            "psycopg",
+            "Connection.wait no longer calls waiting.wait through the module",
+        )

@@ -16,7 +16,6 @@ bad chunked framing) is answered with a problem document, like every other error
 from __future__ import annotations
 
 import json
-import selectors
 import socket
 import warnings
 from http import HTTPStatus
@@ -37,6 +36,7 @@ from gunicorn.http.errors import (
 )
 from gunicorn.workers.ggevent import GeventWorker
 
+from services.api.cooperative_psycopg import use_cooperative_psycopg
 from services.api.errors import PROBLEM_MEDIA_TYPE, problem_document
 from services.api.framing import unsupported_transfer_coding
 
@@ -75,22 +75,6 @@ def problem_bytes(status: int, detail: str) -> bytes:
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     )
     return head.encode("latin-1") + body
-
-
-def use_cooperative_psycopg() -> None:
-    """Make psycopg wait for the database through gevent's selector.
-
-    psycopg chooses how to wait when it is imported, and the master process imported it
-    (to check the schema) before this worker was patched: its C wait for queries and its
-    epoll selector for connecting would block every greenlet of the worker for as long as
-    the database takes. gevent's selector yields, and has no limit on descriptor numbers
-    (``select()`` stops at 1023, which a worker of 1000 connections passes).
-    """
-    from psycopg import waiting
-
-    if monkey.is_module_patched("select"):
-        waiting.DefaultSelector = selectors.DefaultSelector  # type: ignore[attr-defined]
-        waiting.wait = waiting.wait_selector
 
 
 class PacedSocket:

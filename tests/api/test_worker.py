@@ -19,7 +19,7 @@ SCRIPT = textwrap.dedent(
 
     monkey.patch_all()
     import gevent, socket
-    from services.api.worker import use_cooperative_psycopg
+    from services.api.cooperative_psycopg import use_cooperative_psycopg
 
     use_cooperative_psycopg()
     held = [socket.socket() for _ in range(1100)]  # descriptors past 1023
