@@ -1,5 +1,6 @@
 """The ``tickwork`` command starts fast: its client commands import no database, migration
-or Celery code, and ``tickwork --help`` lists every command without importing any."""
+or Celery code (they talk to the API only), and ``tickwork --help`` lists every command
+without importing any."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import json
 import subprocess
 import sys
 import textwrap
+import tomllib
+from pathlib import Path
+from typing import Any
 
 import click
 
@@ -17,6 +21,11 @@ from shared.store import schedules as schedule_store
 
 CLIENT_MODULES = [
     "services.cli",
+    "services.cli.client",
+    "services.cli.api_client",
+    "services.cli.admin_api",
+    "services.cli.output",
+    "services.cli.failures",
     "services.cli.projects",
     "services.cli.sessions",
     "services.cli.tasks",
@@ -24,6 +33,20 @@ CLIENT_MODULES = [
     "services.cli.schedules",
     "services.cli.secrets",
 ]
+SERVER_COMMANDS = {
+    "run",
+    "check",
+    "api",
+    "scheduler",
+    "executor",
+    "agent",
+    "standalone",
+    "db",
+    "dev",
+}
+"""The commands that work on the database (or run in-process) rather than ask the API."""
+CLIENT_CONTRACT = "client commands import no store, migration, Celery or service code"
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 HEAVY = ["sqlalchemy", "alembic", "celery", "kombu", "psycopg", "shared.store", "shared.dispatch"]
 
 
@@ -83,3 +106,25 @@ def test_each_short_help_in_the_table_is_the_commands_own() -> None:
 
 def test_the_skip_limit_of_the_cli_is_the_stores() -> None:
     assert MAX_SKIP == schedule_store.MAX_SKIP
+
+
+def client_contract() -> dict[str, Any]:
+    """The import-linter contract of the client commands, from pyproject.toml."""
+    config = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))
+    contracts: list[dict[str, Any]] = config["tool"]["importlinter"]["contracts"]
+    (contract,) = [c for c in contracts if c["name"] == CLIENT_CONTRACT]
+    return contract
+
+
+def test_every_client_command_lives_in_a_module_the_client_contract_holds_without_exception() -> (
+    None
+):
+    contract = client_contract()
+    command_modules = {
+        lazy.import_path.split(":")[0]
+        for name, lazy in COMMANDS.items()
+        if name not in SERVER_COMMANDS
+    }
+    assert "ignore_imports" not in contract
+    assert command_modules <= set(contract["source_modules"])
+    assert set(CLIENT_MODULES) - {"services.cli"} <= set(contract["source_modules"])

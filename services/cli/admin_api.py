@@ -1,5 +1,5 @@
-"""The API path of ``tickwork kill``, ``schedules``, ``schedules pause|resume|skip`` and
-``backfill``: what those commands do when no ``--database-url`` is given."""
+"""What ``tickwork kill``, ``schedules``, ``schedules pause|resume|skip|missed`` and
+``backfill`` ask the API, and how they print its answers."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from services.cli.errors import EXIT_CODES_HELP
 from services.cli.output import field, format_time, print_items, print_json, text
 
 ADMIN_EPILOG = (
-    "\b\nWithout --database-url (or TICKWORK_DATABASE_URL) the command asks the tickwork API\n"
-    "at --endpoint; with it, it works on the store directly (an operator's path).\n\n"
+    "\b\nThe command asks the tickwork API at --endpoint (--database-url is gone: to work\n"
+    "on a database no API serves yet, start `tickwork api` or `tickwork standalone` on it).\n\n"
     + EXIT_CODES_HELP
 )
 
@@ -74,8 +74,9 @@ def missed_via_api(endpoint: str | None, project: str, workflow: str, as_json: b
 def pause_via_api(endpoint: str | None, project: str, workflow: str, as_json: bool) -> None:
     """Pause the schedule of ``project``/``workflow`` through the API."""
     with api(endpoint) as client:
-        schedule = client.pause_schedule(str(client.find_schedule(project, workflow)["id"]))
-    _report(schedule, as_json, f"{project}/{workflow}: paused")
+        found = client.find_schedule(project, workflow)
+        schedule = client.pause_schedule(str(found["id"]))
+    _report(schedule, as_json, f"{project}/{workflow}: {_was(found, True, 'paused')}")
 
 
 def resume_via_api(
@@ -83,9 +84,9 @@ def resume_via_api(
 ) -> None:
     """Resume the schedule of ``project``/``workflow`` through the API."""
     with api(endpoint) as client:
-        schedule_id = str(client.find_schedule(project, workflow)["id"])
-        schedule = client.resume_schedule(schedule_id, replay=replay)
-    _report(schedule, as_json, f"{project}/{workflow}: resumed")
+        found = client.find_schedule(project, workflow)
+        schedule = client.resume_schedule(str(found["id"]), replay=replay)
+    _report(schedule, as_json, f"{project}/{workflow}: {_was(found, False, 'resumed')}")
 
 
 def skip_via_api(
@@ -144,3 +145,10 @@ def _report(schedule: dict[str, Any], as_json: bool, line: str) -> None:
         print_json(schedule)
     else:
         click.echo(line)
+
+
+def _was(before: dict[str, Any], paused: bool, done: str) -> str:
+    """``done``, or what the schedule already was when pausing or resuming changed nothing."""
+    if bool(before.get("paused")) != paused:
+        return done
+    return "was already paused" if paused else "was not paused"

@@ -131,10 +131,16 @@ class ApiClient:
         with self._names_checked(project):
             return _items(self._json("GET", f"/api/projects/{_seg(project)}/secrets"))
 
-    def set_secret(self, project: str, name: str, value: str) -> Json:
-        """Set (or replace) a secret of a project."""
+    def set_secret(
+        self, project: str, name: str, value: str, *, create_project: bool = False
+    ) -> Json:
+        """Set (or replace) a secret of a project; of a new, empty one if ``create_project``
+        and there is none."""
         path = f"/api/projects/{_seg(project)}/secrets/{_seg(name)}"
-        return self._json("PUT", path, json={"value": value})
+        body: Json = {"value": value}
+        if create_project:
+            body["create_project"] = True
+        return self._json("PUT", path, json=body)
 
     def delete_secret(self, project: str, name: str) -> None:
         """Delete a secret of a project."""

@@ -86,6 +86,36 @@ def client_options(command: F) -> F:
     )(command)
 
 
+def _refuse_database_url(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is None:
+        return
+    names = []
+    level: click.Context | None = ctx
+    while level is not None and level.parent is not None:
+        names.append(level.info_name or "")
+        level = level.parent
+    command = " ".join(["tickwork", *reversed(names)])
+    raise click.UsageError(
+        f"--database-url is gone from `{command}`: run it against the API "
+        "(--endpoint/TICKWORK_ENDPOINT), e.g. against `tickwork standalone`, or "
+        "`tickwork api` serving that database (TICKWORK_DATABASE_URL)",
+        ctx,
+    )
+
+
+def no_database_url(command: F) -> F:
+    """``--database-url``, which the admin commands took when they could work on the store
+    directly: given, it ends the command (exit 2) saying to use the API instead. Hidden from
+    the help; ``TICKWORK_DATABASE_URL`` is not read (it names the servers' store)."""
+    return click.option(
+        "--database-url",
+        hidden=True,
+        expose_value=False,
+        is_eager=True,
+        callback=_refuse_database_url,
+    )(command)
+
+
 def limit_option(command: F) -> F:
     """``--limit N`` for listings."""
     return click.option(

@@ -84,9 +84,3 @@ DATABASE_OPTION = click.option(
     required=True,
     help="The store (env TICKWORK_DATABASE_URL).",
 )
-
-ADMIN_DATABASE_OPTION = click.option(
-    "--database-url",
-    envvar="TICKWORK_DATABASE_URL",
-    help="Work on this store directly (env TICKWORK_DATABASE_URL); without it, ask the API.",
-)

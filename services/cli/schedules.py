@@ -1,14 +1,12 @@
 """``tickwork schedules`` and ``backfill``: the scheduler's controls.
 
-With ``--database-url`` (env ``TICKWORK_DATABASE_URL``) the controls work on the store
-directly, an operator's path; without it they ask the REST API (``--endpoint``).
+Every control asks the REST API (``--endpoint``); only ``preview`` works alone.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
@@ -18,23 +16,17 @@ from services.cli.admin_api import (
     list_schedules_via_api,
     missed_via_api,
     pause_via_api,
-    print_schedules,
     resume_via_api,
     skip_via_api,
 )
-from services.cli.client import client_options
-from services.cli.errors import did_you_mean, fail
+from services.cli.client import client_options, no_database_url
+from services.cli.errors import fail
 from services.cli.output import format_time
-from services.cli.params import ADMIN_DATABASE_OPTION, parse_session_time
+from services.cli.params import parse_session_time
 from shared.clock import utc_now
 from shared.domain.schedule import ScheduleSpec, parse_schedule
 from shared.dsl.parser import parse_workflow_file
-from shared.errors import InvalidInput, InvalidSchedule, NotFound
-
-if TYPE_CHECKING:
-    from sqlalchemy import Connection
-
-    from shared.store.schedules import ScheduleRow
+from shared.errors import InvalidInput, InvalidSchedule
 
 MAX_SKIP = 10_000
 """Session times one skip may pass: shared.store.schedules.MAX_SKIP, which the store
@@ -91,16 +83,14 @@ def preview_lines(spec: ScheduleSpec, after: datetime, count: int, seed: str = "
 
 
 @click.group("schedules", invoke_without_command=True, epilog=ADMIN_EPILOG)
-@ADMIN_DATABASE_OPTION
+@no_database_url
 @client_options
 @click.pass_context
-def schedules_group(
-    ctx: click.Context, database_url: str | None, endpoint: str | None, as_json: bool
-) -> None:
+def schedules_group(ctx: click.Context, endpoint: str | None, as_json: bool) -> None:
     """List schedules (the default), preview times, and pause, resume or skip a schedule."""
     if ctx.invoked_subcommand is None:
         # ctx.invoke fills in only the defaults, not the environment: pass the options on.
-        ctx.invoke(list_command, database_url=database_url, endpoint=endpoint, as_json=as_json)
+        ctx.invoke(list_command, endpoint=endpoint, as_json=as_json)
 
 
 @schedules_group.command("preview")
@@ -133,84 +123,34 @@ def preview_command(
 
 
 @schedules_group.command("list", epilog=ADMIN_EPILOG)
-@ADMIN_DATABASE_OPTION
+@no_database_url
 @client_options
-def list_command(database_url: str | None, endpoint: str | None, as_json: bool) -> None:
+def list_command(endpoint: str | None, as_json: bool) -> None:
     """List active schedules with their next session time."""
-    if database_url is None:
-        list_schedules_via_api(endpoint, as_json)
-        return
-    from services.cli.store_access import store_transaction
-    from shared.store import schedules as schedule_store
-    from shared.store.schedule_reads import schedule_json
-
-    with store_transaction(database_url, write=False) as conn:
-        rows = schedule_store.list_schedules(conn)
-    print_schedules([schedule_json(row) for row in rows], as_json)
-
-
-def _find(conn: Connection, project: str, workflow: str) -> ScheduleRow:
-    """The schedule of ``project``/``workflow``; NotFound naming the closest scheduled
-    project or workflow when there is none."""
-    from shared.store import schedules as schedule_store
-
-    try:
-        return schedule_store.find_schedule(conn, project, workflow)
-    except NotFound as exc:
-        rows = schedule_store.list_schedules(conn)
-        projects = {row.project_name for row in rows}
-        if project not in projects:
-            hint = did_you_mean(project, projects)
-            raise NotFound(f"no project '{project}' with a schedule{hint}") from None
-        workflows = {row.workflow_name for row in rows if row.project_name == project}
-        raise NotFound(f"{exc}{did_you_mean(workflow, workflows)}") from None
+    list_schedules_via_api(endpoint, as_json)
 
 
 @schedules_group.command("pause", epilog=ADMIN_EPILOG)
 @click.argument("project")
 @click.argument("workflow")
-@ADMIN_DATABASE_OPTION
+@no_database_url
 @client_options
-def pause_command(
-    project: str, workflow: str, database_url: str | None, endpoint: str | None, as_json: bool
-) -> None:
+def pause_command(project: str, workflow: str, endpoint: str | None, as_json: bool) -> None:
     """Pause a schedule: runs due from now on do not happen until it is resumed."""
-    if database_url is None:
-        pause_via_api(endpoint, project, workflow, as_json)
-        return
-    from services.cli.store_access import store_transaction
-    from shared.store import schedules as schedule_store
-
-    with store_transaction(database_url) as conn:
-        changed = schedule_store.pause_schedule(conn, _find(conn, project, workflow).id, utc_now())
-    click.echo(f"{project}/{workflow}: {'paused' if changed else 'was already paused'}")
+    pause_via_api(endpoint, project, workflow, as_json)
 
 
 @schedules_group.command("resume", epilog=ADMIN_EPILOG)
 @click.argument("project")
 @click.argument("workflow")
 @click.option("--replay", is_flag=True, help="Also run the times due while it was paused.")
-@ADMIN_DATABASE_OPTION
+@no_database_url
 @client_options
 def resume_command(
-    project: str,
-    workflow: str,
-    replay: bool,
-    database_url: str | None,
-    endpoint: str | None,
-    as_json: bool,
+    project: str, workflow: str, replay: bool, endpoint: str | None, as_json: bool
 ) -> None:
     """Resume a paused schedule (the paused span is skipped unless --replay)."""
-    if database_url is None:
-        resume_via_api(endpoint, project, workflow, replay, as_json)
-        return
-    from services.cli.store_access import store_transaction
-    from shared.store import schedules as schedule_store
-
-    with store_transaction(database_url) as conn:
-        row = _find(conn, project, workflow)
-        changed = schedule_store.resume_schedule(conn, row.id, utc_now(), replay=replay)
-    click.echo(f"{project}/{workflow}: {'resumed' if changed else 'was not paused'}")
+    resume_via_api(endpoint, project, workflow, replay, as_json)
 
 
 @schedules_group.command("skip", epilog=ADMIN_EPILOG)
@@ -222,65 +162,30 @@ def resume_command(
     type=click.IntRange(1, MAX_SKIP),
     help="Skip the next N session times.",
 )
-@ADMIN_DATABASE_OPTION
+@no_database_url
 @client_options
 def skip_command(
     project: str,
     workflow: str,
     raw_to: str | None,
     count: int | None,
-    database_url: str | None,
     endpoint: str | None,
     as_json: bool,
 ) -> None:
     """Skip upcoming session times (recorded as missed, so a backfill can still run them)."""
     if (raw_to is None) == (count is None):
         raise click.UsageError("give either --to TIME or --count N")
-    if database_url is None:
-        skip_via_api(endpoint, project, workflow, raw_to, count, as_json)
-        return
-    from services.cli.store_access import store_transaction
-    from shared.store import schedules as schedule_store
-
-    with store_transaction(database_url) as conn:
-        row = _find(conn, project, workflow)
-        to = None if raw_to is None else parse_session_time(raw_to, row.timezone, "'--to'")
-        skipped = schedule_store.skip_schedule(conn, row.id, utc_now(), to=to, count=count)
-    if not skipped:
-        click.echo(f"{project}/{workflow}: nothing to skip")
-        return
-    spec = row.schedule
-    first, last = format_time(spec.local(skipped[0])), format_time(spec.local(skipped[-1]))
-    click.echo(f"{project}/{workflow}: skipped {len(skipped)} session time(s), {first} .. {last}")
+    skip_via_api(endpoint, project, workflow, raw_to, count, as_json)
 
 
 @schedules_group.command("missed", epilog=ADMIN_EPILOG)
 @click.argument("project")
 @click.argument("workflow")
-@ADMIN_DATABASE_OPTION
+@no_database_url
 @client_options
-def missed_command(
-    project: str, workflow: str, database_url: str | None, endpoint: str | None, as_json: bool
-) -> None:
+def missed_command(project: str, workflow: str, endpoint: str | None, as_json: bool) -> None:
     """Show the session times a schedule did not emit, and why."""
-    if database_url is None:
-        missed_via_api(endpoint, project, workflow, as_json)
-        return
-    from services.cli.store_access import store_transaction
-    from shared.store import schedules as schedule_store
-
-    with store_transaction(database_url, write=False) as conn:
-        row = _find(conn, project, workflow)
-        missed = schedule_store.list_missed(conn, row.id)
-    spec = row.schedule
-    if not missed:
-        click.echo(f"{project}/{workflow}: no missed session times")
-    for item in missed:
-        count = "many" if item.count is None else str(item.count)
-        click.echo(
-            f"{format_time(spec.local(item.first_session_time))} .. "
-            f"{format_time(spec.local(item.last_session_time))}  {count} time(s)  {item.reason}"
-        )
+    missed_via_api(endpoint, project, workflow, as_json)
 
 
 @click.command("backfill", epilog=ADMIN_EPILOG)
@@ -290,7 +195,7 @@ def missed_command(
 @click.option("--to", "raw_to", required=True, help="Last session time (inclusive).")
 @click.option("--parallel", is_flag=True, help="Let the sessions run side by side.")
 @click.option("--dry-run", is_flag=True, help="Only print the session times.")
-@ADMIN_DATABASE_OPTION
+@no_database_url
 @client_options
 def backfill_command(
     project: str,
@@ -299,33 +204,9 @@ def backfill_command(
     raw_to: str,
     parallel: bool,
     dry_run: bool,
-    database_url: str | None,
     endpoint: str | None,
     as_json: bool,
 ) -> None:
     """Create sessions for every scheduled time in a range; existing ones are kept."""
-    if database_url is None:
-        window = (raw_from, raw_to)
-        backfill_via_api(endpoint, project, workflow, window, parallel, dry_run, as_json)
-        return
-    from services.cli.store_access import store_transaction
-    from shared.store import emission as emission_store
-
-    with store_transaction(database_url) as conn:
-        row = _find(conn, project, workflow)
-        first = parse_session_time(raw_from, row.timezone, "'--from'")
-        last = parse_session_time(raw_to, row.timezone, "'--to'")
-        if last < first:
-            raise click.BadParameter("ends before --from", param_hint="'--to'")
-        plan = emission_store.backfill(
-            conn, row, first, last, utc_now(), parallel=parallel, dry_run=dry_run
-        )
-    spec = row.schedule
-    for session_time in plan.created:
-        click.echo(
-            f"{'would create' if dry_run else 'created'} {format_time(spec.local(session_time))}"
-        )
-    order = "side by side" if parallel else "one after another"
-    verb = "would create" if dry_run else "created"
-    summary = f"{verb} {len(plan.created)} session(s), {order}; {len(plan.existing)} existed"
-    click.echo(summary)
+    window = (raw_from, raw_to)
+    backfill_via_api(endpoint, project, workflow, window, parallel, dry_run, as_json)

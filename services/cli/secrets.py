@@ -1,10 +1,8 @@
-"""``tickwork secrets set|list|delete``: a project's secrets, on the store or through the API.
+"""``tickwork secrets set|list|delete``: a project's secrets, through the API.
 
-With ``--database-url`` (env ``TICKWORK_DATABASE_URL``) the commands work on the store
-directly and ``set`` encrypts with ``TICKWORK_SECRET_KEY`` here; without it they ask the
-API, which encrypts with its own key. A value is read from ``--value-file`` or standard
-input, so that it does not land in the shell's history; ``--value`` exists for scripts
-that have no other way, at that risk.
+The API encrypts a value with its own ``TICKWORK_SECRET_KEY``. A value is read from
+``--value-file`` or standard input, so that it does not land in the shell's history;
+``--value`` exists for scripts that have no other way, at that risk.
 """
 
 from __future__ import annotations
@@ -15,12 +13,9 @@ from pathlib import Path
 import click
 
 from services.cli.admin_api import ADMIN_EPILOG
-from services.cli.client import api, client_options
+from services.cli.client import api, client_options, no_database_url
 from services.cli.output import field, print_items, print_json
-from services.cli.params import ADMIN_DATABASE_OPTION
-from shared.clock import utc_now
-from shared.errors import TickworkError
-from shared.secrets import MAX_SECRET_BYTES, SecretBox, check_secret_name
+from shared.secrets import MAX_SECRET_BYTES
 
 
 @click.group("secrets", epilog=ADMIN_EPILOG)
@@ -37,36 +32,27 @@ def secrets_group() -> None:
     help="Read the value from this file ('-': standard input, the default).",
 )
 @click.option("--value", help="The value itself (it stays in the shell's history: avoid).")
-@ADMIN_DATABASE_OPTION
+@click.option(
+    "--create-project",
+    is_flag=True,
+    help="Create PROJECT, without workflows, if it does not exist (a local project that "
+    "has not run yet gets its secrets first).",
+)
+@no_database_url
 @client_options
 def set_command(
     project: str,
     name: str,
     value_file: Path | None,
     value: str | None,
-    database_url: str | None,
+    create_project: bool,
     endpoint: str | None,
     as_json: bool,
 ) -> None:
     """Set the secret NAME of PROJECT (replacing its value)."""
     secret = _value(value_file, value)
-    if database_url:
-        try:
-            check_secret_name(name)
-            encrypted = SecretBox.from_environment().encrypt(secret)
-        except TickworkError as exc:
-            raise click.ClickException(str(exc)) from None
-        from services.cli.store_access import store_transaction
-        from shared.store import secrets as secret_store
-
-        with store_transaction(database_url) as conn:
-            created = secret_store.set_secret(
-                conn, project, name, encrypted, utc_now(), create_project=True
-            )
-        result = {"project": project, "name": name, "created": created}
-    else:
-        with api(endpoint) as client:
-            result = client.set_secret(project, name, secret)
+    with api(endpoint) as client:
+        result = client.set_secret(project, name, secret, create_project=create_project)
     if as_json:
         print_json(result)
     else:
@@ -93,29 +79,12 @@ def _value(value_file: Path | None, value: str | None) -> str:
 
 @secrets_group.command("list", epilog=ADMIN_EPILOG)
 @click.argument("project")
-@ADMIN_DATABASE_OPTION
+@no_database_url
 @client_options
-def list_command(
-    project: str, database_url: str | None, endpoint: str | None, as_json: bool
-) -> None:
+def list_command(project: str, endpoint: str | None, as_json: bool) -> None:
     """List the secrets of PROJECT: names and when they were set, never values."""
-    if database_url:
-        from services.cli.store_access import store_transaction
-        from shared.store import secrets as secret_store
-
-        with store_transaction(database_url, write=False) as conn:
-            found = secret_store.list_secrets(conn, project)
-        items = [
-            {
-                "name": s.name,
-                "created_at": s.created_at.isoformat(),
-                "updated_at": s.updated_at.isoformat(),
-            }
-            for s in found
-        ]
-    else:
-        with api(endpoint) as client:
-            items = client.list_secrets(project)
+    with api(endpoint) as client:
+        items = client.list_secrets(project)
     columns = [("name", field("name")), ("updated", field("updated_at"))]
     print_items(items, as_json, columns)
 
@@ -123,21 +92,12 @@ def list_command(
 @secrets_group.command("delete", epilog=ADMIN_EPILOG)
 @click.argument("project")
 @click.argument("name")
-@ADMIN_DATABASE_OPTION
+@no_database_url
 @client_options
-def delete_command(
-    project: str, name: str, database_url: str | None, endpoint: str | None, as_json: bool
-) -> None:
+def delete_command(project: str, name: str, endpoint: str | None, as_json: bool) -> None:
     """Delete the secret NAME of PROJECT."""
-    if database_url:
-        from services.cli.store_access import store_transaction
-        from shared.store import secrets as secret_store
-
-        with store_transaction(database_url) as conn:
-            secret_store.delete_secret(conn, project, name)
-    else:
-        with api(endpoint) as client:
-            client.delete_secret(project, name)
+    with api(endpoint) as client:
+        client.delete_secret(project, name)
     if as_json:
         print_json({"project": project, "name": name, "deleted": True})
     else:

@@ -1,8 +1,7 @@
 """``tickwork start|sessions|attempts|attempt|retry|kill``: sessions and their attempts.
 
 Each command is one or two REST calls (docs/rest-api.md) through :class:`ApiClient`; an
-error ends it with one line and the exit status its kind has (see ``--help``). ``kill``
-with ``--database-url`` works on the store directly instead (an operator's path).
+error ends it with one line and the exit status its kind has (see ``--help``).
 """
 
 from __future__ import annotations
@@ -14,7 +13,15 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from services.cli.admin_api import ADMIN_EPILOG, kill_via_api
-from services.cli.client import ATTEMPT_ID, F, RecordId, api, client_options, limit_option
+from services.cli.client import (
+    ATTEMPT_ID,
+    F,
+    RecordId,
+    api,
+    client_options,
+    limit_option,
+    no_database_url,
+)
 from services.cli.errors import EXIT_CODES_HELP, ExitCode
 from services.cli.failures import (
     echo_failure_report,
@@ -24,7 +31,6 @@ from services.cli.failures import (
 )
 from services.cli.output import field, print_fields, print_items, print_json, text
 from services.cli.params import (
-    ADMIN_DATABASE_OPTION,
     SESSION_HELP,
     build_params,
     resolve_session_option,
@@ -266,25 +272,8 @@ def retry_command(
 
 @click.command("kill", epilog=ADMIN_EPILOG)
 @click.argument("attempt_id", type=RecordId("attempt", int), metavar="ID")
-@ADMIN_DATABASE_OPTION
+@no_database_url
 @client_options
-def kill_command(
-    attempt_id: int, database_url: str | None, endpoint: str | None, as_json: bool
-) -> None:
+def kill_command(attempt_id: int, endpoint: str | None, as_json: bool) -> None:
     """Kill an attempt: queued tasks are revoked, running ones stopped, and it ends killed."""
-    if database_url is None:
-        kill_via_api(endpoint, attempt_id, as_json)
-        return
-    from services.cli.store_access import store_transaction
-    from shared.clock import utc_now
-    from shared.domain.states import AttemptState
-    from shared.store import sessions as session_store
-    from shared.store.engine import notify_work
-
-    with store_transaction(database_url) as conn:
-        state = session_store.request_kill(conn, attempt_id, utc_now())
-        notify_work(conn)
-    if state is AttemptState.CANCELING:
-        click.echo(f"attempt {attempt_id}: killing")
-    else:
-        click.echo(f"attempt {attempt_id} had already ended: {state.value}")
+    kill_via_api(endpoint, attempt_id, as_json)

@@ -75,3 +75,23 @@ def test_without_a_key_the_api_says_which_variable_is_missing(
     monkeypatch.delenv("TICKWORK_SECRET_KEY")
     body = assert_problem(api.put("/api/projects/demo/secrets/t", json={"value": "v"}), 503)
     assert "TICKWORK_SECRET_KEY" in body["detail"]
+
+
+def test_create_project_sets_a_secret_of_a_project_not_pushed_yet(api: FlaskClient) -> None:
+    body = {"value": "v", "create_project": True}
+
+    created = api.put("/api/projects/local/secrets/token", json=body)
+
+    assert created.status_code == 200, created.get_data(as_text=True)
+    assert created.get_json() == {"project": "local", "name": "token", "created": True}
+    listed = api.get("/api/projects/local/secrets").get_json()["items"]
+    assert [item["name"] for item in listed] == ["token"]
+    again = api.put("/api/projects/local/secrets/token", json=body)
+    assert again.get_json()["created"] is False
+
+
+def test_create_project_refuses_a_name_no_project_may_have(api: FlaskClient) -> None:
+    body = {"value": "v", "create_project": True}
+    assert_problem(api.put("/api/projects/-bad/secrets/token", json=body), 422)
+    assert_problem(api.put("/api/projects/x/secrets/t", json={**body, "create_project": 1}), 422)
+    assert_problem(api.get("/api/projects/-bad/secrets"), 404)

@@ -61,12 +61,22 @@ class Command:
         return f"exit {self.exit_code}\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
 
 
-def tickwork(*args: str, database_url: str | None = None, cwd: Path | None = None) -> Command:
-    """``tickwork ARGS``, bounded in time; the store's URL comes from the environment."""
+def tickwork(
+    *args: str,
+    database_url: str | None = None,
+    endpoint: str | None = None,
+    cwd: Path | None = None,
+) -> Command:
+    """``tickwork ARGS``, bounded in time; the store's URL (for the server commands) and
+    the API's (for the client commands) come from the environment."""
+    environ = environment(database_url)
+    if endpoint is not None:
+        environ["TICKWORK_ENDPOINT"] = endpoint
+        environ["TICKWORK_CONFIG"] = os.devnull  # never the user's own client config
     completed = subprocess.run(
         [*tickwork_command(), *args],
         cwd=cwd,
-        env=environment(database_url),
+        env=environ,
         capture_output=True,
         text=True,
         timeout=COMMAND_TIMEOUT_SECONDS,

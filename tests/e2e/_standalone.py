@@ -65,12 +65,15 @@ def run_tickwork(
     env: Mapping[str, str],
     timeout_seconds: float = COMMAND_TIMEOUT_SECONDS,
     cwd: Path | None = None,
+    stdin: str | None = None,
 ) -> Command:
-    """Run ``tickwork`` with ``args`` in ``env`` (bounded), in ``cwd`` if given."""
+    """Run ``tickwork`` with ``args`` in ``env`` (bounded), in ``cwd`` if given, reading
+    ``stdin`` if given."""
     completed = subprocess.run(
         [*tickwork_command(), *args],
         cwd=cwd,
         env=env,
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=timeout_seconds,
@@ -100,10 +103,12 @@ class StandaloneProcess:
         token: str | None = None,
         endpoint: str | None = None,
         cwd: Path | None = None,
+        stdin: str | None = None,
     ) -> Command:
-        """Run a ``tickwork`` client command against this process (bounded), in ``cwd``."""
+        """Run a ``tickwork`` client command against this process (bounded), in ``cwd``,
+        reading ``stdin``."""
         environ = client_environment(endpoint or self.endpoint, token or self.token)
-        return run_tickwork(*args, env=environ, cwd=cwd)
+        return run_tickwork(*args, env=environ, cwd=cwd, stdin=stdin)
 
     def get(self, path: str) -> Any:
         """GET an API path as JSON (with the token, if any)."""
@@ -195,3 +200,39 @@ def wait_for_attempt(
     raise AssertionError(
         f"attempt {attempt_id} did not end in {timeout_seconds}s:\n{standalone.output()}"
     )
+
+
+@contextmanager
+def running_api(
+    database_url: str, output_dir: Path, environ: Mapping[str, str] | None = None
+) -> Iterator[StandaloneProcess]:
+    """A ready ``tickwork api`` (one worker) serving ``database_url`` on a free port, for
+    the client commands to ask, without tokens (it listens on the loopback only) unless
+    ``environ`` sets them; killed however the test ends. It runs no scheduler or executor:
+    the store changes only as the commands ask."""
+    port = find_free_port()
+    output_dir.mkdir(parents=True, exist_ok=True)
+    output_path = output_dir / "api.out"
+    env = {**environment(database_url), "TICKWORK_API_AUTH": "off", **(environ or {})}
+    command = [*tickwork_command(), "api", "--bind", f"127.0.0.1:{port}", "--workers", "1"]
+    with output_path.open("wb") as output:
+        process = subprocess.Popen(
+            command, stdout=output, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    api = StandaloneProcess(process, f"http://127.0.0.1:{port}", output_dir, output_path)
+    try:
+        wait_ready(api)
+        yield api
+    finally:
+        api.kill()
+
+
+@contextmanager
+def serving_local_store(state_dir: Path, secret_key: str) -> Iterator[StandaloneProcess]:
+    """``tickwork standalone --state-dir`` on a local project's state directory (the store
+    ``tickwork run`` keeps there), with the secret key: how a user sets that project's
+    secrets. It is stopped (SIGTERM) before the block's end lets ``tickwork run`` use the
+    store."""
+    with running_standalone(state_dir, environ={"TICKWORK_SECRET_KEY": secret_key}) as server:
+        yield server
+        assert server.stop() == 0, server.output()

@@ -22,6 +22,7 @@ from tests.e2e._run import (
     max_running_at_once,
     tickwork_command,
 )
+from tests.e2e._standalone import serving_local_store
 from tests.e2e._status_service import StatusService, serve_status
 from tests.support.servers import libpq_conninfo, throwaway_postgres_database
 from tests.support.stored_logs import sqlite_url, stored_runs
@@ -459,21 +460,13 @@ def orders_database(postgres_server_url: str) -> Iterator[str]:
 
 
 def set_secrets(project: Project, secrets: dict[str, str]) -> None:
-    """Set the secrets of the local project the examples run as (``tickwork secrets set``)."""
-    store = f"sqlite:///{project.database_path}"
-    project.database_path.parent.mkdir(parents=True, exist_ok=True)
-    for name, value in secrets.items():
-        command = ["secrets", "set", project.root.name, name, "--value", value]
-        done = subprocess.run(
-            [*tickwork_command(), *command, "--database-url", store],
-            cwd=project.root,
-            env=project.environment({"TICKWORK_SECRET_KEY": SECRET_KEY}),
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT_SECONDS,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
+    """Set the secrets of the local project the examples run as (``tickwork secrets set
+    --create-project``, through a ``tickwork standalone`` on its state directory)."""
+    with serving_local_store(project.state_dir, SECRET_KEY) as server:
+        for name, value in secrets.items():
+            command = ["secrets", "set", "--create-project", project.root.name, name]
+            done = server.tickwork(*command, "--value", value)
+            assert done.exit_code == 0, done.explain()
 
 
 def test_incremental_load_loads_only_what_came_since_the_session_before(

@@ -4,7 +4,6 @@ distributed (an executor and an agent as processes)."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +11,8 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests.e2e._run import Project, tickwork_command
+from tests.e2e._run import Project
+from tests.e2e._standalone import serving_local_store
 from tests.fault._cluster import Cluster
 from tests.support.servers import libpq_conninfo, throwaway_postgres_database
 
@@ -39,18 +39,11 @@ def count(url: str, table: str) -> int:
 
 
 def set_secret(project: Project, name: str, value: str) -> None:
-    project.database_path.parent.mkdir(parents=True, exist_ok=True)
-    store = f"sqlite:///{project.database_path}"
-    subprocess.run(
-        [*tickwork_command(), "secrets", "set", "project", name, "--database-url", store],
-        cwd=project.root,
-        env=project.environment({"TICKWORK_SECRET_KEY": KEY}),
-        input=value,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    """``tickwork secrets set --create-project`` for the local project, through a
+    ``tickwork standalone`` on its state directory."""
+    with serving_local_store(project.state_dir, KEY) as server:
+        done = server.tickwork("secrets", "set", "--create-project", "project", name, stdin=value)
+        assert done.exit_code == 0, done.explain()
 
 
 def test_tickwork_run_creates_inserts_selects_and_downloads(

@@ -22,6 +22,7 @@ from tests.e2e._scheduling import (
     stored_sessions,
     tickwork,
 )
+from tests.e2e._standalone import running_api
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -177,7 +178,8 @@ class TestDowntime:
         assert len(found[EVERY_MINUTE]) >= 10
         assert_one_attempt_each(found[EVERY_MINUTE])
         # and nothing was recorded as missed (catch-up `all` within the 24-hour window)
-        missed = tickwork("schedules", "missed", PROJECT, "every_second", database_url=postgres_url)
+        with running_api(postgres_url, tmp_path / "api") as api:
+            missed = tickwork("schedules", "missed", PROJECT, "every_second", endpoint=api.endpoint)
         assert (missed.exit_code, missed.stdout) == (
             0,
             f"{PROJECT}/every_second: no missed session times\n",

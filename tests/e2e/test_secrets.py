@@ -1,4 +1,5 @@
-"""Secrets end to end: ``tickwork secrets`` on the store, ``${secret:name}`` in ``sh>``,
+"""Secrets end to end: ``tickwork secrets`` through the API serving a local project's store,
+``${secret:name}`` in ``sh>``,
 ``_env`` and ``http>`` headers under ``tickwork run`` with every value masked in the logs,
 refusal anywhere else, and a distributed run whose agent decrypts without the database and
 whose Redis message holds no clear value."""
@@ -8,18 +9,21 @@ from __future__ import annotations
 import base64
 import http.server
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 import redis
+from sqlalchemy import select
 
 from shared.clock import utc_now
 from shared.secrets import SecretBox
 from shared.store import secrets as secret_store
-from tests.e2e._run import Project, tickwork_command
+from shared.store.engine import create_store_engine
+from shared.store.tables import secrets
+from tests.e2e._run import Project
+from tests.e2e._standalone import serving_local_store
 from tests.fault._cluster import Cluster
 from tests.support.servers import serve_http
 from tests.support.stored_logs import sqlite_url, stored_runs
@@ -58,36 +62,47 @@ def http_server() -> Iterator[str]:
         yield url
 
 
-def secrets_cli(project: Project, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    url = f"sqlite:///{project.database_path}"
-    return subprocess.run(
-        [*tickwork_command(), "secrets", *args, "--database-url", url],
-        cwd=project.root,
-        env=project.environment({"TICKWORK_SECRET_KEY": KEY}),
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+def set_secret(project: Project, name: str, value: str) -> None:
+    """``tickwork secrets set --create-project`` for the local project, through a
+    ``tickwork standalone`` on its state directory."""
+    with serving_local_store(project.state_dir, KEY) as server:
+        done = server.tickwork("secrets", "set", "--create-project", "project", name, stdin=value)
+        assert done.exit_code == 0, done.explain()
 
 
-def test_set_list_delete_on_the_store(project: Project) -> None:
-    project.database_path.parent.mkdir(parents=True, exist_ok=True)
-    assert secrets_cli(project, "set", "project", "token", stdin=VALUE + "\n").returncode == 0
-    listed = secrets_cli(project, "list", "project", "--json")
-    assert '"name": "token"' in listed.stdout and VALUE not in listed.stdout
-    assert secrets_cli(project, "delete", "project", "token").returncode == 0
-    assert secrets_cli(project, "list", "project", "--json").stdout.strip() == ""
-    gone = secrets_cli(project, "delete", "project", "token")
-    assert gone.returncode != 0 and "has no secret 'token'" in gone.stderr
+def test_set_list_delete_through_the_api_on_the_local_store(project: Project) -> None:
+    with serving_local_store(project.state_dir, KEY) as server:
+        # Given no project yet: set without --create-project is not found, with it is set
+        missing = server.tickwork("secrets", "set", "project", "token", stdin=VALUE + "\n")
+        assert missing.exit_code == 3, missing.explain()
+        assert missing.stderr == "error: project 'project' does not exist\n", missing.explain()
+        created = server.tickwork(
+            "secrets", "set", "--create-project", "project", "token", stdin=VALUE + "\n"
+        )
+        assert created.exit_code == 0, created.explain()
+        assert created.stdout == "project: secret token set\n"
+        listed = server.tickwork("secrets", "list", "project", "--json")
+        assert '"name": "token"' in listed.stdout and VALUE not in listed.stdout
+        deleted = server.tickwork("secrets", "delete", "project", "token")
+        assert deleted.exit_code == 0, deleted.explain()
+        assert server.tickwork("secrets", "list", "project", "--json").stdout.strip() == ""
+        gone = server.tickwork("secrets", "delete", "project", "token")
+        assert gone.exit_code != 0 and "has no secret 'token'" in gone.stderr, gone.explain()
+        # And the value set went through the API, encrypted with the server's key
+        server.tickwork("secrets", "set", "project", "token", stdin=VALUE)
+    engine = create_store_engine(sqlite_url(project.state_dir))
+    try:
+        with engine.connect() as conn:
+            stored = conn.execute(select(secrets.c.value_encrypted)).scalar_one()
+    finally:
+        engine.dispose()
+    assert SecretBox(KEY).decrypt(stored) == VALUE
 
 
 def test_a_secret_in_sh_and_env_reaches_the_command_and_is_masked_in_the_log(
     project: Project,
 ) -> None:
-    project.database_path.parent.mkdir(parents=True, exist_ok=True)
-    secrets_cli(project, "set", "project", "token", stdin=VALUE)
+    set_secret(project, "token", VALUE)
     project.write(
         "wf.dig",
         """\
@@ -121,8 +136,7 @@ def test_a_secret_elsewhere_is_refused_at_its_line(project: Project) -> None:
 
 
 def test_a_secret_in_an_http_header_is_sent(project: Project, http_server: str) -> None:
-    project.database_path.parent.mkdir(parents=True, exist_ok=True)
-    secrets_cli(project, "set", "project", "api_key", stdin=VALUE)
+    set_secret(project, "api_key", VALUE)
     project.write(
         "wf.dig",
         f"""\

@@ -29,6 +29,11 @@ class SecretIn(RequestBody):
     """A secret's new value."""
 
     value: str = Field(max_length=MAX_SECRET_BYTES, description="Stored encrypted; never shown.")
+    create_project: bool = Field(
+        default=False,
+        description="Create the project, without revisions, if there is none (a local "
+        "project that has not run yet gets its secrets first); else a missing one is a 404.",
+    )
 
 
 class SecretOut(BaseModel):
@@ -92,14 +97,17 @@ def list_secrets(name: str) -> dict[str, Any]:
 @blueprint.input(SecretIn, arg_name="body")
 @blueprint.output(SecretSet)
 def set_secret(name: str, key: str, body: SecretIn) -> dict[str, Any]:
-    """Set (or replace) a secret of an existing project."""
+    """Set (or replace) a secret of an existing project, or of a new one with
+    ``create_project``."""
     _checked_key(key)
     try:
         encrypted = SecretBox.from_environment().encrypt(body.value)
     except SecretKeyError as exc:
         raise ApiProblem(503, f"this API cannot store secrets: {exc}") from None
     with write_transaction() as conn:
-        created = secret_store.set_secret(conn, name, key, encrypted, utc_now())
+        created = secret_store.set_secret(
+            conn, name, key, encrypted, utc_now(), create_project=body.create_project
+        )
     return {"project": name, "name": key, "created": created}
 
 
