@@ -7,6 +7,18 @@ the application runs, as text/plain. Its channel class says which task writes th
 answers: here one that writes ``application/problem+json``. The channel also answers
 (400) a body that ends before its ``Content-Length`` because the client shut its sending
 side, where waitress would close the connection without a word.
+
+waitress offers no public way to change its own answers, so this is the only place
+tickwork relies on its internals (undocumented names of waitress 3): the server's
+``channel_class`` (set by services/standalone.py), ``HTTPChannel.error_task_class``,
+``HTTPChannel.handle_read`` and its ``request``, ``requests``, ``requests_lock``,
+``server.add_task`` and ``socket``; ``ErrorTask.execute`` and the task's ``request``,
+``status``, ``response_headers``, ``set_close_on_finish``, ``content_length`` and
+``write``; the parser's ``error``, ``headers_finished``, ``completed``, ``chunked``,
+``content_length`` and ``body_bytes_received``; ``waitress.utilities.BadRequest``.
+
+Checked against waitress 3.0.2 (pinned in constraints.txt); tests/test_library_internals.py
+fails, naming this module, if those names change shape.
 """
 
 from __future__ import annotations
@@ -20,6 +32,9 @@ from waitress.task import ErrorTask
 from waitress.utilities import BadRequest
 
 from services.api.errors import PROBLEM_MEDIA_TYPE, problem_document
+
+CHECKED_WAITRESS_VERSIONS = ("3.0.2",)
+"""The waitress versions the classes below were read against."""
 
 
 class ProblemErrorTask(ErrorTask):  # type: ignore[misc]

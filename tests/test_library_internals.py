@@ -184,3 +184,59 @@ class TestPsycopg:
             "psycopg",
             "Connection.wait no longer calls waiting.wait through the module",
         )
+
+
+class TestWaitress:
+    MODULE = "services/standalone_errors.py"
+
+    def test_the_installed_waitress_is_one_the_problem_channel_was_checked_against(
+        self,
+    ) -> None:
+        from services.standalone_errors import CHECKED_WAITRESS_VERSIONS
+
+        require_version(self.MODULE, "waitress", CHECKED_WAITRESS_VERSIONS)
+
+    def test_waitress_still_has_the_channel_task_and_parser_names_the_module_uses(
+        self,
+    ) -> None:
+        from waitress.channel import HTTPChannel
+        from waitress.parser import HTTPRequestParser
+        from waitress.server import BaseWSGIServer
+        from waitress.task import ErrorTask, Task
+
+        assert BaseWSGIServer.channel_class is HTTPChannel, changed(
+            self.MODULE, "waitress", "the server no longer makes its channels of channel_class"
+        )
+        assert HTTPChannel.error_task_class is ErrorTask, changed(
+            self.MODULE, "waitress", "HTTPChannel.error_task_class is not ErrorTask"
+        )
+        for method, names in (
+            (HTTPChannel.handle_read, ["self"]),
+            (ErrorTask.execute, ["self"]),
+            (Task.set_close_on_finish, ["self"]),
+            (Task.write, ["self", "data"]),
+        ):
+            assert parameters(method) == names, changed(
+                self.MODULE, "waitress", f"{method.__qualname__} takes {parameters(method)}"
+            )
+        channel_init = inspect.getsource(HTTPChannel.__init__)
+        for name in ("self.requests_lock", "self.requests", "self.request", "self.server"):
+            assert name in channel_init, changed(
+                self.MODULE, "waitress", f"HTTPChannel no longer sets {name}"
+            )
+        task_init = inspect.getsource(Task.__init__)
+        for name in ("self.request", "self.response_headers"):
+            assert name in task_init, changed(
+                self.MODULE, "waitress", f"Task no longer sets {name}"
+            )
+        for name in (
+            "error",
+            "headers_finished",
+            "completed",
+            "chunked",
+            "content_length",
+            "body_bytes_received",
+        ):
+            assert hasattr(HTTPRequestParser, name), changed(
+                self.MODULE, "waitress", f"HTTPRequestParser.{name} is gone"
+            )
