@@ -6,10 +6,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from services.agent.log_limits import DEFAULT_LOG_HEAD_BYTES, DEFAULT_LOG_TAIL_BYTES, LogLimits
-from services.agent.operators.base import ResourceLimits
 from shared.config import (
     COMMON_SETTINGS,
     REDIS_SETTINGS,
@@ -21,9 +20,14 @@ from shared.config import (
     invalid,
     seconds_at_least,
 )
-from shared.dispatch.celery_app import RedisSettings
 from shared.dispatch.messages import DEFAULT_QUEUE
 from shared.domain.workflow import QUEUE_NAME
+
+# The table is read by `tickwork agent --help`: what only reading the settings needs
+# (Celery, the operators) is imported when they are read, so that the help starts fast.
+if TYPE_CHECKING:
+    from services.agent.operators.base import ResourceLimits
+    from shared.dispatch.celery_app import RedisSettings
 
 
 def queue_names(values: Mapping[str, str], name: str) -> tuple[str, ...]:
@@ -140,7 +144,7 @@ class AgentSettings:
     lease_ttl_seconds: float
     heartbeat_seconds: float
     work_dir: Path
-    limits: ResourceLimits = field(default_factory=ResourceLimits)
+    limits: ResourceLimits = field(default_factory=lambda: _resource_limits(0, 0, 0))
     log_limits: LogLimits = field(default_factory=LogLimits)
     log_level: str = "WARNING"
     metrics_port: int = 0
@@ -156,6 +160,8 @@ class AgentSettings:
     ) -> AgentSettings:
         """Read the settings (``overrides`` by key, e.g. ``agent_concurrency=4``, win over
         the environment); raises InvalidConfig naming the variable on a bad value."""
+        from shared.dispatch.celery_app import RedisSettings
+
         values = SettingValues(AGENT_SETTINGS, environ, overrides)
         settings = cls(
             redis=RedisSettings(values.value("redis_url"), values.value("redis_prefix")),
@@ -165,7 +171,7 @@ class AgentSettings:
             lease_ttl_seconds=values.value("lease_ttl_seconds"),
             heartbeat_seconds=values.value("heartbeat_seconds"),
             work_dir=Path(values.value("agent_work_dir")),
-            limits=ResourceLimits(
+            limits=_resource_limits(
                 values.value("task_max_memory_mb"),
                 values.value("task_max_open_files"),
                 values.value("task_max_cpu_seconds"),
@@ -184,3 +190,9 @@ class AgentSettings:
                 "or leases expire between extensions",
             )
         return settings
+
+
+def _resource_limits(memory_mb: int, open_files: int, cpu_seconds: int) -> ResourceLimits:
+    from services.agent.operators.base import ResourceLimits
+
+    return ResourceLimits(memory_mb, open_files, cpu_seconds)

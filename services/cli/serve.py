@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from redis.exceptions import RedisError
 
 from services.agent.config import AGENT_SETTINGS
 from services.cli.errors import fail, fail_unavailable
@@ -30,8 +29,8 @@ from shared.errors import InvalidConfig, StoreUnavailable
 from shared.logging import configure_logging
 from shared.store.urls import printable_url
 
-# Celery's workers and the services' loops are imported by the commands that run them,
-# so that the help of each starts fast.
+# Celery, Redis and the services' loops are imported by the commands that run them, so
+# that the help of each starts fast.
 
 
 @click.command("scheduler")
@@ -55,6 +54,8 @@ def scheduler_command(database_url: str, **flags: Any) -> None:
 @setting_options(EXECUTOR_SETTINGS)
 def executor_command(database_url: str, **flags: Any) -> None:
     """Run the executor: start attempts, dispatch their tasks to agents, apply results."""
+    from redis.exceptions import RedisError
+
     from services.executor.config import ExecutorSettings
     from services.executor.main import serve
 

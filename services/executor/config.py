@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from services.executor.report import Recovery
-from services.executor.scope import MAX_TASKS_PER_ATTEMPT as DEFAULT_MAX_TASKS
 from shared.config import (
     COMMON_SETTINGS,
     MAX_TASKS_PER_ATTEMPT,
@@ -20,9 +18,21 @@ from shared.config import (
     required_text,
     seconds_at_least,
 )
-from shared.dispatch.celery_app import RedisSettings
-from shared.dispatch.celery_dispatch import CRASH_POINTS
 from shared.domain.partitions import DEFAULT_PARTITION_COUNT, MAX_PARTITION_COUNT
+
+# The table is read by `tickwork executor --help`: what only reading the settings needs
+# (Celery, the store) is imported when they are read, so that the help starts fast.
+if TYPE_CHECKING:
+    from services.executor.report import Recovery
+    from shared.dispatch.celery_app import RedisSettings
+
+
+def crash_point(values: Mapping[str, str], name: str) -> str:
+    """A fault test's crash point, one of CRASH_POINTS (or none)."""
+    from shared.dispatch.celery_dispatch import CRASH_POINTS
+
+    return one_of(CRASH_POINTS, f"the crash points are {', '.join(CRASH_POINTS)}")(values, name)
+
 
 EXECUTOR_SETTINGS = (
     Setting(
@@ -61,7 +71,7 @@ EXECUTOR_SETTINGS = (
         "TICKWORK_CRASH_POINT",
         "",
         "fault tests only: exit at this point of a dispatch",
-        one_of(CRASH_POINTS, f"the crash points are {', '.join(CRASH_POINTS)}"),
+        crash_point,
     ),
     *COMMON_SETTINGS,
 )
@@ -77,7 +87,7 @@ class ExecutorSettings:
     recovery: Recovery
     task_timeout_seconds: float | None = None
     crash_point: str = ""  # a fault test's, one of CRASH_POINTS
-    max_tasks_per_attempt: int = DEFAULT_MAX_TASKS
+    max_tasks_per_attempt: int = int(MAX_TASKS_PER_ATTEMPT.default)
     metrics_port: int = 0
     log_level: str = "INFO"
     partition_count: int = DEFAULT_PARTITION_COUNT
@@ -88,6 +98,9 @@ class ExecutorSettings:
     ) -> ExecutorSettings:
         """Read the settings (``overrides`` by key, e.g. ``reaper_seconds=2.0``, win over
         the environment); raises InvalidConfig naming the variable on a bad value."""
+        from services.executor.report import Recovery
+        from shared.dispatch.celery_app import RedisSettings
+
         values = SettingValues(EXECUTOR_SETTINGS, environ, overrides)
         return cls(
             database_url=values.value("database_url"),

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.config import COMMON_SETTINGS, Setting, SettingValues, required_text
-from shared.store.retention import RETENTION_SETTINGS, RetentionPolicy
+from shared.retention_policy import RETENTION_SETTINGS, RetentionPolicy
 
 SCHEDULER_SETTINGS = (
     Setting(
