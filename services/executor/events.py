@@ -1,24 +1,21 @@
-"""Agents' events applied to the store: starts, results under their lease token, and
-tasks released to be run elsewhere."""
+"""Agents' events applied to the store: log chunks, starts, and tasks released to be run
+elsewhere; results are handed, in their order among the others, to
+:mod:`~services.executor.results`, which applies them."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Sequence
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Connection
 
 from services.executor import results
-from services.executor.graph import TaskGraph
 from services.executor.messages import build_task_message
-from services.executor.report import Pass, TickReport
-from services.executor.scope import Scope, over_task_limit
+from services.executor.report import Pass
+from services.executor.scope import Scope
 from shared.dispatch.messages import (
-    Outcome,
     TaskEvent,
     TaskFinished,
     TaskLogChunk,
@@ -28,20 +25,11 @@ from shared.dispatch.messages import (
     attempt_of_log_path,
 )
 from shared.domain.states import TaskState
-from shared.domain.workflow import TaskSpec
 from shared.store import logs as log_store
 from shared.store import tasks as task_store
 from shared.store.tasks import TaskRow
 
 log = logging.getLogger(__name__)
-
-
-class ResultFate(StrEnum):
-    """What became of an agent's result."""
-
-    APPLIED = "applied"
-    REPEATED = "repeated"  # the run of its token had already ended: sent again
-    STALE = "stale"  # its token is not the task's any more
 
 
 def apply_events(work: Pass, scope: Scope, events: Sequence[TaskEvent]) -> None:
@@ -55,21 +43,21 @@ def apply_events(work: Pass, scope: Scope, events: Sequence[TaskEvent]) -> None:
     finished = {(e.task_id, e.lease_token) for e in events if isinstance(e, TaskFinished)}
     logs: list[dict[str, Any]] = []
     starts: list[TaskStarted] = []
-    results: list[TaskFinished] = []
+    finished_runs: list[TaskFinished] = []
     for event in events:
         if isinstance(event, TaskReleased):
             _apply_starts(work, scope, starts)
-            _apply_results(work, scope, results, logs)
-            starts, results = [], []
+            results.apply_results(work, scope, finished_runs, logs)
+            starts, finished_runs = [], []
             _release(work, scope, event)
         elif isinstance(event, TaskStarted):
             # A result in the same batch makes the RUNNING step moot.
             if (event.task_id, event.lease_token) not in finished:
                 starts.append(event)
         elif isinstance(event, TaskFinished):
-            results.append(event)
+            finished_runs.append(event)
     _apply_starts(work, scope, starts)
-    _apply_results(work, scope, results, logs)
+    results.apply_results(work, scope, finished_runs, logs)
     work.ended_logs += [{**row, "created_at": work.now} for row in logs]
 
 
@@ -105,51 +93,6 @@ def _apply_starts(work: Pass, scope: Scope, starts: Sequence[TaskStarted]) -> No
             work.report.stale_results += 1
 
 
-def _apply_results(
-    work: Pass, scope: Scope, events: Sequence[TaskFinished], logs: list[dict[str, Any]]
-) -> None:
-    """Apply results in arrival order: simple fresh ones in set-based batches, refused
-    ones from the row read, the rest one by one (after the batch before them)."""
-    if not events:
-        return
-    graph, limit = work.graph, scope.max_tasks_per_attempt
-    rows, known = results.read_tasks(graph, events, scope.runs)
-    batch: list[tuple[TaskFinished, TaskRow]] = []
-    seen: set[int] = set()  # tasks a result of this batch was applied to (or is waiting)
-
-    def flush() -> None:
-        moved = results.apply_simple(graph, batch)
-        # A known row is the run's as queued: a refusal is judged on the row as it is.
-        unmoved = {t.id for _, t in batch if t.id not in moved and t.id in known}
-        now_read = {t.id: t for t in task_store.get_tasks(graph.conn, unmoved)}
-        for event, task in batch:
-            if task.id in moved:
-                fate = ResultFate.APPLIED
-            else:
-                fate = _refused(now_read.get(task.id) if task.id in known else task, event)
-            _count(work.report, fate)
-            row = results.log_row(task, event) if fate is ResultFate.APPLIED else None
-            if row is not None:
-                logs.append(row)
-        batch.clear()
-
-    for event in events:
-        task = rows.get(event.task_id)
-        scope.runs.forget(event.task_id)
-        if event.task_id in seen:  # its row changed: read it again
-            flush()
-            _count(work.report, apply_result(graph, event, logs, limit))
-        elif task is None or not results.is_fresh(task, event):
-            _count(work.report, _refused(task, event))
-        elif results.is_simple(task, event):
-            batch.append((event, task))
-        else:
-            flush()
-            _count(work.report, apply_result(graph, event, logs, limit, task=task))
-        seen.add(event.task_id)
-    flush()
-
-
 def _release(work: Pass, scope: Scope, event: TaskReleased) -> None:
     message = requeue(work.conn, scope, event.task_id, event.lease_token, work.now, lost=False)
     if message is not None:
@@ -157,65 +100,6 @@ def _release(work: Pass, scope: Scope, event: TaskReleased) -> None:
         work.graph.record(event.task_id, message.full_name, TaskState.QUEUED)
         work.messages.append(message)
         work.report.requeued += 1
-
-
-def _count(report: TickReport, fate: ResultFate) -> None:
-    if fate is ResultFate.APPLIED:
-        report.events_applied += 1
-    elif fate is ResultFate.REPEATED:
-        report.repeated_results += 1
-    else:
-        report.stale_results += 1
-
-
-def apply_result(
-    graph: TaskGraph,
-    event: TaskFinished,
-    logs: list[dict[str, Any]],
-    max_tasks: int,
-    *,
-    task: TaskRow | None = None,
-) -> ResultFate:
-    """Apply a result under its lease token, whether or not its lease still exists;
-    refused as ``stale`` if that token is not the task's, as ``repeated`` if the run
-    of that token already ended (an agent sent its result again after Redis lost it).
-
-    The token is checked in the row read first (most stale results stop there) and
-    again in the UPDATE that moves the task (``... AND lease_token = :token``): that
-    one is the fence, whatever happened in between. ``task`` is the task's row if it
-    was just read."""
-    if task is None:
-        task = task_store.find_task(graph.conn, event.task_id)
-    applied = False
-    if task is not None and results.is_fresh(task, event):
-        if task.state is TaskState.QUEUED:  # its start came with its result, or never
-            graph.record(task.id, task.full_name, TaskState.RUNNING)
-        if event.outcome is Outcome.SUCCESS:
-            applied = _succeed_with_subtasks(graph, task, event, max_tasks)
-        else:
-            error = {"message": event.error_message or "failed"}
-            applied = graph.fail(task, error, fence=event.lease_token)
-    if task is None or not applied:
-        return _refused(task, event)
-    row = results.log_row(task, event)
-    if row is not None:
-        logs.append(row)
-    return ResultFate.APPLIED
-
-
-def _refused(task: TaskRow | None, event: TaskFinished) -> ResultFate:
-    """The fate of a result that did not move its task (``task`` as read before)."""
-    if task is not None and _ended_under(task, event.lease_token):
-        log.info(
-            "refused a result already settled task_id=%d lease_token=%d",
-            event.task_id,
-            event.lease_token,
-        )
-        return ResultFate.REPEATED
-    log.warning(
-        "refused a stale result task_id=%d lease_token=%d", event.task_id, event.lease_token
-    )
-    return ResultFate.STALE
 
 
 def requeue(
@@ -235,30 +119,4 @@ def message_of(conn: Connection, scope: Scope, task: TaskRow) -> TaskMessage:
     context = scope.contexts.get(conn, task.attempt_id)
     return build_task_message(
         task, context, task.params, task.lease_token, scope.task_timeout_seconds
-    )
-
-
-def _succeed_with_subtasks(
-    graph: TaskGraph, task: TaskRow, event: TaskFinished, limit: int
-) -> bool:
-    """Apply a successful result; the subtasks a ``py>`` task added become its ``^sub``,
-    seeing what it exported (Digdag's ``add_subtask`` and ``export``)."""
-    subtasks = TaskSpec.from_config(event.subtasks) if event.subtasks else None
-    if subtasks is not None and subtasks.name != "^sub":
-        subtasks = dataclasses.replace(subtasks, name="^sub")
-    problem = over_task_limit(graph.conn, task, subtasks, limit)
-    if problem is not None:
-        return graph.fail(task, {"message": problem}, fence=event.lease_token)
-    return graph.succeed_operator(
-        task, event.store, called=subtasks, export=event.export or None, fence=event.lease_token
-    )
-
-
-def _ended_under(task: TaskRow, token: int) -> bool:
-    """Whether the run of ``token`` is the task's last and ended with a result (the task
-    moved on from it without a kill): a result of that token now is one sent again."""
-    return task.lease_token == token and task.state not in (
-        TaskState.QUEUED,
-        TaskState.RUNNING,
-        TaskState.CANCELED,
     )
