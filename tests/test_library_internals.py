@@ -240,3 +240,57 @@ class TestWaitress:
             assert hasattr(HTTPRequestParser, name), changed(
                 self.MODULE, "waitress", f"HTTPRequestParser.{name} is gone"
             )
+
+
+class TestGunicorn:
+    WORKER = "services/api/worker.py"
+    FRAMING = "services/api/framing.py"
+
+    def test_the_installed_gunicorn_is_one_the_worker_and_framing_were_checked_against(
+        self,
+    ) -> None:
+        from services.api.worker import CHECKED_GUNICORN_VERSIONS
+
+        require_version(
+            f"{self.WORKER} (and {self.FRAMING})", "gunicorn", CHECKED_GUNICORN_VERSIONS
+        )
+
+    def test_the_chunked_reader_still_has_the_shape_the_limited_reader_extends(self) -> None:
+        from gunicorn.http.body import Body, ChunkedReader
+        from gunicorn.http.message import Message
+
+        for method, names in (
+            (ChunkedReader.__init__, ["self", "req", "unreader"]),
+            (ChunkedReader.parse_chunk_size, ["self", "unreader", "data"]),
+            (Body.__init__, ["self", "reader"]),
+        ):
+            assert parameters(method) == names, changed(
+                self.FRAMING, "gunicorn", f"{method.__qualname__} takes {parameters(method)}"
+            )
+        assert "self.req = req" in inspect.getsource(ChunkedReader.__init__), changed(
+            self.FRAMING, "gunicorn", "ChunkedReader no longer keeps its request as req"
+        )
+        assert "self.reader = reader" in inspect.getsource(Body.__init__), changed(
+            self.FRAMING, "gunicorn", "Body no longer keeps its reader as reader"
+        )
+        assert "self.unreader = unreader" in inspect.getsource(Message.__init__), changed(
+            self.FRAMING, "gunicorn", "a request no longer keeps its unreader"
+        )
+
+    def test_the_gevent_worker_still_has_the_methods_the_api_worker_overrides(self) -> None:
+        from gunicorn import util
+        from gunicorn.http.errors import InvalidHeader
+        from gunicorn.workers.ggevent import GeventWorker
+
+        for method, names in (
+            (GeventWorker.handle_request, ["self", "listener_name", "req", "sock", "addr"]),
+            (GeventWorker.handle_error, ["self", "req", "client", "addr", "exc"]),
+            (GeventWorker.patch, ["self"]),
+            (InvalidHeader.__init__, ["self", "hdr", "req"]),
+        ):
+            assert parameters(method) == names, changed(
+                self.WORKER, "gunicorn", f"{method.__qualname__} takes {parameters(method)}"
+            )
+        assert parameters(util.close_graceful)[:1] == ["sock"], changed(
+            self.WORKER, "gunicorn", "util.close_graceful no longer takes the socket first"
+        )

@@ -7,6 +7,14 @@ and raises its own parse errors (which Flask would answer 500) for a bad chunk. 
 here, each becomes a Werkzeug HTTP error, which the API answers as a problem document:
 400 for a short or malformed body, 408 for one that stalls past the socket's timeout,
 413 as soon as a chunk's size line takes a body past the limit its route declared.
+
+gunicorn has no setting for either, so this module and services/api/worker.py are the two
+places tickwork relies on gunicorn's internals (undocumented names). Here:
+``gunicorn.http.body.Body`` and its ``reader``, ``ChunkedReader(req, unreader)`` and its
+``req`` and ``parse_chunk_size(unreader, data=None)``, the request's ``unreader``, and the
+errors ``ParseException`` and ``NoMoreData``. Checked against the gunicorn versions
+services/api/worker.py lists (pinned in constraints.txt); tests/test_library_internals.py
+fails, naming this module, if those names change shape.
 """
 
 from __future__ import annotations

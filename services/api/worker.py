@@ -11,6 +11,15 @@ no body, and a log follow stream, cost a little memory and no thread. Waits are 
 
 A request gunicorn cannot parse (bad request line or header, too long a line or header,
 bad chunked framing) is answered with a problem document, like every other error.
+
+A custom worker class is gunicorn's documented way to change how it serves, but the
+methods overridden here are not documented: ``GeventWorker.handle_request(listener_name,
+req, sock, addr)``, ``handle_error(req, client, addr, exc)`` and ``patch()``, with the
+request's ``body`` and ``headers``, ``InvalidHeader.req``, ``cfg.keepalive`` and
+``gunicorn.util.close_graceful``. This module and services/api/framing.py are the two
+places tickwork relies on gunicorn's internals. Checked against gunicorn 27.0.1 (pinned
+in constraints.txt); tests/test_library_internals.py fails, naming the module, if those
+names change shape.
 """
 
 from __future__ import annotations
@@ -39,6 +48,9 @@ from gunicorn.workers.ggevent import GeventWorker
 from services.api.cooperative_psycopg import use_cooperative_psycopg
 from services.api.errors import PROBLEM_MEDIA_TYPE, problem_document
 from services.api.framing import unsupported_transfer_coding
+
+CHECKED_GUNICORN_VERSIONS = ("27.0.1",)
+"""The gunicorn versions this module and services/api/framing.py were read against."""
 
 # A parse error's status when it is not 400 (gunicorn's own choice for each).
 PARSE_ERROR_STATUS: tuple[tuple[type[Exception], int], ...] = (
