@@ -2,8 +2,9 @@
 
 The test runs a real cluster (tests/fault/_cluster.py): ``tickwork api`` (which the command
 asks) and ``tickwork executor`` on the test's PostgreSQL database and a ``tickwork agent`` on
-the test's Redis keyspace, each in its own session with its output in a log file. The task's shell notes its pid in the ledger file and
-then becomes ``sleep 300`` (``exec``), so the test watches that very process through /proc.
+the test's Redis keyspace, each in its own session with its output in a log file. The
+task's shell notes its pid in the ledger file and then becomes ``sleep 300`` (``exec``), so
+the test watches that very process through /proc.
 Every wait is bounded; on the way out every process the test started is killed.
 """
 
