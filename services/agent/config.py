@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from services.agent.log_limits import DEFAULT_LOG_HEAD_BYTES, DEFAULT_LOG_TAIL_BYTES, LogLimits
 from shared.config import (
     COMMON_SETTINGS,
+    LOG_LEVEL,
     REDIS_SETTINGS,
     TASK_LIMIT_SETTINGS,
     Setting,
@@ -146,7 +147,7 @@ class AgentSettings:
     work_dir: Path
     limits: ResourceLimits = field(default_factory=lambda: _resource_limits(0, 0, 0))
     log_limits: LogLimits = field(default_factory=LogLimits)
-    log_level: str = "WARNING"
+    log_level: str = LOG_LEVEL.default
     metrics_port: int = 0
 
     @property

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from shared.config import (
     COMMON_SETTINGS,
+    LOG_LEVEL,
     MAX_TASKS_PER_ATTEMPT,
     REDIS_SETTINGS,
     TASK_TIMEOUT_SECONDS,
@@ -89,7 +90,7 @@ class ExecutorSettings:
     crash_point: str = ""  # a fault test's, one of CRASH_POINTS
     max_tasks_per_attempt: int = int(MAX_TASKS_PER_ATTEMPT.default)
     metrics_port: int = 0
-    log_level: str = "INFO"
+    log_level: str = LOG_LEVEL.default
     partition_count: int = DEFAULT_PARTITION_COUNT
 
     @classmethod

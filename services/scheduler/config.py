@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.config import COMMON_SETTINGS, Setting, SettingValues, required_text
+from shared.config import COMMON_SETTINGS, LOG_LEVEL, Setting, SettingValues, required_text
 from shared.retention_policy import RETENTION_SETTINGS, RetentionPolicy
 
 SCHEDULER_SETTINGS = (
@@ -25,7 +25,7 @@ class SchedulerSettings:
 
     database_url: str
     metrics_port: int = 0
-    log_level: str = "INFO"
+    log_level: str = LOG_LEVEL.default
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
 
     @classmethod
