@@ -15,6 +15,7 @@ import click
 from services.cli.admin_api import ADMIN_EPILOG
 from services.cli.client import api, client_options, no_database_url
 from services.cli.output import field, print_items, print_json
+from shared.errors import NotFound
 from shared.secrets import MAX_SECRET_BYTES
 
 
@@ -52,7 +53,10 @@ def set_command(
     """Set the secret NAME of PROJECT (replacing its value)."""
     secret = _value(value_file, value)
     with api(endpoint) as client:
-        result = client.set_secret(project, name, secret, create_project=create_project)
+        try:
+            result = client.set_secret(project, name, secret, create_project=create_project)
+        except NotFound as exc:
+            raise NotFound(f"{exc} (--create-project creates it)") from None
     if as_json:
         print_json(result)
     else:

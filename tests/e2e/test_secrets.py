@@ -75,7 +75,9 @@ def test_set_list_delete_through_the_api_on_the_local_store(project: Project) ->
         # Given no project yet: set without --create-project is not found, with it is set
         missing = server.tickwork("secrets", "set", "project", "token", stdin=VALUE + "\n")
         assert missing.exit_code == 3, missing.explain()
-        assert missing.stderr == "error: project 'project' does not exist\n", missing.explain()
+        assert missing.stderr == (
+            "error: project 'project' does not exist (--create-project creates it)\n"
+        ), missing.explain()
         created = server.tickwork(
             "secrets", "set", "--create-project", "project", "token", stdin=VALUE + "\n"
         )
