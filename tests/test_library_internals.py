@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import io
 import platform
+import re
 import tarfile
 from collections.abc import Callable
 from importlib.metadata import version
@@ -294,3 +295,61 @@ class TestGunicorn:
         assert parameters(util.close_graceful)[:1] == ["sock"], changed(
             self.WORKER, "gunicorn", "util.close_graceful no longer takes the socket first"
         )
+
+
+class TestPyYaml:
+    MODULE = "shared/dsl/loader.py"
+
+    def test_the_installed_pyyaml_is_one_the_workflow_loader_was_checked_against(
+        self,
+    ) -> None:
+        from shared.dsl.loader import CHECKED_PYYAML_VERSIONS
+
+        require_version(self.MODULE, "PyYAML", CHECKED_PYYAML_VERSIONS)
+
+    def test_the_safe_loader_still_has_the_methods_the_workflow_loader_uses(self) -> None:
+        import yaml
+
+        loader = yaml.SafeLoader
+        for name, names in (
+            ("compose_node", ["self", "parent", "index"]),
+            ("flatten_mapping", ["self", "node"]),
+            ("construct_object", ["self", "node", "deep"]),
+            ("construct_yaml_int", ["self", "node"]),
+            ("construct_yaml_float", ["self", "node"]),
+        ):
+            method = getattr(loader, name, None)
+            assert method is not None, changed(self.MODULE, "PyYAML", f"SafeLoader.{name} is gone")
+            assert parameters(method) == names, changed(
+                self.MODULE, "PyYAML", f"SafeLoader.{name} takes {parameters(method)}"
+            )
+        composer = inspect.getsource(yaml.composer.Composer)
+        assert composer.count("self.compose_node(") >= 3, changed(
+            self.MODULE,
+            "PyYAML",
+            "the composer no longer composes every node through self.compose_node",
+        )
+
+    def test_the_implicit_resolver_table_still_maps_characters_to_tags_and_patterns(
+        self,
+    ) -> None:
+        import yaml
+
+        table = yaml.SafeLoader.yaml_implicit_resolvers
+        assert isinstance(table, dict) and table, changed(
+            self.MODULE, "PyYAML", "SafeLoader.yaml_implicit_resolvers is not a dict"
+        )
+        tags = set()
+        for first, resolvers in table.items():
+            assert isinstance(first, str | None), changed(
+                self.MODULE, "PyYAML", f"a resolver is keyed by {first!r}"
+            )
+            for tag, regexp in resolvers:
+                assert isinstance(tag, str) and isinstance(regexp, re.Pattern), changed(
+                    self.MODULE, "PyYAML", f"a resolver is {(tag, regexp)!r}"
+                )
+                tags.add(tag)
+        for dropped in ("int", "float", "timestamp"):
+            assert f"tag:yaml.org,2002:{dropped}" in tags, changed(
+                self.MODULE, "PyYAML", f"no implicit resolver gives the {dropped} tag"
+            )

@@ -9,6 +9,16 @@ as do dates, so ``daily>: 10:00:00`` and ``start: 2024-01-01`` mean what they sa
 its mapping merged into the enclosing one) or as a value (``+t: !include 'task.dig'``).
 Paths are relative to the including file and must stay inside the project; every line
 number keeps the name of the file it came from (:class:`FileLine`).
+
+PyYAML documents adding constructors and implicit resolvers, and ``construct_scalar``,
+``check_event`` and ``peek_event``, but nothing to drop a resolver, to see each node as it
+is composed, or to build one object of a mapping. So this module, the only one importing
+PyYAML, relies on undocumented names of its ``SafeLoader``: ``compose_node(parent,
+index)`` (replaced, to bound nodes and alias expansion as they are composed), the
+``yaml_implicit_resolvers`` table (first character -> ``(tag, regexp)`` pairs, filtered),
+``flatten_mapping``, ``construct_object``, ``construct_yaml_int`` and
+``construct_yaml_float``. Checked against PyYAML 6.0.4 (pinned in constraints.txt);
+tests/test_library_internals.py fails, naming this module, if those names change shape.
 """
 
 from __future__ import annotations
@@ -24,6 +34,9 @@ import yaml
 
 from shared.domain.storable import MAX_INTEGER, text_problem
 from shared.errors import InvalidWorkflow, Problem
+
+CHECKED_PYYAML_VERSIONS = ("6.0.4",)
+"""The PyYAML versions the loader below was read against."""
 
 _MAP_TAG = "tag:yaml.org,2002:map"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
