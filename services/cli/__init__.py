@@ -48,7 +48,8 @@ COMMANDS = lazy_commands(
             "services.standalone:standalone_command",
             "Run the API, the scheduler, the executor and agents in this process until SIGTERM.",
         ),
-        # The API's resources.
+        # The API's resources: client commands, which ask the API only (tests/test_cli_imports.py
+        # and the client import contract hold them to it).
         (
             "push",
             "services.cli.projects:push_command",
@@ -107,7 +108,7 @@ COMMANDS = lazy_commands(
             "services.cli.secrets:secrets_group",
             "Set, list and delete a project's secrets (values are never shown).",
         ),
-        # Operating a deployment and developing tickwork.
+        # Operating a deployment (what works on the database itself) and developing tickwork.
         ("db", "services.cli.db:db_group", "Database schema commands."),
         (
             "dev",
