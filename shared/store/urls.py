@@ -9,8 +9,9 @@ from __future__ import annotations
 def printable_url(url: str) -> str:
     """A database or Redis URL as it may be printed: its password, if any, masked."""
     from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
 
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except ValueError:  # not a URL SQLAlchemy can parse: say nothing of it
+    except (ArgumentError, ValueError):  # not a URL SQLAlchemy can parse: say nothing of it
         return "<unparsable URL>"
