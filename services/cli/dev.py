@@ -49,6 +49,8 @@ from services.cli.dev_processes import (
     describe_exit,
 )
 from services.cli.errors import fail
+from services.cli.setting_options import passed_on_option
+from shared.config import LOG_LEVEL
 from shared.store.urls import printable_url
 
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/tickwork_dev"
@@ -283,7 +285,7 @@ def _output_format(chosen: str) -> bool:
     show_default=True,
     help="Where the services keep what they make locally (the SQLite file, agents' scratch).",
 )
-@click.option("--log-level", envvar="TICKWORK_LOG_LEVEL", default="INFO", show_default=True)
+@passed_on_option(LOG_LEVEL)
 @click.option(
     "--log-format",
     envvar="TICKWORK_LOG_FORMAT",
@@ -328,7 +330,7 @@ def dev_command(
         api_port=chosen_api_port,
         metrics_base_port=choose_metrics_base_port(metrics_base_port, agents + 2, chosen_api_port),
         state_dir=state_dir.resolve(),
-        log_level=log_level.upper(),
+        log_level=log_level,
         project_dir=project,
         project_name=project.name if project is not None else "",
     )

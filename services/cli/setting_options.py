@@ -48,6 +48,21 @@ def setting_option(setting: Setting) -> Callable[[F], F]:
     )
 
 
+def passed_on_option(setting: Setting) -> Callable[[F], F]:
+    """The option ``setting.flag`` of a command that passes the value on to the processes
+    it starts (``tickwork dev``): click reads the variable, else the declared default, and
+    the declared parser checks it before any process starts."""
+    return click.option(
+        setting.flag,
+        setting.key,
+        envvar=setting.name,
+        type=SettingType(setting),
+        default=setting.default,
+        show_default=True,
+        help=f"{setting.help or _sentence(setting.doc)} (env {setting.name}).",
+    )
+
+
 def setting_options(settings: Iterable[Setting]) -> Callable[[F], F]:
     """The options of every setting of ``settings`` that has a flag, in their order."""
     flagged = [setting for setting in settings if setting.flag]
