@@ -88,14 +88,14 @@ class TestKombu:
 
 
 class TestTarfile:
-    MODULE = "shared/dsl/tar_pax.py"
+    MODULE = "shared/dsl/tar_headers.py"
 
     def test_the_running_python_is_one_whose_tarfile_the_pax_check_was_read_against(
         self,
     ) -> None:
-        from shared.dsl.tar_pax import CHECKED_PYTHON_VERSIONS
+        from shared.dsl.tar_headers import CHECKED_PYTHON_VERSIONS
 
-        running = platform.python_version()
+        running = ".".join(platform.python_version_tuple()[:2])
         assert running in CHECKED_PYTHON_VERSIONS, (
             f"{self.MODULE} was checked against the tarfile of CPython "
             f"{', '.join(CHECKED_PYTHON_VERSIONS)}, but this is {running}: read "
@@ -120,12 +120,17 @@ class TestTarfile:
             self.MODULE, "TarInfo._proc_member no longer hands PAX headers to _proc_pax"
         )
 
-    def test_a_pax_header_is_shown_to_the_check_before_tarfile_parses_it(self) -> None:
-        from shared.dsl.tar_pax import PaxCheckedTarInfo
+    def test_every_header_block_and_each_pax_header_reach_their_checks(self) -> None:
+        from shared.dsl.tar_headers import HeaderCheckedTarInfo
 
         seen: list[bytes] = []
+        headers: list[bytes] = []
 
-        class Recording(PaxCheckedTarInfo):
+        class Recording(HeaderCheckedTarInfo):
+            @classmethod
+            def check_header(cls, header: tarfile.TarInfo) -> None:
+                headers.append(header.type)
+
             def check_pax_data(self, data: bytes) -> None:
                 seen.append(data)
 
@@ -137,6 +142,9 @@ class TestTarfile:
         with tarfile.open(fileobj=written, mode="r|", tarinfo=Recording) as tar:
             names = [member.name for member in tar]
         assert names == ["a" * 150]
+        assert headers == [tarfile.XHDTYPE, tarfile.REGTYPE], changed_python(
+            self.MODULE, f"frombuf saw the header blocks {headers}, not a PAX one then the member's"
+        )
         assert len(seen) == 1 and b" path=" + b"a" * 150 in seen[0], changed_python(
             self.MODULE, "a PAX header's data no longer reaches check_pax_data"
         )

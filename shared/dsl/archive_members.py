@@ -26,7 +26,7 @@ from shared.dsl.archive_links import LinkResolver
 from shared.dsl.archive_pax import pax_problem
 from shared.dsl.names import first_unshowable
 from shared.dsl.names import shown as shown_text
-from shared.dsl.tar_pax import PaxCheckedTarInfo, padded
+from shared.dsl.tar_headers import HeaderCheckedTarInfo, padded
 from shared.errors import InvalidInput, Problem
 
 MiB = 1024 * 1024
@@ -94,12 +94,10 @@ class MemberChecks:
         block to :meth:`check_header` as soon as it is decoded."""
         checks = self
 
-        class CheckedTarInfo(PaxCheckedTarInfo):
+        class CheckedTarInfo(HeaderCheckedTarInfo):
             @classmethod
-            def frombuf(cls, buf: bytes | bytearray, encoding: str, errors: str) -> CheckedTarInfo:
-                header = super().frombuf(buf, encoding, errors)
+            def check_header(cls, header: tarfile.TarInfo) -> None:
                 checks.check_header(header)
-                return header
 
             def check_pax_data(self, data: bytes) -> None:
                 checks.check_pax(self, data)
