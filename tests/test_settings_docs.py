@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
-from services.cli.settings_docs import declared_names, settings_page
 from tests.support.documented_commands import REPO_ROOT, documentation_files
+from tests.support.settings_docs import declared_names, settings_page
 
 SETTINGS_PAGE = REPO_ROOT / "docs" / "settings.md"
 VARIABLE = re.compile(r"\bTICKWORK_[A-Z0-9]+(?:_[A-Z0-9]+)*\b")
@@ -53,7 +53,7 @@ def documented_names() -> dict[str, str]:
 def test_the_settings_page_is_the_one_the_declarations_render() -> None:
     assert SETTINGS_PAGE.read_text(encoding="utf-8") == settings_page(), (
         "docs/settings.md differs from the declarations; run "
-        "`python -m services.cli.settings_docs > docs/settings.md`"
+        "`python -m tests.support.settings_docs > docs/settings.md`"
     )
 
 

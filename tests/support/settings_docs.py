@@ -1,6 +1,7 @@
 """The documented tables of settings (docs/settings.md), rendered from their declarations.
 
-``python -m services.cli.settings_docs`` prints the page; a spec holds the file to it.
+``python -m tests.support.settings_docs > docs/settings.md`` writes the page;
+tests/test_settings_docs.py holds the file to it.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ HEADER = """# Settings
 
 Every variable the commands below read, with its command-line flag, its default and its
 meaning. This page is rendered from the settings' declarations
-(`python -m services.cli.settings_docs > docs/settings.md`); a spec holds it to them.
+(`python -m tests.support.settings_docs > docs/settings.md`); a spec holds it to them.
 A flag given on the command line wins over its variable. Each command validates its
 settings when it starts and names the variable (or the flag) of a bad value.
 """
