@@ -48,6 +48,8 @@ def work_dir(values: Mapping[str, str], name: str) -> str:
     """The agent's work directory, which must be set; InvalidConfig naming it otherwise."""
     if not values[name].strip():
         raise invalid(name, "must be set (the command line uses a temporary directory)")
+    if Path(values[name]).exists() and not Path(values[name]).is_dir():
+        raise invalid(name, f"{values[name]!r} is a file, not a directory")
     return values[name]
 
 

@@ -87,3 +87,11 @@ def test_a_flag_given_wins_over_its_variable(tmp_path: Path) -> None:
     done = agent(tmp_path, "--heartbeat", "45", "--lease-ttl", "40", env=env)
     assert done.exit_code == 2
     assert "45s must be shorter than TICKWORK_LEASE_TTL_SECONDS (40s)" in done.output
+
+
+def test_a_work_dir_that_is_a_file_is_refused_naming_the_flag(tmp_path: Path) -> None:
+    a_file = tmp_path / "file"
+    a_file.write_text("", encoding="utf-8")
+    done = agent(a_file)
+    assert done.exit_code == 2
+    assert "Invalid value for '--work-dir'" in done.output and "not a directory" in done.output
