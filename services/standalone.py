@@ -31,6 +31,8 @@ from services.executor.loop import Recovery, WorkflowExecutor
 from services.executor.main import run_in_process
 from services.scheduler.loop import Scheduler
 from services.scheduler.main import run as run_scheduler
+from shared.config import LOG_LEVEL
+from shared.config_options import passed_on_option
 from shared.dispatch.leases import Lease, LeaseState
 from shared.dispatch.messages import TaskMessage, WorkCommitted
 from shared.dispatch.seam import EventSink, InProcessDispatcher
@@ -396,7 +398,7 @@ def _banner(settings: StandaloneSettings, port: int, auth: bool, pushed: list[st
     show_default=True,
     help="Tasks run at once, each on a thread (env TICKWORK_MAX_TASK_THREADS).",
 )
-@click.option("--log-level", envvar="TICKWORK_LOG_LEVEL", default="INFO", show_default=True)
+@passed_on_option(LOG_LEVEL)
 def standalone_command(
     state_dir: Path,
     database_url: str | None,

@@ -6,6 +6,8 @@ import click
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from services.api.config import API_SETTINGS, ApiConfig
+from shared.config import LOG_LEVEL
+from shared.config_options import passed_on_option
 from shared.errors import StoreUnavailable, TickworkError
 from shared.exits import fail, fail_unavailable
 from shared.logging import configure_logging
@@ -73,7 +75,7 @@ def _epilog() -> str:
     show_default=True,
     help="Seconds a client may pause while sending a body or taking an answer.",
 )
-@click.option("--log-level", envvar="TICKWORK_LOG_LEVEL", default="INFO", show_default=True)
+@passed_on_option(LOG_LEVEL)
 def api_command(
     bind: str,
     workers: int,

@@ -49,8 +49,8 @@ from services.cli.dev_processes import (
     describe_exit,
 )
 from services.cli.errors import fail
-from services.cli.setting_options import passed_on_option
 from shared.config import LOG_LEVEL
+from shared.config_options import passed_on_option
 from shared.store.urls import printable_url
 
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/tickwork_dev"

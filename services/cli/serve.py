@@ -22,9 +22,9 @@ import click
 from services.agent.config import AGENT_SETTINGS
 from services.cli.errors import fail, fail_unavailable
 from services.cli.params import DATABASE_OPTION
-from services.cli.setting_options import setting_options
 from services.executor.config import EXECUTOR_SETTINGS
 from services.scheduler.config import SCHEDULER_SETTINGS
+from shared.config_options import setting_options
 from shared.errors import InvalidConfig, StoreUnavailable
 from shared.logging import configure_logging
 from shared.store.urls import printable_url

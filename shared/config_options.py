@@ -1,9 +1,10 @@
-"""The command-line options of a server command, derived from its table of settings.
+"""Command-line options derived from declared settings (shared/config.py), so that a
+flag's name, type, bounds, default and help are never written a second time.
 
-Each option defaults to ``None``: a flag the user did not give is not passed on, so the
-settings' own reading (its variable, else its declared default) and its one parser
-decide, as on every other path. A bad flag is click's usage error naming the flag.
-"""
+A server's options (:func:`setting_options`) default to ``None``: a flag the user did
+not give is not passed on, so the settings' own reading (its variable, else its declared
+default) and its one parser decide, as on every other path. A bad flag is click's usage
+error naming the flag."""
 
 from __future__ import annotations
 
