@@ -84,13 +84,15 @@ class TestHeartbeat:
     def test_a_held_lease_outlives_its_ttl_while_the_heartbeat_runs(
         self, leases: LeaseStore
     ) -> None:
+        # A 1 s lease beaten every 100 ms: a busy machine may stall the beating thread for
+        # most of a second without the lease lapsing; 2.5 s is well past its TTL.
         lease = Lease(7, 1, "agent-a")
-        assert leases.take(lease, 300)
-        heartbeat = Heartbeat(leases, 300, on_lost=lambda lost: None)
+        assert leases.take(lease, 1000)
+        heartbeat = Heartbeat(leases, 1000, interval_ms=100, on_lost=lambda lost: None)
         heartbeat.hold(lease)
         heartbeat.start()
         try:
-            time.sleep(1.0)
+            time.sleep(2.5)
             assert leases.holder(7) == lease
         finally:
             heartbeat.stop()
