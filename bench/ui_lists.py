@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from _stores import percentile, throwaway_database
 from _ui_seed import seed
-from api import BenchFailed, main_guarded
+from api import main_guarded
+from ui import time_page
 
 from services.api.app import create_app
 from services.api.config import ApiConfig
@@ -51,21 +51,6 @@ PATHS = {
 log = logging.getLogger("bench.ui_lists")
 
 
-def time_path(client: Any, path: str, requests: int) -> list[float]:
-    """Milliseconds of ``requests`` answers to GET ``path``, after three not counted."""
-    for _ in range(3):
-        client.get(path).get_data()
-    timings = []
-    for _ in range(requests):
-        started = time.perf_counter()
-        response = client.get(path)
-        response.get_data()
-        timings.append(1000 * (time.perf_counter() - started))
-        if response.status_code not in (200, 303):
-            raise BenchFailed(f"GET {path} answered {response.status_code}")
-    return timings
-
-
 def run_all(args: argparse.Namespace, server_url: str, work_dir: Path) -> dict[str, Any]:
     """Seed, then time every path; their figures."""
     with throwaway_database(server_url) as url:
@@ -75,7 +60,10 @@ def run_all(args: argparse.Namespace, server_url: str, work_dir: Path) -> dict[s
         config = ApiConfig(database_url=url, auth_enabled=False, rate_limit_per_second=0)
         client = create_app(config, engine).test_client()
         try:
-            timings = {name: time_path(client, path, args.requests) for name, path in PATHS.items()}
+            timings = {
+                name: time_page(client, path, args.requests, (200, 303))
+                for name, path in PATHS.items()
+            }
         finally:
             engine.dispose()
     out: dict[str, Any] = {
