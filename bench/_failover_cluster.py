@@ -21,7 +21,7 @@ from _services import (
 from _stores import run_request
 from sqlalchemy import func, select
 
-from services.embedded import create_run_attempt
+from services.compose.embedded import create_run_attempt
 from shared.clock import SystemClock
 from shared.dispatch.messages import DEFAULT_QUEUE
 from shared.domain.states import AttemptState, TaskState

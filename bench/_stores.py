@@ -13,7 +13,7 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from services.embedded import RunRequest, default_session_time
+from services.compose.embedded import RunRequest, default_session_time
 from shared.clock import SystemClock
 from shared.dsl.parser import parse_workflow_text
 from shared.store.engine import create_store_engine, libpq_url

@@ -115,7 +115,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import Engine
 
-from services.embedded import create_run_attempt
+from services.compose.embedded import create_run_attempt
 from shared.clock import SystemClock
 from shared.domain.states import AttemptState, TaskState
 from shared.store.logs import RunLog, list_run_logs

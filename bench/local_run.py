@@ -1,6 +1,6 @@
 """Embedded-mode throughput: ``echo>`` tasks per second on SQLite, fanned out and chained.
 
-Each case runs in a state directory of its own through ``services.embedded.run_workflow``
+Each case runs in a state directory of its own through ``services.compose.embedded.run_workflow``
 with no display; each task's log goes to the run's SQLite store, as chunks (no file per
 task). The directories are removed together at the end, not one by one. Progress
 goes to stderr (a bar on a terminal, one line per case otherwise); the last stdout line is
@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import Engine, event
 
-from services.embedded import RunRequest, default_session_time, run_workflow
+from services.compose.embedded import RunRequest, default_session_time, run_workflow
 from shared.clock import SystemClock
 from shared.domain.states import AttemptState, TaskState
 from shared.dsl.parser import parse_workflow_text

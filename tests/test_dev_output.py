@@ -7,7 +7,7 @@ import io
 import json
 import os
 
-from services.cli.dev_processes import DevOutput, record_of
+from services.compose.dev_processes import DevOutput, record_of
 
 RECORD = {
     "time": "2026-12-02T09:00:00+00:00",

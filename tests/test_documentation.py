@@ -17,7 +17,7 @@ from werkzeug.exceptions import HTTPException
 
 from services.api.app import create_app
 from services.api.config import ApiConfig
-from services.cli import main
+from services.compose.commands import main
 from tests.support.documented_commands import (
     NOT_RUN_OPTIONS,
     NOT_RUN_SUBCOMMANDS,

@@ -196,12 +196,12 @@ class TestPsycopg:
 
 
 class TestWaitress:
-    MODULE = "services/standalone_errors.py"
+    MODULE = "services/api/waitress_errors.py"
 
     def test_the_installed_waitress_is_one_the_problem_channel_was_checked_against(
         self,
     ) -> None:
-        from services.standalone_errors import CHECKED_WAITRESS_VERSIONS
+        from services.api.waitress_errors import CHECKED_WAITRESS_VERSIONS
 
         require_version(self.MODULE, "waitress", CHECKED_WAITRESS_VERSIONS)
 

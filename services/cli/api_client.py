@@ -20,7 +20,6 @@ from urllib.parse import quote
 
 import httpx
 
-from services.cli.client import DEFAULT_ENDPOINT
 from services.cli.errors import did_you_mean
 from shared.errors import (
     ApiUnavailable,
@@ -77,7 +76,7 @@ class ApiClient:
 
     def __init__(
         self,
-        endpoint: str = DEFAULT_ENDPOINT,
+        endpoint: str,
         token: str | None = None,
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
     ) -> None:

@@ -76,11 +76,3 @@ def build_params(raw_params: tuple[str, ...]) -> dict[str, Any]:
         return nested_params(parse_param(raw) for raw in raw_params)
     except BadEntry as error:
         raise click.BadParameter(str(error), param_hint="'--param'") from None
-
-
-DATABASE_OPTION = click.option(
-    "--database-url",
-    envvar="TICKWORK_DATABASE_URL",
-    required=True,
-    help="The store (env TICKWORK_DATABASE_URL).",
-)

@@ -1,14 +1,13 @@
 """The dispatch seam: how the executor hands tasks to agents and hears back.
 
-The in-process implementation runs agents' work in a thread pool; a Celery/Redis one sits
-behind the same :class:`Dispatcher` Protocol.
+The Celery/Redis implementation (shared/dispatch/celery_dispatch.py) and the in-process
+ones that run agents' work on a thread pool (services/compose/dispatchers.py) sit behind
+the same :class:`Dispatcher` Protocol.
 """
 
 from __future__ import annotations
 
-import queue
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from shared.dispatch.leases import LeaseState
@@ -42,47 +41,3 @@ class Dispatcher(Protocol):
 
     def close(self) -> None:
         """Stop taking work and release resources."""
-
-
-class InProcessDispatcher:
-    """Runs each message with ``runner`` on a thread pool of ``max_workers``."""
-
-    def __init__(self, runner: TaskRunner, max_workers: int) -> None:
-        self._runner = runner
-        self._events: queue.SimpleQueue[TaskEvent] = queue.SimpleQueue()
-        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="agent")
-
-    def publish(self, messages: Sequence[TaskMessage]) -> None:
-        """Queue each message on the pool; its events arrive through :meth:`poll_events`."""
-        for message in messages:
-            self._pool.submit(self._runner, message, self._events.put)
-
-    def poll_events(self, timeout_seconds: float) -> list[TaskEvent]:
-        """Every event the pool's tasks reported, waiting up to the timeout for the first."""
-        events: list[TaskEvent] = []
-        try:
-            events.append(self._events.get(timeout=max(timeout_seconds, 0.0)))
-        except queue.Empty:
-            return events
-        while True:
-            try:
-                events.append(self._events.get_nowait())
-            except queue.Empty:
-                return events
-
-    def acknowledge(self) -> None:
-        """Nothing to do: events live in memory only."""
-
-    def redeliver(self) -> None:
-        """Nothing to do: an in-process run that failed a pass stops."""
-
-    def revoke(self, tasks: Sequence[tuple[int, int]]) -> None:
-        """Nothing to do here: an embedded run stops its commands when its attempt ends."""
-
-    def lease_states(self, task_ids: Sequence[int]) -> dict[int, LeaseState] | None:
-        """None: threads in this process cannot be lost without the process."""
-        return None
-
-    def close(self) -> None:
-        """Drop queued messages and wait for the running ones to finish."""
-        self._pool.shutdown(wait=True, cancel_futures=True)

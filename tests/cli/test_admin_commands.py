@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from services.cli import main
 from services.cli.errors import ExitCode
+from services.compose.commands import main
 from tests.support.servers import find_free_port
 
 ADMIN_COMMANDS = [

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import Engine
 
-from services.cli import main
+from services.compose.commands import main
 from shared.clock import utc_now
 from tests.support.history_seed import DAY, add_project, add_revision, add_run, count_rows
 

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from services.agent.config import AGENT_SETTINGS
-from services.cli.serve import agent_command, executor_command, scheduler_command
+from services.compose.serve import agent_command, executor_command, scheduler_command
 from services.executor.config import EXECUTOR_SETTINGS
 from services.scheduler.config import SCHEDULER_SETTINGS
 from shared.config import Setting

@@ -27,7 +27,7 @@ from yamllint import config as yamllint_config
 from yamllint import linter as yamllint_linter
 
 from services.api.config import ApiConfig
-from services.cli import main
+from services.compose.commands import main
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"

@@ -30,7 +30,7 @@ import redis
 from sqlalchemy.engine import make_url
 
 from services.agent.worker import SHUTDOWN
-from services.cli.dev import KILL_WAIT_SECONDS, STOP_GRACE_SECONDS
+from services.compose.dev import KILL_WAIT_SECONDS, STOP_GRACE_SECONDS
 from shared.dispatch.events import stream_key
 from shared.dispatch.messages import TaskReleased, event_from_json
 from tests.e2e._run import Project, sigint_as_on_a_terminal, tickwork_command

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from services.embedded import RunRequest, create_run_attempt
+from services.compose.embedded import RunRequest, create_run_attempt
 from shared.clock import utc_now
 from shared.dsl.parser import parse_workflow_text
 from shared.secrets import SecretBox

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from services.embedded import RunRequest, create_run_attempt
+from services.compose.embedded import RunRequest, create_run_attempt
 from shared.clock import utc_now
 from shared.dsl.parser import parse_workflow_text
 from tests.e2e._run import PROBLEM_LINE, Project, tickwork_command

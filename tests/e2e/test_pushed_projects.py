@@ -16,11 +16,11 @@ import pytest
 import redis
 from sqlalchemy import Engine
 
-from services.embedded import make_in_process_runner
+from services.compose.dispatchers import InProcessDispatcher
+from services.compose.embedded import make_in_process_runner
 from services.executor.loop import WorkflowExecutor
 from shared.clock import utc_now
 from shared.dispatch.archives import archive_key
-from shared.dispatch.seam import InProcessDispatcher
 from shared.domain.states import AttemptState
 from shared.dsl.archive import ProjectArchive, pack_project, read_project_archive
 from shared.store import projects as project_store

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from services.cli.progress import LIVE_ROWS
+from services.compose.progress import LIVE_ROWS
 from shared.config import EMBEDDED_SETTINGS
 from tests.e2e._run import PROBLEM_LINE, PROGRESS_LINE, Project, tickwork_command
 from tests.fault._cluster import is_running

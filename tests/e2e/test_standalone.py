@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from services.standalone import CHANNEL_TIMEOUT_SECONDS, FOLLOW_STREAMS
+from services.compose.standalone import CHANNEL_TIMEOUT_SECONDS, FOLLOW_STREAMS
 from tests.e2e._standalone import (
     client_environment,
     run_tickwork,

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from services.embedded import RunRequest, create_run_attempt
+from services.compose.embedded import RunRequest, create_run_attempt
 from services.executor.graph import TaskMove
 from services.executor.loop import TickReport, WorkflowExecutor
 from shared.clock import ManualClock

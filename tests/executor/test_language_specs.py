@@ -12,7 +12,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from services.embedded import RunRequest, create_run_attempt
+from services.compose.embedded import RunRequest, create_run_attempt
 from shared.dispatch.messages import WorkCommitted
 from shared.domain.states import AttemptState, TaskState
 from shared.dsl.parser import parse_workflow_text

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from services.embedded import RunRequest, create_run_attempt
+from services.compose.embedded import RunRequest, create_run_attempt
 from shared.domain.states import AttemptState, TaskState
 from shared.dsl.archive import pack_project, read_project_archive
 from shared.dsl.parser import parse_workflow_text

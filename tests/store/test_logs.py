@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import Engine, func, select
 
-from services.cli.db import db_group
+from services.compose.db import db_group
 from shared.domain.states import AttemptState
 from shared.store import logs as log_store
 from shared.store.log_import import find_log_files

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import Engine, text
 
-from services.cli import main
+from services.compose.commands import main
 from shared.store.engine import create_store_engine
 from shared.store.migrate import (
     SchemaState,
@@ -119,7 +119,15 @@ class TestDbWait:
     @pytest.mark.slow  # seconds of work: left out of make test-fast
     def test_wait_returns_once_the_migration_has_run(self, postgres_url: str) -> None:
         waiter = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "db", "wait", "--database-url", postgres_url],
+            [
+                sys.executable,
+                "-m",
+                "services.compose",
+                "db",
+                "wait",
+                "--database-url",
+                postgres_url,
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -24,7 +24,7 @@ COMMAND_SETTINGS: dict[str, tuple[Setting, ...]] = {
 """Each command whose settings are declared in a table, with its table."""
 
 WITH_FLAGS = frozenset({"tickwork scheduler", "tickwork executor", "tickwork agent"})
-"""The commands whose options are derived from their tables (services/cli/serve.py)."""
+"""The commands whose options are derived from their tables (services/compose/serve.py)."""
 
 HEADER = """# Settings
 

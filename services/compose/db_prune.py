@@ -21,8 +21,8 @@ import click
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from services.cli.db import DATABASE_URL_OPTION, db_group
 from services.cli.errors import fail
+from services.compose.options import DATABASE_URL_OPTION
 from shared.clock import utc_now
 from shared.errors import InvalidConfig, StoreUnavailable
 from shared.logging import configure_logging
@@ -44,7 +44,7 @@ PROGRESS_EVERY_SECONDS = 10.0
 Progress = Callable[[str, PruneResult], None]
 
 
-@db_group.command("prune")
+@click.command("prune")
 @DATABASE_URL_OPTION
 @click.option(
     "--older-than",

@@ -7,7 +7,7 @@ them when those are taken and were not asked for; the PostgreSQL database (its o
 ``tickwork_dev``, not the one TICKWORK_DATABASE_URL names for other commands) is created if
 missing and migrated in this process, so no service waits for a schema. Each service is
 ``tickwork <service>`` run by this process's Python and configured through its
-``TICKWORK_*`` variables, in a session of its own (services/cli/dev_processes.py).
+``TICKWORK_*`` variables, in a session of its own (services/compose/dev_processes.py).
 
 Whatever starts the stop, every service is stopped and waited for (bounded, then
 SIGKILLed): SIGINT, SIGTERM or SIGHUP to this process, a service that exits, or the reader
@@ -26,7 +26,8 @@ from pathlib import Path
 
 import click
 
-from services.cli.dev_checks import (
+from services.cli.errors import fail
+from services.compose.dev_checks import (
     API_HOST,
     DEFAULT_API_PORT,
     DEFAULT_METRICS_BASE_PORT,
@@ -39,7 +40,7 @@ from services.cli.dev_checks import (
     prepare_database,
     read_project,
 )
-from services.cli.dev_processes import (
+from services.compose.dev_processes import (
     DEV_SERVICE,
     POLL_SECONDS,
     DevOutput,
@@ -48,7 +49,6 @@ from services.cli.dev_processes import (
     StopSignals,
     describe_exit,
 )
-from services.cli.errors import fail
 from shared.config import LOG_LEVEL
 from shared.config_options import passed_on_option
 from shared.store.urls import printable_url
@@ -74,7 +74,7 @@ def tickwork_argv() -> list[str]:
     """``tickwork`` for this Python: the script beside it, else its module (which would
     put the current directory, where another ``services`` package may be, on the path)."""
     script = Path(sys.executable).with_name("tickwork")
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "services.cli"]
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "services.compose"]
 
 
 def service_processes(settings: DevSettings, auth: bool) -> list[ServiceProcess]:
@@ -317,7 +317,7 @@ def dev_command(
     output's reader is gone 141. Without API tokens (TICKWORK_API_TOKENS or
     TICKWORK_API_TOKENS_FILE) authentication is off: the API listens on 127.0.0.1 only.
     """
-    from services.standalone import state_directory
+    from services.compose.standalone import state_directory
 
     project = project_dir.resolve() if project_dir is not None else None
     chosen_api_port = choose_api_port(api_port)

@@ -3,7 +3,7 @@ Redis answering, the database created if missing and migrated, the project valid
 failure is one line and exit status 2 (5 for a server out of reach).
 
 :class:`DevSettings`, what ``tickwork dev`` was asked for, lives here so that the checks
-and the command (services/cli/dev.py) share it without importing each other."""
+and the command (services/compose/dev.py) share it without importing each other."""
 
 from __future__ import annotations
 

@@ -21,11 +21,12 @@ from services.agent.local import StreamingRunner, scratch_dir
 from services.agent.operators.base import ResourceLimits
 from services.agent.operators.process import terminate_children
 from services.agent.runner import TaskRunner
+from services.compose.dispatchers import InProcessDispatcher
 from services.executor.graph import TaskMove
 from services.executor.loop import MAX_TASKS_PER_ATTEMPT, TickReport, WorkflowExecutor
 from shared.clock import SystemClock, utc_now
 from shared.dispatch.messages import TaskEvent, TaskMessage
-from shared.dispatch.seam import EventSink, InProcessDispatcher
+from shared.dispatch.seam import EventSink
 from shared.domain.schedule import ScheduleSpec
 from shared.domain.states import AttemptState
 from shared.domain.workflow import WorkflowDefinition

@@ -10,7 +10,7 @@ side, where waitress would close the connection without a word.
 
 waitress offers no public way to change its own answers, so this is the only place
 tickwork relies on its internals (undocumented names of waitress 3): the server's
-``channel_class`` (set by services/standalone.py), ``HTTPChannel.error_task_class``,
+``channel_class`` (set by services/compose/standalone.py), ``HTTPChannel.error_task_class``,
 ``HTTPChannel.handle_read`` and its ``request``, ``requests``, ``requests_lock``,
 ``server.add_task`` and ``socket``; ``ErrorTask.execute`` and the task's ``request``,
 ``status``, ``response_headers``, ``set_close_on_finish``, ``content_length`` and

@@ -19,6 +19,9 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from services.cli.errors import fail
+from services.compose.db_logs import import_logs
+from services.compose.db_prune import prune
+from services.compose.options import DATABASE_URL_OPTION
 from shared.errors import StoreUnavailable
 from shared.store.engine import create_store_engine, describe_store_error
 from shared.store.migrate import (
@@ -31,13 +34,6 @@ from shared.store.migrate import (
 
 POLL_SECONDS = 2.0
 SAY_SECONDS = 15.0
-
-DATABASE_URL_OPTION = click.option(
-    "--database-url",
-    envvar="TICKWORK_DATABASE_URL",
-    required=True,
-    help="The store (env TICKWORK_DATABASE_URL).",
-)
 
 
 @click.group("db")
@@ -150,5 +146,5 @@ def wait(database_url: str, timeout: float) -> None:
     click.echo(line)
 
 
-# The commands of other modules of the group register themselves on it when imported.
-from services.cli import db_logs, db_prune  # noqa: E402, F401
+db_group.add_command(import_logs)
+db_group.add_command(prune)

@@ -14,7 +14,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,20 +22,17 @@ from typing import Any
 import click
 from sqlalchemy import Engine, event
 
-from services.agent.local import StreamingRunner
-from services.agent.operators.base import ResourceLimits, RunControl, StopReason
+from services.agent.operators.base import ResourceLimits
 from services.agent.operators.process import terminate_children
 from services.cli.errors import fail
-from services.embedded import make_in_process_runner
+from services.compose.dispatchers import ControlledDispatcher
+from services.compose.embedded import make_in_process_runner
 from services.executor.loop import Recovery, WorkflowExecutor
 from services.executor.main import run_in_process
 from services.scheduler.loop import Scheduler
 from services.scheduler.main import run as run_scheduler
 from shared.config import LOG_LEVEL
 from shared.config_options import passed_on_option
-from shared.dispatch.leases import Lease, LeaseState
-from shared.dispatch.messages import TaskMessage, WorkCommitted
-from shared.dispatch.seam import EventSink, InProcessDispatcher
 from shared.errors import TickworkError
 from shared.runner import stop_on_signals
 from shared.store.migrate import open_migrated_store
@@ -82,66 +79,6 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-class ControlledDispatcher(InProcessDispatcher):
-    """The in-process dispatcher, which also stops revoked (killed) tasks and tells the
-    executor's reaper which in-flight tasks this process holds: those it does not were
-    left by an earlier process and are published again (queued) or requeued (running)."""
-
-    def __init__(self, runner: StreamingRunner, max_workers: int) -> None:
-        super().__init__(self._run, max_workers)
-        self._task_runner = runner
-        self._controls: dict[tuple[int, int], RunControl] = {}
-        self._held: dict[int, int] = {}  # task id -> newest token published here
-        self._revoked: set[tuple[int, int]] = set()
-        self._lock = threading.Lock()
-
-    def publish(self, messages: Sequence[TaskMessage]) -> None:
-        """Remember each message's token as held here, then queue it on the pool."""
-        with self._lock:
-            for message in messages:
-                self._held[message.task_id] = message.lease_token
-        super().publish(messages)
-
-    def _run(self, message: TaskMessage, report: EventSink) -> None:
-        key = (message.task_id, message.lease_token)
-        control = RunControl()
-        with self._lock:
-            if key in self._revoked:
-                self._revoked.discard(key)
-                return  # killed before it started: its task is already canceled
-            self._controls[key] = control
-        try:
-            self._task_runner(message, report, control)
-        finally:
-            with self._lock:
-                self._controls.pop(key, None)
-
-    def revoke(self, tasks: Sequence[tuple[int, int]]) -> None:
-        """Stop these runs if they are going; drop them if they have not started."""
-        for key in tasks:
-            with self._lock:
-                control = self._controls.get(key)
-                if control is None:
-                    self._revoked.add(key)
-            if control is not None:
-                control.stop(StopReason.KILLED)
-
-    def lease_states(self, task_ids: Sequence[int]) -> dict[int, LeaseState] | None:
-        """A lease for each task published here; none (never taken) for the others."""
-        with self._lock:
-            held = {task_id: self._held.get(task_id) for task_id in task_ids}
-        return {
-            task_id: LeaseState(Lease(task_id, token, "standalone"), token)
-            if token is not None
-            else LeaseState(None, 0)
-            for task_id, token in held.items()
-        }
-
-    def wake(self) -> None:
-        """Make the executor's wait end and look for new attempts and kills."""
-        self._events.put(WorkCommitted())
-
-
 API_THREADS = 8
 """Threads serving the API's requests."""
 FOLLOW_STREAMS = API_THREADS // 2
@@ -158,7 +95,7 @@ class Standalone:
     def __init__(self, settings: StandaloneSettings, engine: Engine, app: Any) -> None:
         from waitress import create_server
 
-        from services.standalone_errors import ProblemChannel
+        from services.api.waitress_errors import ProblemChannel
 
         self.settings = settings
         self.engine = engine

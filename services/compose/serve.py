@@ -1,6 +1,6 @@
 """``tickwork scheduler``, ``tickwork executor`` and ``tickwork agent``: the services of the
 distributed mode, each in its own process (``tickwork api`` is services/api/command.py,
-``tickwork standalone`` services/standalone.py).
+``tickwork standalone`` services/compose/standalone.py).
 
 The scheduler talks to PostgreSQL; the executor to PostgreSQL and Redis; agents to Redis
 only. Every option is derived from the service's table of settings and can also be set by
@@ -21,7 +21,7 @@ import click
 
 from services.agent.config import AGENT_SETTINGS
 from services.cli.errors import fail, fail_unavailable
-from services.cli.params import DATABASE_OPTION
+from services.compose.options import DATABASE_URL_OPTION
 from services.executor.config import EXECUTOR_SETTINGS
 from services.scheduler.config import SCHEDULER_SETTINGS
 from shared.config_options import setting_options
@@ -34,7 +34,7 @@ from shared.store.urls import printable_url
 
 
 @click.command("scheduler")
-@DATABASE_OPTION
+@DATABASE_URL_OPTION
 @setting_options(SCHEDULER_SETTINGS)
 def scheduler_command(database_url: str, **flags: Any) -> None:
     """Run the scheduler: emit one session per scheduled time until SIGTERM."""
@@ -50,7 +50,7 @@ def scheduler_command(database_url: str, **flags: Any) -> None:
 
 
 @click.command("executor")
-@DATABASE_OPTION
+@DATABASE_URL_OPTION
 @setting_options(EXECUTOR_SETTINGS)
 def executor_command(database_url: str, **flags: Any) -> None:
     """Run the executor: start attempts, dispatch their tasks to agents, apply results."""

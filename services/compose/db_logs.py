@@ -19,8 +19,8 @@ import click
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from services.cli.db import DATABASE_URL_OPTION, db_group
 from services.cli.errors import fail
+from services.compose.options import DATABASE_URL_OPTION
 from shared.clock import utc_now
 from shared.errors import StoreUnavailable
 from shared.logging import configure_logging
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 PROGRESS_EVERY_FILES = 1000
 
 
-@db_group.command("import-logs")
+@click.command("import-logs")
 @DATABASE_URL_OPTION
 @click.argument(
     "directory",

@@ -31,7 +31,7 @@ from shared.logging import configure_logging
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine
 
-    from services.embedded import RunOutcome, RunRequest
+    from services.compose.embedded import RunOutcome, RunRequest
     from shared.store.tasks import TaskRow
 
 # The embedded runtime (the store, the executor, the agent's runner) is imported by `run`
@@ -88,7 +88,7 @@ def run(
 ) -> None:
     """Run WORKFLOW_FILE in this process; running the same session again resumes it."""
     from services.agent.operators.base import ResourceLimits
-    from services.embedded import RunRequest, default_session_time
+    from services.compose.embedded import RunRequest, default_session_time
 
     config = _config()
     configure_logging(config.log_level)
@@ -154,8 +154,8 @@ def _exit_on_sigterm(_signum: int, _frame: object) -> None:
 
 
 def _run(request: RunRequest, quiet: bool, on_executor: bool = False) -> int:
-    from services.cli.progress import make_display
-    from services.embedded import follow_on_executor, run_workflow
+    from services.compose.embedded import follow_on_executor, run_workflow
+    from services.compose.progress import make_display
     from shared.store.migrate import open_migrated_store
 
     signal.signal(signal.SIGTERM, _exit_on_sigterm)

@@ -1,5 +1,0 @@
-"""``python -m services.cli``: the ``tickwork`` command."""
-
-from services.cli import main
-
-main()

@@ -1,0 +1,5 @@
+"""``python -m services.compose``: the ``tickwork`` command."""
+
+from services.compose.commands import main
+
+main()
