@@ -9,9 +9,9 @@ from pathlib import Path
 
 from sqlalchemy import Engine, select, text
 
-from shared.dsl.archive import ProjectArchive, pack_project, read_project_archive
-from shared.store import projects as project_store
-from shared.store.tables import workflow_definitions
+from tickwork.shared.dsl.archive import ProjectArchive, pack_project, read_project_archive
+from tickwork.shared.store import projects as project_store
+from tickwork.shared.store.tables import workflow_definitions
 
 PROJECT = "bench"
 WORKFLOW = "bench"

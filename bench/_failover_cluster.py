@@ -21,14 +21,14 @@ from _services import (
 from _stores import run_request
 from sqlalchemy import func, select
 
-from services.compose.embedded import create_run_attempt
-from shared.clock import SystemClock
-from shared.dispatch.messages import DEFAULT_QUEUE
-from shared.domain.states import AttemptState, TaskState
-from shared.store.migrate import open_migrated_store
-from shared.store.sessions import get_attempt_state
-from shared.store.tables import task_logs, tasks
-from shared.store.tasks import TaskRow, list_attempt_tasks
+from tickwork.services.compose.embedded import create_run_attempt
+from tickwork.shared.clock import SystemClock
+from tickwork.shared.dispatch.messages import DEFAULT_QUEUE
+from tickwork.shared.domain.states import AttemptState, TaskState
+from tickwork.shared.store.migrate import open_migrated_store
+from tickwork.shared.store.sessions import get_attempt_state
+from tickwork.shared.store.tables import task_logs, tasks
+from tickwork.shared.store.tasks import TaskRow, list_attempt_tasks
 
 BIN_DIR = Path(sys.executable).parent
 DRAIN_GRACE_SECONDS = 30.0  # the agent's default: longer than the task

@@ -17,11 +17,11 @@ from _services import (
 from _stores import percentile
 from sqlalchemy import Engine, select
 
-from shared.dsl.parser import parse_workflow_text
-from shared.store import emission as emission_store
-from shared.store import projects as project_store
-from shared.store import schedules as schedule_store
-from shared.store.tables import schedules, sessions
+from tickwork.shared.dsl.parser import parse_workflow_text
+from tickwork.shared.store import emission as emission_store
+from tickwork.shared.store import projects as project_store
+from tickwork.shared.store import schedules as schedule_store
+from tickwork.shared.store.tables import schedules, sessions
 
 SCHEDULES = 5
 SCHEDULE_EVERY = "@every 1s"

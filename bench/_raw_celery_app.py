@@ -27,7 +27,7 @@ from typing import Any
 from celery.result import ResultSet
 from celery.signals import worker_ready
 
-from shared.dispatch.celery_app import RedisSettings, make_celery
+from tickwork.shared.dispatch.celery_app import RedisSettings, make_celery
 
 REDIS_URL = os.environ.get("TICKWORK_REDIS_URL", "redis://127.0.0.1:6379/0")
 PREFIX = os.environ.get("TICKWORK_REDIS_PREFIX", "tickwork_bench_raw:")
@@ -38,7 +38,7 @@ QUEUE = "default"
 app = make_celery(RedisSettings(REDIS_URL, PREFIX), name="tickwork_bench_raw")
 app.conf.update(
     # kombu's own Redis transport, as a plain Celery user has it: not tickwork's channel
-    # that keeps one client (shared.dispatch.kept_client.KeptClientTransport).
+    # that keeps one client (tickwork.shared.dispatch.kept_client.KeptClientTransport).
     broker_transport=None,
     result_backend=REDIS_URL,
     task_ignore_result=False,

@@ -19,11 +19,11 @@ from typing import Any
 
 from sqlalchemy import Connection, update
 
-from shared.domain.schedule import ScheduleSpec, parse_schedule
-from shared.dsl.parser import parse_workflow_text
-from shared.store.projects import config_digest
-from shared.store.sql import insert_rows
-from shared.store.tables import (
+from tickwork.shared.domain.schedule import ScheduleSpec, parse_schedule
+from tickwork.shared.dsl.parser import parse_workflow_text
+from tickwork.shared.store.projects import config_digest
+from tickwork.shared.store.sql import insert_rows
+from tickwork.shared.store.tables import (
     projects,
     revisions,
     schedules,

@@ -13,11 +13,11 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from services.compose.embedded import RunRequest, default_session_time
-from shared.clock import SystemClock
-from shared.dsl.parser import parse_workflow_text
-from shared.store.engine import create_store_engine, libpq_url
-from shared.store.migrate import upgrade_database
+from tickwork.services.compose.embedded import RunRequest, default_session_time
+from tickwork.shared.clock import SystemClock
+from tickwork.shared.dsl.parser import parse_workflow_text
+from tickwork.shared.store.engine import create_store_engine, libpq_url
+from tickwork.shared.store.migrate import upgrade_database
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:

@@ -18,13 +18,13 @@ from pathlib import Path
 from _log_text import log_body
 from sqlalchemy import Connection, Engine, select, text
 
-from services.executor.materialize import Placement, materialize_children
-from shared.dsl.archive import ProjectArchive, pack_project, read_project_archive
-from shared.store import projects as project_store
-from shared.store.logs import LogChunk, write_log_chunks
-from shared.store.projects import load_workflow_definition
-from shared.store.starts import start_attempt
-from shared.store.tables import attempts, task_logs, workflow_definitions
+from tickwork.services.executor.materialize import Placement, materialize_children
+from tickwork.shared.dsl.archive import ProjectArchive, pack_project, read_project_archive
+from tickwork.shared.store import projects as project_store
+from tickwork.shared.store.logs import LogChunk, write_log_chunks
+from tickwork.shared.store.projects import load_workflow_definition
+from tickwork.shared.store.starts import start_attempt
+from tickwork.shared.store.tables import attempts, task_logs, workflow_definitions
 
 PROJECTS = ("sales", "marketing", "finance", "platform")
 WORKFLOWS = ("ingest", "transform", "publish", "quality", "export")

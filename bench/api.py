@@ -42,8 +42,8 @@ from _api_load import LoadResult, Request, run_fixed_rate
 from _api_seed import FIRST_STARTED_TIME, PROJECT, WORKFLOW, seed
 from _stores import percentile, throwaway_database
 
-from shared.logging import configure_logging
-from shared.store.engine import create_store_engine
+from tickwork.shared.logging import configure_logging
+from tickwork.shared.store.engine import create_store_engine
 
 DEFAULT_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 TOKEN = "bench-admin-token"

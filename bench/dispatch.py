@@ -115,13 +115,13 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import Engine
 
-from services.compose.embedded import create_run_attempt
-from shared.clock import SystemClock
-from shared.domain.states import AttemptState, TaskState
-from shared.store.logs import RunLog, list_run_logs
-from shared.store.migrate import open_migrated_store
-from shared.store.sessions import get_attempt_state
-from shared.store.tasks import TaskRow, list_attempt_tasks
+from tickwork.services.compose.embedded import create_run_attempt
+from tickwork.shared.clock import SystemClock
+from tickwork.shared.domain.states import AttemptState, TaskState
+from tickwork.shared.store.logs import RunLog, list_run_logs
+from tickwork.shared.store.migrate import open_migrated_store
+from tickwork.shared.store.sessions import get_attempt_state
+from tickwork.shared.store.tasks import TaskRow, list_attempt_tasks
 
 DEFAULT_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"

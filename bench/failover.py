@@ -87,7 +87,7 @@ from _services import (
 from _stores import noop_workflow_text, percentile, throwaway_database
 from rich.console import Console
 
-from shared.store.tasks import TaskRow
+from tickwork.shared.store.tasks import TaskRow
 
 DEFAULT_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"

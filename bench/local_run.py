@@ -1,6 +1,7 @@
 """Embedded-mode throughput: ``echo>`` tasks per second on SQLite, fanned out and chained.
 
-Each case runs in a state directory of its own through ``services.compose.embedded.run_workflow``
+Each case runs in a state directory of its own through
+``tickwork.services.compose.embedded.run_workflow``
 with no display; each task's log goes to the run's SQLite store, as chunks (no file per
 task). The directories are removed together at the end, not one by one. Progress
 goes to stderr (a bar on a terminal, one line per case otherwise); the last stdout line is
@@ -24,14 +25,14 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import Engine, event
 
-from services.compose.embedded import RunRequest, default_session_time, run_workflow
-from shared.clock import SystemClock
-from shared.domain.states import AttemptState, TaskState
-from shared.dsl.parser import parse_workflow_text
-from shared.store.logs import list_run_logs
-from shared.store.migrate import open_migrated_store
-from shared.store.sessions import get_attempt
-from shared.store.tasks import list_attempt_tasks
+from tickwork.services.compose.embedded import RunRequest, default_session_time, run_workflow
+from tickwork.shared.clock import SystemClock
+from tickwork.shared.domain.states import AttemptState, TaskState
+from tickwork.shared.dsl.parser import parse_workflow_text
+from tickwork.shared.store.logs import list_run_logs
+from tickwork.shared.store.migrate import open_migrated_store
+from tickwork.shared.store.sessions import get_attempt
+from tickwork.shared.store.tasks import list_attempt_tasks
 
 # Targets on a 2-core machine; see bench/README.md.
 TARGET_PARALLEL_TASKS_PER_S = 1000.0

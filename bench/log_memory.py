@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 
 from bench._services import redis_prefix
-from services.agent.config import AgentSettings
-from services.agent.metrics import AgentMetrics
-from services.agent.worker import AgentRuntime
-from shared.dispatch.celery_app import RedisSettings
-from shared.dispatch.messages import TaskMessage
+from tickwork.services.agent.config import AgentSettings
+from tickwork.services.agent.metrics import AgentMetrics
+from tickwork.services.agent.worker import AgentRuntime
+from tickwork.shared.dispatch.celery_app import RedisSettings
+from tickwork.shared.dispatch.messages import TaskMessage
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 MIB = 1024 * 1024

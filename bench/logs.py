@@ -79,7 +79,7 @@ from _stores import percentile, throwaway_database
 from dispatch import services_cpu_seconds
 from rich.console import Console
 
-from shared.store.engine import libpq_url
+from tickwork.shared.store.engine import libpq_url
 
 DEFAULT_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"

@@ -16,11 +16,11 @@ import sys
 import time
 
 from bench._stores import throwaway_database
-from shared.store.engine import create_store_engine
-from shared.store.retention import RetentionPolicy, prune_history
-from shared.store.retention_batches import BatchLimits
 from tests.store import test_retention_scale as scale
 from tests.support.history_seed import DAY, NOW, add_project, add_revision
+from tickwork.shared.store.engine import create_store_engine
+from tickwork.shared.store.retention import RetentionPolicy, prune_history
+from tickwork.shared.store.retention_batches import BatchLimits
 
 DEFAULT_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 

@@ -42,14 +42,14 @@ from psycopg import sql
 from rich.console import Console
 from sqlalchemy import Engine, func, select, text
 
-from services.scheduler.loop import Scheduler
-from shared.domain.schedule import ScheduleSpec
-from shared.dsl.parser import parse_workflow_text
-from shared.store import emission as emission_store
-from shared.store import projects as project_store
-from shared.store import schedules as schedule_store
-from shared.store.engine import create_store_engine, libpq_url
-from shared.store.tables import schedules, sessions
+from tickwork.services.scheduler.loop import Scheduler
+from tickwork.shared.domain.schedule import ScheduleSpec
+from tickwork.shared.dsl.parser import parse_workflow_text
+from tickwork.shared.store import emission as emission_store
+from tickwork.shared.store import projects as project_store
+from tickwork.shared.store import schedules as schedule_store
+from tickwork.shared.store.engine import create_store_engine, libpq_url
+from tickwork.shared.store.tables import schedules, sessions
 
 DEFAULT_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 TOTAL_SCHEDULES = 100_000
@@ -125,7 +125,7 @@ def run_catchup(url: str) -> CatchupResult:
     scheduler = Scheduler(engine)
     emitted, ticks = 0, 0
     started = time.perf_counter()
-    while True:  # as the runner does (services.scheduler.main.run), without signals
+    while True:  # as the runner does (tickwork.services.scheduler.main.run), without signals
         report = scheduler.tick()
         emitted, ticks = emitted + report.emitted, ticks + 1
         if emitted >= CATCHUP_MINUTES:

@@ -34,7 +34,7 @@ from _slow_clients import SILENT_KINDS, SlowClients, split_connections
 from _stores import percentile, throwaway_database
 from api import TOKEN, BenchFailed, api_server, main_guarded
 
-from shared.store.engine import create_store_engine
+from tickwork.shared.store.engine import create_store_engine
 
 TARGET_P99_MS = 1000.0
 SETTLE_SECONDS = 5.0  # after opening the connections, before measuring

@@ -17,8 +17,8 @@ import sys
 import time
 from collections.abc import Sequence
 
-from services.agent.operators.base import ResourceLimits
-from services.agent.operators.process import supervised
+from tickwork.services.agent.operators.base import ResourceLimits
+from tickwork.services.agent.operators.process import supervised
 
 COMMAND = ["true"]
 

@@ -41,9 +41,9 @@ from _ui_seed import Seeded, seed
 from api import BenchFailed, api_server, main_guarded
 from flask.testing import FlaskClient
 
-from services.api.app import create_app
-from services.api.config import ApiConfig
-from shared.store.engine import create_store_engine
+from tickwork.services.api.app import create_app
+from tickwork.services.api.config import ApiConfig
+from tickwork.shared.store.engine import create_store_engine
 
 PAGES = ("overview", "sessions", "deep_page", "grid", "attempt")  # the figures' order
 CHROMIUM = "/usr/bin/chromium"

@@ -23,9 +23,9 @@ from _ui_seed import seed
 from api import main_guarded
 from ui import time_page
 
-from services.api.app import create_app
-from services.api.config import ApiConfig
-from shared.store.engine import create_store_engine
+from tickwork.services.api.app import create_app
+from tickwork.services.api.config import ApiConfig
+from tickwork.shared.store.engine import create_store_engine
 
 TARGET_P99_MS = 100.0
 PATHS = {

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from shared.errors import InvalidConfig, Problem
+from tickwork.shared.errors import InvalidConfig, Problem
 
 T = TypeVar("T")
 Parser = Callable[[Mapping[str, str], str], Any]

@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 
 import click
 
-from shared.config import Setting
-from shared.errors import InvalidConfig
+from tickwork.shared.config import Setting
+from tickwork.shared.errors import InvalidConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -11,7 +11,7 @@ import math
 from datetime import UTC, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from shared.domain.instants import shown_in
+from tickwork.shared.domain.instants import shown_in
 
 SIZE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 

@@ -25,7 +25,7 @@ from typing import NoReturn
 
 import click
 
-from shared.errors import (
+from tickwork.shared.errors import (
     ApiUnavailable,
     Conflict,
     InvalidInput,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from shared.config import Setting, SettingValues, invalid
+from tickwork.shared.config import Setting, SettingValues, invalid
 
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([dhms]?)\s*", re.IGNORECASE)
 _UNITS = {"d": "days", "": "days", "h": "hours", "m": "minutes", "s": "seconds"}

@@ -11,7 +11,7 @@ standalone and ``tickwork run``):
 - an error of :attr:`Retry.errors` (a store or broker that is down) is logged, makes the
   service not ready, and is retried after an exponentially growing delay; any other
   error propagates;
-- every pass beats the service's :class:`~shared.health.LoopHealth` (the probes);
+- every pass beats the service's :class:`~tickwork.shared.health.LoopHealth` (the probes);
 - the stop event ends the loop after the current pass, never in the middle of one;
   :func:`stop_on_signals` sets it from SIGTERM and SIGINT.
 """
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from shared.health import LoopHealth
+from tickwork.shared.health import LoopHealth
 
 log = logging.getLogger(__name__)
 

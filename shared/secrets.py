@@ -21,8 +21,8 @@ from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken
 
-from shared.domain.operators import secret_params
-from shared.errors import InvalidInput, Problem, TickworkError
+from tickwork.shared.domain.operators import secret_params
+from tickwork.shared.errors import InvalidInput, Problem, TickworkError
 
 SECRET_KEY_VARIABLE = "TICKWORK_SECRET_KEY"
 SECRET_NAME = re.compile(r"\A[A-Za-z0-9_.-]{1,255}\Z")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from shared.domain.states import AttemptState, ScheduleState, TaskState
+from tickwork.shared.domain.states import AttemptState, ScheduleState, TaskState
 
 
 class StateKind(StrEnum):

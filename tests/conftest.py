@@ -24,9 +24,6 @@ import pytest
 from redis import Redis
 from sqlalchemy import Engine
 
-from shared.dispatch.leases import LeaseStore
-from shared.store.engine import create_store_engine
-from shared.store.migrate import upgrade_database
 from tests.fault._cluster import Cluster
 from tests.support.databases import DatabaseSupply
 from tests.support.files import MachineFiles
@@ -41,6 +38,9 @@ from tests.support.servers import (
     postgres_template_database,
     redis_answers_ping,
 )
+from tickwork.shared.dispatch.leases import LeaseStore
+from tickwork.shared.store.engine import create_store_engine
+from tickwork.shared.store.migrate import upgrade_database
 
 DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"

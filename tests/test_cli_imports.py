@@ -15,23 +15,23 @@ from typing import Any
 
 import click
 
-from services.cli.schedules import MAX_SKIP
-from services.compose.commands import COMMANDS, main
-from shared.store import schedules as schedule_store
+from tickwork.services.cli.schedules import MAX_SKIP
+from tickwork.services.compose.commands import COMMANDS, main
+from tickwork.shared.store import schedules as schedule_store
 
 CLIENT_MODULES = [
-    "services.cli",
-    "services.cli.client",
-    "services.cli.api_client",
-    "services.cli.admin_api",
-    "services.cli.output",
-    "services.cli.failures",
-    "services.cli.projects",
-    "services.cli.sessions",
-    "services.cli.tasks",
-    "services.cli.logs",
-    "services.cli.schedules",
-    "services.cli.secrets",
+    "tickwork.services.cli",
+    "tickwork.services.cli.client",
+    "tickwork.services.cli.api_client",
+    "tickwork.services.cli.admin_api",
+    "tickwork.services.cli.output",
+    "tickwork.services.cli.failures",
+    "tickwork.services.cli.projects",
+    "tickwork.services.cli.sessions",
+    "tickwork.services.cli.tasks",
+    "tickwork.services.cli.logs",
+    "tickwork.services.cli.schedules",
+    "tickwork.services.cli.secrets",
 ]
 SERVER_COMMANDS = {
     "run",
@@ -47,7 +47,15 @@ SERVER_COMMANDS = {
 """The commands that work on the database (or run in-process) rather than ask the API."""
 CLIENT_CONTRACT = "client commands import no store, migration, Celery or service code"
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
-HEAVY = ["sqlalchemy", "alembic", "celery", "kombu", "psycopg", "shared.store", "shared.dispatch"]
+HEAVY = [
+    "sqlalchemy",
+    "alembic",
+    "celery",
+    "kombu",
+    "psycopg",
+    "tickwork.shared.store",
+    "tickwork.shared.dispatch",
+]
 
 
 def loaded_after(code: str) -> set[str]:
@@ -72,7 +80,7 @@ def test_the_client_command_modules_import_no_store_or_celery_code() -> None:
 
 def test_the_help_of_a_client_command_imports_no_store_or_celery_code() -> None:
     code = """
-        from services.compose.commands import main
+        from tickwork.services.compose.commands import main
         try:
             main(["sessions", "--help"])
         except SystemExit:
@@ -83,14 +91,15 @@ def test_the_help_of_a_client_command_imports_no_store_or_celery_code() -> None:
 
 def test_the_root_help_lists_every_command_without_importing_one() -> None:
     code = """
-        from services.compose.commands import main
+        from tickwork.services.compose.commands import main
         try:
             main(["--help"])
         except SystemExit:
             pass
         import sys
-        assert not [m for m in sys.modules if m.startswith("services.cli.")
-                    and m not in ("services.cli.errors", "services.cli.lazy")], sys.modules
+        kept = ("tickwork.services.cli.errors", "tickwork.services.cli.lazy")
+        assert not [m for m in sys.modules if m.startswith("tickwork.services.cli.")
+                    and m not in kept], sys.modules
     """
     assert loaded_after(code) == set()
 
@@ -118,11 +127,11 @@ def client_contract() -> dict[str, Any]:
 
 def test_every_client_command_lives_in_the_client_package_which_its_contract_holds_whole() -> None:
     contract = client_contract()
-    assert contract["source_modules"] == ["services.cli"]
+    assert contract["source_modules"] == ["tickwork.services.cli"]
     assert "ignore_imports" not in contract
     for name, lazy in COMMANDS.items():
         module = lazy.import_path.split(":")[0]
-        assert module.startswith("services.cli.") == (name not in SERVER_COMMANDS), name
+        assert module.startswith("tickwork.services.cli.") == (name not in SERVER_COMMANDS), name
 
 
 def test_no_module_is_loose_at_the_top_of_services() -> None:

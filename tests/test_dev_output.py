@@ -7,12 +7,12 @@ import io
 import json
 import os
 
-from services.compose.dev_processes import DevOutput, record_of
+from tickwork.services.compose.dev_processes import DevOutput, record_of
 
 RECORD = {
     "time": "2026-12-02T09:00:00+00:00",
     "level": "warning",
-    "logger": "services.agent.worker",
+    "logger": "tickwork.services.agent.worker",
     "message": "lost the lease task_id=7",
 }
 
@@ -29,7 +29,7 @@ def test_a_text_record_is_prefixed_by_time_and_service_on_each_of_its_lines() ->
     record = {**RECORD, "exception": "Traceback (most recent call last):\nValueError: x"}
     lines = output.render("agent.1", record).splitlines()
     assert [line.split(" ", 1)[1] for line in lines] == [
-        "agent.1   | WARNING services.agent.worker lost the lease task_id=7",
+        "agent.1   | WARNING tickwork.services.agent.worker lost the lease task_id=7",
         "agent.1   | Traceback (most recent call last):",
         "agent.1   | ValueError: x",
     ]

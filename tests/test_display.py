@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from shared.display import (
+from tickwork.shared.display import (
     duration_text,
     elapsed_seconds,
     iso_time,
@@ -17,7 +17,7 @@ from shared.display import (
     size_text,
     time_text,
 )
-from shared.state_colours import STATE_COLOURS, STATE_ENUMS, colour_of, states_stylesheet
+from tickwork.shared.state_colours import STATE_COLOURS, STATE_ENUMS, colour_of, states_stylesheet
 
 TOKYO = ZoneInfo("Asia/Tokyo")
 NOON = datetime(2026, 12, 2, 12, 0, 0, 123456, tzinfo=UTC)

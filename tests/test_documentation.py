@@ -15,9 +15,6 @@ from urllib.parse import urlsplit
 import pytest
 from werkzeug.exceptions import HTTPException
 
-from services.api.app import create_app
-from services.api.config import ApiConfig
-from services.compose.commands import main
 from tests.support.documented_commands import (
     NOT_RUN_OPTIONS,
     NOT_RUN_SUBCOMMANDS,
@@ -31,6 +28,9 @@ from tests.support.documented_commands import (
     prepare_workdir,
 )
 from tests.support.readme_tour import BEGIN, END, TOUR, command_line
+from tickwork.services.api.app import create_app
+from tickwork.services.api.config import ApiConfig
+from tickwork.services.compose.commands import main
 
 ENDPOINT = re.compile(r"`(?P<method>GET|POST|PUT|PATCH|DELETE) (?P<path>/[^`\s]*)")
 PLACEHOLDER = re.compile(r"\{\w+\}|[A-Z][A-Z_]*")

@@ -51,7 +51,7 @@ class TestKombu:
     def test_the_installed_kombu_is_one_the_kept_client_channel_was_checked_against(
         self,
     ) -> None:
-        from shared.dispatch.kept_client import CHECKED_KOMBU_VERSIONS
+        from tickwork.shared.dispatch.kept_client import CHECKED_KOMBU_VERSIONS
 
         require_version(self.MODULE, "kombu", CHECKED_KOMBU_VERSIONS)
 
@@ -93,7 +93,7 @@ class TestTarfile:
     def test_the_running_python_is_one_whose_tarfile_the_pax_check_was_read_against(
         self,
     ) -> None:
-        from shared.dsl.tar_headers import CHECKED_PYTHON_VERSIONS
+        from tickwork.shared.dsl.tar_headers import CHECKED_PYTHON_VERSIONS
 
         running = ".".join(platform.python_version_tuple()[:2])
         assert running in CHECKED_PYTHON_VERSIONS, (
@@ -121,7 +121,7 @@ class TestTarfile:
         )
 
     def test_every_header_block_and_each_pax_header_reach_their_checks(self) -> None:
-        from shared.dsl.tar_headers import HeaderCheckedTarInfo
+        from tickwork.shared.dsl.tar_headers import HeaderCheckedTarInfo
 
         seen: list[bytes] = []
         headers: list[bytes] = []
@@ -164,7 +164,7 @@ class TestPsycopg:
     def test_the_installed_psycopg_is_one_the_cooperative_wait_was_checked_against(
         self,
     ) -> None:
-        from services.api.cooperative_psycopg import CHECKED_PSYCOPG_VERSIONS
+        from tickwork.services.api.cooperative_psycopg import CHECKED_PSYCOPG_VERSIONS
 
         require_version(self.MODULE, "psycopg", CHECKED_PSYCOPG_VERSIONS)
 
@@ -201,7 +201,7 @@ class TestWaitress:
     def test_the_installed_waitress_is_one_the_problem_channel_was_checked_against(
         self,
     ) -> None:
-        from services.api.waitress_errors import CHECKED_WAITRESS_VERSIONS
+        from tickwork.services.api.waitress_errors import CHECKED_WAITRESS_VERSIONS
 
         require_version(self.MODULE, "waitress", CHECKED_WAITRESS_VERSIONS)
 
@@ -258,7 +258,7 @@ class TestGunicorn:
     def test_the_installed_gunicorn_is_one_the_worker_and_framing_were_checked_against(
         self,
     ) -> None:
-        from services.api.worker import CHECKED_GUNICORN_VERSIONS
+        from tickwork.services.api.worker import CHECKED_GUNICORN_VERSIONS
 
         require_version(
             f"{self.WORKER} (and {self.FRAMING})", "gunicorn", CHECKED_GUNICORN_VERSIONS
@@ -311,7 +311,7 @@ class TestPyYaml:
     def test_the_installed_pyyaml_is_one_the_workflow_loader_was_checked_against(
         self,
     ) -> None:
-        from shared.dsl.loader import CHECKED_PYYAML_VERSIONS
+        from tickwork.shared.dsl.loader import CHECKED_PYYAML_VERSIONS
 
         require_version(self.MODULE, "PyYAML", CHECKED_PYYAML_VERSIONS)
 

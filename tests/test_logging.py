@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.logging import configure_logging
+from tickwork.shared.logging import configure_logging
 
 
 @pytest.fixture(autouse=True)

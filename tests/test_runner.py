@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from shared.health import LoopHealth
-from shared.runner import IdleBackoff, Retry, run_until_stopped, stop_on_signals
+from tickwork.shared.health import LoopHealth
+from tickwork.shared.runner import IdleBackoff, Retry, run_until_stopped, stop_on_signals
 
 
 @dataclass

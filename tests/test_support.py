@@ -10,7 +10,6 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from shared.store.migrate import current_revision, head_revision
 from tests.support.databases import DatabaseSupply
 from tests.support.servers import (
     RedisAddress,
@@ -25,6 +24,7 @@ from tests.support.servers import (
     redis_answers_ping,
     throwaway_postgres_database,
 )
+from tickwork.shared.store.migrate import current_revision, head_revision
 
 
 def table_names(url: str) -> list[str]:

@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from shared.dsl.archive import archive_digest, extract_archive, is_digest
-from shared.errors import InvalidInput, TaskFailed
+from tickwork.shared.dsl.archive import archive_digest, extract_archive, is_digest
+from tickwork.shared.errors import InvalidInput, TaskFailed
 
 log = logging.getLogger(__name__)
 

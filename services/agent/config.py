@@ -8,8 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from services.agent.log_limits import DEFAULT_LOG_HEAD_BYTES, DEFAULT_LOG_TAIL_BYTES, LogLimits
-from shared.config import (
+from tickwork.services.agent.log_limits import (
+    DEFAULT_LOG_HEAD_BYTES,
+    DEFAULT_LOG_TAIL_BYTES,
+    LogLimits,
+)
+from tickwork.shared.config import (
     COMMON_SETTINGS,
     LOG_LEVEL,
     REDIS_SETTINGS,
@@ -21,14 +25,14 @@ from shared.config import (
     invalid,
     seconds_at_least,
 )
-from shared.dispatch.messages import DEFAULT_QUEUE
-from shared.domain.workflow import QUEUE_NAME
+from tickwork.shared.dispatch.messages import DEFAULT_QUEUE
+from tickwork.shared.domain.workflow import QUEUE_NAME
 
 # The table is read by `tickwork agent --help`: what only reading the settings needs
 # (Celery, the operators) is imported when they are read, so that the help starts fast.
 if TYPE_CHECKING:
-    from services.agent.operators.base import ResourceLimits
-    from shared.dispatch.celery_app import RedisSettings
+    from tickwork.services.agent.operators.base import ResourceLimits
+    from tickwork.shared.dispatch.celery_app import RedisSettings
 
 
 def queue_names(values: Mapping[str, str], name: str) -> tuple[str, ...]:
@@ -163,7 +167,7 @@ class AgentSettings:
     ) -> AgentSettings:
         """Read the settings (``overrides`` by key, e.g. ``agent_concurrency=4``, win over
         the environment); raises InvalidConfig naming the variable on a bad value."""
-        from shared.dispatch.celery_app import RedisSettings
+        from tickwork.shared.dispatch.celery_app import RedisSettings
 
         values = SettingValues(AGENT_SETTINGS, environ, overrides)
         settings = cls(
@@ -196,6 +200,6 @@ class AgentSettings:
 
 
 def _resource_limits(memory_mb: int, open_files: int, cpu_seconds: int) -> ResourceLimits:
-    from services.agent.operators.base import ResourceLimits
+    from tickwork.services.agent.operators.base import ResourceLimits
 
     return ResourceLimits(memory_mb, open_files, cpu_seconds)

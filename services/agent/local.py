@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from services.agent.log_limits import LogLimits
-from services.agent.log_stream import LogPump, LogStreamer, remove_spool
-from services.agent.operators.base import RunControl
-from services.agent.runner import TaskRunner
-from services.agent.spool import SpoolLog
-from shared.dispatch.messages import AgentEvent, TaskFinished, TaskMessage, TaskStarted
-from shared.dispatch.seam import EventSink
+from tickwork.services.agent.log_limits import LogLimits
+from tickwork.services.agent.log_stream import LogPump, LogStreamer, remove_spool
+from tickwork.services.agent.operators.base import RunControl
+from tickwork.services.agent.runner import TaskRunner
+from tickwork.services.agent.spool import SpoolLog
+from tickwork.shared.dispatch.messages import AgentEvent, TaskFinished, TaskMessage, TaskStarted
+from tickwork.shared.dispatch.seam import EventSink
 
 
 class _SinkStream:

@@ -11,7 +11,7 @@ tail_bytes``; otherwise a marker line ``[tickwork: N bytes cut here]`` and the l
 grows, so a reader following it never sees a byte change. Every read and every Redis
 round trip holds at most :data:`LOG_BATCH_CHUNKS` chunks of :data:`LOG_CHUNK_BYTES`:
 streaming costs the same memory whatever the size of the log. The spool is a
-:class:`~services.agent.spool.SpoolLog`: in memory unless a child process writes it or it
+:class:`~tickwork.services.agent.spool.SpoolLog`: in memory unless a child process writes it or it
 grows large; a spool file is removed after the run, and spools of pool processes that
 died are removed when the next one starts.
 """
@@ -31,9 +31,9 @@ from typing import Protocol
 
 from redis.exceptions import RedisError
 
-from services.agent.log_limits import LogLimits
-from services.agent.spool import SpoolLog
-from shared.dispatch.messages import (
+from tickwork.services.agent.log_limits import LogLimits
+from tickwork.services.agent.spool import SpoolLog
+from tickwork.shared.dispatch.messages import (
     AgentEvent,
     TaskFinished,
     TaskLogChunk,

@@ -1,15 +1,15 @@
 """The agent's entry point: :func:`serve` (``tickwork agent``).
 
-An agent's loop is Celery's worker (:func:`services.agent.worker.run_agent`); it beats
-its :class:`~shared.health.LoopHealth` from the worker's event loop and drains on
+An agent's loop is Celery's worker (:func:`tickwork.services.agent.worker.run_agent`); it beats
+its :class:`~tickwork.shared.health.LoopHealth` from the worker's event loop and drains on
 SIGTERM as Celery's warm shutdown does.
 """
 
 from __future__ import annotations
 
-from services.agent.config import AgentSettings
-from services.agent.metrics import AgentMetrics
-from services.agent.worker import agent_health, run_agent
+from tickwork.services.agent.config import AgentSettings
+from tickwork.services.agent.metrics import AgentMetrics
+from tickwork.services.agent.worker import agent_health, run_agent
 
 
 def serve(settings: AgentSettings) -> None:

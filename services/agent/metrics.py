@@ -15,7 +15,7 @@ import tempfile
 from prometheus_client import CollectorRegistry, Counter, Histogram, values
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from shared.health import LoopHealth, serve_health
+from tickwork.shared.health import LoopHealth, serve_health
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 

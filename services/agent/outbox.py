@@ -10,7 +10,7 @@ token was issued), and every :data:`CHECK_SECONDS` it looks at the keys of what 
 
 - the ``done`` mark is gone (Redis lost it): the mark is put back at once and the result
   sent again. The executor's reaper gives agents time to do so after Redis lost its keys
-  (see :mod:`shared.dispatch.keyspace`) before it requeues a task whose lease is missing;
+  (see :mod:`tickwork.shared.dispatch.keyspace`) before it requeues a task whose lease is missing;
 - the mark is there but nothing settled it for :data:`RESEND_SECONDS` (an acknowledgement
   lost on the way): the result is sent again.
 
@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
 
-from shared.dispatch.events import EventStream, retry_redis
-from shared.dispatch.leases import Lease, LeaseStore, ResultMark
-from shared.dispatch.messages import AgentEvent, TaskFinished
+from tickwork.shared.dispatch.events import EventStream, retry_redis
+from tickwork.shared.dispatch.leases import Lease, LeaseStore, ResultMark
+from tickwork.shared.dispatch.messages import AgentEvent, TaskFinished
 
 log = logging.getLogger(__name__)
 

@@ -10,24 +10,24 @@ import traceback
 from pathlib import Path
 from typing import IO, BinaryIO
 
-from services.agent.archives import ArchiveCache, ArchiveUnavailable
-from services.agent.operators import OPERATORS
-from services.agent.operators.base import (
+from tickwork.services.agent.archives import ArchiveCache, ArchiveUnavailable
+from tickwork.services.agent.operators import OPERATORS
+from tickwork.services.agent.operators.base import (
     OperatorContext,
     OperatorFailed,
     ResourceLimits,
     RunControl,
 )
-from services.agent.spool import SpoolLog
-from shared.dispatch.messages import (
+from tickwork.services.agent.spool import SpoolLog
+from tickwork.shared.dispatch.messages import (
     Outcome,
     TaskFinished,
     TaskMessage,
     TaskStarted,
     run_log_path,
 )
-from shared.dispatch.seam import EventSink
-from shared.secrets import Masker, SecretBox, SecretKeyError, fill_secrets
+from tickwork.shared.dispatch.seam import EventSink
+from tickwork.shared.secrets import Masker, SecretBox, SecretKeyError, fill_secrets
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ listener for kills, and the task runner. For every message it
    and a streamer sends the log to Redis;
 3. reports the result with its token and leaves the ``done`` mark on the lease, and keeps
    the result until the executor has applied it (sending it again if Redis lost it, see
-   :mod:`services.agent.outbox`).
+   :mod:`tickwork.services.agent.outbox`).
 
 If the heartbeat cannot extend the lease (the agent stalled past it, Redis lost it, or a
 kill took it), the operator's process group is stopped and nothing is reported: the
@@ -20,7 +20,7 @@ leases and reports them released, so the executor requeues them at once.
 
 The agent needs Redis only: everything a task needs is in its message, or, for a pushed
 project, in its archive, which the executor leaves in Redis and the agent unpacks once
-under ``<work dir>/projects/<digest>`` (see :mod:`services.agent.archives`).
+under ``<work dir>/projects/<digest>`` (see :mod:`tickwork.services.agent.archives`).
 """
 
 from __future__ import annotations
@@ -45,19 +45,24 @@ from celery.apps.worker import install_worker_term_handler
 from celery.exceptions import SecurityWarning
 from redis.exceptions import RedisError
 
-from services.agent.archives import ArchiveCache
-from services.agent.config import AgentSettings
-from services.agent.log_stream import LogPump, LogStreamer, remove_dead_spools, remove_spool
-from services.agent.metrics import AgentMetrics
-from services.agent.operators.base import RunControl, StopReason
-from services.agent.outbox import ResultOutbox
-from services.agent.runner import TaskRunner
-from services.agent.spool import SpoolLog
-from shared.dispatch.archives import RedisArchives
-from shared.dispatch.celery_app import TASK_NAME, make_celery
-from shared.dispatch.events import EventStream, retry_redis
-from shared.dispatch.leases import Heartbeat, Lease, LeaseStore
-from shared.dispatch.messages import (
+from tickwork.services.agent.archives import ArchiveCache
+from tickwork.services.agent.config import AgentSettings
+from tickwork.services.agent.log_stream import (
+    LogPump,
+    LogStreamer,
+    remove_dead_spools,
+    remove_spool,
+)
+from tickwork.services.agent.metrics import AgentMetrics
+from tickwork.services.agent.operators.base import RunControl, StopReason
+from tickwork.services.agent.outbox import ResultOutbox
+from tickwork.services.agent.runner import TaskRunner
+from tickwork.services.agent.spool import SpoolLog
+from tickwork.shared.dispatch.archives import RedisArchives
+from tickwork.shared.dispatch.celery_app import TASK_NAME, make_celery
+from tickwork.shared.dispatch.events import EventStream, retry_redis
+from tickwork.shared.dispatch.leases import Heartbeat, Lease, LeaseStore
+from tickwork.shared.dispatch.messages import (
     AgentEvent,
     TaskEvent,
     TaskFinished,
@@ -65,7 +70,7 @@ from shared.dispatch.messages import (
     TaskReleased,
     TaskStarted,
 )
-from shared.health import LoopHealth
+from tickwork.shared.health import LoopHealth
 
 log = logging.getLogger(__name__)
 

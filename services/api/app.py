@@ -4,13 +4,15 @@ Routes live in ``services/api/routes/<resource>.py``, one blueprint each, regist
 the list :data:`ROUTE_BLUEPRINTS` (a renamed module fails at import, never silently); the OpenAPI
 3.1 document (``/api/openapi.json``) and its viewer (``/api/docs``) are generated from
 them. Before a route runs, every request is authenticated, rate limited and checked
-(:mod:`services.api.body`); every error becomes a problem document (:mod:`services.api.errors`).
+(:mod:`tickwork.services.api.body`); every error becomes a problem document
+(:mod:`tickwork.services.api.errors`).
 """
 
 from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 from apiflask import APIFlask
@@ -18,17 +20,17 @@ from flask import Blueprint, Response, g, request
 from sqlalchemy import Engine
 from werkzeug.routing import BaseConverter, ValidationError
 
-from services.api.auth import SECURITY_SCHEME_NAME, SECURITY_SCHEMES, authenticate, is_open
-from services.api.body import ARCHIVE_REQUEST_BODY, BINARY_BODY_ATTRIBUTE, check_request
-from services.api.config import ApiConfig
-from services.api.database import ENGINE_KEY
-from services.api.docs import register_docs
-from services.api.errors import PROBLEM_MEDIA_TYPE, ApiProblem, register_error_handlers
-from services.api.extensions import install
-from services.api.metrics import ApiMetrics
-from services.api.paging import MAX_ID
-from services.api.ratelimit import RateLimiter, retry_after_header
-from services.api.routes import (
+from tickwork.services.api.auth import SECURITY_SCHEME_NAME, SECURITY_SCHEMES, authenticate, is_open
+from tickwork.services.api.body import ARCHIVE_REQUEST_BODY, BINARY_BODY_ATTRIBUTE, check_request
+from tickwork.services.api.config import ApiConfig
+from tickwork.services.api.database import ENGINE_KEY
+from tickwork.services.api.docs import register_docs
+from tickwork.services.api.errors import PROBLEM_MEDIA_TYPE, ApiProblem, register_error_handlers
+from tickwork.services.api.extensions import install
+from tickwork.services.api.metrics import ApiMetrics
+from tickwork.services.api.paging import MAX_ID
+from tickwork.services.api.ratelimit import RateLimiter, retry_after_header
+from tickwork.services.api.routes import (
     attempts,
     health,
     logs,
@@ -38,10 +40,10 @@ from services.api.routes import (
     sessions,
     workflows,
 )
-from services.api.ui import is_ui_path
-from services.api.ui.pages import register_ui
-from shared.store.engine import create_store_engine
-from shared.store.retention import RETENTION_KEY, RetentionPolicy
+from tickwork.services.api.ui import is_ui_path
+from tickwork.services.api.ui.pages import register_ui
+from tickwork.shared.store.engine import create_store_engine
+from tickwork.shared.store.retention import RETENTION_KEY, RetentionPolicy
 
 API_VERSION = "1"
 # Database connections a worker holds at most, kept once opened: under a burst, connections
@@ -111,6 +113,7 @@ def create_app(
     ``retention`` is what it says of history kept (default: the ``TICKWORK_*`` variables')."""
     app = APIFlask(
         "tickwork",
+        root_path=str(Path(__file__).parent),  # "tickwork" itself is a namespace: no one folder
         title="tickwork",
         version=API_VERSION,
         spec_path="/api/openapi.json",

@@ -11,9 +11,9 @@ import hmac
 
 from flask import g, request
 
-from services.api.config import ApiConfig, ApiToken
-from services.api.errors import ApiProblem
-from services.api.ui import is_ui_path
+from tickwork.services.api.config import ApiConfig, ApiToken
+from tickwork.services.api.errors import ApiProblem
+from tickwork.services.api.ui import is_ui_path
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/favicon.ico"})
 # The OpenAPI document and its viewer describe the API and hold no data.

@@ -12,10 +12,10 @@ from typing import Any, TypeVar
 
 from flask import Request, current_app, request
 
-from services.api.errors import ApiProblem, InvalidBody, InvalidParameter, json_pointer
-from services.api.framing import limit_body
-from services.api.ui import is_ui_path
-from shared.domain.storable import MAX_INTEGER, text_problem
+from tickwork.services.api.errors import ApiProblem, InvalidBody, InvalidParameter, json_pointer
+from tickwork.services.api.framing import limit_body
+from tickwork.services.api.ui import is_ui_path
+from tickwork.shared.domain.storable import MAX_INTEGER, text_problem
 
 MAX_JSON_DEPTH = 32
 BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")

@@ -5,14 +5,14 @@ from __future__ import annotations
 import click
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
-from services.api.config import API_SETTINGS, ApiConfig
-from shared.config import LOG_LEVEL
-from shared.config_options import passed_on_option
-from shared.errors import StoreUnavailable, TickworkError
-from shared.exits import fail, fail_unavailable
-from shared.logging import configure_logging
-from shared.store.engine import create_store_engine, describe_store_error
-from shared.store.migrate import is_up_to_date
+from tickwork.services.api.config import API_SETTINGS, ApiConfig
+from tickwork.shared.config import LOG_LEVEL
+from tickwork.shared.config_options import passed_on_option
+from tickwork.shared.errors import StoreUnavailable, TickworkError
+from tickwork.shared.exits import fail, fail_unavailable
+from tickwork.shared.logging import configure_logging
+from tickwork.shared.store.engine import create_store_engine, describe_store_error
+from tickwork.shared.store.migrate import is_up_to_date
 
 
 def _epilog() -> str:
@@ -101,7 +101,7 @@ def api_command(
     _check_schema(config.database_url)
     # Imported here: the app and gunicorn take half a second to import, which every other
     # `tickwork` command would pay.
-    from services.api.server import ServerOptions, run_server
+    from tickwork.services.api.server import ServerOptions, run_server
 
     options = ServerOptions(
         bind=bind,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from shared.config import Setting, SettingValues, count_setting, invalid, positive_int
+from tickwork.shared.config import Setting, SettingValues, count_setting, invalid, positive_int
 
 Role = Literal["read", "admin"]
 ROLES: tuple[Role, ...] = ("read", "admin")

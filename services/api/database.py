@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from flask import current_app
 from sqlalchemy import Connection, Engine
 
-from shared.store.dialects import dialect_of
+from tickwork.shared.store.dialects import dialect_of
 
 ENGINE_KEY = "tickwork.engine"
 

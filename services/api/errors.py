@@ -20,8 +20,8 @@ from sqlalchemy.exc import DataError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 
-from shared.dsl.archive import ArchiveTooLarge
-from shared.errors import (
+from tickwork.shared.dsl.archive import ArchiveTooLarge
+from tickwork.shared.errors import (
     Conflict,
     InvalidInput,
     InvalidSchedule,

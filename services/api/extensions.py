@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from flask import Flask, current_app
 
-from services.api.config import ApiConfig
-from services.api.metrics import ApiMetrics
+from tickwork.services.api.config import ApiConfig
+from tickwork.services.api.metrics import ApiMetrics
 
 CONFIG_KEY = "tickwork.config"
 METRICS_KEY = "tickwork.metrics"

@@ -1,6 +1,6 @@
 """The filters the sessions and attempts lists take, as query parameters: exact or partial
 project and workflow names, a state and a session time range, read into the store's
-:class:`~shared.store.history.RunFilters`."""
+:class:`~tickwork.shared.store.history.RunFilters`."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from datetime import datetime
 
 from pydantic import Field
 
-from services.api import times
-from services.api.errors import InvalidParameter
-from services.api.paging import PageQuery
-from shared.domain.states import AttemptState
-from shared.store.history import RunFilters
+from tickwork.services.api import times
+from tickwork.services.api.errors import InvalidParameter
+from tickwork.services.api.paging import PageQuery
+from tickwork.shared.domain.states import AttemptState
+from tickwork.shared.store.history import RunFilters
 
 
 class RunsQuery(PageQuery):

@@ -26,7 +26,7 @@ from gunicorn.http.body import Body, ChunkedReader
 from gunicorn.http.errors import NoMoreData, ParseException
 from werkzeug.exceptions import BadRequest, RequestTimeout
 
-from services.api.errors import ApiProblem
+from tickwork.services.api.errors import ApiProblem
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 

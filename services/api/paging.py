@@ -11,10 +11,10 @@ from flask import current_app
 from pydantic import Field
 from sqlalchemy import ColumnElement, Connection, Row, Select
 
-from services.api.errors import InvalidParameter
-from services.api.models import RequestQuery
-from shared.domain.storable import MAX_INTEGER
-from shared.store.paging import fetch_keyset_page
+from tickwork.services.api.errors import InvalidParameter
+from tickwork.services.api.models import RequestQuery
+from tickwork.shared.domain.storable import MAX_INTEGER
+from tickwork.shared.store.paging import fetch_keyset_page
 
 DEFAULT_LIMIT = 100
 MAX_ID = MAX_INTEGER  # ids are 64-bit integers

@@ -1,6 +1,6 @@
 """Serving the API with gunicorn, configured in code (no gunicorn.conf.py).
 
-The workers are gevent workers (:mod:`services.api.worker`): a connection costs a
+The workers are gevent workers (:mod:`tickwork.services.api.worker`): a connection costs a
 greenlet, not a thread, so idle and slow clients and log follow streams cannot take every
 worker; the waits for a header block and for a body are bounded (docs/rest-api.md,
 "Serving model").
@@ -25,12 +25,12 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.glogging import Logger as GunicornLogger
 from prometheus_client import multiprocess
 
-from services.api.app import create_app
-from services.api.config import ApiConfig
-from services.api.framing import check_bodies
-from services.api.metrics import MULTIPROC_ENV
-from services.api.worker import ApiWorker
-from shared.logging import FIELDS_ATTRIBUTE
+from tickwork.services.api.app import create_app
+from tickwork.services.api.config import ApiConfig
+from tickwork.services.api.framing import check_bodies
+from tickwork.services.api.metrics import MULTIPROC_ENV
+from tickwork.services.api.worker import ApiWorker
+from tickwork.shared.logging import FIELDS_ATTRIBUTE
 
 logger = logging.getLogger(__name__)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from services.api.errors import ApiProblem, InvalidBody, InvalidParameter
-from shared.display import iso_time
-from shared.domain.entries import BadEntry, read_time
+from tickwork.services.api.errors import ApiProblem, InvalidBody, InvalidParameter
+from tickwork.shared.display import iso_time
+from tickwork.shared.domain.entries import BadEntry, read_time
 
 
 def parse_time(
@@ -20,7 +20,7 @@ def parse_time(
     """An aware time from ``raw``; a naive one is in ``timezone`` (with None it stays
     naive, for the caller to read in a zone it learns later: a workflow's).
 
-    :func:`shared.domain.entries.read_time`, its errors naming the body member
+    :func:`tickwork.shared.domain.entries.read_time`, its errors naming the body member
     (``pointer``) or the query parameter (``parameter``): for text that is not a time
     (whitespace around it included), and for a time outside the range every zone can show.
     """
@@ -40,4 +40,4 @@ def _bad(detail: str, pointer: str | None, parameter: str | None) -> ApiProblem:
 
 format_time = iso_time
 """``instant`` as ISO 8601 with its offset, in ``timezone`` when given (else UTC, and in
-UTC too when that zone cannot show it): :func:`shared.display.iso_time`."""
+UTC too when that zone cannot show it): :func:`tickwork.shared.display.iso_time`."""

@@ -31,7 +31,7 @@ from waitress.channel import HTTPChannel
 from waitress.task import ErrorTask
 from waitress.utilities import BadRequest
 
-from services.api.errors import PROBLEM_MEDIA_TYPE, problem_document
+from tickwork.services.api.errors import PROBLEM_MEDIA_TYPE, problem_document
 
 CHECKED_WAITRESS_VERSIONS = ("3.0.2",)
 """The waitress versions the classes below were read against."""

@@ -45,9 +45,9 @@ from gunicorn.http.errors import (
 )
 from gunicorn.workers.ggevent import GeventWorker
 
-from services.api.cooperative_psycopg import use_cooperative_psycopg
-from services.api.errors import PROBLEM_MEDIA_TYPE, problem_document
-from services.api.framing import unsupported_transfer_coding
+from tickwork.services.api.cooperative_psycopg import use_cooperative_psycopg
+from tickwork.services.api.errors import PROBLEM_MEDIA_TYPE, problem_document
+from tickwork.services.api.framing import unsupported_transfer_coding
 
 CHECKED_GUNICORN_VERSIONS = ("27.0.1",)
 """The gunicorn versions this module and services/api/framing.py were read against."""

@@ -7,9 +7,9 @@ from typing import Any
 
 import click
 
-from services.cli.client import api
-from services.cli.errors import EXIT_CODES_HELP
-from services.cli.output import field, format_time, print_items, print_json, text
+from tickwork.services.cli.client import api
+from tickwork.services.cli.errors import EXIT_CODES_HELP
+from tickwork.services.cli.output import field, format_time, print_items, print_json, text
 
 ADMIN_EPILOG = (
     "\b\nThe command asks the tickwork API at --endpoint (--database-url is gone: to work\n"

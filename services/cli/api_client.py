@@ -20,8 +20,8 @@ from urllib.parse import quote
 
 import httpx
 
-from services.cli.errors import did_you_mean
-from shared.errors import (
+from tickwork.services.cli.errors import did_you_mean
+from tickwork.shared.errors import (
     ApiUnavailable,
     Conflict,
     InvalidInput,
@@ -30,7 +30,7 @@ from shared.errors import (
     TickworkError,
     Unauthorized,
 )
-from shared.json_types import Json
+from tickwork.shared.json_types import Json
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 PAGE_LIMIT = 100

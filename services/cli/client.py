@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from services.cli.errors import ExitCode, exit_status, exit_with
-from shared.errors import InvalidInput, Problem, TickworkError, Unauthorized
+from tickwork.services.cli.errors import ExitCode, exit_status, exit_with
+from tickwork.shared.errors import InvalidInput, Problem, TickworkError, Unauthorized
 
 if TYPE_CHECKING:
-    from services.cli.api_client import ApiClient
+    from tickwork.services.cli.api_client import ApiClient
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:8765"
 
@@ -214,10 +214,10 @@ def _plain(message: str) -> str:
 @contextmanager
 def api(endpoint: str | None) -> Iterator[ApiClient]:
     """A client of the API; every error it raises ends the command with one line and the
-    exit status of its kind (:func:`services.cli.errors.exit_status`). A problem with a
+    exit status of its kind (:func:`tickwork.services.cli.errors.exit_status`). A problem with a
     field of a request is reported under the flag that gave it (:func:`flag_problems`)."""
     # httpx takes a fifth of a second to import: only a command that calls the API pays it.
-    from services.cli.api_client import ApiClient
+    from tickwork.services.cli.api_client import ApiClient
 
     settings = read_settings(endpoint)
     client = ApiClient(settings.endpoint, settings.token)

@@ -1,6 +1,6 @@
 """The CLI's side of how a ``tickwork`` command ends when something goes wrong: the root
 group that turns an error of tickwork's tree into its exit status and one line, and
-``did you mean`` hints. The exit statuses themselves are in :mod:`shared.exits`.
+``did you mean`` hints. The exit statuses themselves are in :mod:`tickwork.shared.exits`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 
 import click
 
-from services.cli.lazy import LazyGroup
-from shared.errors import TickworkError
-from shared.exits import (
+from tickwork.services.cli.lazy import LazyGroup
+from tickwork.shared.errors import TickworkError
+from tickwork.shared.exits import (
     EXIT_CODES_HELP,
     ExitCode,
     ExitStatus,

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from services.cli.output import text
-from shared.domain.states import AttemptState, TaskState
-from shared.json_types import Json
+from tickwork.services.cli.output import text
+from tickwork.shared.domain.states import AttemptState, TaskState
+from tickwork.shared.json_types import Json
 
 if TYPE_CHECKING:
-    from services.cli.api_client import ApiClient
+    from tickwork.services.cli.api_client import ApiClient
 
 
 @dataclass(frozen=True)

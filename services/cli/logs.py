@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from services.cli.client import ATTEMPT_ID, api, client_options
-from services.cli.errors import EXIT_CODES_HELP, ExitCode
-from services.cli.output import print_json
-from shared.errors import NotFound
+from tickwork.services.cli.client import ATTEMPT_ID, api, client_options
+from tickwork.services.cli.errors import EXIT_CODES_HELP, ExitCode
+from tickwork.services.cli.output import print_json
+from tickwork.shared.errors import NotFound
 
 if TYPE_CHECKING:
-    from services.cli.api_client import ApiClient
+    from tickwork.services.cli.api_client import ApiClient
 
 LOG_EXIT_CODES_HELP = (
     EXIT_CODES_HELP + "\n\b\n"

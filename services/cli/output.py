@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from shared.display import time_text
+from tickwork.shared.display import time_text
 
 
 def print_json(value: Any) -> None:
@@ -57,7 +57,7 @@ _ISO_TIME = re.compile(r"\A\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
 
 
 def format_time(value: datetime | str) -> str:
-    """A time as the CLI shows it (:func:`shared.display.time_text`): ISO 8601 to the
+    """A time as the CLI shows it (:func:`tickwork.shared.display.time_text`): ISO 8601 to the
     second, in the offset it carries, with ``Z`` for UTC (``2026-12-02T09:00:00+09:00``,
     ``2026-12-02T00:00:00Z``). A string that is not an ISO 8601 time is returned as it is."""
     if isinstance(value, datetime):

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from shared.clock import utc_now
-from shared.domain.entries import (
+from tickwork.shared.clock import utc_now
+from tickwork.shared.domain.entries import (
     BadEntry,
     nested_params,
     read_session_time,
@@ -17,7 +17,7 @@ from shared.domain.entries import (
 )
 
 if TYPE_CHECKING:
-    from services.cli.api_client import ApiClient
+    from tickwork.services.cli.api_client import ApiClient
 
 SESSION_HELP = (
     'Session time: now, hourly, daily, last, YYYY-MM-DD, "YYYY-MM-DD HH:MM:SS" or ISO 8601 '
@@ -28,7 +28,7 @@ SESSION_HELP = (
 
 def parse_session_time(raw: str, timezone: str, param_hint: str = "'--session-time'") -> datetime:
     """ISO 8601, ``YYYY-MM-DD`` or ``YYYY-MM-DD HH:MM:SS``; naive times are in ``timezone``
-    (:func:`shared.domain.entries.read_session_time`, its errors naming the option)."""
+    (:func:`tickwork.shared.domain.entries.read_session_time`, its errors naming the option)."""
     try:
         return read_session_time(raw, timezone)
     except BadEntry as error:
@@ -39,7 +39,7 @@ def session_time_of(
     raw: str, now: datetime, timezone: str, last: datetime | None = None
 ) -> datetime:
     """The session time ``--session raw`` names
-    (:func:`shared.domain.entries.session_time_named`, its errors naming ``--session``)."""
+    (:func:`tickwork.shared.domain.entries.session_time_named`, its errors naming ``--session``)."""
     try:
         return session_time_named(raw, now, timezone, last)
     except BadEntry as error:
@@ -51,7 +51,7 @@ def resolve_session_option(
 ) -> datetime | None:
     """The session time of ``start --session raw`` (None without the option: the API's
     now), read in the zone of the workflow's latest revision."""
-    from shared.domain.schedule import resolve_timezone
+    from tickwork.shared.domain.schedule import resolve_timezone
 
     if raw is None:
         return None

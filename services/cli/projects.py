@@ -12,9 +12,9 @@ from typing import Any
 
 import click
 
-from services.cli.client import api, client_options, limit_option
-from services.cli.errors import EXIT_CODES_HELP, ExitCode, exit_with
-from services.cli.output import field, print_items, print_json, text
+from tickwork.services.cli.client import api, client_options, limit_option
+from tickwork.services.cli.errors import EXIT_CODES_HELP, ExitCode, exit_with
+from tickwork.services.cli.output import field, print_items, print_json, text
 
 
 @click.command("push", epilog=EXIT_CODES_HELP)
@@ -42,7 +42,7 @@ def push_command(
     --project names it. Every workflow is validated first; one invalid file rejects the
     upload, and every problem is printed as file:line: message (exit status 2).
     """
-    from shared.dsl.archive import pack_project
+    from tickwork.shared.dsl.archive import pack_project
 
     project = project or directory.resolve().name
 

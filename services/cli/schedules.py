@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from services.cli.admin_api import (
+from tickwork.services.cli.admin_api import (
     ADMIN_EPILOG,
     backfill_via_api,
     list_schedules_via_api,
@@ -19,17 +19,17 @@ from services.cli.admin_api import (
     resume_via_api,
     skip_via_api,
 )
-from services.cli.client import client_options, no_database_url
-from services.cli.errors import fail
-from services.cli.output import format_time
-from services.cli.params import parse_session_time
-from shared.clock import utc_now
-from shared.domain.schedule import ScheduleSpec, parse_schedule
-from shared.dsl.parser import parse_workflow_file
-from shared.errors import InvalidInput, InvalidSchedule
+from tickwork.services.cli.client import client_options, no_database_url
+from tickwork.services.cli.errors import fail
+from tickwork.services.cli.output import format_time
+from tickwork.services.cli.params import parse_session_time
+from tickwork.shared.clock import utc_now
+from tickwork.shared.domain.schedule import ScheduleSpec, parse_schedule
+from tickwork.shared.dsl.parser import parse_workflow_file
+from tickwork.shared.errors import InvalidInput, InvalidSchedule
 
 MAX_SKIP = 10_000
-"""Session times one skip may pass: shared.store.schedules.MAX_SKIP, which the store
+"""Session times one skip may pass: tickwork.shared.store.schedules.MAX_SKIP, which the store
 enforces (a test checks that the two agree); kept here so that this module imports no
 store code."""
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import click
 
-from services.cli.admin_api import ADMIN_EPILOG
-from services.cli.client import api, client_options, no_database_url
-from services.cli.output import field, print_items, print_json
-from shared.errors import NotFound
-from shared.secrets import MAX_SECRET_BYTES
+from tickwork.services.cli.admin_api import ADMIN_EPILOG
+from tickwork.services.cli.client import api, client_options, no_database_url
+from tickwork.services.cli.output import field, print_items, print_json
+from tickwork.shared.errors import NotFound
+from tickwork.shared.secrets import MAX_SECRET_BYTES
 
 
 @click.group("secrets", epilog=ADMIN_EPILOG)

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from services.cli.admin_api import ADMIN_EPILOG, kill_via_api
-from services.cli.client import (
+from tickwork.services.cli.admin_api import ADMIN_EPILOG, kill_via_api
+from tickwork.services.cli.client import (
     ATTEMPT_ID,
     F,
     RecordId,
@@ -22,22 +22,22 @@ from services.cli.client import (
     limit_option,
     no_database_url,
 )
-from services.cli.errors import EXIT_CODES_HELP, ExitCode
-from services.cli.failures import (
+from tickwork.services.cli.errors import EXIT_CODES_HELP, ExitCode
+from tickwork.services.cli.failures import (
     echo_failure_report,
     read_failure_report,
     running_lines,
     with_failures,
 )
-from services.cli.output import field, print_fields, print_items, print_json, text
-from services.cli.params import (
+from tickwork.services.cli.output import field, print_fields, print_items, print_json, text
+from tickwork.services.cli.params import (
     SESSION_HELP,
     build_params,
     resolve_session_option,
 )
 
 if TYPE_CHECKING:
-    from services.cli.api_client import ApiClient
+    from tickwork.services.cli.api_client import ApiClient
 
 DONE_STATES = frozenset({"success", "error", "canceled", "killed"})
 WAIT_POLL_SECONDS = 0.5

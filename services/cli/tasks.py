@@ -12,13 +12,13 @@ from collections.abc import Iterator
 
 import click
 
-from services.cli.client import ATTEMPT_ID, api, client_options
-from services.cli.errors import EXIT_CODES_HELP
-from services.cli.failures import error_message
-from services.cli.output import print_json, text
-from shared.display import duration_text
-from shared.domain.states import CURRENT_ERROR_STATES
-from shared.json_types import Json
+from tickwork.services.cli.client import ATTEMPT_ID, api, client_options
+from tickwork.services.cli.errors import EXIT_CODES_HELP
+from tickwork.services.cli.failures import error_message
+from tickwork.services.cli.output import print_json, text
+from tickwork.shared.display import duration_text
+from tickwork.shared.domain.states import CURRENT_ERROR_STATES
+from tickwork.shared.json_types import Json
 
 INDENT = "  "
 """What each level of the tree adds before a task's name."""

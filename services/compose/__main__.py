@@ -1,5 +1,5 @@
-"""``python -m services.compose``: the ``tickwork`` command."""
+"""``python -m tickwork.services.compose``: the ``tickwork`` command."""
 
-from services.compose.commands import main
+from tickwork.services.compose.commands import main
 
 main()

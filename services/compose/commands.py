@@ -4,120 +4,124 @@ Each command group lives in a module of its own: the client commands in services
 ask the API only), the services in their packages, and what runs them or works on their
 database here (run and check, standalone, dev, the servers, ``db``). ``tickwork --help``
 lists them from the table below without importing any, so a client command starts fast.
-How an error becomes an exit status is decided in one place, :mod:`services.cli.errors`.
+How an error becomes an exit status is decided in one place, :mod:`tickwork.services.cli.errors`.
 """
 
 from __future__ import annotations
 
 import click
 
-from services.cli.errors import ErrorMappingGroup
-from services.cli.lazy import lazy_commands
+from tickwork.services.cli.errors import ErrorMappingGroup
+from tickwork.services.cli.lazy import lazy_commands
 
 COMMANDS = lazy_commands(
     [
         # Embedded runs and validation.
         (
             "run",
-            "services.compose.run:run",
+            "tickwork.services.compose.run:run",
             "Run WORKFLOW_FILE in this process; running the same session again resumes it.",
         ),
         (
             "check",
-            "services.compose.run:check",
+            "tickwork.services.compose.run:check",
             "Validate workflow files without running anything.",
         ),
         # The services, each in its own process.
         (
             "api",
-            "services.api.command:api_command",
+            "tickwork.services.api.command:api_command",
             "Serve the REST API (docs at /api/docs) until SIGTERM.",
         ),
         (
             "scheduler",
-            "services.compose.serve:scheduler_command",
+            "tickwork.services.compose.serve:scheduler_command",
             "Run the scheduler: emit one session per scheduled time until SIGTERM.",
         ),
         (
             "executor",
-            "services.compose.serve:executor_command",
+            "tickwork.services.compose.serve:executor_command",
             "Run the executor: start attempts, dispatch their tasks to agents, apply results.",
         ),
         (
             "agent",
-            "services.compose.serve:agent_command",
+            "tickwork.services.compose.serve:agent_command",
             "Run an agent: a Celery worker that runs tasks under leases. It needs Redis only.",
         ),
         (
             "standalone",
-            "services.compose.standalone:standalone_command",
+            "tickwork.services.compose.standalone:standalone_command",
             "Run the API, the scheduler, the executor and agents in this process until SIGTERM.",
         ),
         # The API's resources: client commands, which ask the API only (tests/test_cli_imports.py
         # and the client import contract hold them to it).
         (
             "push",
-            "services.cli.projects:push_command",
+            "tickwork.services.cli.projects:push_command",
             "Upload DIRECTORY's workflows as a new revision of a project (created if needed).",
         ),
         (
             "delete",
-            "services.cli.projects:delete_command",
+            "tickwork.services.cli.projects:delete_command",
             "Delete PROJECT: its schedules stop; its sessions, attempts and revisions stay.",
         ),
         (
             "workflows",
-            "services.cli.projects:workflows_command",
+            "tickwork.services.cli.projects:workflows_command",
             "List the workflows of every project's latest revision (or of PROJECT's).",
         ),
         (
             "start",
-            "services.cli.sessions:start_command",
+            "tickwork.services.cli.sessions:start_command",
             "Start a session of WORKFLOW by hand; the same session twice is a conflict (exit 4).",
         ),
         (
             "sessions",
-            "services.cli.sessions:sessions_command",
+            "tickwork.services.cli.sessions:sessions_command",
             "List sessions, newest first, each with its last attempt.",
         ),
-        ("attempts", "services.cli.sessions:attempts_command", "List attempts, newest first."),
-        ("attempt", "services.cli.sessions:attempt_command", "Show one attempt."),
+        (
+            "attempts",
+            "tickwork.services.cli.sessions:attempts_command",
+            "List attempts, newest first.",
+        ),
+        ("attempt", "tickwork.services.cli.sessions:attempt_command", "Show one attempt."),
         (
             "retry",
-            "services.cli.sessions:retry_command",
+            "tickwork.services.cli.sessions:retry_command",
             "Start a new attempt of the session of attempt ID.",
         ),
         (
             "kill",
-            "services.cli.sessions:kill_command",
+            "tickwork.services.cli.sessions:kill_command",
             "Kill an attempt: queued tasks are revoked, running ones stopped, and it ends killed.",
         ),
-        ("tasks", "services.cli.tasks:tasks_command", "Show the task tree of an attempt."),
+        ("tasks", "tickwork.services.cli.tasks:tasks_command", "Show the task tree of an attempt."),
         (
             "log",
-            "services.cli.logs:log_command",
+            "tickwork.services.cli.logs:log_command",
             "Print the log of an attempt (of the tasks under +TASK only, if given).",
         ),
         (
             "schedules",
-            "services.cli.schedules:schedules_group",
+            "tickwork.services.cli.schedules:schedules_group",
             "List schedules (the default), preview times, and pause, resume or skip a schedule.",
         ),
         (
             "backfill",
-            "services.cli.schedules:backfill_command",
+            "tickwork.services.cli.schedules:backfill_command",
             "Create sessions for every scheduled time in a range; existing ones are kept.",
         ),
         (
             "secrets",
-            "services.cli.secrets:secrets_group",
+            "tickwork.services.cli.secrets:secrets_group",
             "Set, list and delete a project's secrets (values are never shown).",
         ),
         # Operating a deployment (what works on the database itself) and developing tickwork.
-        ("db", "services.compose.db:db_group", "Database schema commands."),
+        ("db", "tickwork.services.compose.db:db_group", "Database schema commands."),
         (
             "dev",
-            "services.compose.dev:dev_command",
+            "tickwork.services.compose.dev:dev_command",
             "Run the API, the scheduler, the executor and agents as local processes until Ctrl-C.",
         ),
     ]

@@ -18,13 +18,13 @@ import click
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from services.cli.errors import fail
-from services.compose.db_logs import import_logs
-from services.compose.db_prune import prune
-from services.compose.options import DATABASE_URL_OPTION
-from shared.errors import StoreUnavailable
-from shared.store.engine import create_store_engine, describe_store_error
-from shared.store.migrate import (
+from tickwork.services.cli.errors import fail
+from tickwork.services.compose.db_logs import import_logs
+from tickwork.services.compose.db_prune import prune
+from tickwork.services.compose.options import DATABASE_URL_OPTION
+from tickwork.shared.errors import StoreUnavailable
+from tickwork.shared.store.engine import create_store_engine, describe_store_error
+from tickwork.shared.store.migrate import (
     SchemaState,
     current_revision,
     head_revision,

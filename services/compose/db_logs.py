@@ -1,5 +1,5 @@
 """``tickwork db import-logs DIR``: move the task log files of an earlier release (its
-``TICKWORK_LOG_DIR``) into the store, once (see :mod:`shared.store.log_import`).
+``TICKWORK_LOG_DIR``) into the store, once (see :mod:`tickwork.shared.store.log_import`).
 
 Idempotent and resumable: run it again after a crash and it goes on where it was. A bar
 shows the bytes on a terminal; elsewhere a JSON line says how far it is every
@@ -19,19 +19,19 @@ import click
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from services.cli.errors import fail
-from services.compose.options import DATABASE_URL_OPTION
-from shared.clock import utc_now
-from shared.errors import StoreUnavailable
-from shared.logging import configure_logging
-from shared.store.engine import describe_store_error
-from shared.store.log_import import (
+from tickwork.services.cli.errors import fail
+from tickwork.services.compose.options import DATABASE_URL_OPTION
+from tickwork.shared.clock import utc_now
+from tickwork.shared.errors import StoreUnavailable
+from tickwork.shared.logging import configure_logging
+from tickwork.shared.store.engine import describe_store_error
+from tickwork.shared.store.log_import import (
     ImportReport,
     LogFileFound,
     find_log_files,
     import_log_file,
 )
-from shared.store.migrate import open_migrated_store
+from tickwork.shared.store.migrate import open_migrated_store
 
 log = logging.getLogger(__name__)
 

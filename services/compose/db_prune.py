@@ -21,15 +21,15 @@ import click
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from services.cli.errors import fail
-from services.compose.options import DATABASE_URL_OPTION
-from shared.clock import utc_now
-from shared.errors import InvalidConfig, StoreUnavailable
-from shared.logging import configure_logging
-from shared.store.dialects import dialect_of
-from shared.store.engine import describe_store_error
-from shared.store.migrate import open_migrated_store
-from shared.store.retention import (
+from tickwork.services.cli.errors import fail
+from tickwork.services.compose.options import DATABASE_URL_OPTION
+from tickwork.shared.clock import utc_now
+from tickwork.shared.errors import InvalidConfig, StoreUnavailable
+from tickwork.shared.logging import configure_logging
+from tickwork.shared.store.dialects import dialect_of
+from tickwork.shared.store.engine import describe_store_error
+from tickwork.shared.store.migrate import open_migrated_store
+from tickwork.shared.store.retention import (
     PruneResult,
     RetentionPolicy,
     find_project_id,

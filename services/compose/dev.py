@@ -26,8 +26,8 @@ from pathlib import Path
 
 import click
 
-from services.cli.errors import fail
-from services.compose.dev_checks import (
+from tickwork.services.cli.errors import fail
+from tickwork.services.compose.dev_checks import (
     API_HOST,
     DEFAULT_API_PORT,
     DEFAULT_METRICS_BASE_PORT,
@@ -40,7 +40,7 @@ from services.compose.dev_checks import (
     prepare_database,
     read_project,
 )
-from services.compose.dev_processes import (
+from tickwork.services.compose.dev_processes import (
     DEV_SERVICE,
     POLL_SECONDS,
     DevOutput,
@@ -49,9 +49,9 @@ from services.compose.dev_processes import (
     StopSignals,
     describe_exit,
 )
-from shared.config import LOG_LEVEL
-from shared.config_options import passed_on_option
-from shared.store.urls import printable_url
+from tickwork.shared.config import LOG_LEVEL
+from tickwork.shared.config_options import passed_on_option
+from tickwork.shared.store.urls import printable_url
 
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/tickwork_dev"
 DATABASE_URL_ENV = "TICKWORK_DEV_DATABASE_URL"
@@ -74,7 +74,9 @@ def tickwork_argv() -> list[str]:
     """``tickwork`` for this Python: the script beside it, else its module (which would
     put the current directory, where another ``services`` package may be, on the path)."""
     script = Path(sys.executable).with_name("tickwork")
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "services.compose"]
+    return (
+        [str(script)] if script.is_file() else [sys.executable, "-m", "tickwork.services.compose"]
+    )
 
 
 def service_processes(settings: DevSettings, auth: bool) -> list[ServiceProcess]:
@@ -122,8 +124,8 @@ def push_when_ready(
     settings: DevSettings, archive: bytes, revision: str, token: str | None, output: DevOutput
 ) -> None:
     """Wait (bounded) for the API to be ready, then push the project over REST."""
-    from services.cli.api_client import ApiClient
-    from shared.errors import TickworkError
+    from tickwork.services.cli.api_client import ApiClient
+    from tickwork.shared.errors import TickworkError
 
     with ApiClient(settings.api_url, token=token) as client:
         deadline = time.monotonic() + API_READY_TIMEOUT_SECONDS
@@ -317,7 +319,7 @@ def dev_command(
     output's reader is gone 141. Without API tokens (TICKWORK_API_TOKENS or
     TICKWORK_API_TOKENS_FILE) authentication is off: the API listens on 127.0.0.1 only.
     """
-    from services.compose.standalone import state_directory
+    from tickwork.services.compose.standalone import state_directory
 
     project = project_dir.resolve() if project_dir is not None else None
     chosen_api_port = choose_api_port(api_port)
@@ -358,8 +360,8 @@ def dev_command(
 def _api_auth() -> tuple[bool, str | None]:
     """Whether the API needs tokens (only if some are configured: it is bound to loopback),
     and an admin token for the push."""
-    from services.api.config import ApiConfig
-    from shared.errors import TickworkError
+    from tickwork.services.api.config import ApiConfig
+    from tickwork.shared.errors import TickworkError
 
     try:
         tokens = ApiConfig.from_environment().tokens

@@ -11,8 +11,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.cli.errors import fail, fail_unavailable
-from shared.store.urls import printable_url
+from tickwork.services.cli.errors import fail, fail_unavailable
+from tickwork.shared.store.urls import printable_url
 
 API_HOST = "127.0.0.1"
 METRICS_HOST = "0.0.0.0"  # where the services bind their health and metrics ports
@@ -140,10 +140,10 @@ def prepare_database(url: str) -> tuple[bool, str]:
     whether it was created, and its revision. Exits with one line when it cannot."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from shared.errors import StoreUnavailable
-    from shared.store.dialects import dialect_of
-    from shared.store.engine import create_store_engine, describe_store_error
-    from shared.store.migrate import current_revision, upgrade_database
+    from tickwork.shared.errors import StoreUnavailable
+    from tickwork.shared.store.dialects import dialect_of
+    from tickwork.shared.store.engine import create_store_engine, describe_store_error
+    from tickwork.shared.store.migrate import current_revision, upgrade_database
 
     try:
         engine = create_store_engine(url)
@@ -175,7 +175,7 @@ def _create_missing_database(url: str) -> bool:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import SQLAlchemyError
 
-    from shared.store.engine import create_store_engine
+    from tickwork.shared.store.engine import create_store_engine
 
     target = make_url(url)
     maintenance = create_store_engine(
@@ -199,8 +199,8 @@ def _create_missing_database(url: str) -> bool:
 def read_project(directory: Path) -> tuple[bytes, str]:
     """The project's archive and its revision name (after its content, so a restart with
     the same files adds no revision); exits with its problems when a workflow is invalid."""
-    from shared.dsl.archive import pack_project, read_project_archive
-    from shared.errors import TickworkError
+    from tickwork.shared.dsl.archive import pack_project, read_project_archive
+    from tickwork.shared.errors import TickworkError
 
     if not directory.is_dir():
         fail(f"error: --project: no such directory: {directory}")

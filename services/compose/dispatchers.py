@@ -1,5 +1,5 @@
 """The in-process dispatchers: agents' work on a thread pool of this process, behind the
-executor's :class:`~shared.dispatch.seam.Dispatcher` seam.
+executor's :class:`~tickwork.shared.dispatch.seam.Dispatcher` seam.
 
 :class:`InProcessDispatcher` serves ``tickwork run`` (one attempt, nothing to revoke or
 reap); :class:`ControlledDispatcher` serves ``tickwork standalone``, where attempts are
@@ -13,11 +13,11 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from services.agent.local import StreamingRunner
-from services.agent.operators.base import RunControl, StopReason
-from shared.dispatch.leases import Lease, LeaseState
-from shared.dispatch.messages import TaskEvent, TaskMessage, WorkCommitted
-from shared.dispatch.seam import EventSink, TaskRunner
+from tickwork.services.agent.local import StreamingRunner
+from tickwork.services.agent.operators.base import RunControl, StopReason
+from tickwork.shared.dispatch.leases import Lease, LeaseState
+from tickwork.shared.dispatch.messages import TaskEvent, TaskMessage, WorkCommitted
+from tickwork.shared.dispatch.seam import EventSink, TaskRunner
 
 
 class InProcessDispatcher:

@@ -16,29 +16,29 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from services.agent.archives import ArchiveCache
-from services.agent.local import StreamingRunner, scratch_dir
-from services.agent.operators.base import ResourceLimits
-from services.agent.operators.process import terminate_children
-from services.agent.runner import TaskRunner
-from services.compose.dispatchers import InProcessDispatcher
-from services.executor.graph import TaskMove
-from services.executor.loop import MAX_TASKS_PER_ATTEMPT, TickReport, WorkflowExecutor
-from shared.clock import SystemClock, utc_now
-from shared.dispatch.messages import TaskEvent, TaskMessage
-from shared.dispatch.seam import EventSink
-from shared.domain.schedule import ScheduleSpec
-from shared.domain.states import AttemptState
-from shared.domain.workflow import WorkflowDefinition
-from shared.errors import Conflict, StoreUnavailable
-from shared.runner import IdleBackoff, run_until_stopped
-from shared.store import projects as project_store
-from shared.store import schedules as schedule_store
-from shared.store import sessions as session_store
-from shared.store import tasks as task_store
-from shared.store.dialects import dialect_of
-from shared.store.engine import notify_work, read_only
-from shared.store.migrate import open_migrated_store
+from tickwork.services.agent.archives import ArchiveCache
+from tickwork.services.agent.local import StreamingRunner, scratch_dir
+from tickwork.services.agent.operators.base import ResourceLimits
+from tickwork.services.agent.operators.process import terminate_children
+from tickwork.services.agent.runner import TaskRunner
+from tickwork.services.compose.dispatchers import InProcessDispatcher
+from tickwork.services.executor.graph import TaskMove
+from tickwork.services.executor.loop import MAX_TASKS_PER_ATTEMPT, TickReport, WorkflowExecutor
+from tickwork.shared.clock import SystemClock, utc_now
+from tickwork.shared.dispatch.messages import TaskEvent, TaskMessage
+from tickwork.shared.dispatch.seam import EventSink
+from tickwork.shared.domain.schedule import ScheduleSpec
+from tickwork.shared.domain.states import AttemptState
+from tickwork.shared.domain.workflow import WorkflowDefinition
+from tickwork.shared.errors import Conflict, StoreUnavailable
+from tickwork.shared.runner import IdleBackoff, run_until_stopped
+from tickwork.shared.store import projects as project_store
+from tickwork.shared.store import schedules as schedule_store
+from tickwork.shared.store import sessions as session_store
+from tickwork.shared.store import tasks as task_store
+from tickwork.shared.store.dialects import dialect_of
+from tickwork.shared.store.engine import notify_work, read_only
+from tickwork.shared.store.migrate import open_migrated_store
 
 IDLE_WAIT_SECONDS = 0.2
 """The longest wait between passes of ``tickwork run`` (an agent's event ends it sooner)."""

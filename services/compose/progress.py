@@ -21,12 +21,12 @@ from rich.table import Table
 from rich.text import Text
 from sqlalchemy import Engine
 
-from services.executor.graph import TaskMove
-from shared.dispatch.messages import TaskEvent, TaskFinished
-from shared.domain.durations import format_duration
-from shared.domain.states import TIMED_TASK_STATES, TaskState
-from shared.store.engine import read_only
-from shared.store.tasks import TaskRow, list_attempt_tasks
+from tickwork.services.executor.graph import TaskMove
+from tickwork.shared.dispatch.messages import TaskEvent, TaskFinished
+from tickwork.shared.domain.durations import format_duration
+from tickwork.shared.domain.states import TIMED_TASK_STATES, TaskState
+from tickwork.shared.store.engine import read_only
+from tickwork.shared.store.tasks import TaskRow, list_attempt_tasks
 
 REFRESH_SECONDS = 0.25
 STATE_STYLES = {

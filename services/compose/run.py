@@ -14,25 +14,25 @@ from typing import TYPE_CHECKING
 
 import click
 
-from services.cli.errors import ExitCode
-from services.cli.errors import fail as _fail
-from services.cli.failures import failure_lines
-from services.cli.params import build_params, parse_session_time
-from services.cli.schedules import preview_lines
-from shared.clock import utc_now
-from shared.config import EMBEDDED_SETTINGS, EmbeddedConfig
-from shared.domain.schedule import ScheduleSpec, written_timezone
-from shared.domain.states import AttemptState, TaskState
-from shared.domain.workflow import WorkflowDefinition
-from shared.dsl.parser import parse_workflow_file
-from shared.errors import InvalidInput, TickworkError
-from shared.logging import configure_logging
+from tickwork.services.cli.errors import ExitCode
+from tickwork.services.cli.errors import fail as _fail
+from tickwork.services.cli.failures import failure_lines
+from tickwork.services.cli.params import build_params, parse_session_time
+from tickwork.services.cli.schedules import preview_lines
+from tickwork.shared.clock import utc_now
+from tickwork.shared.config import EMBEDDED_SETTINGS, EmbeddedConfig
+from tickwork.shared.domain.schedule import ScheduleSpec, written_timezone
+from tickwork.shared.domain.states import AttemptState, TaskState
+from tickwork.shared.domain.workflow import WorkflowDefinition
+from tickwork.shared.dsl.parser import parse_workflow_file
+from tickwork.shared.errors import InvalidInput, TickworkError
+from tickwork.shared.logging import configure_logging
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine
 
-    from services.compose.embedded import RunOutcome, RunRequest
-    from shared.store.tasks import TaskRow
+    from tickwork.services.compose.embedded import RunOutcome, RunRequest
+    from tickwork.shared.store.tasks import TaskRow
 
 # The embedded runtime (the store, the executor, the agent's runner) is imported by `run`
 # itself: `check` and `run --help` need none of it.
@@ -87,8 +87,8 @@ def run(
     on_executor: bool,
 ) -> None:
     """Run WORKFLOW_FILE in this process; running the same session again resumes it."""
-    from services.agent.operators.base import ResourceLimits
-    from services.compose.embedded import RunRequest, default_session_time
+    from tickwork.services.agent.operators.base import ResourceLimits
+    from tickwork.services.compose.embedded import RunRequest, default_session_time
 
     config = _config()
     configure_logging(config.log_level)
@@ -154,9 +154,9 @@ def _exit_on_sigterm(_signum: int, _frame: object) -> None:
 
 
 def _run(request: RunRequest, quiet: bool, on_executor: bool = False) -> int:
-    from services.compose.embedded import follow_on_executor, run_workflow
-    from services.compose.progress import make_display
-    from shared.store.migrate import open_migrated_store
+    from tickwork.services.compose.embedded import follow_on_executor, run_workflow
+    from tickwork.services.compose.progress import make_display
+    from tickwork.shared.store.migrate import open_migrated_store
 
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     display = make_display(quiet=quiet)
@@ -192,8 +192,8 @@ def _run(request: RunRequest, quiet: bool, on_executor: bool = False) -> int:
 def _print_summary(
     engine: Engine, request: RunRequest, outcome: RunOutcome, on_executor: bool = False
 ) -> None:
-    from shared.store.engine import read_only
-    from shared.store.tasks import list_attempt_tasks
+    from tickwork.shared.store.engine import read_only
+    from tickwork.shared.store.tasks import list_attempt_tasks
 
     with read_only(engine) as conn:
         rows = list_attempt_tasks(conn, outcome.attempt_id)
@@ -237,8 +237,8 @@ def _retries(row: TaskRow) -> str:
 def _log_tails(conn: Connection, attempt_id: int, task_ids: set[int]) -> dict[int, list[str]]:
     """The last lines of the latest run's log of each of ``task_ids``, read as the API
     reads them for every failure report (services/api/reads/attempts.py)."""
-    from services.api.reads.attempts import latest_run, tail_lines
-    from shared.store import logs as log_store
+    from tickwork.services.api.reads.attempts import latest_run, tail_lines
+    from tickwork.shared.store import logs as log_store
 
     logs = log_store.list_run_logs(conn, attempt_id)
     return {task_id: tail_lines(conn, latest_run(logs, task_id)) for task_id in task_ids}

@@ -19,15 +19,15 @@ from typing import Any
 
 import click
 
-from services.agent.config import AGENT_SETTINGS
-from services.cli.errors import fail, fail_unavailable
-from services.compose.options import DATABASE_URL_OPTION
-from services.executor.config import EXECUTOR_SETTINGS
-from services.scheduler.config import SCHEDULER_SETTINGS
-from shared.config_options import setting_options
-from shared.errors import InvalidConfig, StoreUnavailable
-from shared.logging import configure_logging
-from shared.store.urls import printable_url
+from tickwork.services.agent.config import AGENT_SETTINGS
+from tickwork.services.cli.errors import fail, fail_unavailable
+from tickwork.services.compose.options import DATABASE_URL_OPTION
+from tickwork.services.executor.config import EXECUTOR_SETTINGS
+from tickwork.services.scheduler.config import SCHEDULER_SETTINGS
+from tickwork.shared.config_options import setting_options
+from tickwork.shared.errors import InvalidConfig, StoreUnavailable
+from tickwork.shared.logging import configure_logging
+from tickwork.shared.store.urls import printable_url
 
 # Celery, Redis and the services' loops are imported by the commands that run them, so
 # that the help of each starts fast.
@@ -38,8 +38,8 @@ from shared.store.urls import printable_url
 @setting_options(SCHEDULER_SETTINGS)
 def scheduler_command(database_url: str, **flags: Any) -> None:
     """Run the scheduler: emit one session per scheduled time until SIGTERM."""
-    from services.scheduler.config import SchedulerSettings
-    from services.scheduler.main import serve
+    from tickwork.services.scheduler.config import SchedulerSettings
+    from tickwork.services.scheduler.main import serve
 
     try:
         settings = SchedulerSettings.from_environment(database_url=database_url, **flags)
@@ -56,8 +56,8 @@ def executor_command(database_url: str, **flags: Any) -> None:
     """Run the executor: start attempts, dispatch their tasks to agents, apply results."""
     from redis.exceptions import RedisError
 
-    from services.executor.config import ExecutorSettings
-    from services.executor.main import serve
+    from tickwork.services.executor.config import ExecutorSettings
+    from tickwork.services.executor.main import serve
 
     try:
         settings = ExecutorSettings.from_environment(os.environ, database_url=database_url, **flags)
@@ -73,8 +73,8 @@ def executor_command(database_url: str, **flags: Any) -> None:
 @setting_options(AGENT_SETTINGS)
 def agent_command(**flags: Any) -> None:
     """Run an agent: a Celery worker that runs tasks under leases. It needs Redis only."""
-    from services.agent.config import AgentSettings
-    from services.agent.main import serve
+    from tickwork.services.agent.config import AgentSettings
+    from tickwork.services.agent.main import serve
 
     if os.environ.pop("TICKWORK_DATABASE_URL", None) is not None:
         click.echo("warning: agents do not use TICKWORK_DATABASE_URL; ignoring it", err=True)

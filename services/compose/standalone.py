@@ -22,21 +22,21 @@ from typing import Any
 import click
 from sqlalchemy import Engine, event
 
-from services.agent.operators.base import ResourceLimits
-from services.agent.operators.process import terminate_children
-from services.cli.errors import fail
-from services.compose.dispatchers import ControlledDispatcher
-from services.compose.embedded import make_in_process_runner
-from services.executor.loop import Recovery, WorkflowExecutor
-from services.executor.main import run_in_process
-from services.scheduler.loop import Scheduler
-from services.scheduler.main import run as run_scheduler
-from shared.config import LOG_LEVEL
-from shared.config_options import passed_on_option
-from shared.errors import TickworkError
-from shared.runner import stop_on_signals
-from shared.store.migrate import open_migrated_store
-from shared.store.urls import printable_url
+from tickwork.services.agent.operators.base import ResourceLimits
+from tickwork.services.agent.operators.process import terminate_children
+from tickwork.services.cli.errors import fail
+from tickwork.services.compose.dispatchers import ControlledDispatcher
+from tickwork.services.compose.embedded import make_in_process_runner
+from tickwork.services.executor.loop import Recovery, WorkflowExecutor
+from tickwork.services.executor.main import run_in_process
+from tickwork.services.scheduler.loop import Scheduler
+from tickwork.services.scheduler.main import run as run_scheduler
+from tickwork.shared.config import LOG_LEVEL
+from tickwork.shared.config_options import passed_on_option
+from tickwork.shared.errors import TickworkError
+from tickwork.shared.runner import stop_on_signals
+from tickwork.shared.store.migrate import open_migrated_store
+from tickwork.shared.store.urls import printable_url
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class Standalone:
     def __init__(self, settings: StandaloneSettings, engine: Engine, app: Any) -> None:
         from waitress import create_server
 
-        from services.api.waitress_errors import ProblemChannel
+        from tickwork.services.api.waitress_errors import ProblemChannel
 
         self.settings = settings
         self.engine = engine
@@ -237,9 +237,9 @@ def push_at_start(engine: Engine, directory: Path, name: str) -> list[str]:
     """Push a project directory as the store function the API uses does; the lines that
     say what was pushed (its revision is named after its content, so a restart with the
     same files adds nothing)."""
-    from shared.clock import utc_now
-    from shared.dsl.archive import pack_project, read_project_archive
-    from shared.store.projects import push_revision
+    from tickwork.shared.clock import utc_now
+    from tickwork.shared.dsl.archive import pack_project, read_project_archive
+    from tickwork.shared.store.projects import push_revision
 
     archive = read_project_archive(pack_project(directory))
     with engine.begin() as conn:
@@ -259,9 +259,9 @@ def push_at_start(engine: Engine, directory: Path, name: str) -> list[str]:
 
 def schedule_lines(engine: Engine, project: str | None) -> list[str]:
     """One line per active schedule (of ``project`` only, if given) with its next times."""
-    from shared.clock import utc_now
-    from shared.store import schedules as schedule_store
-    from shared.store.engine import read_only
+    from tickwork.shared.clock import utc_now
+    from tickwork.shared.store import schedules as schedule_store
+    from tickwork.shared.store.engine import read_only
 
     with read_only(engine) as conn:
         rows = schedule_store.list_schedules(conn)
@@ -350,7 +350,7 @@ def standalone_command(
     Without tokens (TICKWORK_API_TOKENS or TICKWORK_API_TOKENS_FILE) authentication is
     off, which is allowed only when --bind is a loopback address.
     """
-    from shared.logging import configure_logging
+    from tickwork.shared.logging import configure_logging
 
     configure_logging(log_level.upper())
     host, port = parse_bind(bind)
@@ -379,8 +379,8 @@ def standalone_command(
 
 def _assemble(settings: StandaloneSettings) -> tuple[Standalone, bool, list[str]]:
     """The store migrated, the project pushed, the threads made (not started yet)."""
-    from services.api.app import create_app
-    from services.api.config import ApiConfig
+    from tickwork.services.api.app import create_app
+    from tickwork.services.api.config import ApiConfig
 
     config = ApiConfig.from_environment()
     auth = check_auth(settings.host, len(config.tokens))

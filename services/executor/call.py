@@ -14,14 +14,14 @@ from pathlib import Path
 
 from sqlalchemy import Connection
 
-from services.executor.messages import AttemptContext
-from shared.dispatch.messages import TaskMessage
-from shared.domain.control import BadControl
-from shared.domain.workflow import TaskSpec
-from shared.dsl.archive import extract_archive
-from shared.dsl.parser import parse_called_file
-from shared.errors import InvalidInput, InvalidWorkflow, NotFound
-from shared.store.projects import get_project_archive
+from tickwork.services.executor.messages import AttemptContext
+from tickwork.shared.dispatch.messages import TaskMessage
+from tickwork.shared.domain.control import BadControl
+from tickwork.shared.domain.workflow import TaskSpec
+from tickwork.shared.dsl.archive import extract_archive
+from tickwork.shared.dsl.parser import parse_called_file
+from tickwork.shared.errors import InvalidInput, InvalidWorkflow, NotFound
+from tickwork.shared.store.projects import get_project_archive
 
 
 def resolve_call(conn: Connection, context: AttemptContext, message: TaskMessage) -> TaskSpec:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shared.config import (
+from tickwork.shared.config import (
     COMMON_SETTINGS,
     LOG_LEVEL,
     MAX_TASKS_PER_ATTEMPT,
@@ -19,18 +19,18 @@ from shared.config import (
     required_text,
     seconds_at_least,
 )
-from shared.domain.partitions import DEFAULT_PARTITION_COUNT, MAX_PARTITION_COUNT
+from tickwork.shared.domain.partitions import DEFAULT_PARTITION_COUNT, MAX_PARTITION_COUNT
 
 # The table is read by `tickwork executor --help`: what only reading the settings needs
 # (Celery, the store) is imported when they are read, so that the help starts fast.
 if TYPE_CHECKING:
-    from services.executor.report import Recovery
-    from shared.dispatch.celery_app import RedisSettings
+    from tickwork.services.executor.report import Recovery
+    from tickwork.shared.dispatch.celery_app import RedisSettings
 
 
 def crash_point(values: Mapping[str, str], name: str) -> str:
     """A fault test's crash point, one of CRASH_POINTS (or none)."""
-    from shared.dispatch.celery_dispatch import CRASH_POINTS
+    from tickwork.shared.dispatch.celery_dispatch import CRASH_POINTS
 
     return one_of(CRASH_POINTS, f"the crash points are {', '.join(CRASH_POINTS)}")(values, name)
 
@@ -99,8 +99,8 @@ class ExecutorSettings:
     ) -> ExecutorSettings:
         """Read the settings (``overrides`` by key, e.g. ``reaper_seconds=2.0``, win over
         the environment); raises InvalidConfig naming the variable on a bad value."""
-        from services.executor.report import Recovery
-        from shared.dispatch.celery_app import RedisSettings
+        from tickwork.services.executor.report import Recovery
+        from tickwork.shared.dispatch.celery_app import RedisSettings
 
         values = SettingValues(EXECUTOR_SETTINGS, environ, overrides)
         return cls(

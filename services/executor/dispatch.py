@@ -12,31 +12,31 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from services.executor.call import resolve_call
-from services.executor.graph import TaskGraph
-from services.executor.materialize import Placement, materialize_children
-from services.executor.messages import AttemptContext, build_task_message
-from services.executor.param_store import read_params, store_params
-from services.executor.report import Pass
-from services.executor.require import run_require
-from services.executor.scope import Scope, over_task_limit
-from services.executor.sla import set_deadline
-from shared.dispatch.messages import TaskMessage, run_log_path
-from shared.domain.control import (
+from tickwork.services.executor.call import resolve_call
+from tickwork.services.executor.graph import TaskGraph
+from tickwork.services.executor.materialize import Placement, materialize_children
+from tickwork.services.executor.messages import AttemptContext, build_task_message
+from tickwork.services.executor.param_store import read_params, store_params
+from tickwork.services.executor.report import Pass
+from tickwork.services.executor.require import run_require
+from tickwork.services.executor.scope import Scope, over_task_limit
+from tickwork.services.executor.sla import set_deadline
+from tickwork.shared.dispatch.messages import TaskMessage, run_log_path
+from tickwork.shared.domain.control import (
     BadControl,
     expand,
     parallel_flag,
     wait_seconds,
 )
-from shared.domain.expressions import escape, render
-from shared.domain.operators import control_operators, executor_operators
-from shared.domain.states import AttemptState, TaskState
-from shared.domain.workflow import TaskSpec
-from shared.errors import InvalidExpression
-from shared.store import sessions as session_store
-from shared.store import tasks as task_store
-from shared.store.projects import load_workflow_definition
-from shared.store.tasks import TaskRow
+from tickwork.shared.domain.expressions import escape, render
+from tickwork.shared.domain.operators import control_operators, executor_operators
+from tickwork.shared.domain.states import AttemptState, TaskState
+from tickwork.shared.domain.workflow import TaskSpec
+from tickwork.shared.errors import InvalidExpression
+from tickwork.shared.store import sessions as session_store
+from tickwork.shared.store import tasks as task_store
+from tickwork.shared.store.projects import load_workflow_definition
+from tickwork.shared.store.tasks import TaskRow
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ def write_run_logs(work: Pass) -> None:
     records the file's final size. The results the pass applied are recorded in the
     same statement, but for tasks a retry in the pass deleted (their log rows went with
     them). Where the store can, the statement that queued the runs wrote these rows
-    already (see :func:`~shared.store.tasks.mark_tasks_queued_logging`): only what it
+    already (see :func:`~tickwork.shared.store.tasks.mark_tasks_queued_logging`): only what it
     did not is written here, and nothing, without a statement, in the usual pass."""
     dropped, logged = work.graph.dropped, work.logged_runs
     started = [

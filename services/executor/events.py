@@ -1,6 +1,6 @@
 """Agents' events applied to the store: log chunks, starts, and tasks released to be run
 elsewhere; results are handed, in their order among the others, to
-:mod:`~services.executor.results`, which applies them."""
+:mod:`~tickwork.services.executor.results`, which applies them."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from services.executor import results
-from services.executor.messages import build_task_message
-from services.executor.report import Pass
-from services.executor.scope import Scope
-from shared.dispatch.messages import (
+from tickwork.services.executor import results
+from tickwork.services.executor.messages import build_task_message
+from tickwork.services.executor.report import Pass
+from tickwork.services.executor.scope import Scope
+from tickwork.shared.dispatch.messages import (
     TaskEvent,
     TaskFinished,
     TaskLogChunk,
@@ -24,10 +24,10 @@ from shared.dispatch.messages import (
     TaskStarted,
     attempt_of_log_path,
 )
-from shared.domain.states import TaskState
-from shared.store import logs as log_store
-from shared.store import tasks as task_store
-from shared.store.tasks import TaskRow
+from tickwork.shared.domain.states import TaskState
+from tickwork.shared.store import logs as log_store
+from tickwork.shared.store import tasks as task_store
+from tickwork.shared.store.tasks import TaskRow
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def apply_events(work: Pass, scope: Scope, events: Sequence[TaskEvent]) -> None:
     ``work.messages``.
 
     Between two releases, starts are applied first in one statement, then results in
-    batches (see :mod:`~services.executor.results`): a task's own events keep their order.
+    batches (see :mod:`~tickwork.services.executor.results`): a task's own events keep their order.
     """
     store_log_chunks(work, [e for e in events if isinstance(e, TaskLogChunk)])
     finished = {(e.task_id, e.lease_token) for e in events if isinstance(e, TaskFinished)}

@@ -3,7 +3,7 @@
 Every method runs inside the caller's transaction. Work follows events: a finished task
 promotes its downstream siblings and, once its parent has no active child left, concludes
 the parent, so the cost per task does not grow with the size of the workflow. Tasks a
-batch of results ended (see :mod:`~services.executor.results`) are followed together:
+batch of results ended (see :mod:`~tickwork.services.executor.results`) are followed together:
 one statement looks for their downstream tasks, and none at all for the children of a
 group whose children all started at once (no child waits for a sibling).
 """
@@ -18,22 +18,22 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from services.executor.materialize import Placement, materialize_children
-from shared.domain.delays import StartRule
-from shared.domain.expressions import escape
-from shared.domain.params import merge_outputs, merge_params
-from shared.domain.states import (
+from tickwork.services.executor.materialize import Placement, materialize_children
+from tickwork.shared.domain.delays import StartRule
+from tickwork.shared.domain.expressions import escape
+from tickwork.shared.domain.params import merge_outputs, merge_params
+from tickwork.shared.domain.states import (
     ACTIVE_TASK_STATES,
     AttemptState,
     TaskState,
     attempt_state_for,
     states_before,
 )
-from shared.domain.workflow import TaskSpec
-from shared.errors import NotFound
-from shared.store import tasks as task_store
-from shared.store.sessions import AttemptRow, get_attempt, set_attempt_state
-from shared.store.tasks import Seen, TaskRow
+from tickwork.shared.domain.workflow import TaskSpec
+from tickwork.shared.errors import NotFound
+from tickwork.shared.store import tasks as task_store
+from tickwork.shared.store.sessions import AttemptRow, get_attempt, set_attempt_state
+from tickwork.shared.store.tasks import Seen, TaskRow
 
 log = logging.getLogger(__name__)
 
@@ -378,7 +378,7 @@ class TaskGraph:
 
         What waits for the successes that :meth:`may_promote_downstream` names was made
         READY by the statement that ended them (see
-        :func:`~shared.store.tasks.succeed_runs_promoting`): ``promoted`` is those tasks
+        :func:`~tickwork.shared.store.tasks.succeed_runs_promoting`): ``promoted`` is those tasks
         and what each sees.
         """
         looked: dict[int, int] = {}  # task id -> parent id

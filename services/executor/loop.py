@@ -1,11 +1,11 @@
 """The executor's pass: one ``tick()`` starts attempts, applies results and dispatches tasks.
 
 A pass is a fixed sequence of steps in one transaction (see :meth:`WorkflowExecutor.tick`);
-the steps live beside this module: :mod:`~services.executor.events` (agents' events),
-:mod:`~services.executor.recovery` (the reaper and kills),
-:mod:`~services.executor.dispatch` (starting attempts, groups and operator tasks) and
-:mod:`~services.executor.sla`. Looping, waiting and back-off are the shared runner's
-(:mod:`shared.runner`, driven by :mod:`services.executor.main`).
+the steps live beside this module: :mod:`~tickwork.services.executor.events` (agents' events),
+:mod:`~tickwork.services.executor.recovery` (the reaper and kills),
+:mod:`~tickwork.services.executor.dispatch` (starting attempts, groups and operator tasks) and
+:mod:`~tickwork.services.executor.sla`. Looping, waiting and back-off are the shared runner's
+(:mod:`tickwork.shared.runner`, driven by :mod:`tickwork.services.executor.main`).
 """
 
 from __future__ import annotations
@@ -17,27 +17,34 @@ from datetime import datetime
 
 from sqlalchemy import Engine
 
-from services.executor.dispatch import (
+from tickwork.services.executor.dispatch import (
     ATTEMPTS_PER_PASS,
     EXECUTOR_OPERATORS,
     start_and_dispatch,
     start_created_attempts,
     write_run_logs,
 )
-from services.executor.events import apply_events
-from services.executor.graph import TaskGraph
-from services.executor.recovery import kill_canceling_attempts, reap
-from services.executor.report import RESCAN_SECONDS, Pass, PassPlan, Recovery, TickReport, Timers
-from services.executor.require import wake_requiring_tasks
-from services.executor.scope import MAX_TASKS_PER_ATTEMPT, Scope
-from services.executor.sla import fire_missed_slas
-from shared.clock import Clock, SystemClock
-from shared.dispatch.messages import TaskEvent, TaskFinished, TaskStarted
-from shared.dispatch.seam import Dispatcher
-from shared.domain.states import TIMED_TASK_STATES
-from shared.store import tasks as task_store
-from shared.store.logs import notify_log_readers
-from shared.store.partitions import AttemptFilter
+from tickwork.services.executor.events import apply_events
+from tickwork.services.executor.graph import TaskGraph
+from tickwork.services.executor.recovery import kill_canceling_attempts, reap
+from tickwork.services.executor.report import (
+    RESCAN_SECONDS,
+    Pass,
+    PassPlan,
+    Recovery,
+    TickReport,
+    Timers,
+)
+from tickwork.services.executor.require import wake_requiring_tasks
+from tickwork.services.executor.scope import MAX_TASKS_PER_ATTEMPT, Scope
+from tickwork.services.executor.sla import fire_missed_slas
+from tickwork.shared.clock import Clock, SystemClock
+from tickwork.shared.dispatch.messages import TaskEvent, TaskFinished, TaskStarted
+from tickwork.shared.dispatch.seam import Dispatcher
+from tickwork.shared.domain.states import TIMED_TASK_STATES
+from tickwork.shared.store import tasks as task_store
+from tickwork.shared.store.logs import notify_log_readers
+from tickwork.shared.store.partitions import AttemptFilter
 
 __all__ = [
     "ATTEMPTS_PER_PASS",

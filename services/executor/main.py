@@ -1,21 +1,21 @@
 """The executor's entry points: :func:`serve` (``tickwork executor``, distributed) and
 :func:`run_in_process` (the executor thread of ``tickwork standalone``).
 
-Both run :meth:`WorkflowExecutor.tick <services.executor.loop.WorkflowExecutor.tick>`
-through the shared runner (:func:`shared.runner.run_until_stopped`); the distributed
+Both run :meth:`WorkflowExecutor.tick <tickwork.services.executor.loop.WorkflowExecutor.tick>`
+through the shared runner (:func:`tickwork.shared.runner.run_until_stopped`); the distributed
 one over the partitions of the attempts it holds
-(:class:`~services.executor.service.ExecutorService`).
+(:class:`~tickwork.services.executor.service.ExecutorService`).
 """
 
 from __future__ import annotations
 
 import threading
 
-from services.executor.config import ExecutorSettings
-from services.executor.loop import WorkflowExecutor
-from services.executor.metrics import ExecutorMetrics
-from services.executor.service import ExecutorService
-from shared.runner import IdleBackoff, run_until_stopped, stop_on_signals
+from tickwork.services.executor.config import ExecutorSettings
+from tickwork.services.executor.loop import WorkflowExecutor
+from tickwork.services.executor.metrics import ExecutorMetrics
+from tickwork.services.executor.service import ExecutorService
+from tickwork.shared.runner import IdleBackoff, run_until_stopped, stop_on_signals
 
 IN_PROCESS_IDLE_CAP_SECONDS = 1.0
 """The longest wait of an in-process executor between passes that find nothing to do."""

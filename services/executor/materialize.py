@@ -9,11 +9,11 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from shared.domain.params import merge_params
-from shared.domain.states import TaskState
-from shared.domain.workflow import TaskSpec, sibling_dependencies
-from shared.store.tables import attempts, tasks
-from shared.store.tasks import insert_dependencies, insert_tasks
+from tickwork.shared.domain.params import merge_params
+from tickwork.shared.domain.states import TaskState
+from tickwork.shared.domain.workflow import TaskSpec, sibling_dependencies
+from tickwork.shared.store.tables import attempts, tasks
+from tickwork.shared.store.tasks import insert_dependencies, insert_tasks
 
 
 @dataclass(frozen=True)

@@ -8,20 +8,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from shared.dispatch.messages import DEFAULT_QUEUE, TaskMessage
-from shared.domain.expressions import escape, render
-from shared.domain.operators import find_operator, implicit_secret_prefixes
-from shared.domain.params import (
+from tickwork.shared.dispatch.messages import DEFAULT_QUEUE, TaskMessage
+from tickwork.shared.domain.expressions import escape, render
+from tickwork.shared.domain.operators import find_operator, implicit_secret_prefixes
+from tickwork.shared.domain.params import (
     schedule_variables,
     session_variables,
     task_params,
     time_variables,
 )
-from shared.domain.schedule import ScheduleSpec
-from shared.errors import InvalidExpression
-from shared.secrets import SECRET_PARAMS, replace_secret_references, secret_references
-from shared.store.sessions import AttemptRow
-from shared.store.tasks import TaskRow
+from tickwork.shared.domain.schedule import ScheduleSpec
+from tickwork.shared.errors import InvalidExpression
+from tickwork.shared.secrets import SECRET_PARAMS, replace_secret_references, secret_references
+from tickwork.shared.store.sessions import AttemptRow
+from tickwork.shared.store.tasks import TaskRow
 
 
 @dataclass(frozen=True)

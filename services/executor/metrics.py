@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from services.executor.report import TickReport
-from shared.health import LoopHealth, serve_health
+from tickwork.services.executor.report import TickReport
+from tickwork.shared.health import LoopHealth, serve_health
 
 
 class ExecutorMetrics:

@@ -14,10 +14,10 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from services.executor.messages import AttemptContext
-from shared.dispatch.messages import TaskMessage
-from shared.domain.control import BadControl
-from shared.store.project_params import get_project_params, set_project_params
+from tickwork.services.executor.messages import AttemptContext
+from tickwork.shared.dispatch.messages import TaskMessage
+from tickwork.shared.domain.control import BadControl
+from tickwork.shared.store.project_params import get_project_params, set_project_params
 
 
 class ParamStoreError(BadControl):

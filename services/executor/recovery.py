@@ -6,15 +6,15 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from services.executor.events import message_of, requeue
-from services.executor.report import Pass, Recovery
-from services.executor.scope import Scope
-from shared.dispatch.leases import LeaseState
-from shared.dispatch.seam import Dispatcher
-from shared.domain.states import AttemptState, TaskState
-from shared.store import sessions as session_store
-from shared.store import tasks as task_store
-from shared.store.tasks import InFlightRun, TaskRow
+from tickwork.services.executor.events import message_of, requeue
+from tickwork.services.executor.report import Pass, Recovery
+from tickwork.services.executor.scope import Scope
+from tickwork.shared.dispatch.leases import LeaseState
+from tickwork.shared.dispatch.seam import Dispatcher
+from tickwork.shared.domain.states import AttemptState, TaskState
+from tickwork.shared.store import sessions as session_store
+from tickwork.shared.store import tasks as task_store
+from tickwork.shared.store.tasks import InFlightRun, TaskRow
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from services.executor.graph import TaskGraph, TaskMove
-from shared.dispatch.messages import TaskEvent, TaskMessage, WorkCommitted
-from shared.domain.states import AttemptState
+from tickwork.services.executor.graph import TaskGraph, TaskMove
+from tickwork.shared.dispatch.messages import TaskEvent, TaskMessage, WorkCommitted
+from tickwork.shared.domain.states import AttemptState
 
 RESCAN_SECONDS = 1.0
 """How often a pass looks at every waiting and ready task, not only at what it changed:

@@ -19,16 +19,16 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection
 
-from services.executor.graph import TaskGraph
-from shared.dispatch.messages import TaskMessage
-from shared.domain.control import BadControl
-from shared.domain.numbers import whole_number
-from shared.domain.states import AttemptState, TaskState
-from shared.domain.workflow import WorkflowDefinition
-from shared.dsl.parser import parse_workflow_file
-from shared.errors import Conflict, TickworkError
-from shared.store import tasks as task_store
-from shared.store.requires import (
+from tickwork.services.executor.graph import TaskGraph
+from tickwork.shared.dispatch.messages import TaskMessage
+from tickwork.shared.domain.control import BadControl
+from tickwork.shared.domain.numbers import whole_number
+from tickwork.shared.domain.states import AttemptState, TaskState
+from tickwork.shared.domain.workflow import WorkflowDefinition
+from tickwork.shared.dsl.parser import parse_workflow_file
+from tickwork.shared.errors import Conflict, TickworkError
+from tickwork.shared.store import tasks as task_store
+from tickwork.shared.store.requires import (
     AWAITED_KEY,
     ProjectRef,
     attempts_awaited_by,
@@ -38,9 +38,9 @@ from shared.store.requires import (
     store_local_definition,
     wake_tasks_requiring,
 )
-from shared.store.sessions import AttemptRow, get_attempt, list_session_attempts
-from shared.store.starts import RetryMode, StartResult, retry_attempt, start_attempt
-from shared.store.tasks import TaskRow
+from tickwork.shared.store.sessions import AttemptRow, get_attempt, list_session_attempts
+from tickwork.shared.store.starts import RetryMode, StartResult, retry_attempt, start_attempt
+from tickwork.shared.store.tasks import TaskRow
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 rest one by one.
 
 A batch reads its tasks in one statement, but for the runs this executor queued, whose
-rows it kept (:class:`~services.executor.scope.QueuedRuns`). A fresh result (its token is
+rows it kept (:class:`~tickwork.services.executor.scope.QueuedRuns`). A fresh result (its token is
 the task's, the task still QUEUED or RUNNING) that ends the task without more to do (a
 success that stored, exported and added nothing, of a task without ``_check``; a failure
 of a task without ``_retry`` or ``_error``) joins a set-based UPDATE, fenced by each run's
@@ -22,14 +22,14 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
 
-from services.executor.graph import TaskGraph
-from services.executor.report import Pass, TickReport
-from services.executor.scope import QueuedRuns, Scope, over_task_limit
-from shared.dispatch.messages import Outcome, TaskFinished
-from shared.domain.states import TaskState
-from shared.domain.workflow import TaskSpec
-from shared.store import tasks as task_store
-from shared.store.tasks import TaskRow
+from tickwork.services.executor.graph import TaskGraph
+from tickwork.services.executor.report import Pass, TickReport
+from tickwork.services.executor.scope import QueuedRuns, Scope, over_task_limit
+from tickwork.shared.dispatch.messages import Outcome, TaskFinished
+from tickwork.shared.domain.states import TaskState
+from tickwork.shared.domain.workflow import TaskSpec
+from tickwork.shared.store import tasks as task_store
+from tickwork.shared.store.tasks import TaskRow
 
 log = logging.getLogger(__name__)
 

@@ -11,17 +11,17 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from services.executor.messages import AttemptContext, queue_of
-from shared.domain.schedule import ScheduleSpec
-from shared.domain.states import TaskState
-from shared.domain.workflow import TaskSpec, WorkflowDefinition
-from shared.store import secrets as secret_store
-from shared.store import sessions as session_store
-from shared.store import tasks as task_store
-from shared.store.partitions import AttemptFilter
-from shared.store.projects import archive_digest_of_attempt, load_workflow_definition
-from shared.store.sessions import AttemptRow
-from shared.store.tasks import TaskRow
+from tickwork.services.executor.messages import AttemptContext, queue_of
+from tickwork.shared.domain.schedule import ScheduleSpec
+from tickwork.shared.domain.states import TaskState
+from tickwork.shared.domain.workflow import TaskSpec, WorkflowDefinition
+from tickwork.shared.store import secrets as secret_store
+from tickwork.shared.store import sessions as session_store
+from tickwork.shared.store import tasks as task_store
+from tickwork.shared.store.partitions import AttemptFilter
+from tickwork.shared.store.projects import archive_digest_of_attempt, load_workflow_definition
+from tickwork.shared.store.sessions import AttemptRow
+from tickwork.shared.store.tasks import TaskRow
 
 MAX_TASKS_PER_ATTEMPT = 10_000
 """Tasks one attempt may have, generated ones included (configurable)."""
@@ -147,7 +147,7 @@ class Scope:
 
     ``attempt_ids`` None means every attempt; an embedded run names its own (a frozenset),
     and adds those its ``require>`` tasks start; a distributed executor keeps to the
-    partitions it holds (an :class:`~shared.store.partitions.AttemptFilter`, changed
+    partitions it holds (an :class:`~tickwork.shared.store.partitions.AttemptFilter`, changed
     between passes). The store's queries take either as their ``attempt_ids``.
     """
 

@@ -3,7 +3,7 @@
 Any number of executors may run, and all of them work: attempts are spread over a fixed
 number of partitions (``attempt_id % TICKWORK_EXECUTOR_PARTITIONS``, 16 by default), and
 each live executor runs the partitions it holds under PostgreSQL advisory locks on a
-connection of its own, a fair share of them (see :mod:`services.executor.partitions`).
+connection of its own, a fair share of them (see :mod:`tickwork.services.executor.partitions`).
 Every pass keeps to those partitions: new attempts and kills, ready, due and waiting
 tasks, the reaper, SLAs, and the agents' events, which come through one Redis stream per
 partition. When an executor starts or stops, the others give up or take partitions
@@ -33,32 +33,32 @@ from redis.exceptions import RedisError
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from services.executor.config import ExecutorSettings
-from services.executor.loop import WorkflowExecutor
-from services.executor.metrics import ExecutorMetrics
-from services.executor.partitions import (
+from tickwork.services.executor.config import ExecutorSettings
+from tickwork.services.executor.loop import WorkflowExecutor
+from tickwork.services.executor.metrics import ExecutorMetrics
+from tickwork.services.executor.partitions import (
     REBALANCE_SECONDS,
     PartitionCountConflict,
     PartitionLeases,
 )
-from services.executor.report import TickReport
-from shared.dispatch.celery_dispatch import CeleryDispatcher
-from shared.dispatch.messages import DEFAULT_QUEUE
-from shared.errors import StoreUnavailable
-from shared.health import LoopHealth
-from shared.runner import IdleBackoff, Retry, run_until_stopped
-from shared.store import tasks as task_store
-from shared.store.dialects import dialect_of
-from shared.store.engine import (
+from tickwork.services.executor.report import TickReport
+from tickwork.shared.dispatch.celery_dispatch import CeleryDispatcher
+from tickwork.shared.dispatch.messages import DEFAULT_QUEUE
+from tickwork.shared.errors import StoreUnavailable
+from tickwork.shared.health import LoopHealth
+from tickwork.shared.runner import IdleBackoff, Retry, run_until_stopped
+from tickwork.shared.store import tasks as task_store
+from tickwork.shared.store.dialects import dialect_of
+from tickwork.shared.store.engine import (
     WORK_CHANNEL,
     create_store_engine,
     describe_store_error,
     libpq_url,
     read_only,
 )
-from shared.store.migrate import is_up_to_date
-from shared.store.partitions import AttemptFilter, attempts_of_tasks
-from shared.store.projects import archive_reader
+from tickwork.shared.store.migrate import is_up_to_date
+from tickwork.shared.store.partitions import AttemptFilter, attempts_of_tasks
+from tickwork.shared.store.projects import archive_reader
 
 log = logging.getLogger(__name__)
 

@@ -20,17 +20,17 @@ from datetime import datetime
 
 from sqlalchemy import Connection
 
-from services.executor.graph import TaskGraph
-from services.executor.materialize import Placement, materialize_children
-from shared.domain.params import merge_params
-from shared.domain.sla import ALERT_KIND, SLA_FAIL_TASK_NAME, SlaSpec
-from shared.domain.states import TaskState
-from shared.domain.workflow import TaskSpec, WorkflowDefinition
-from shared.store import sla as sla_store
-from shared.store import tasks as task_store
-from shared.store.partitions import AttemptSet
-from shared.store.projects import load_workflow_definition
-from shared.store.sessions import AttemptRow, get_attempt
+from tickwork.services.executor.graph import TaskGraph
+from tickwork.services.executor.materialize import Placement, materialize_children
+from tickwork.shared.domain.params import merge_params
+from tickwork.shared.domain.sla import ALERT_KIND, SLA_FAIL_TASK_NAME, SlaSpec
+from tickwork.shared.domain.states import TaskState
+from tickwork.shared.domain.workflow import TaskSpec, WorkflowDefinition
+from tickwork.shared.store import sla as sla_store
+from tickwork.shared.store import tasks as task_store
+from tickwork.shared.store.partitions import AttemptSet
+from tickwork.shared.store.projects import load_workflow_definition
+from tickwork.shared.store.sessions import AttemptRow, get_attempt
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.config import COMMON_SETTINGS, LOG_LEVEL, Setting, SettingValues, required_text
-from shared.retention_policy import RETENTION_SETTINGS, RetentionPolicy
+from tickwork.shared.config import COMMON_SETTINGS, LOG_LEVEL, Setting, SettingValues, required_text
+from tickwork.shared.retention_policy import RETENTION_SETTINGS, RetentionPolicy
 
 SCHEDULER_SETTINGS = (
     Setting(

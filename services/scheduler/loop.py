@@ -4,7 +4,7 @@ A tick lists the due schedules once, with their checkpoints, and counts the atte
 running or waiting for every schedule beside its first batches; it claims the listed
 schedules in batches by id (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so replicas, and a
 tick's own workers, share the work and never handle one schedule at once), plans each one from its
-checkpoint with :func:`shared.domain.catchup.plan_pass`, applies the overlap policy, and
+checkpoint with :func:`tickwork.shared.domain.catchup.plan_pass`, applies the overlap policy, and
 in one transaction per batch inserts the sessions (``ON CONFLICT DO NOTHING`` on the
 session's idempotency key) and advances the checkpoints. A crash before the commit
 changes nothing; a crash after it left nothing undone. Either way, every session time is
@@ -15,8 +15,8 @@ checkpoint moved since (another replica emitted for it) is counted again in its 
 attempts that finished since only make the policy hold back a session that
 ``_start_waiting`` then releases at the end of the tick.
 
-Looping, waiting and back-off are the shared runner's (:mod:`shared.runner`, driven by
-:mod:`services.scheduler.main`).
+Looping, waiting and back-off are the shared runner's (:mod:`tickwork.shared.runner`, driven by
+:mod:`tickwork.services.scheduler.main`).
 """
 
 from __future__ import annotations
@@ -34,20 +34,20 @@ from typing import assert_never
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from services.scheduler.metrics import SchedulerMetrics
-from shared.clock import Clock, SystemClock
-from shared.domain.catchup import MissedRange, Pass, Span, plan_pass
-from shared.domain.schedule import DEFAULT_MAX_ACTIVE, ScheduleSpec
-from shared.domain.schedule_policies import MissedReason, Overlap
-from shared.domain.states import AttemptState
-from shared.health import LoopHealth
-from shared.store import emission as emission_store
-from shared.store import schedules as schedule_store
-from shared.store.dialects import dialect_of
-from shared.store.emission import NewSession, Progress
-from shared.store.engine import notify_work
-from shared.store.schedules import ScheduleRow
-from shared.store.tables import backfills, schedules
+from tickwork.services.scheduler.metrics import SchedulerMetrics
+from tickwork.shared.clock import Clock, SystemClock
+from tickwork.shared.domain.catchup import MissedRange, Pass, Span, plan_pass
+from tickwork.shared.domain.schedule import DEFAULT_MAX_ACTIVE, ScheduleSpec
+from tickwork.shared.domain.schedule_policies import MissedReason, Overlap
+from tickwork.shared.domain.states import AttemptState
+from tickwork.shared.health import LoopHealth
+from tickwork.shared.store import emission as emission_store
+from tickwork.shared.store import schedules as schedule_store
+from tickwork.shared.store.dialects import dialect_of
+from tickwork.shared.store.emission import NewSession, Progress
+from tickwork.shared.store.engine import notify_work
+from tickwork.shared.store.schedules import ScheduleRow
+from tickwork.shared.store.tables import backfills, schedules
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """The scheduler's entry points: :func:`serve` (``tickwork scheduler``) and :func:`run`
 (also the scheduler thread of ``tickwork standalone``).
 
-Both run :meth:`Scheduler.tick <services.scheduler.loop.Scheduler.tick>` through the
-shared runner (:func:`shared.runner.run_until_stopped`), and retention's passes
-(:mod:`services.scheduler.retention`) in a thread beside it.
+Both run :meth:`Scheduler.tick <tickwork.services.scheduler.loop.Scheduler.tick>` through the
+shared runner (:func:`tickwork.shared.runner.run_until_stopped`), and retention's passes
+(:mod:`tickwork.services.scheduler.retention`) in a thread beside it.
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ import logging
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from services.scheduler.config import SchedulerSettings
-from services.scheduler.loop import Scheduler, TickReport
-from services.scheduler.metrics import SchedulerMetrics
-from services.scheduler.retention import Pruner, start_pruner
-from shared.runner import Retry, run_until_stopped, stop_on_signals
-from shared.store.migrate import open_migrated_store
-from shared.store.retention import RetentionPolicy
+from tickwork.services.scheduler.config import SchedulerSettings
+from tickwork.services.scheduler.loop import Scheduler, TickReport
+from tickwork.services.scheduler.metrics import SchedulerMetrics
+from tickwork.services.scheduler.retention import Pruner, start_pruner
+from tickwork.shared.runner import Retry, run_until_stopped, stop_on_signals
+from tickwork.shared.store.migrate import open_migrated_store
+from tickwork.shared.store.retention import RetentionPolicy
 
-log = logging.getLogger("services.scheduler.loop")  # where its loop's lines always were
+log = logging.getLogger("tickwork.services.scheduler.loop")  # where its loop's lines always were
 
 STORE_RETRY = Retry(
     errors=(SQLAlchemyError,),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from shared.health import LoopHealth, serve_health
+from tickwork.shared.health import LoopHealth, serve_health
 
 
 class SchedulerMetrics:

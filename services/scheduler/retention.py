@@ -1,9 +1,10 @@
 """The scheduler's retention pass: each ``tick()`` prunes history the policy says is old.
 
 Every scheduler replica runs the loop; a pass first tries the PostgreSQL advisory lock
-:data:`~shared.store.retention.RETENTION_LOCK_KEY` on a connection of its own, so one
+:data:`~tickwork.shared.store.retention.RETENTION_LOCK_KEY` on a connection of its own, so one
 replica prunes at a time and the others skip their pass (on SQLite the one process
-prunes). A pass removes batch by batch (:class:`~shared.store.retention_batches.BatchLimits`:
+prunes). A pass removes batch by batch
+(:class:`~tickwork.shared.store.retention_batches.BatchLimits`:
 at most 200 sessions or 5,000 tasks a transaction; between two, three times as long as the
 last one took) until nothing
 old is left or the scheduler stops; passes start every :data:`PRUNE_EVERY_SECONDS`.
@@ -20,16 +21,16 @@ from datetime import datetime
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from services.scheduler.metrics import SchedulerMetrics
-from shared.clock import Clock, SystemClock
-from shared.store.retention import (
+from tickwork.services.scheduler.metrics import SchedulerMetrics
+from tickwork.shared.clock import Clock, SystemClock
+from tickwork.shared.store.retention import (
     PruneResult,
     RetentionPolicy,
     oldest_session_age_seconds,
     prune_history,
     pruning_lock,
 )
-from shared.store.retention_batches import BatchLimits
+from tickwork.shared.store.retention_batches import BatchLimits
 
 log = logging.getLogger(__name__)
 

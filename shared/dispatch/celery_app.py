@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 from celery import Celery
 from redis import Redis
 
-from shared.dispatch.kept_client import KEPT_CLIENT_TRANSPORT
-from shared.dispatch.messages import DEFAULT_QUEUE
+from tickwork.shared.dispatch.kept_client import KEPT_CLIENT_TRANSPORT
+from tickwork.shared.dispatch.messages import DEFAULT_QUEUE
 
 TASK_NAME = "tickwork.run_task"
 
@@ -38,7 +38,7 @@ def make_celery(redis: RedisSettings, *, name: str = "tickwork") -> Celery:
     """The Celery app on ``redis``: every key under its prefix, JSON only, acks late.
 
     A ``redis://`` URL is served by
-    :class:`~shared.dispatch.kept_client.KeptClientTransport`; others (``rediss://``,
+    :class:`~tickwork.shared.dispatch.kept_client.KeptClientTransport`; others (``rediss://``,
     ``unix://``, sentinels, or any other URL Celery's own variables give the broker) by
     kombu's own transport for their scheme, which reads what the scheme implies (TLS, a
     socket path)."""

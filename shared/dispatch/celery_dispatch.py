@@ -2,19 +2,19 @@
 
 ``publish`` runs after the transaction that made the tasks QUEUED committed (the outbox
 rule); in one round trip it refreshes the project archives the tasks run in (see
-:mod:`shared.dispatch.archives`; one Redis lost is put back before any message goes) and
+:mod:`tickwork.shared.dispatch.archives`; one Redis lost is put back before any message goes) and
 leaves a short-lived ``queued`` mark on each lease key; then it sends one Celery message
 per task to the task's queue (standard protocol-2 messages, written by one producer in
 kombu's publish batches: one Redis round trip per :data:`PUBLISH_BATCH_SIZE` messages),
 and has the marks kept for long with its next round trip: a QUEUED task whose key is
 empty lost its message, and the reaper publishes it again. Events come from the
-streams (see :mod:`shared.dispatch.events`); log chunks among them go to the loop with
+streams (see :mod:`tickwork.shared.dispatch.events`); log chunks among them go to the loop with
 the rest, which stores them in its pass (a short task's only chunk in its result's
 transaction), so that an event is acknowledged only once what it carried is committed.
 Once the loop committed a pass, every result it applied or refused gets the ``applied``
-mark on its lease key, so that the agent holding it (see :mod:`services.agent.outbox`)
+mark on its lease key, so that the agent holding it (see :mod:`tickwork.services.agent.outbox`)
 forgets it; right after Redis lost its keys the lease states are withheld from the
-reaper for a while (see :mod:`shared.dispatch.keyspace`).
+reaper for a while (see :mod:`tickwork.shared.dispatch.keyspace`).
 
 Acknowledgements, ``applied`` marks and the confirmations of ``queued`` marks never take
 a round trip of their own: they go with the next read of the streams (never before a
@@ -22,7 +22,7 @@ publish's messages, which they would delay), so that a pass that applies results
 publishes nothing costs one round trip to Redis, and one that publishes costs three (its
 read, its marks with the archives' refresh, its messages). The lease scripts in these
 pipelines are called by digest, without asking Redis first whether it has them (see
-:meth:`LeaseStore.execute <shared.dispatch.leases.LeaseStore.execute>`).
+:meth:`LeaseStore.execute <tickwork.shared.dispatch.leases.LeaseStore.execute>`).
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ from celery.utils.nodenames import anon_nodename
 from redis.client import Pipeline
 from redis.exceptions import RedisError
 
-from shared.dispatch.archives import ArchiveSource, RedisArchives
-from shared.dispatch.celery_app import TASK_NAME, RedisSettings, make_celery
-from shared.dispatch.events import (
+from tickwork.shared.dispatch.archives import ArchiveSource, RedisArchives
+from tickwork.shared.dispatch.celery_app import TASK_NAME, RedisSettings, make_celery
+from tickwork.shared.dispatch.events import (
     STREAM_CAP,
     EntryRef,
     EventReader,
@@ -51,14 +51,14 @@ from shared.dispatch.events import (
     decode,
     stream_key,
 )
-from shared.dispatch.keyspace import SETTLE_MS, KeyspaceWatch
-from shared.dispatch.leases import APPLIED, CANCELED, QUEUED, LeaseState, LeaseStore
-from shared.dispatch.messages import (
+from tickwork.shared.dispatch.keyspace import SETTLE_MS, KeyspaceWatch
+from tickwork.shared.dispatch.leases import APPLIED, CANCELED, QUEUED, LeaseState, LeaseStore
+from tickwork.shared.dispatch.messages import (
     TaskEvent,
     TaskFinished,
     TaskMessage,
 )
-from shared.domain.partitions import DEFAULT_PARTITION_COUNT, partition_of
+from tickwork.shared.domain.partitions import DEFAULT_PARTITION_COUNT, partition_of
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ class CeleryDispatcher:
     (without it, tasks of pushed projects fail on the agent). ``crash_point``
     (one of :data:`CRASH_POINTS`) exits the process there (a fault test's crash point).
     ``settle_ms`` is how long the reaper learns nothing of leases after Redis lost its
-    keys (see :mod:`shared.dispatch.keyspace`). ``partition_count`` is how many partitions
+    keys (see :mod:`tickwork.shared.dispatch.keyspace`). ``partition_count`` is how many partitions
     attempts are spread over; it reads the streams of all of them until
     :meth:`follow_partitions` says which. With ``attempts_of_tasks``, the events read
     from the single stream of old are moved to their partitions' streams rather than

@@ -12,7 +12,7 @@ also capped, as a guard.
 
 If Redis loses a stream, the events in it are lost, but not the results: each agent
 keeps the results it reported until the executor marked them applied, and sends them
-again (see :mod:`services.agent.outbox`); a task whose agent died meanwhile is found
+again (see :mod:`tickwork.services.agent.outbox`); a task whose agent died meanwhile is found
 silent by the reaper and runs again (at least once). Results already committed stay.
 """
 
@@ -28,7 +28,12 @@ from redis import Redis
 from redis.client import Pipeline
 from redis.exceptions import RedisError, ResponseError
 
-from shared.dispatch.messages import AgentEvent, WorkCommitted, event_from_json, event_to_json
+from tickwork.shared.dispatch.messages import (
+    AgentEvent,
+    WorkCommitted,
+    event_from_json,
+    event_to_json,
+)
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +121,7 @@ class EventReader:
 
     ``execute`` sends the pipeline of a read (default: :meth:`Pipeline.execute`); one
     that calls scripts by digest passes its own (see :meth:`LeaseStore.execute
-    <shared.dispatch.leases.LeaseStore.execute>`)."""
+    <tickwork.shared.dispatch.leases.LeaseStore.execute>`)."""
 
     def __init__(
         self,

@@ -3,7 +3,7 @@
 The reaper requeues a task whose lease key holds nothing for its token: its agent is gone.
 When Redis restarts with nothing on disk every key is gone at once, also the ``done``
 marks of results that agents hold and are about to send again (see
-:mod:`services.agent.outbox`, which puts them back within half a second of Redis coming
+:mod:`tickwork.services.agent.outbox`, which puts them back within half a second of Redis coming
 back). A task requeued meanwhile would refuse its own result and run twice.
 
 So the executor keeps a marker key that nothing else writes. Finding it missing means

@@ -11,7 +11,7 @@ the executor and agents leave between runs:
   are refused while the mark lasts. The agent keeps the result until the mark says
   ``applied`` (or a newer token holds the key); should the mark vanish (Redis restarted
   empty), the agent puts it back and sends the result again (see
-  :mod:`services.agent.outbox`).
+  :mod:`tickwork.services.agent.outbox`).
 - ``applied``: the executor committed (or refused) the result of this token; the agent
   forgets it, and duplicates of the message are refused.
 - ``canceled``: the task was killed; its message is refused when it arrives.

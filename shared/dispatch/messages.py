@@ -28,7 +28,7 @@ class TaskMessage:
     dispatched_at: float = 0.0  # unix seconds when the executor published it
     env: dict[str, str] = field(default_factory=dict)  # _env: variables for its processes
     # SHA-256 of the pushed project's archive: the agent runs the task in that archive's
-    # files (fetched through Redis, see shared.dispatch.archives) instead of project_dir.
+    # files (fetched through Redis, see tickwork.shared.dispatch.archives) instead of project_dir.
     archive_digest: str | None = None
     # Secrets the task uses, by name, encrypted under TICKWORK_SECRET_KEY (never in clear);
     # ``<secret_marker>name<secret_marker>`` in command, env and params stands for a value.

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from shared.dispatch.leases import LeaseState
-from shared.dispatch.messages import TaskEvent, TaskMessage
+from tickwork.shared.dispatch.leases import LeaseState
+from tickwork.shared.dispatch.messages import TaskEvent, TaskMessage
 
 EventSink = Callable[[TaskEvent], None]
 TaskRunner = Callable[[TaskMessage, EventSink], None]

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from shared.domain.schedule import ScheduleSpec
-from shared.domain.schedule_policies import Catchup, MissedReason
+from tickwork.shared.domain.schedule import ScheduleSpec
+from tickwork.shared.domain.schedule_policies import Catchup, MissedReason
 
 # A time at most this far past its run time is live, not a catch-up.
 LIVE_GRACE = timedelta(seconds=60)

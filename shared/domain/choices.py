@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TypeVar
 
-from shared.errors import UnknownValue
+from tickwork.shared.errors import UnknownValue
 
 E = TypeVar("E", bound=StrEnum)
 

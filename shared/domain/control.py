@@ -23,13 +23,13 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
-from shared.domain.durations import BadDuration, parse_duration
-from shared.domain.numbers import whole_number
-from shared.domain.operators import control_operators
-from shared.domain.workflow import TaskSpec
+from tickwork.shared.domain.durations import BadDuration, parse_duration
+from tickwork.shared.domain.numbers import whole_number
+from tickwork.shared.domain.operators import control_operators
+from tickwork.shared.domain.workflow import TaskSpec
 
 CONTROL_OPERATORS = control_operators()
-"""The operators this module expands (declared in :mod:`shared.domain.operators`)."""
+"""The operators this module expands (declared in :mod:`tickwork.shared.domain.operators`)."""
 MAX_ITERATIONS = 10_000
 """Iterations one control task may generate; more is an error, not a silent cut."""
 MAX_WAIT_SECONDS = 31 * 24 * 3600

@@ -7,7 +7,7 @@ time zone. The date is the session's even when the wall time is earlier than the
 time (``00:00`` of a ``06:00`` session is six hours before it, so it holds nothing back).
 A wall time that does not exist (the spring-forward gap) means the first instant after the
 gap, and one that happens twice (the autumn repeated hour) its first pass, as for
-schedules (:mod:`shared.domain.session_times`).
+schedules (:mod:`tickwork.shared.domain.session_times`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from datetime import datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from shared.domain.session_times import gap_end, wall_instants
-from shared.errors import InvalidValue
+from tickwork.shared.domain.session_times import gap_end, wall_instants
+from tickwork.shared.errors import InvalidValue
 
 _WALL_TIME = re.compile(r"\A(\d{1,2}):(\d{2})(?::(\d{2}))?\Z")
 _EXPECTED = (

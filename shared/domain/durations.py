@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from shared.errors import InvalidValue
+from tickwork.shared.errors import InvalidValue
 
 UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _DURATION = re.compile(r"\A(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?\Z")

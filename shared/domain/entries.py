@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from shared.domain.instants import out_of_range
+from tickwork.shared.domain.instants import out_of_range
 
 SESSION_KEYWORDS = ("now", "hourly", "daily", "last")
 

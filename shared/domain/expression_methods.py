@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from shared.domain.jsvalues import is_number, to_int, to_json, to_number, to_text
-from shared.domain.moments import Moment
-from shared.errors import InvalidExpression
+from tickwork.shared.domain.jsvalues import is_number, to_int, to_json, to_number, to_text
+from tickwork.shared.domain.moments import Moment
+from tickwork.shared.errors import InvalidExpression
 
 MAX_STRING_LENGTH = 1_000_000
 """The longest string ``repeat``/``padStart``/``padEnd`` may build."""

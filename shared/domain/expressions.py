@@ -40,13 +40,13 @@ from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any
 
-from shared.domain.expression_methods import (
+from tickwork.shared.domain.expression_methods import (
     METHOD_NAMES,
     call_method,
     json_stringify,
     sized_text,
 )
-from shared.domain.jsvalues import (
+from tickwork.shared.domain.jsvalues import (
     UNDEFINED,
     is_number,
     normalize,
@@ -55,8 +55,8 @@ from shared.domain.jsvalues import (
     truthy,
     type_of,
 )
-from shared.domain.moments import Moment, make_moment
-from shared.errors import InvalidExpression
+from tickwork.shared.domain.moments import Moment, make_moment
+from tickwork.shared.errors import InvalidExpression
 
 Node = Callable[["_Scope"], Any]
 

@@ -6,7 +6,7 @@ import json
 import math
 from typing import Any
 
-from shared.errors import InvalidExpression
+from tickwork.shared.errors import InvalidExpression
 
 
 class Undefined:

@@ -19,8 +19,8 @@ from datetime import timezone as fixed_zone
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from shared.domain.jsvalues import is_number, to_text
-from shared.errors import InvalidExpression
+from tickwork.shared.domain.jsvalues import is_number, to_text
+from tickwork.shared.errors import InvalidExpression
 
 _UNITS = {
     "year": ("y", "years", "year"),

@@ -1,7 +1,7 @@
 """The operator registry: every operator a workflow may name, declared once.
 
 Each :class:`OperatorSpec` says where the operator runs (the executor itself, or an agent),
-what its command must be (the parser checks it, see :mod:`shared.dsl.operator_options`),
+what its command must be (the parser checks it, see :mod:`tickwork.shared.dsl.operator_options`),
 which of its params may hold ``${secret:name}`` references, and, for the control
 operators, which branches (``_do``, ``_else_do``) and ``_parallel`` it takes. The parser,
 the executor and the agent read this table; adding an operator is one entry here plus its

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from shared.domain.schedule import ScheduleSpec
+from tickwork.shared.domain.schedule import ScheduleSpec
 
 
 def merge_params(*layers: Mapping[str, Any] | None) -> dict[str, Any]:

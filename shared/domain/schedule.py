@@ -5,7 +5,7 @@ as in Digdag: ``daily>: 07:00:00`` is ``0 0 * * *`` with a 7-hour delay, so the 
 time is midnight and the run time 07:00. ``cron>: "@every 1h30m"`` is a fixed rate instead:
 instants a whole number of periods after the Unix epoch (plus ``offset``). Times are
 computed in the schedule's own time zone with the daylight-saving rules of
-:mod:`shared.domain.session_times`. The spec also carries the scheduler's policies:
+:mod:`tickwork.shared.domain.session_times`. The spec also carries the scheduler's policies:
 catch-up after downtime, overlap with running sessions, and jitter.
 """
 
@@ -24,12 +24,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
-from shared.domain.durations import BadDuration, parse_duration
-from shared.domain.instants import EARLIEST, LATEST
-from shared.domain.numbers import whole_number
-from shared.domain.schedule_policies import Catchup, Overlap
-from shared.domain.session_times import CronTimes, IntervalTimes, TimeSource
-from shared.errors import InvalidSchedule
+from tickwork.shared.domain.durations import BadDuration, parse_duration
+from tickwork.shared.domain.instants import EARLIEST, LATEST
+from tickwork.shared.domain.numbers import whole_number
+from tickwork.shared.domain.schedule_policies import Catchup, Overlap
+from tickwork.shared.domain.session_times import CronTimes, IntervalTimes, TimeSource
+from tickwork.shared.errors import InvalidSchedule
 
 CRON_ALIASES = {
     "@hourly": "0 * * * *",

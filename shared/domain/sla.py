@@ -15,8 +15,8 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from shared.domain.session_times import gap_end, wall_instants
-from shared.domain.workflow import TaskSpec
+from tickwork.shared.domain.session_times import gap_end, wall_instants
+from tickwork.shared.domain.workflow import TaskSpec
 
 SLA_TASK_NAME = "^sla"
 """The local name of the group of the ``sla:`` tasks, generated under the root task."""

@@ -7,11 +7,11 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from shared.domain.delays import StartRule
-from shared.domain.operators import operator_names
+from tickwork.shared.domain.delays import StartRule
+from tickwork.shared.domain.operators import operator_names
 
 OPERATORS = operator_names()
-"""Operator types this version runs (declared in :mod:`shared.domain.operators`)."""
+"""Operator types this version runs (declared in :mod:`tickwork.shared.domain.operators`)."""
 
 QUEUE_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 """What a ``_queue`` (and an agent's ``--queues``) may be called."""
@@ -221,7 +221,7 @@ class WorkflowDefinition:
     root: TaskSpec
     timezone: str = "UTC"
     schedule: dict[str, Any] | None = None
-    sla: dict[str, Any] | None = None  # the `sla:` as shared.domain.sla.SlaSpec stores it
+    sla: dict[str, Any] | None = None  # the `sla:` as tickwork.shared.domain.sla.SlaSpec stores it
 
     def to_config(self) -> dict[str, Any]:
         """The JSON form stored (and shared by digest) as a workflow config."""

@@ -4,7 +4,7 @@
 with :func:`read_project_archive` (every workflow parsed, every problem listed); agents and
 the in-process runner unpack it with :func:`extract_archive`. Unpacking refuses absolute
 paths, ``..``, links leaving the project, devices, and checks its limits while it reads (see
-:mod:`shared.dsl.archive_members`), so a hostile archive can neither write outside its
+:mod:`tickwork.shared.dsl.archive_members`), so a hostile archive can neither write outside its
 directory nor fill the disk or memory, and every problem is an :class:`InvalidInput`
 naming the member.
 """
@@ -23,9 +23,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.domain.workflow import WorkflowDefinition
-from shared.dsl.archive_links import link_problem
-from shared.dsl.archive_members import (
+from tickwork.shared.domain.workflow import WorkflowDefinition
+from tickwork.shared.dsl.archive_links import link_problem
+from tickwork.shared.dsl.archive_members import (
     ARCHIVE,
     MAX_HEADER_BYTES,
     ArchiveTooLarge,
@@ -34,8 +34,8 @@ from shared.dsl.archive_members import (
     refused,
     too_large,
 )
-from shared.dsl.parser import load_project
-from shared.errors import InvalidInput, Problem
+from tickwork.shared.dsl.parser import load_project
+from tickwork.shared.errors import InvalidInput, Problem
 
 MAX_ARCHIVE_BYTES = 64 * MiB
 MAX_ARCHIVE_FILES = 10_000

@@ -6,10 +6,10 @@ tarfile decodes it, before tarfile reads what the header announces: an extended 
 by recursion) or a sparse file is refused there, so a small upload cannot make the reader
 hold a huge header in memory. :meth:`MemberChecks.check_pax` sees the data of a PAX header
 before tarfile parses it, and refuses anything but well-formed records
-(:mod:`shared.dsl.archive_pax`), whose parsing is then linear in their size.
+(:mod:`tickwork.shared.dsl.archive_pax`), whose parsing is then linear in their size.
 :meth:`MemberChecks.admit` sees each decoded member before it is extracted: its name (text,
 length, depth, place), its kind, its link target (a symbolic link is followed through the
-links stored before it, at most 40, as :mod:`shared.dsl.archive_links` does), its size and
+links stored before it, at most 40, as :mod:`tickwork.shared.dsl.archive_links` does), its size and
 time, so that extraction can neither fail half-way on the server's file system, nor write
 outside the project, nor make tarfile's filter follow a long chain of links.
 
@@ -22,12 +22,12 @@ from __future__ import annotations
 import tarfile
 from pathlib import PurePosixPath
 
-from shared.dsl.archive_links import LinkResolver
-from shared.dsl.archive_pax import pax_problem
-from shared.dsl.names import first_unshowable
-from shared.dsl.names import shown as shown_text
-from shared.dsl.tar_headers import HeaderCheckedTarInfo, padded
-from shared.errors import InvalidInput, Problem
+from tickwork.shared.dsl.archive_links import LinkResolver
+from tickwork.shared.dsl.archive_pax import pax_problem
+from tickwork.shared.dsl.names import first_unshowable
+from tickwork.shared.dsl.names import shown as shown_text
+from tickwork.shared.dsl.tar_headers import HeaderCheckedTarInfo, padded
+from tickwork.shared.errors import InvalidInput, Problem
 
 MiB = 1024 * 1024
 ARCHIVE = "(archive)"
@@ -273,7 +273,7 @@ def normal(path: PurePosixPath) -> PurePosixPath:
 
 
 def shown(name: str) -> str:
-    """A member's name as a problem shows it (:func:`shared.dsl.names.shown`), at most
+    """A member's name as a problem shows it (:func:`tickwork.shared.dsl.names.shown`), at most
     200 characters."""
     return shown_text(name, max_chars=_SHOWN_CHARACTERS) if name else "(no name)"
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.domain.delays import BadStartAt, parse_start_at
-from shared.domain.durations import BadDuration, parse_duration
-from shared.domain.numbers import decimal_number, whole_number
-from shared.domain.schedule import suggest
-from shared.domain.workflow import MAX_INTERVAL_SECONDS, IntervalType, RetryPolicy
-from shared.dsl.loader import LineMap
+from tickwork.shared.domain.delays import BadStartAt, parse_start_at
+from tickwork.shared.domain.durations import BadDuration, parse_duration
+from tickwork.shared.domain.numbers import decimal_number, whole_number
+from tickwork.shared.domain.schedule import suggest
+from tickwork.shared.domain.workflow import MAX_INTERVAL_SECONDS, IntervalType, RetryPolicy
+from tickwork.shared.dsl.loader import LineMap
 
 RETRY_OPTIONS = ("limit", "interval", "interval_type", "max_interval")
 MAX_PARALLEL_LIMIT = 10_000

@@ -32,8 +32,8 @@ from typing import Any
 
 import yaml
 
-from shared.domain.storable import MAX_INTEGER, text_problem
-from shared.errors import InvalidWorkflow, Problem
+from tickwork.shared.domain.storable import MAX_INTEGER, text_problem
+from tickwork.shared.errors import InvalidWorkflow, Problem
 
 CHECKED_PYYAML_VERSIONS = ("6.0.4",)
 """The PyYAML versions the loader below was read against."""

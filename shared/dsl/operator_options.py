@@ -1,6 +1,6 @@
 """Checking an operator task's options against its entry in the operator registry.
 
-The registry (:mod:`shared.domain.operators`) says what each operator's command must be,
+The registry (:mod:`tickwork.shared.domain.operators`) says what each operator's command must be,
 where secrets may stand and which control directives it takes; this module checks a
 task body written in a workflow file against that, reporting with file and line.
 """
@@ -13,20 +13,20 @@ from dataclasses import replace
 from pathlib import PurePosixPath
 from typing import Any
 
-from shared.domain.control import (
+from tickwork.shared.domain.control import (
     MAX_WAIT_SECONDS,
     BadControl,
     wait_blocking,
     wait_options,
     wait_poll_interval,
 )
-from shared.domain.control import check_command as check_control_command
-from shared.domain.durations import BadDuration, parse_duration
-from shared.domain.operators import REGISTRY, CommandKind, ControlShape, OperatorSpec
-from shared.domain.workflow import TaskSpec
-from shared.dsl.loader import LineMap
-from shared.dsl.reporting import Reporter, Where, describe, plain
-from shared.dsl.task_directives import read_parallel
+from tickwork.shared.domain.control import check_command as check_control_command
+from tickwork.shared.domain.durations import BadDuration, parse_duration
+from tickwork.shared.domain.operators import REGISTRY, CommandKind, ControlShape, OperatorSpec
+from tickwork.shared.domain.workflow import TaskSpec
+from tickwork.shared.dsl.loader import LineMap
+from tickwork.shared.dsl.reporting import Reporter, Where, describe, plain
+from tickwork.shared.dsl.task_directives import read_parallel
 
 CONTROL_DIRECTIVES = ("_do", "_else_do", "_parallel")
 """The directives a control operator (``loop>``, ``if>``…) takes besides the usual ones."""

@@ -2,9 +2,9 @@
 
 Parsing never stops at the first mistake: every problem of every file (including files
 reached through ``call>``) is collected and raised as one :class:`InvalidWorkflow`, sorted
-by file and line. Sections and directives are read by :mod:`shared.dsl.schedule_section`
-and :mod:`shared.dsl.task_directives`; operator options are checked against the operator
-registry by :mod:`shared.dsl.operator_options`.
+by file and line. Sections and directives are read by :mod:`tickwork.shared.dsl.schedule_section`
+and :mod:`tickwork.shared.dsl.task_directives`; operator options are checked against the operator
+registry by :mod:`tickwork.shared.dsl.operator_options`.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from shared.domain.operators import find_operator, operator_names
-from shared.domain.schedule import suggest
-from shared.domain.sla import SLA_TASK_NAME
-from shared.domain.workflow import TaskSpec, WorkflowDefinition
-from shared.dsl.directives import flag
-from shared.dsl.loader import IncludeContext, LineMap, file_size_problem, load_yaml
-from shared.dsl.names import shown, workflow_name_problem
-from shared.dsl.operator_options import (
+from tickwork.shared.domain.operators import find_operator, operator_names
+from tickwork.shared.domain.schedule import suggest
+from tickwork.shared.domain.sla import SLA_TASK_NAME
+from tickwork.shared.domain.workflow import TaskSpec, WorkflowDefinition
+from tickwork.shared.dsl.directives import flag
+from tickwork.shared.dsl.loader import IncludeContext, LineMap, file_size_problem, load_yaml
+from tickwork.shared.dsl.names import shown, workflow_name_problem
+from tickwork.shared.dsl.operator_options import (
     OPERATOR_KEYS,
     PY_TARGET,
     check_command,
@@ -31,10 +31,10 @@ from shared.dsl.operator_options import (
     param_takes_secrets,
     read_control,
 )
-from shared.dsl.reporting import Reporter, Where, describe, line_map, plain
-from shared.dsl.schedule_section import read_schedule, read_timezone
-from shared.dsl.sla import read_sla
-from shared.dsl.task_directives import (
+from tickwork.shared.dsl.reporting import Reporter, Where, describe, line_map, plain
+from tickwork.shared.dsl.schedule_section import read_schedule, read_timezone
+from tickwork.shared.dsl.sla import read_sla
+from tickwork.shared.dsl.task_directives import (
     DELAY_DIRECTIVES,
     ENV_NAME,
     GROUP_DIRECTIVES,
@@ -51,7 +51,7 @@ from shared.dsl.task_directives import (
     read_start,
     read_timeout,
 )
-from shared.errors import InvalidWorkflow, Problem
+from tickwork.shared.errors import InvalidWorkflow, Problem
 
 __all__ = [
     "ENV_NAME",

@@ -11,11 +11,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shared.domain.expressions import check_template
-from shared.domain.schedule import suggest
-from shared.dsl.loader import FileLine, LineMap
-from shared.errors import InvalidExpression, InvalidWorkflow, Problem
-from shared.secrets import SECRET_NAME, WHERE_ALLOWED, secret_references, without_secret_references
+from tickwork.shared.domain.expressions import check_template
+from tickwork.shared.domain.schedule import suggest
+from tickwork.shared.dsl.loader import FileLine, LineMap
+from tickwork.shared.errors import InvalidExpression, InvalidWorkflow, Problem
+from tickwork.shared.secrets import (
+    SECRET_NAME,
+    WHERE_ALLOWED,
+    secret_references,
+    without_secret_references,
+)
 
 
 @dataclass(frozen=True)

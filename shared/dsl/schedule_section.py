@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.domain.schedule import parse_schedule, resolve_timezone
-from shared.dsl.loader import LineMap
-from shared.dsl.reporting import Reporter, Where
-from shared.errors import InvalidSchedule
+from tickwork.shared.domain.schedule import parse_schedule, resolve_timezone
+from tickwork.shared.dsl.loader import LineMap
+from tickwork.shared.dsl.reporting import Reporter, Where
+from tickwork.shared.errors import InvalidSchedule
 
 
 def read_timezone(reporter: Reporter, data: LineMap, where: Where) -> str:

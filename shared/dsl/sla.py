@@ -7,12 +7,12 @@ from collections.abc import Callable
 from datetime import time
 from typing import Any
 
-from shared.domain.durations import BadDuration, format_duration, parse_duration
-from shared.domain.schedule import suggest
-from shared.domain.sla import SlaSpec
-from shared.domain.workflow import TaskSpec
-from shared.dsl.directives import flag
-from shared.dsl.loader import LineMap
+from tickwork.shared.domain.durations import BadDuration, format_duration, parse_duration
+from tickwork.shared.domain.schedule import suggest
+from tickwork.shared.domain.sla import SlaSpec
+from tickwork.shared.domain.workflow import TaskSpec
+from tickwork.shared.dsl.directives import flag
+from tickwork.shared.dsl.loader import LineMap
 
 SLA_OPTIONS = ("time", "duration", "alert", "fail")
 MAX_SLA_SECONDS = 31 * 24 * 3600

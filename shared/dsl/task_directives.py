@@ -9,11 +9,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from shared.domain.delays import StartRule
-from shared.domain.durations import BadDuration, parse_duration
-from shared.domain.schedule import suggest
-from shared.domain.workflow import QUEUE_NAME, RetryPolicy, TaskSpec
-from shared.dsl.directives import (
+from tickwork.shared.domain.delays import StartRule
+from tickwork.shared.domain.durations import BadDuration, parse_duration
+from tickwork.shared.domain.schedule import suggest
+from tickwork.shared.domain.workflow import QUEUE_NAME, RetryPolicy, TaskSpec
+from tickwork.shared.dsl.directives import (
     Bad,
     delay_seconds,
     find_cycle,
@@ -22,8 +22,8 @@ from shared.dsl.directives import (
     retry_policy,
     start_at,
 )
-from shared.dsl.loader import LineMap
-from shared.dsl.reporting import Reporter, Where, describe, plain
+from tickwork.shared.dsl.loader import LineMap
+from tickwork.shared.dsl.reporting import Reporter, Where, describe, plain
 
 DELAY_DIRECTIVES = ("_delay", "_start_at")
 TOP_LEVEL_KEYS = (

@@ -2,7 +2,7 @@
 revision, revisions, workflow definitions, and the last session of each workflow.
 
 List queries are returned unexecuted (no ORDER BY or LIMIT), for a keyset page
-(:mod:`shared.store.paging`) to order by their id and cut.
+(:mod:`tickwork.shared.store.paging`) to order by their id and cut.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Select, and_, func, select
 
-from shared.errors import NotFound
-from shared.store.history import contains_pattern
-from shared.store.tables import (
+from tickwork.shared.errors import NotFound
+from tickwork.shared.store.history import contains_pattern
+from tickwork.shared.store.tables import (
     attempts,
     project_archives,
     projects,

@@ -16,9 +16,9 @@ from typing import Any
 from sqlalchemy import Connection, exists, func, or_, select
 from sqlalchemy.orm import aliased
 
-from shared.domain.states import AttemptState, TaskState
-from shared.store.history import AttemptView, _attempt_query, _attempt_view
-from shared.store.tables import (
+from tickwork.shared.domain.states import AttemptState, TaskState
+from tickwork.shared.store.history import AttemptView, _attempt_query, _attempt_view
+from tickwork.shared.store.tables import (
     attempts,
     projects,
     schedule_missed,

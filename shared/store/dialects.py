@@ -40,7 +40,7 @@ from sqlalchemy.engine import URL, Dialect
 from sqlalchemy.exc import InvalidatePoolError
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from shared.store.unnest import column_types, rows_select
+from tickwork.shared.store.unnest import column_types, rows_select
 
 READ_ONLY_OPTION = "tickwork_read_only"
 """The execution option of a connection that only reads (see :meth:`connect_for_reads`)."""

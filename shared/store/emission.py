@@ -18,18 +18,18 @@ from typing import Any
 
 from sqlalchemy import Connection, Select, Text, and_, cast, func, literal, select
 
-from shared.domain.catchup import Span
-from shared.domain.schedule import ScheduleSpec
-from shared.domain.states import AttemptState
-from shared.errors import Conflict
-from shared.store.dialects import dialect_of
-from shared.store.schedules import (
+from tickwork.shared.domain.catchup import Span
+from tickwork.shared.domain.schedule import ScheduleSpec
+from tickwork.shared.domain.states import AttemptState
+from tickwork.shared.errors import Conflict
+from tickwork.shared.store.dialects import dialect_of
+from tickwork.shared.store.schedules import (
     EPSILON,
     ScheduleRow,
     schedule_columns,
 )
-from shared.store.sql import column_types, in_ids, insert_rows, rows_select, update_rows
-from shared.store.tables import (
+from tickwork.shared.store.sql import column_types, in_ids, insert_rows, rows_select, update_rows
+from tickwork.shared.store.tables import (
     attempts,
     backfills,
     projects,

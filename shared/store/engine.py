@@ -12,8 +12,8 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from shared.errors import InvalidStoreUrl
-from shared.store.dialects import READ_ONLY_OPTION, dialect_named, dialect_of
+from tickwork.shared.errors import InvalidStoreUrl
+from tickwork.shared.store.dialects import READ_ONLY_OPTION, dialect_named, dialect_of
 
 __all__ = [
     "READ_ONLY_OPTION",

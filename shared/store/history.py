@@ -21,12 +21,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import aliased
 
-from shared.display import elapsed_seconds
-from shared.domain.choices import parse_choice
-from shared.domain.states import CURRENT_ERROR_STATES, AttemptState
-from shared.errors import NotFound
-from shared.store.paging import fetch_statement_page, keyset_statement
-from shared.store.tables import (
+from tickwork.shared.display import elapsed_seconds
+from tickwork.shared.domain.choices import parse_choice
+from tickwork.shared.domain.states import CURRENT_ERROR_STATES, AttemptState
+from tickwork.shared.errors import NotFound
+from tickwork.shared.store.paging import fetch_statement_page, keyset_statement
+from tickwork.shared.store.tables import (
     attempts,
     projects,
     sessions,
@@ -34,7 +34,7 @@ from shared.store.tables import (
     tasks,
     workflow_definitions,
 )
-from shared.store.tasks import TaskRow, list_attempt_tasks
+from tickwork.shared.store.tasks import TaskRow, list_attempt_tasks
 
 
 class AttemptView(NamedTuple):

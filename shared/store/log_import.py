@@ -23,9 +23,9 @@ from typing import BinaryIO
 
 from sqlalchemy import Connection, Engine, and_, select
 
-from shared.store.dialects import dialect_of
-from shared.store.logs import LogChunk, write_log_chunks
-from shared.store.tables import task_log_chunks, task_logs, tasks
+from tickwork.shared.store.dialects import dialect_of
+from tickwork.shared.store.logs import LogChunk, write_log_chunks
+from tickwork.shared.store.tables import task_log_chunks, task_logs, tasks
 
 IMPORT_CHUNK_BYTES = 256 * 1024
 """Bytes of a file in one chunk row (what agents stream)."""

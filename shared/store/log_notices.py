@@ -2,7 +2,7 @@
 listening connection per process and shared by every follower in it.
 
 The executor notifies an attempt's id when a pass stored chunks of its logs or ended it
-(:func:`shared.store.logs.notify_log_readers`). A follower waits here for its attempt's
+(:func:`tickwork.shared.store.logs.notify_log_readers`). A follower waits here for its attempt's
 counter to move, so it reads the store once per change (and once in a while should a
 notice be missed), not once per poll. Where nothing listens (SQLite, or the listening
 connection is down) :attr:`LogNotices.listening` is false and followers poll instead.
@@ -16,8 +16,8 @@ import time
 
 import psycopg
 
-from shared.store.engine import libpq_url
-from shared.store.logs import LOG_CHANNEL
+from tickwork.shared.store.engine import libpq_url
+from tickwork.shared.store.logs import LOG_CHANNEL
 
 log = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, exists, func, select
 
-from shared.errors import NotFound
-from shared.store.dialects import dialect_of
-from shared.store.engine import read_only
-from shared.store.tables import task_log_chunks, task_logs, tasks
+from tickwork.shared.errors import NotFound
+from tickwork.shared.store.dialects import dialect_of
+from tickwork.shared.store.engine import read_only
+from tickwork.shared.store.tables import task_log_chunks, task_logs, tasks
 
 LOG_CHANNEL = "tickwork_logs"
 """The PostgreSQL NOTIFY channel that tells log followers an attempt's logs grew (or the

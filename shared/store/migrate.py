@@ -18,9 +18,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from shared.errors import StoreUnavailable
-from shared.store.dialects import dialect_of
-from shared.store.engine import create_store_engine, describe_store_error
+from tickwork.shared.errors import StoreUnavailable
+from tickwork.shared.store.dialects import dialect_of
+from tickwork.shared.store.engine import create_store_engine, describe_store_error
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 MIGRATION_LOCK_KEY = 0x7469636B6D6967  # "tickmig": one migrator at a time on PostgreSQL

@@ -2,7 +2,7 @@
 an executor holds.
 
 Attempts are spread over a fixed number of partitions, ``attempt_id % partition_count``;
-each partition is run by one executor at a time (see :mod:`shared.domain.partitions`).
+each partition is run by one executor at a time (see :mod:`tickwork.shared.domain.partitions`).
 The store's executor queries accept an :data:`AttemptSet` where they accept attempt ids,
 and :func:`restrict` adds the matching condition.
 """
@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, Connection, false, literal_column, select
 
-from shared.domain.partitions import DEFAULT_PARTITION_COUNT
-from shared.store.tables import tasks
+from tickwork.shared.domain.partitions import DEFAULT_PARTITION_COUNT
+from tickwork.shared.store.tables import tasks
 
 
 @dataclass(frozen=True)

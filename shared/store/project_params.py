@@ -13,8 +13,8 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, select
 
-from shared.store.dialects import dialect_of
-from shared.store.tables import project_params
+from tickwork.shared.store.dialects import dialect_of
+from tickwork.shared.store.tables import project_params
 
 PARAM_TTL = timedelta(days=90)
 """How long a stored value lives after it was last set (Digdag's 7,776,000 seconds)."""

@@ -14,14 +14,18 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, select
 
-from shared.domain.workflow import WorkflowDefinition
-from shared.dsl.archive import ProjectArchive
-from shared.errors import Conflict, InvalidInput, NotFound, Problem
-from shared.store.dialects import dialect_of
-from shared.store.engine import read_only
-from shared.store.schedules import remove_schedules, remove_schedules_except, upsert_schedule
-from shared.store.sql import insert_ignoring_conflict
-from shared.store.tables import (
+from tickwork.shared.domain.workflow import WorkflowDefinition
+from tickwork.shared.dsl.archive import ProjectArchive
+from tickwork.shared.errors import Conflict, InvalidInput, NotFound, Problem
+from tickwork.shared.store.dialects import dialect_of
+from tickwork.shared.store.engine import read_only
+from tickwork.shared.store.schedules import (
+    remove_schedules,
+    remove_schedules_except,
+    upsert_schedule,
+)
+from tickwork.shared.store.sql import insert_ignoring_conflict
+from tickwork.shared.store.tables import (
     attempts,
     project_archives,
     projects,

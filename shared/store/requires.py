@@ -9,14 +9,18 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection, select
 
-from shared.domain.states import TaskState
-from shared.domain.workflow import WorkflowDefinition
-from shared.errors import NotFound
-from shared.store.engine import notify_work
-from shared.store.projects import config_digest, ensure_revision, ensure_workflow_definition
-from shared.store.sessions import ensure_session, insert_attempt, list_session_attempts
-from shared.store.starts import StartResult
-from shared.store.tables import projects, revisions, tasks, workflow_definitions
+from tickwork.shared.domain.states import TaskState
+from tickwork.shared.domain.workflow import WorkflowDefinition
+from tickwork.shared.errors import NotFound
+from tickwork.shared.store.engine import notify_work
+from tickwork.shared.store.projects import (
+    config_digest,
+    ensure_revision,
+    ensure_workflow_definition,
+)
+from tickwork.shared.store.sessions import ensure_session, insert_attempt, list_session_attempts
+from tickwork.shared.store.starts import StartResult
+from tickwork.shared.store.tables import projects, revisions, tasks, workflow_definitions
 
 AWAITED_KEY = "require_attempt_id"
 """The key of a waiting ``require>`` task's ``result`` that holds the attempt it waits on."""

@@ -3,7 +3,7 @@
 
 The scheduler applies the policy continuously (one replica at a time, under an advisory
 lock on PostgreSQL); ``tickwork db prune`` applies it by hand. Each batch is its own short
-transaction (see :class:`~shared.store.retention_batches.BatchLimits`), with a pause
+transaction (see :class:`~tickwork.shared.store.retention_batches.BatchLimits`), with a pause
 between two, so live work hardly notices; a dry run makes the same batches in one
 transaction that it rolls back, and so reports exactly what a prune would remove.
 """
@@ -21,10 +21,10 @@ from typing import Any
 from sqlalchemy import Connection, Engine, select
 
 # The policy is re-exported: the prune's callers read it from here too.
-from shared.retention_policy import RetentionPolicy as RetentionPolicy
-from shared.retention_policy import parse_duration as parse_duration
-from shared.store.dialects import dialect_of
-from shared.store.retention_batches import (
+from tickwork.shared.retention_policy import RetentionPolicy as RetentionPolicy
+from tickwork.shared.retention_policy import parse_duration as parse_duration
+from tickwork.shared.store.dialects import dialect_of
+from tickwork.shared.store.retention_batches import (
     PRUNED_LOGS,
     BatchLimits,
     oldest_session_created_at,
@@ -32,7 +32,7 @@ from shared.store.retention_batches import (
     prune_revision_batch,
     prune_session_batch,
 )
-from shared.store.tables import projects
+from tickwork.shared.store.tables import projects
 
 RETENTION_KEY = "tickwork.retention"
 """Where a Flask application keeps the policy it describes (``app.extensions``)."""

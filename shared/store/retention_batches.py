@@ -33,9 +33,9 @@ from sqlalchemy import (
     update,
 )
 
-from shared.domain.states import DONE_ATTEMPT_STATES, AttemptState
-from shared.store.dialects import dialect_of
-from shared.store.tables import (
+from tickwork.shared.domain.states import DONE_ATTEMPT_STATES, AttemptState
+from tickwork.shared.store.dialects import dialect_of
+from tickwork.shared.store.tables import (
     alerts,
     attempts,
     project_archives,

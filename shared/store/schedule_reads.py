@@ -14,19 +14,19 @@ from typing import Any
 
 from sqlalchemy import Connection, or_, select
 
-from shared.display import iso_time
-from shared.domain.schedule import written_timezone
-from shared.domain.states import ScheduleState
-from shared.store import catalog
-from shared.store.paging import fetch_keyset_page
-from shared.store.schedules import (
+from tickwork.shared.display import iso_time
+from tickwork.shared.domain.schedule import written_timezone
+from tickwork.shared.domain.states import ScheduleState
+from tickwork.shared.store import catalog
+from tickwork.shared.store.paging import fetch_keyset_page
+from tickwork.shared.store.schedules import (
     MissedRow,
     ScheduleRow,
     get_schedule,
     list_missed,
     select_schedules,
 )
-from shared.store.tables import projects, schedules
+from tickwork.shared.store.tables import projects, schedules
 
 NEXT_TIMES = 5
 RECENT_MISSED = 20

@@ -3,7 +3,7 @@
 A schedule's ``last_session_time`` is its checkpoint: every session time up to it has been
 emitted or recorded as missed. ``next_run_time`` says when a scheduler should look at it
 again; any change made here sets it to now so that the next scheduler pass re-plans.
-What a scheduler pass itself reads and writes is in :mod:`shared.store.emission`.
+What a scheduler pass itself reads and writes is in :mod:`tickwork.shared.store.emission`.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from typing import Any
 
 from sqlalchemy import Connection, RowMapping, select
 
-from shared.domain.catchup import COUNT_CAP, MissedRange
-from shared.domain.choices import parse_choice
-from shared.domain.schedule import ScheduleSpec
-from shared.domain.schedule_policies import InactiveReason, MissedReason
-from shared.domain.workflow import WorkflowDefinition
-from shared.errors import Conflict, NotFound
-from shared.store.tables import (
+from tickwork.shared.domain.catchup import COUNT_CAP, MissedRange
+from tickwork.shared.domain.choices import parse_choice
+from tickwork.shared.domain.schedule import ScheduleSpec
+from tickwork.shared.domain.schedule_policies import InactiveReason, MissedReason
+from tickwork.shared.domain.workflow import WorkflowDefinition
+from tickwork.shared.errors import Conflict, NotFound
+from tickwork.shared.store.tables import (
     projects,
     schedule_inactive_spans,
     schedule_missed,

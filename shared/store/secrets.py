@@ -1,6 +1,6 @@
 """Project secrets in the store: set, list names, delete, and read ciphertexts for a task.
 
-Values arrive here already encrypted (see :mod:`shared.secrets`); nothing in this module
+Values arrive here already encrypted (see :mod:`tickwork.shared.secrets`); nothing in this module
 decrypts them.
 """
 
@@ -11,10 +11,10 @@ from datetime import datetime
 
 from sqlalchemy import Connection, select
 
-from shared.errors import NotFound
-from shared.secrets import check_secret_name
-from shared.store.projects import check_project_name, ensure_project
-from shared.store.tables import projects, secrets
+from tickwork.shared.errors import NotFound
+from tickwork.shared.secrets import check_secret_name
+from tickwork.shared.store.projects import check_project_name, ensure_project
+from tickwork.shared.store.tables import projects, secrets
 
 
 @dataclass(frozen=True)

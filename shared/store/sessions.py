@@ -9,12 +9,12 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select
 
-from shared.domain.choices import parse_choice
-from shared.domain.states import KILLABLE_ATTEMPT_STATES, AttemptState
-from shared.errors import NotFound
-from shared.store.partitions import AttemptSet, restrict
-from shared.store.sql import insert_ignoring_conflict
-from shared.store.tables import attempts, sessions
+from tickwork.shared.domain.choices import parse_choice
+from tickwork.shared.domain.states import KILLABLE_ATTEMPT_STATES, AttemptState
+from tickwork.shared.errors import NotFound
+from tickwork.shared.store.partitions import AttemptSet, restrict
+from tickwork.shared.store.sql import insert_ignoring_conflict
+from tickwork.shared.store.tables import attempts, sessions
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ from datetime import datetime
 
 from sqlalchemy import Connection, select
 
-from shared.domain.states import AttemptState, TaskState
-from shared.store.partitions import AttemptSet, restrict
-from shared.store.sql import insert_ignoring_conflict
-from shared.store.tables import alerts, attempts, tasks
+from tickwork.shared.domain.states import AttemptState, TaskState
+from tickwork.shared.store.partitions import AttemptSet, restrict
+from tickwork.shared.store.sql import insert_ignoring_conflict
+from tickwork.shared.store.tables import alerts, attempts, tasks
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Small bulk SQL helpers of the query modules, on whichever database a connection uses.
 
 The SQL itself differs between SQLite and PostgreSQL: it lives in
-:mod:`shared.store.dialects`, and these helpers hand each statement to the connection's
+:mod:`tickwork.shared.store.dialects`, and these helpers hand each statement to the connection's
 dialect component.
 """
 
@@ -12,8 +12,8 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Row, Table
 
-from shared.store.dialects import dialect_of
-from shared.store.unnest import column_types, rows_select
+from tickwork.shared.store.dialects import dialect_of
+from tickwork.shared.store.unnest import column_types, rows_select
 
 __all__ = [
     "column_types",

@@ -12,23 +12,23 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import Connection, bindparam, func, select
 from sqlalchemy.orm import aliased
 
-from shared.domain.instants import out_of_range
-from shared.domain.params import merge_params
-from shared.domain.schedule import ScheduleSpec
-from shared.domain.states import AttemptState, TaskState
-from shared.domain.workflow import WorkflowDefinition
-from shared.errors import Conflict, InvalidInput, NotFound, Problem
-from shared.store.engine import notify_work
-from shared.store.projects import load_workflow_definition
-from shared.store.sessions import (
+from tickwork.shared.domain.instants import out_of_range
+from tickwork.shared.domain.params import merge_params
+from tickwork.shared.domain.schedule import ScheduleSpec
+from tickwork.shared.domain.states import AttemptState, TaskState
+from tickwork.shared.domain.workflow import WorkflowDefinition
+from tickwork.shared.errors import Conflict, InvalidInput, NotFound, Problem
+from tickwork.shared.store.engine import notify_work
+from tickwork.shared.store.projects import load_workflow_definition
+from tickwork.shared.store.sessions import (
     AttemptRow,
     claim_session,
     get_attempt,
     list_session_attempts,
     request_kill,
 )
-from shared.store.sql import insert_ignoring_conflict
-from shared.store.tables import (
+from tickwork.shared.store.sql import insert_ignoring_conflict
+from tickwork.shared.store.tables import (
     attempts,
     projects,
     revisions,
@@ -205,7 +205,7 @@ def _session_time(
     """The session time asked for (naive: in the workflow's zone), or the default one.
 
     Raises InvalidInput naming ``/session_time`` for a time outside the range every time
-    zone can show (see shared.domain.instants).
+    zone can show (see tickwork.shared.domain.instants).
     """
     if session_time is not None:
         if session_time.tzinfo is None:

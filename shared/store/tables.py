@@ -25,7 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
-from shared.store.dialects import dialect_of
+from tickwork.shared.store.dialects import dialect_of
 
 metadata = MetaData(
     naming_convention={
@@ -50,7 +50,7 @@ class UtcDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         if value.tzinfo is None:
-            raise ValueError("naive datetime given to the store; use shared.clock")
+            raise ValueError("naive datetime given to the store; use tickwork.shared.clock")
         value = value.astimezone(UTC)
         return dialect_of(dialect).timestamp_param(value)
 
@@ -349,7 +349,8 @@ alerts = Table(
 )
 
 # Persistent params (`param_set>` / `param_get>`): string values a project's sessions share,
-# one per key; a value not set again within PARAM_TTL (shared.store.project_params) expires.
+# one per key; a value not set again within PARAM_TTL (tickwork.shared.store.project_params)
+# expires.
 project_params = Table(
     "project_params",
     metadata,
@@ -359,7 +360,7 @@ project_params = Table(
     Column("updated_at", Timestamp, nullable=False),
 )
 
-# The web UI's signed-in sessions (shared.store.ui_sessions): the cookie holds a random
+# The web UI's signed-in sessions (tickwork.shared.store.ui_sessions): the cookie holds a random
 # session id, the row its SHA-256; signing out or removing the token ends the row, and
 # with it every copy of the cookie on every API replica.
 ui_sessions = Table(

@@ -30,13 +30,13 @@ from sqlalchemy.orm import aliased
 from sqlalchemy.sql import Update
 from sqlalchemy.sql.elements import BindParameter
 
-from shared.domain.choices import parse_choice
-from shared.domain.states import TERMINAL_TASK_STATES, TaskState
-from shared.errors import NotFound
-from shared.store.dialects import dialect_of, postgres_upsert_from
-from shared.store.partitions import AttemptFilter, AttemptSet, restrict
-from shared.store.sql import insert_rows
-from shared.store.tables import task_dependencies, task_logs, tasks
+from tickwork.shared.domain.choices import parse_choice
+from tickwork.shared.domain.states import TERMINAL_TASK_STATES, TaskState
+from tickwork.shared.errors import NotFound
+from tickwork.shared.store.dialects import dialect_of, postgres_upsert_from
+from tickwork.shared.store.partitions import AttemptFilter, AttemptSet, restrict
+from tickwork.shared.store.sql import insert_rows
+from tickwork.shared.store.tables import task_dependencies, task_logs, tasks
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, delete, insert, or_, select, update
 
-from shared.store.tables import ui_sessions
+from tickwork.shared.store.tables import ui_sessions
 
 
 @dataclass(frozen=True)

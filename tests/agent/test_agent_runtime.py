@@ -15,14 +15,16 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from services.agent.config import AgentSettings
-from services.agent.metrics import AgentMetrics
-from services.agent.worker import SHUTDOWN, AgentRuntime
-from shared.dispatch.celery_app import RedisSettings
-from shared.dispatch.celery_dispatch import CeleryDispatcher
-from shared.dispatch.events import EventReader, EventStream, decode
-from shared.dispatch.leases import Lease, LeaseState, LeaseStore
-from shared.dispatch.messages import (
+from tests.fault._cluster import is_running
+from tests.support.waiting import wait_until
+from tickwork.services.agent.config import AgentSettings
+from tickwork.services.agent.metrics import AgentMetrics
+from tickwork.services.agent.worker import SHUTDOWN, AgentRuntime
+from tickwork.shared.dispatch.celery_app import RedisSettings
+from tickwork.shared.dispatch.celery_dispatch import CeleryDispatcher
+from tickwork.shared.dispatch.events import EventReader, EventStream, decode
+from tickwork.shared.dispatch.leases import Lease, LeaseState, LeaseStore
+from tickwork.shared.dispatch.messages import (
     AgentEvent,
     Outcome,
     TaskFinished,
@@ -31,8 +33,6 @@ from shared.dispatch.messages import (
     TaskReleased,
     TaskStarted,
 )
-from tests.fault._cluster import is_running
-from tests.support.waiting import wait_until
 
 TTL_SECONDS = 3.0
 HEARTBEAT_SECONDS = 0.5

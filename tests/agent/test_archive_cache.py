@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.agent.archives import ArchiveCache
-from services.agent.runner import TaskRunner
-from shared.dispatch.messages import Outcome, TaskEvent, TaskFinished, TaskMessage
-from shared.dsl.archive import archive_digest, pack_project
+from tickwork.services.agent.archives import ArchiveCache
+from tickwork.services.agent.runner import TaskRunner
+from tickwork.shared.dispatch.messages import Outcome, TaskEvent, TaskFinished, TaskMessage
+from tickwork.shared.dsl.archive import archive_digest, pack_project
 
 
 def project_archive(tmp_path: Path) -> bytes:

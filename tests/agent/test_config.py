@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from services.agent.config import AgentSettings
-from services.agent.log_limits import LogLimits
-from services.agent.operators.base import ResourceLimits
-from shared.errors import InvalidConfig
+from tickwork.services.agent.config import AgentSettings
+from tickwork.services.agent.log_limits import LogLimits
+from tickwork.services.agent.operators.base import ResourceLimits
+from tickwork.shared.errors import InvalidConfig
 
 BASE = {"TICKWORK_AGENT_WORK_DIR": "/tmp/agent"}
 

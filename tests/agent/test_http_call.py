@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from services.agent.operators.base import OperatorFailed
-from services.agent.operators.http_call import json_for_parser, media_type
-from shared.dsl.parser import parse_workflow_text
-from shared.errors import InvalidWorkflow
+from tickwork.services.agent.operators.base import OperatorFailed
+from tickwork.services.agent.operators.http_call import json_for_parser, media_type
+from tickwork.shared.dsl.parser import parse_workflow_text
+from tickwork.shared.errors import InvalidWorkflow
 
 URL = "http://127.0.0.1:1/wf"
 

@@ -18,18 +18,18 @@ from pathlib import Path
 
 import pytest
 
-from services.agent import log_stream
-from services.agent.config import AgentSettings
-from services.agent.log_limits import LogLimits
-from services.agent.log_stream import LogPump, LogStreamer, cut_marker
-from services.agent.metrics import AgentMetrics
-from services.agent.spool import MEMORY_BYTES
-from services.agent.worker import AgentRuntime
-from shared.dispatch.celery_app import RedisSettings
-from shared.dispatch.events import EventReader, EventStream, decode
-from shared.dispatch.messages import TaskFinished, TaskLogChunk, TaskMessage, TaskStarted
-from shared.secrets import SECRET_KEY_VARIABLE, SecretBox
 from tests.support.waiting import wait_until
+from tickwork.services.agent import log_stream
+from tickwork.services.agent.config import AgentSettings
+from tickwork.services.agent.log_limits import LogLimits
+from tickwork.services.agent.log_stream import LogPump, LogStreamer, cut_marker
+from tickwork.services.agent.metrics import AgentMetrics
+from tickwork.services.agent.spool import MEMORY_BYTES
+from tickwork.services.agent.worker import AgentRuntime
+from tickwork.shared.dispatch.celery_app import RedisSettings
+from tickwork.shared.dispatch.events import EventReader, EventStream, decode
+from tickwork.shared.dispatch.messages import TaskFinished, TaskLogChunk, TaskMessage, TaskStarted
+from tickwork.shared.secrets import SECRET_KEY_VARIABLE, SecretBox
 
 KIB = 1024
 MIB = 1024 * KIB

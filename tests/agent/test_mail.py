@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from services.agent.operators.base import OperatorContext, OperatorFailed
-from services.agent.operators.mail import run_mail
-from shared.dispatch.messages import TaskMessage
 from tests.support.smtp import Inbox, smtp_server
+from tickwork.services.agent.operators.base import OperatorContext, OperatorFailed
+from tickwork.services.agent.operators.mail import run_mail
+from tickwork.shared.dispatch.messages import TaskMessage
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from services.agent.operators.base import OperatorFailed
-from services.agent.operators.mail import smtp_settings
+from tickwork.services.agent.operators.base import OperatorFailed
+from tickwork.services.agent.operators.mail import smtp_settings
 
 
 @pytest.mark.parametrize(("port", "number"), [("2525", 2525), (587, 587), (" 25 ", 25)])

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from services.agent.operators import OPERATORS
-from shared.domain.operators import RunsOn, agent_operators, runs_on
+from tickwork.services.agent.operators import OPERATORS
+from tickwork.shared.domain.operators import RunsOn, agent_operators, runs_on
 
 
 def test_every_agent_run_operator_of_the_registry_has_an_implementation() -> None:

@@ -15,11 +15,16 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from services.agent.operators.base import OperatorContext, OperatorFailed, RunControl, StopReason
-from services.agent.operators.pg import connection_settings, run_pg
-from shared.dispatch.messages import TaskMessage
 from tests.support.servers import libpq_conninfo, throwaway_postgres_database
 from tests.support.waiting import wait_until
+from tickwork.services.agent.operators.base import (
+    OperatorContext,
+    OperatorFailed,
+    RunControl,
+    StopReason,
+)
+from tickwork.services.agent.operators.pg import connection_settings, run_pg
+from tickwork.shared.dispatch.messages import TaskMessage
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from services.agent.operators.py import CHILD_SCRIPT
+from tickwork.services.agent.operators.py import CHILD_SCRIPT
 
 TASKS = """
 class Loader:

@@ -10,13 +10,13 @@ import pytest
 from redis import Redis
 from redis.client import Pipeline
 
-from services.agent import outbox as outbox_module
-from services.agent.outbox import ResultOutbox
-from shared.dispatch.events import EventReader, EventStream, decode
-from shared.dispatch.leases import Lease, LeaseStore
-from shared.dispatch.messages import Outcome, TaskFinished, TaskLogChunk, TaskStarted
 from tests.support.servers import find_free_port
 from tests.support.waiting import wait_until
+from tickwork.services.agent import outbox as outbox_module
+from tickwork.services.agent.outbox import ResultOutbox
+from tickwork.shared.dispatch.events import EventReader, EventStream, decode
+from tickwork.shared.dispatch.leases import Lease, LeaseStore
+from tickwork.shared.dispatch.messages import Outcome, TaskFinished, TaskLogChunk, TaskStarted
 
 TTL_MS = 3000
 DONE_MARK_MS = 60_000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.agent.operators.base import RunControl, StopReason
+from tickwork.services.agent.operators.base import RunControl, StopReason
 
 
 def test_a_stop_records_its_reason_as_a_stop_reason() -> None:

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from services.agent.operators import OPERATORS
-from services.agent.operators.base import OperatorContext
-from services.agent.runner import TaskRunner
-from shared.dispatch.messages import TaskEvent, TaskFinished, TaskMessage
-from shared.secrets import SECRET_KEY_VARIABLE, SecretBox
+from tickwork.services.agent.operators import OPERATORS
+from tickwork.services.agent.operators.base import OperatorContext
+from tickwork.services.agent.runner import TaskRunner
+from tickwork.shared.dispatch.messages import TaskEvent, TaskFinished, TaskMessage
+from tickwork.shared.secrets import SECRET_KEY_VARIABLE, SecretBox
 
 KEY = "a passphrase long enough for tests"
 MARKER = "~secret-test~"

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from services.agent.operators.base import OperatorFailed
-from services.agent.operators.sh import shell_argv
+from tickwork.services.agent.operators.base import OperatorFailed
+from tickwork.services.agent.operators.sh import shell_argv
 
 
 def test_without_a_shell_option_the_command_runs_with_sh_c(tmp_path: Path) -> None:

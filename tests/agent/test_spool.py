@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from services.agent.spool import SpoolLog
+from tickwork.services.agent.spool import SpoolLog
 
 
 def read_all(spool: SpoolLog) -> bytes:

@@ -20,23 +20,23 @@ from pathlib import Path
 
 import pytest
 
-from services.agent.operators.base import OperatorContext, OperatorFailed, ResourceLimits
-from services.agent.operators.process import (
+from tests.fault._cluster import command_line, is_running
+from tests.support.waiting import wait_until
+from tickwork.services.agent.operators.base import OperatorContext, OperatorFailed, ResourceLimits
+from tickwork.services.agent.operators.process import (
     KILL_GRACE_SECONDS,
     SUPERVISOR,
     run_child,
     task_environment,
     terminate_children,
 )
-from services.agent.operators.supervisor import (
+from tickwork.services.agent.operators.supervisor import (
     descendants_of,
     format_limits,
     parent_of_each_process,
     parse_limits,
 )
-from shared.dispatch.messages import TaskMessage
-from tests.fault._cluster import command_line, is_running
-from tests.support.waiting import wait_until
+from tickwork.shared.dispatch.messages import TaskMessage
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 GONE_WITHIN_SECONDS = 2.0
@@ -294,8 +294,8 @@ def start_agent(
     0.5 s later, if asked), then waits to be killed."""
     code = (
         "import subprocess, sys, threading, time\n"
-        "from services.agent.operators.base import ResourceLimits\n"
-        "from services.agent.operators.process import supervised\n"
+        "from tickwork.services.agent.operators.base import ResourceLimits\n"
+        "from tickwork.services.agent.operators.process import supervised\n"
         "argv = supervised(['/bin/sh', '-c', sys.argv[1]], ResourceLimits())\n"
         # The thread outlives the supervisor's start-up (its prctl), then ends.
         "start = lambda: (subprocess.Popen(argv, process_group=0), time.sleep(0.5))\n"

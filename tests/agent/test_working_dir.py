@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from services.agent.operators.base import OperatorContext, OperatorFailed
-from shared.dispatch.messages import TaskMessage
+from tickwork.services.agent.operators.base import OperatorContext, OperatorFailed
+from tickwork.shared.dispatch.messages import TaskMessage
 
 
 def context_in(project: Path, workdir: str, log: Path) -> OperatorContext:

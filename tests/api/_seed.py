@@ -9,12 +9,12 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, select, update
 
-from shared.domain.states import AttemptState
-from shared.dsl.parser import parse_workflow_text
-from shared.store import projects as project_store
-from shared.store.logs import LogChunk, write_log_chunks
-from shared.store.sessions import ensure_session, insert_attempt
-from shared.store.tables import (
+from tickwork.shared.domain.states import AttemptState
+from tickwork.shared.dsl.parser import parse_workflow_text
+from tickwork.shared.store import projects as project_store
+from tickwork.shared.store.logs import LogChunk, write_log_chunks
+from tickwork.shared.store.sessions import ensure_session, insert_attempt
+from tickwork.shared.store.tables import (
     attempts,
     projects,
     revisions,

@@ -18,7 +18,7 @@ from tests.support.waiting import wait_until
 TOKEN = "server-admin-token"
 START_SECONDS = 30
 STOP_SECONDS = 30
-TICKWORK = [sys.executable, "-c", "from services.compose.commands import main; main()"]
+TICKWORK = [sys.executable, "-c", "from tickwork.services.compose.commands import main; main()"]
 
 
 def environment(database_url: str, **extra: str) -> dict[str, str]:

@@ -8,9 +8,9 @@ from datetime import datetime
 
 from sqlalchemy import Engine, select, update
 
-from shared.domain.states import AttemptState
-from shared.store.tables import attempts, tasks
 from tests.api._seed import NOW
+from tickwork.shared.domain.states import AttemptState
+from tickwork.shared.store.tables import attempts, tasks
 
 
 def section(html: str, section_id: str) -> str:

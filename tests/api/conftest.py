@@ -15,9 +15,9 @@ from flask.testing import FlaskClient
 from sqlalchemy import Engine
 from werkzeug.test import TestResponse
 
-from services.api.app import create_app
-from services.api.config import ApiConfig, ApiToken
-from services.api.routes.logs import NOTICES_KEY
+from tickwork.services.api.app import create_app
+from tickwork.services.api.config import ApiConfig, ApiToken
+from tickwork.services.api.routes.logs import NOTICES_KEY
 
 ADMIN_TOKEN = "admin-token-for-tests"
 READ_TOKEN = "read-token-for-tests"

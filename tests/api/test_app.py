@@ -10,13 +10,13 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import Engine
 
-from services.api.app import create_app
-from services.api.config import ApiConfig, ApiToken
-from services.api.paging import decode_cursor, encode_cursor
-from services.api.ratelimit import RateLimiter
-from shared.errors import InvalidConfig
-from shared.store.engine import create_store_engine
 from tests.api.conftest import ADMIN_TOKEN, PROBLEM, READ_TOKEN, assert_problem
+from tickwork.services.api.app import create_app
+from tickwork.services.api.config import ApiConfig, ApiToken
+from tickwork.services.api.paging import decode_cursor, encode_cursor
+from tickwork.services.api.ratelimit import RateLimiter
+from tickwork.shared.errors import InvalidConfig
+from tickwork.shared.store.engine import create_store_engine
 
 
 class TestProbes:

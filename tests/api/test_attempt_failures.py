@@ -10,8 +10,6 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import Engine, update
 
-from shared.domain.states import AttemptState
-from shared.store.tables import tasks
 from tests.api._seed import (
     NOW,
     THREE_STEPS,
@@ -20,6 +18,8 @@ from tests.api._seed import (
     set_state,
     store_run_log,
 )
+from tickwork.shared.domain.states import AttemptState
+from tickwork.shared.store.tables import tasks
 
 
 @pytest.fixture

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from services.api.reads.attempts import (
+from tickwork.services.api.reads.attempts import (
     display_states,
     failed_tasks,
     latest_run,
     with_display_states,
 )
-from shared.store.history import TaskSummary
-from shared.store.logs import RunLog
+from tickwork.shared.store.history import TaskSummary
+from tickwork.shared.store.logs import RunLog
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 

@@ -9,10 +9,10 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import Engine
 
-from shared.domain.states import AttemptState
-from shared.store.sla import insert_alert
-from shared.store.tables import task_dependencies, tasks
 from tests.api._seed import NOW, THREE_STEPS, add_project, set_state
+from tickwork.shared.domain.states import AttemptState
+from tickwork.shared.store.sla import insert_alert
+from tickwork.shared.store.tables import task_dependencies, tasks
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from flask.testing import FlaskClient
 
-from shared.domain.schedule import ScheduleSpec
-from shared.store import emission
 from tests.api.conftest import Pusher, assert_problem
+from tickwork.shared.domain.schedule import ScheduleSpec
+from tickwork.shared.store import emission
 
 MAX_BACKFILL = 10_000
 EVERY_MINUTE = """\

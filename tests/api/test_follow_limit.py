@@ -15,10 +15,10 @@ from flask.testing import FlaskClient
 from sqlalchemy import Engine
 from werkzeug.test import TestResponse
 
-from services.api.config import ApiConfig
-from shared.domain.states import AttemptState
 from tests.api._seed import THREE_STEPS, add_project, add_sessions, set_state, store_run_log
 from tests.api.conftest import assert_problem
+from tickwork.services.api.config import ApiConfig
+from tickwork.shared.domain.states import AttemptState
 
 
 @pytest.fixture

@@ -21,9 +21,9 @@ from gunicorn.http.errors import (
 from gunicorn.http.unreader import IterUnreader
 from werkzeug.exceptions import BadRequest, RequestTimeout
 
-from services.api.errors import ApiProblem
-from services.api.framing import CheckedBody, unsupported_transfer_coding
-from services.api.worker import parse_error_answer, problem_bytes
+from tickwork.services.api.errors import ApiProblem
+from tickwork.services.api.framing import CheckedBody, unsupported_transfer_coding
+from tickwork.services.api.worker import parse_error_answer, problem_bytes
 
 
 class Failing:

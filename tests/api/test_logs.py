@@ -12,12 +12,12 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import Engine
 
-from services.api.routes import logs as logs_routes
-from shared.domain.states import AttemptState
-from shared.store.logs import LogChunk, notify_log_readers, write_log_chunks
-from shared.store.tables import task_logs, tasks
 from tests.api._seed import NOW, THREE_STEPS, add_project, add_sessions, set_state
 from tests.api.conftest import assert_problem
+from tickwork.services.api.routes import logs as logs_routes
+from tickwork.shared.domain.states import AttemptState
+from tickwork.shared.store.logs import LogChunk, notify_log_readers, write_log_chunks
+from tickwork.shared.store.tables import task_logs, tasks
 
 CONTENT = b"line one\nline two\nline three\n"
 

@@ -8,8 +8,8 @@ from cryptography.fernet import Fernet
 from flask.testing import FlaskClient
 from sqlalchemy import Engine, func, select
 
-from shared.store.tables import projects, secrets
 from tests.api.conftest import HELLO_WORKFLOW, Pusher, assert_problem
+from tickwork.shared.store.tables import projects, secrets
 
 
 def project_count(engine: Engine) -> int:

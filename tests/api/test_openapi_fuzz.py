@@ -37,13 +37,13 @@ from schemathesis.specs.openapi.checks import (
 )
 from sqlalchemy import Engine
 
-from services.api.app import create_app
-from services.api.config import ApiConfig, ApiToken
-from shared.dsl.archive import pack_project
-from shared.store.engine import create_store_engine
-from shared.store.logs import LogChunk, write_log_chunks
-from shared.store.tables import task_logs, tasks
 from tests.support.databases import DatabaseSupply
+from tickwork.services.api.app import create_app
+from tickwork.services.api.config import ApiConfig, ApiToken
+from tickwork.shared.dsl.archive import pack_project
+from tickwork.shared.store.engine import create_store_engine
+from tickwork.shared.store.logs import LogChunk, write_log_chunks
+from tickwork.shared.store.tables import task_logs, tasks
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

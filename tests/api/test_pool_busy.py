@@ -6,9 +6,9 @@ from __future__ import annotations
 from flask.testing import FlaskClient
 from sqlalchemy import create_engine
 
-from services.api.app import create_app
-from services.api.config import ApiConfig
 from tests.api.conftest import ADMIN_TOKEN, assert_problem
+from tickwork.services.api.app import create_app
+from tickwork.services.api.config import ApiConfig
 
 
 def test_a_request_that_finds_no_free_database_connection_is_503(

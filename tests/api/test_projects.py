@@ -10,9 +10,9 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import Engine
 
-from services.api.app import create_app
-from services.api.config import ApiConfig
 from tests.api.conftest import DAILY_WORKFLOW, HELLO_WORKFLOW, Pusher, assert_problem, build_archive
+from tickwork.services.api.app import create_app
+from tickwork.services.api.config import ApiConfig
 
 BAD_CRON = """\
 timezone: UTC

@@ -8,9 +8,9 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import Engine
 
-from services.api.app import create_app
-from services.api.config import ApiConfig
-from shared.store.retention import RetentionPolicy
+from tickwork.services.api.app import create_app
+from tickwork.services.api.config import ApiConfig
+from tickwork.shared.store.retention import RetentionPolicy
 
 DAY = timedelta(days=1)
 

@@ -15,10 +15,10 @@ from apiflask import APIFlask
 from flask.testing import FlaskClient
 from sqlalchemy import Engine
 
-from services.api.app import IdConverter
-from services.api.paging import MAX_ID
-from shared.domain.states import AttemptState
 from tests.api._seed import THREE_STEPS, add_project, add_sessions, store_run_log
+from tickwork.services.api.app import IdConverter
+from tickwork.services.api.paging import MAX_ID
+from tickwork.shared.domain.states import AttemptState
 
 PLACEHOLDER = re.compile(r"<(?:([^:<>]+):)?([^<>]+)>")
 BAD_IDS = ("0", "-1", str(2**63), str(10**20), "abc", "007")

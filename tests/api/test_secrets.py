@@ -8,8 +8,8 @@ from cryptography.fernet import Fernet
 from flask.testing import FlaskClient
 from sqlalchemy import Engine, select
 
-from shared.store.tables import secrets
 from tests.api.conftest import Pusher, assert_problem
+from tickwork.shared.store.tables import secrets
 
 KEY = Fernet.generate_key().decode()
 

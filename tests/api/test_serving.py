@@ -15,10 +15,10 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from shared.store.tables import task_logs, tasks
 from tests.api._seed import NOW, THREE_STEPS, add_project
 from tests.api._server import TOKEN, serving, wait_until_healthy
 from tests.support.waiting import wait_until
+from tickwork.shared.store.tables import task_logs, tasks
 
 pytestmark = pytest.mark.slow
 

@@ -8,8 +8,8 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import Engine
 
-from shared.domain.states import AttemptState
 from tests.api._seed import NOW, THREE_STEPS, add_project, add_sessions
+from tickwork.shared.domain.states import AttemptState
 
 
 @pytest.fixture

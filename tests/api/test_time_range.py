@@ -10,11 +10,11 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import Engine, func, select
 
-from shared.domain.schedule import parse_schedule
-from shared.store.sessions import ensure_session, insert_attempt
-from shared.store.tables import projects, schedules, sessions
 from tests.api._seed import NOW, definition_id_of
 from tests.api.conftest import DAILY_WORKFLOW, Pusher, assert_problem
+from tickwork.shared.domain.schedule import parse_schedule
+from tickwork.shared.store.sessions import ensure_session, insert_attempt
+from tickwork.shared.store.tables import projects, schedules, sessions
 
 WEST = """\
 timezone: America/New_York

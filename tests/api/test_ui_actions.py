@@ -10,9 +10,9 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import Engine
 
-from shared.domain.states import AttemptState, TaskState
 from tests.api._seed import THREE_STEPS, add_project, set_state
 from tests.api.test_attempts import add_task_rows
+from tickwork.shared.domain.states import AttemptState, TaskState
 
 START = "/ui/projects/etl/workflows/steps/start"
 

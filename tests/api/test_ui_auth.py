@@ -15,17 +15,17 @@ from flask.testing import FlaskClient
 from sqlalchemy import Engine
 from werkzeug.test import TestResponse
 
-from services.api.app import create_app
-from services.api.config import ApiConfig, ApiToken
-from services.api.ui.auth import (
+from tests.api.conftest import ADMIN_TOKEN, READ_TOKEN
+from tickwork.services.api.app import create_app
+from tickwork.services.api.config import ApiConfig, ApiToken
+from tickwork.services.api.ui.auth import (
     AUTH_OFF_NOTICE,
     FAILED_SIGN_INS_BURST,
     SESSION_COOKIE,
     local_target,
     session_key,
 )
-from shared.store.engine import create_store_engine
-from tests.api.conftest import ADMIN_TOKEN, READ_TOKEN
+from tickwork.shared.store.engine import create_store_engine
 
 CSRF_INPUT = re.compile(r'name="csrf_token" value="([^"]+)"')
 DONE = "the dummy action ran"

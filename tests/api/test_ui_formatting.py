@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from services.api.ui.formatting import state_badge, when, when_text
+from tickwork.services.api.ui.formatting import state_badge, when, when_text
 
 NOON = datetime(2026, 12, 2, 12, 0, 0, 500000, tzinfo=UTC)
 

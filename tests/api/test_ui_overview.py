@@ -9,13 +9,6 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import Connection, Engine, select
 
-from shared.clock import utc_now
-from shared.domain.catchup import MissedRange
-from shared.domain.schedule_policies import MissedReason
-from shared.domain.states import AttemptState
-from shared.store.schedules import pause_schedule, record_missed
-from shared.store.sessions import insert_attempt
-from shared.store.tables import attempts, projects, schedules, sessions
 from tests.api._seed import (
     NOW,
     THREE_STEPS,
@@ -26,6 +19,13 @@ from tests.api._seed import (
 )
 from tests.api._ui_pages import attempts_of, fail, section
 from tests.api.conftest import Pusher
+from tickwork.shared.clock import utc_now
+from tickwork.shared.domain.catchup import MissedRange
+from tickwork.shared.domain.schedule_policies import MissedReason
+from tickwork.shared.domain.states import AttemptState
+from tickwork.shared.store.schedules import pause_schedule, record_missed
+from tickwork.shared.store.sessions import insert_attempt
+from tickwork.shared.store.tables import attempts, projects, schedules, sessions
 
 
 @pytest.fixture

@@ -16,11 +16,11 @@ from flask.testing import FlaskClient
 from markupsafe import escape
 from sqlalchemy import Engine, event
 
-from shared.clock import utc_now
-from shared.store.secrets import SecretInfo
 from tests.api._seed import THREE_STEPS, add_project, add_sessions
 from tests.api._ui_pages import add_tasks, attempts_of, fail, section
 from tests.api.conftest import DAILY_WORKFLOW, Pusher
+from tickwork.shared.clock import utc_now
+from tickwork.shared.store.secrets import SecretInfo
 
 
 def page(client: FlaskClient, path: str, status: int = 200) -> str:

@@ -11,11 +11,11 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import Engine, select, update
 
-from services.api.config import ApiConfig
-from shared.domain.states import AttemptState
-from shared.store.logs import LogChunk, write_log_chunks
-from shared.store.tables import attempts, task_dependencies, task_logs, tasks
 from tests.api._seed import NOW, THREE_STEPS, add_project, add_sessions
+from tickwork.services.api.config import ApiConfig
+from tickwork.shared.domain.states import AttemptState
+from tickwork.shared.store.logs import LogChunk, write_log_chunks
+from tickwork.shared.store.tables import attempts, task_dependencies, task_logs, tasks
 
 XSS = "<script>window.__x=1</script>"
 

@@ -15,18 +15,18 @@ from apiflask import APIFlask
 from flask.testing import FlaskClient
 from sqlalchemy import Engine, func, select, update
 
-from services.api.config import ApiConfig
-from services.api.ui.auth import (
+from tests.api.conftest import ADMIN_TOKEN, READ_TOKEN
+from tests.api.test_ui_auth import DONE, make_app, page_csrf, sign_in
+from tickwork.services.api.config import ApiConfig
+from tickwork.services.api.ui.auth import (
     FAILED_SIGN_INS_BURST,
     SESSION_COOKIE,
     SESSION_ID_KEY,
     SESSION_LIFETIME,
 )
-from shared.clock import utc_now
-from shared.store.tables import ui_sessions
-from shared.store.ui_sessions import session_id_digest
-from tests.api.conftest import ADMIN_TOKEN, READ_TOKEN
-from tests.api.test_ui_auth import DONE, make_app, page_csrf, sign_in
+from tickwork.shared.clock import utc_now
+from tickwork.shared.store.tables import ui_sessions
+from tickwork.shared.store.ui_sessions import session_id_digest
 
 
 @pytest.fixture

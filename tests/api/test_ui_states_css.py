@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask.testing import FlaskClient
 
-from shared.state_colours import STATE_ENUMS
+from tickwork.shared.state_colours import STATE_ENUMS
 
 
 def test_the_stylesheet_defines_every_state_the_store_knows(api: FlaskClient) -> None:

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from shared.store.engine import libpq_url
+from tickwork.shared.store.engine import libpq_url
 
 SCRIPT = textwrap.dedent(
     """
@@ -19,7 +19,7 @@ SCRIPT = textwrap.dedent(
 
     monkey.patch_all()
     import gevent, socket
-    from services.api.cooperative_psycopg import use_cooperative_psycopg
+    from tickwork.services.api.cooperative_psycopg import use_cooperative_psycopg
 
     use_cooperative_psycopg()
     held = [socket.socket() for _ in range(1100)]  # descriptors past 1023

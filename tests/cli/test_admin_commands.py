@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from services.cli.errors import ExitCode
-from services.compose.commands import main
 from tests.support.servers import find_free_port
+from tickwork.services.cli.errors import ExitCode
+from tickwork.services.compose.commands import main
 
 ADMIN_COMMANDS = [
     ["kill", "5"],

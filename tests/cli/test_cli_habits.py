@@ -10,12 +10,12 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from services.cli.client import RecordId, flag_problems
-from services.cli.errors import did_you_mean
-from services.cli.output import format_time, text
-from services.cli.params import session_time_of
-from shared.domain.schedule import resolve_timezone, written_timezone
-from shared.errors import Problem
+from tickwork.services.cli.client import RecordId, flag_problems
+from tickwork.services.cli.errors import did_you_mean
+from tickwork.services.cli.output import format_time, text
+from tickwork.services.cli.params import session_time_of
+from tickwork.shared.domain.schedule import resolve_timezone, written_timezone
+from tickwork.shared.errors import Problem
 
 NOW = datetime(2026, 12, 2, 5, 49, 6, 708626, tzinfo=UTC)  # 14:49:06 in Tokyo
 TOKYO = timezone(timedelta(hours=9))

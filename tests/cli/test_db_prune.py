@@ -6,9 +6,9 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import Engine
 
-from services.compose.commands import main
-from shared.clock import utc_now
 from tests.support.history_seed import DAY, add_project, add_revision, add_run, count_rows
+from tickwork.services.compose.commands import main
+from tickwork.shared.clock import utc_now
 
 
 @pytest.fixture

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from services.cli.failures import failure_lines
-from shared.log_tail import last_lines
+from tickwork.services.cli.failures import failure_lines
+from tickwork.shared.log_tail import last_lines
 
 
 class TestFailureLines:

@@ -10,11 +10,11 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
-from services.agent.config import AGENT_SETTINGS
-from services.compose.serve import agent_command, executor_command, scheduler_command
-from services.executor.config import EXECUTOR_SETTINGS
-from services.scheduler.config import SCHEDULER_SETTINGS
-from shared.config import Setting
+from tickwork.services.agent.config import AGENT_SETTINGS
+from tickwork.services.compose.serve import agent_command, executor_command, scheduler_command
+from tickwork.services.executor.config import EXECUTOR_SETTINGS
+from tickwork.services.scheduler.config import SCHEDULER_SETTINGS
+from tickwork.shared.config import Setting
 
 SERVERS = [
     (scheduler_command, SCHEDULER_SETTINGS),

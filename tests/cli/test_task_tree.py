@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.cli.tasks import current_error, tree_order
-from shared.display import duration_text
+from tickwork.services.cli.tasks import current_error, tree_order
+from tickwork.shared.display import duration_text
 
 
 def _task(task_id: int, parent_id: int | None, position: int) -> dict[str, Any]:

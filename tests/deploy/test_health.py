@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from services.agent.worker import BEAT_SECONDS
-from services.scheduler.loop import Scheduler
-from services.scheduler.main import run as run_scheduler
-from shared.health import LoopHealth, serve_health
-from shared.store.engine import create_store_engine
 from tests.fault._cluster import Cluster, workflow_text
 from tests.support.servers import find_free_port
 from tests.support.waiting import wait_until
+from tickwork.services.agent.worker import BEAT_SECONDS
+from tickwork.services.scheduler.loop import Scheduler
+from tickwork.services.scheduler.main import run as run_scheduler
+from tickwork.shared.health import LoopHealth, serve_health
+from tickwork.shared.store.engine import create_store_engine
 
 PROBE_TIMEOUT_SECONDS = 30.0
 

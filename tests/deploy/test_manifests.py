@@ -26,8 +26,8 @@ import yaml
 from yamllint import config as yamllint_config
 from yamllint import linter as yamllint_linter
 
-from services.api.config import ApiConfig
-from services.compose.commands import main
+from tickwork.services.api.config import ApiConfig
+from tickwork.services.compose.commands import main
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"

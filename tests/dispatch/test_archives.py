@@ -6,7 +6,12 @@ from collections.abc import Sequence
 
 from redis import Redis
 
-from shared.dispatch.archives import ARCHIVE_TTL_SECONDS, ArchiveSource, RedisArchives, archive_key
+from tickwork.shared.dispatch.archives import (
+    ARCHIVE_TTL_SECONDS,
+    ArchiveSource,
+    RedisArchives,
+    archive_key,
+)
 
 
 def ensure(archives: RedisArchives, digests: Sequence[str], source: ArchiveSource) -> list[str]:

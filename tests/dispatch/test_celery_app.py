@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from redis import Redis
 
-from shared.dispatch.celery_app import RedisSettings, make_celery
-from shared.dispatch.kept_client import KEPT_CLIENT_TRANSPORT, KeptClientChannel
+from tickwork.shared.dispatch.celery_app import RedisSettings, make_celery
+from tickwork.shared.dispatch.kept_client import KEPT_CLIENT_TRANSPORT, KeptClientChannel
 
 
 class TestTransport:

@@ -12,8 +12,8 @@ from redis import Redis
 from redis.client import Pipeline
 from redis.commands.core import Script
 
-from shared.dispatch.leases import QUEUED, Heartbeat, Lease, LeaseStore
 from tests.support.waiting import wait_until
+from tickwork.shared.dispatch.leases import QUEUED, Heartbeat, Lease, LeaseStore
 
 TTL_MS = 3000
 

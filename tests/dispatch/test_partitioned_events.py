@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from shared.dispatch.celery_app import RedisSettings
-from shared.dispatch.celery_dispatch import CeleryDispatcher
-from shared.dispatch.events import EventStream, stream_key
-from shared.dispatch.messages import Outcome, TaskFinished, TaskStarted
+from tickwork.shared.dispatch.celery_app import RedisSettings
+from tickwork.shared.dispatch.celery_dispatch import CeleryDispatcher
+from tickwork.shared.dispatch.events import EventStream, stream_key
+from tickwork.shared.dispatch.messages import Outcome, TaskFinished, TaskStarted
 
 ATTEMPT_OF_TASK = {7: 21, 8: 22}  # attempts 21 and 22: partitions 5 and 6 of 16
 

@@ -15,13 +15,14 @@ from redis import Redis
 from redis.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from shared.dispatch.archives import ARCHIVE_TTL_SECONDS, archive_key
-from shared.dispatch.celery_app import RedisSettings
-from shared.dispatch.celery_dispatch import PENDING_MARK_TTL_MS, CeleryDispatcher
-from shared.dispatch.events import GROUP, EventStream, stream_key
-from shared.dispatch.keyspace import KeyspaceWatch
-from shared.dispatch.leases import Lease, LeaseStore
-from shared.dispatch.messages import (
+from tests.support.waiting import wait_until
+from tickwork.shared.dispatch.archives import ARCHIVE_TTL_SECONDS, archive_key
+from tickwork.shared.dispatch.celery_app import RedisSettings
+from tickwork.shared.dispatch.celery_dispatch import PENDING_MARK_TTL_MS, CeleryDispatcher
+from tickwork.shared.dispatch.events import GROUP, EventStream, stream_key
+from tickwork.shared.dispatch.keyspace import KeyspaceWatch
+from tickwork.shared.dispatch.leases import Lease, LeaseStore
+from tickwork.shared.dispatch.messages import (
     Outcome,
     TaskFinished,
     TaskLogChunk,
@@ -29,7 +30,6 @@ from shared.dispatch.messages import (
     TaskStarted,
     run_log_path,
 )
-from tests.support.waiting import wait_until
 
 TTL_MS = 3000
 SETTLE_MS = 300

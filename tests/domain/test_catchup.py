@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.domain.catchup import LIVE_GRACE, MissedRange, Pass, Span, plan_pass
-from shared.domain.instants import LATEST
-from shared.domain.schedule import ScheduleSpec, parse_schedule
+from tickwork.shared.domain.catchup import LIVE_GRACE, MissedRange, Pass, Span, plan_pass
+from tickwork.shared.domain.instants import LATEST
+from tickwork.shared.domain.schedule import ScheduleSpec, parse_schedule
 
 DAY0 = datetime(2026, 1, 1, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)

@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from shared.domain.delays import BadStartAt, StartRule, parse_start_at, start_instant
+from tickwork.shared.domain.delays import BadStartAt, StartRule, parse_start_at, start_instant
 
 NEW_YORK = ZoneInfo("America/New_York")
 TOKYO = ZoneInfo("Asia/Tokyo")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.domain.durations import BadDuration, format_duration, parse_duration
+from tickwork.shared.domain.durations import BadDuration, format_duration, parse_duration
 
 
 class TestParseDuration:

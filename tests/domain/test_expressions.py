@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from shared.domain.expressions import check_template, render
-from shared.errors import InvalidExpression
+from tickwork.shared.domain.expressions import check_template, render
+from tickwork.shared.errors import InvalidExpression
 
 CONTEXT: dict[str, Any] = {
     "n": 7,

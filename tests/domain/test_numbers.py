@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from shared.domain.numbers import decimal_number, whole_number
+from tickwork.shared.domain.numbers import decimal_number, whole_number
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shared.domain.control import CONTROL_OPERATORS
-from shared.domain.operators import (
+from tickwork.shared.domain.control import CONTROL_OPERATORS
+from tickwork.shared.domain.operators import (
     REGISTRY,
     CommandKind,
     agent_operators,
@@ -14,8 +14,8 @@ from shared.domain.operators import (
     runs_on,
     secret_params,
 )
-from shared.domain.workflow import OPERATORS
-from shared.secrets import SECRET_PARAMS
+from tickwork.shared.domain.workflow import OPERATORS
+from tickwork.shared.secrets import SECRET_PARAMS
 
 
 class TestRegistry:

@@ -7,7 +7,12 @@ from typing import Any
 
 import pytest
 
-from shared.domain.params import merge_outputs, merge_params, session_variables, task_params
+from tickwork.shared.domain.params import (
+    merge_outputs,
+    merge_params,
+    session_variables,
+    task_params,
+)
 
 LAYERS = ("session_params", "inherited_export", "stored", "own_export", "builtins", "local")
 

@@ -8,13 +8,13 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from shared.domain.instants import LATEST
-from shared.domain.schedule import (
+from tickwork.shared.domain.instants import LATEST
+from tickwork.shared.domain.schedule import (
     ScheduleSpec,
     parse_schedule,
     resolve_timezone,
 )
-from shared.errors import InvalidSchedule
+from tickwork.shared.errors import InvalidSchedule
 
 TOKYO = ZoneInfo("Asia/Tokyo")
 LOS_ANGELES = ZoneInfo("America/Los_Angeles")

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from shared.domain.choices import parse_choice
-from shared.domain.schedule import ScheduleSpec, parse_schedule
-from shared.domain.schedule_policies import Catchup, MissedReason, Overlap
-from shared.errors import InvalidSchedule, UnknownValue
+from tickwork.shared.domain.choices import parse_choice
+from tickwork.shared.domain.schedule import ScheduleSpec, parse_schedule
+from tickwork.shared.domain.schedule_policies import Catchup, MissedReason, Overlap
+from tickwork.shared.errors import InvalidSchedule, UnknownValue
 
 
 class TestPolicies:

@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.domain.schedule import OPTIONS, ScheduleSpec, parse_schedule
-from shared.domain.schedule_policies import Catchup, Overlap
+from tickwork.shared.domain.schedule import OPTIONS, ScheduleSpec, parse_schedule
+from tickwork.shared.domain.schedule_policies import Catchup, Overlap
 
 FORMS = st.sampled_from(
     [

@@ -19,9 +19,9 @@ from croniter import croniter
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from shared.domain.schedule import ScheduleSpec, parse_schedule
-from shared.domain.session_times import CronTimes, follows_real_time
-from shared.errors import InvalidSchedule
+from tickwork.shared.domain.schedule import ScheduleSpec, parse_schedule
+from tickwork.shared.domain.session_times import CronTimes, follows_real_time
+from tickwork.shared.errors import InvalidSchedule
 
 NEW_YORK = ZoneInfo("America/New_York")
 BERLIN = ZoneInfo("Europe/Berlin")

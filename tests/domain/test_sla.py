@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.domain.sla import SlaSpec
-from shared.domain.workflow import TaskSpec
+from tickwork.shared.domain.sla import SlaSpec
+from tickwork.shared.domain.workflow import TaskSpec
 
 
 def utc(*fields: int) -> datetime:

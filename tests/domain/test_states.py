@@ -6,7 +6,7 @@ from collections import deque
 
 import pytest
 
-from shared.domain.states import (
+from tickwork.shared.domain.states import (
     ACTIVE_TASK_STATES,
     ALLOWED_TASK_TRANSITIONS,
     TERMINAL_TASK_STATES,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared.domain.choices import parse_choice
-from shared.domain.states import AttemptState, TaskState
-from shared.errors import UnknownValue
+from tickwork.shared.domain.choices import parse_choice
+from tickwork.shared.domain.states import AttemptState, TaskState
+from tickwork.shared.errors import UnknownValue
 
 
 def test_a_stored_task_state_reads_as_its_member() -> None:

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from shared.domain.expressions import render
-from shared.errors import InvalidExpression
+from tickwork.shared.domain.expressions import render
+from tickwork.shared.errors import InvalidExpression
 
 CONTEXT: dict[str, Any] = {
     "n": 7,

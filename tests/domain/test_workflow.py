@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from shared.domain.workflow import (
+from tickwork.shared.domain.workflow import (
     MAX_INTERVAL_SECONDS,
     IntervalType,
     RetryPolicy,

@@ -13,14 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from shared.dsl.archive import (
-    ArchiveTooLarge,
-    archive_digest,
-    extract_archive,
-    pack_project,
-    read_project_archive,
-)
-from shared.errors import InvalidInput, InvalidWorkflow
 from tests.support.archives import (
     PADDED,
     MiB,
@@ -39,6 +31,14 @@ from tests.support.archives import (
     workflow_first,
 )
 from tests.support.files import write_under
+from tickwork.shared.dsl.archive import (
+    ArchiveTooLarge,
+    archive_digest,
+    extract_archive,
+    pack_project,
+    read_project_archive,
+)
+from tickwork.shared.errors import InvalidInput, InvalidWorkflow
 
 
 def write(root: Path, files: dict[str, str]) -> Path:
@@ -577,7 +577,7 @@ class TestBoundedWork:
         )
 
     def test_checking_links_takes_time_linear_in_their_number(self) -> None:
-        from shared.dsl.archive_links import link_problem
+        from tickwork.shared.dsl.archive_links import link_problem
 
         # 10,000 links to the head of a 39-link chain, each 40 links deep
         targets = {f"h{i}": "l0" for i in range(10_000)}

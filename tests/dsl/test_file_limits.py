@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from shared.dsl.parser import parse_workflow_file
-from shared.errors import InvalidWorkflow
 from tests.e2e._run import tickwork_command
 from tests.support.files import write_under
+from tickwork.shared.dsl.parser import parse_workflow_file
+from tickwork.shared.errors import InvalidWorkflow
 
 STEP = "+step:\n  echo>: hi\n"
 MAX_FILE_BYTES = 1024 * 1024

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from shared.domain.workflow import TaskSpec, WorkflowDefinition
-from shared.dsl.parser import parse_generated_tasks, parse_workflow_file
-from shared.errors import InvalidWorkflow
 from tests.support.files import write_under
+from tickwork.shared.domain.workflow import TaskSpec, WorkflowDefinition
+from tickwork.shared.dsl.parser import parse_generated_tasks, parse_workflow_file
+from tickwork.shared.errors import InvalidWorkflow
 
 
 def write(project: Path, **files: str) -> None:

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from shared.domain.workflow import QUEUE_NAME
-from shared.dsl.names import shown, workflow_name_problem
-from shared.dsl.parser import ENV_NAME, PY_TARGET, load_project, parse_workflow_text
-from shared.errors import InvalidInput, InvalidWorkflow
-from shared.secrets import SECRET_NAME, check_secret_name
-from shared.store.projects import PROJECT_NAME, check_project_name
+from tickwork.shared.domain.workflow import QUEUE_NAME
+from tickwork.shared.dsl.names import shown, workflow_name_problem
+from tickwork.shared.dsl.parser import ENV_NAME, PY_TARGET, load_project, parse_workflow_text
+from tickwork.shared.errors import InvalidInput, InvalidWorkflow
+from tickwork.shared.secrets import SECRET_NAME, check_secret_name
+from tickwork.shared.store.projects import PROJECT_NAME, check_project_name
 
 NAME_PATTERNS = {
     "project": (PROJECT_NAME, "demo"),

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from shared.domain.operators import REGISTRY, CommandKind
-from shared.dsl.parser import parse_workflow_text
-from shared.errors import InvalidWorkflow
+from tickwork.shared.domain.operators import REGISTRY, CommandKind
+from tickwork.shared.dsl.parser import parse_workflow_text
+from tickwork.shared.errors import InvalidWorkflow
 
 A_GOOD_COMMAND = {
     CommandKind.IGNORED: "",

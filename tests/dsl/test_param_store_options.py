@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.dsl.parser import parse_workflow_text
-from shared.errors import InvalidWorkflow
+from tickwork.shared.dsl.parser import parse_workflow_text
+from tickwork.shared.errors import InvalidWorkflow
 
 
 def parse(project: Path, text: str) -> list[str]:

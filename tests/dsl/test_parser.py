@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from shared.domain.delays import StartRule
-from shared.domain.workflow import IntervalType, RetryPolicy, TaskSpec, WorkflowDefinition
-from shared.dsl.loader import LineMap, load_yaml
-from shared.dsl.parser import load_project, parse_workflow_file, parse_workflow_text
-from shared.errors import InvalidWorkflow
 from tests.support.files import write_under
+from tickwork.shared.domain.delays import StartRule
+from tickwork.shared.domain.workflow import IntervalType, RetryPolicy, TaskSpec, WorkflowDefinition
+from tickwork.shared.dsl.loader import LineMap, load_yaml
+from tickwork.shared.dsl.parser import load_project, parse_workflow_file, parse_workflow_text
+from tickwork.shared.errors import InvalidWorkflow
 
 
 def write(project: Path, files: dict[str, str]) -> None:

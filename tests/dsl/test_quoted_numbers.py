@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from shared.domain.workflow import IntervalType, RetryPolicy, WorkflowDefinition
-from shared.dsl.parser import parse_workflow_text
-from shared.errors import InvalidWorkflow
+from tickwork.shared.domain.workflow import IntervalType, RetryPolicy, WorkflowDefinition
+from tickwork.shared.dsl.parser import parse_workflow_text
+from tickwork.shared.errors import InvalidWorkflow
 
 
 def parse(project: Path, text: str) -> WorkflowDefinition:

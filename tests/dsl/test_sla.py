@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from shared.domain.sla import SlaSpec
-from shared.domain.workflow import TaskSpec
-from shared.dsl.parser import parse_workflow_text
-from shared.errors import InvalidWorkflow
+from tickwork.shared.domain.sla import SlaSpec
+from tickwork.shared.domain.workflow import TaskSpec
+from tickwork.shared.dsl.parser import parse_workflow_text
+from tickwork.shared.errors import InvalidWorkflow
 
 
 def sla_of(project: Path, text: str) -> SlaSpec | None:

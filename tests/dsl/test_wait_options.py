@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from shared.domain.control import BadControl, wait_seconds
-from shared.dsl.parser import parse_workflow_text
-from shared.errors import InvalidWorkflow
+from tickwork.shared.domain.control import BadControl, wait_seconds
+from tickwork.shared.dsl.parser import parse_workflow_text
+from tickwork.shared.errors import InvalidWorkflow
 
 
 def problems(project: Path, text: str) -> list[str]:

@@ -30,14 +30,14 @@ import httpx
 import sqlalchemy as sa
 from redis import Redis
 
-from services.executor.partitions import MEMBER_KEY
-from shared.dispatch.events import GROUP
-from shared.domain.partitions import DEFAULT_PARTITION_COUNT, partition_of
-from shared.dsl.archive import pack_project
 from tests.e2e._run import tickwork_command
 from tests.fault._cluster import COMMAND_TIMEOUT_SECONDS, Cluster, Service, base_environment
 from tests.support.servers import find_free_port
 from tests.support.waiting import wait_until
+from tickwork.services.executor.partitions import MEMBER_KEY
+from tickwork.shared.dispatch.events import GROUP
+from tickwork.shared.domain.partitions import DEFAULT_PARTITION_COUNT, partition_of
+from tickwork.shared.dsl.archive import pack_project
 
 TOKEN = "no-shared-path-admin-token"
 PROJECT = "no_shared_path"

@@ -25,11 +25,11 @@ from typing import Any
 import httpx
 import sqlalchemy as sa
 
-from shared.store import logs as log_store
 from tests.e2e._previous_release import ReleaseServices
 from tests.e2e._run import tickwork_command
 from tests.fault._cluster import Cluster, Service, base_environment, workflow_text
 from tests.support.waiting import wait_until
+from tickwork.shared.store import logs as log_store
 
 RUN_SECONDS = 60.0
 """How long the tasks a step of the rollout waits for may take."""

@@ -53,7 +53,7 @@ def sigint_as_on_a_terminal() -> None:
 def tickwork_command() -> list[str]:
     """The installed ``tickwork`` script beside this Python, else the module it runs."""
     script = Path(sys.executable).with_name("tickwork")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "services.compose"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "tickwork.services.compose"]
 
 
 @dataclass(frozen=True)

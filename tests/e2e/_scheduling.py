@@ -20,15 +20,19 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from shared.clock import utc_now
-from shared.dsl.parser import parse_workflow_text
-from shared.store.emission import database_now
-from shared.store.engine import create_store_engine
-from shared.store.migrate import upgrade_database
-from shared.store.projects import ensure_project, ensure_revision, ensure_workflow_definition
-from shared.store.schedules import upsert_schedule
-from shared.store.tables import attempts, projects, sessions
 from tests.e2e._run import tickwork_command
+from tickwork.shared.clock import utc_now
+from tickwork.shared.dsl.parser import parse_workflow_text
+from tickwork.shared.store.emission import database_now
+from tickwork.shared.store.engine import create_store_engine
+from tickwork.shared.store.migrate import upgrade_database
+from tickwork.shared.store.projects import (
+    ensure_project,
+    ensure_revision,
+    ensure_workflow_definition,
+)
+from tickwork.shared.store.schedules import upsert_schedule
+from tickwork.shared.store.tables import attempts, projects, sessions
 
 COMMAND_TIMEOUT_SECONDS = 30
 STOP_TIMEOUT_SECONDS = 5.0

@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,14 +138,18 @@ class StandaloneProcess:
 
 
 def start_standalone(
-    state_dir: Path, *args: str, environ: Mapping[str, str] | None = None
+    state_dir: Path,
+    *args: str,
+    environ: Mapping[str, str] | None = None,
+    tickwork: Sequence[str] | None = None,
 ) -> StandaloneProcess:
-    """Start ``tickwork standalone`` on a free port; does not wait for it."""
+    """Start ``tickwork standalone`` (of the ``tickwork`` command given, else this tree's) on
+    a free port; does not wait for it."""
     port = find_free_port()
     state_dir.mkdir(parents=True, exist_ok=True)
     output_path = state_dir.parent / f"{state_dir.name}.out"
     env = {**environment(), **(environ or {})}
-    command = [*tickwork_command(), "standalone", "--state-dir", str(state_dir)]
+    command = [*(tickwork or tickwork_command()), "standalone", "--state-dir", str(state_dir)]
     command += ["--bind", f"127.0.0.1:{port}", *args]
     with output_path.open("wb") as output:
         process = subprocess.Popen(
@@ -176,10 +180,13 @@ def wait_ready(
 
 @contextmanager
 def running_standalone(
-    state_dir: Path, *args: str, environ: Mapping[str, str] | None = None
+    state_dir: Path,
+    *args: str,
+    environ: Mapping[str, str] | None = None,
+    tickwork: Sequence[str] | None = None,
 ) -> Iterator[StandaloneProcess]:
     """A ready ``tickwork standalone``, killed however the test ends."""
-    standalone = start_standalone(state_dir, *args, environ=environ)
+    standalone = start_standalone(state_dir, *args, environ=environ, tickwork=tickwork)
     try:
         wait_ready(standalone)
         yield standalone

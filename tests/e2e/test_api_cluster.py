@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from shared.dsl.archive import pack_project
 from tests.e2e._run import EXAMPLES_DIR
 from tests.fault._cluster import Cluster
+from tickwork.shared.dsl.archive import pack_project
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(180)]
 

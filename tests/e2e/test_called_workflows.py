@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from shared.clock import utc_now
-from shared.dsl.archive import pack_project, read_project_archive
-from shared.store import projects as project_store
-from shared.store import sessions as session_store
 from tests.e2e._run import Project, tickwork_command
 from tests.fault._cluster import Cluster
 from tests.support.files import write_under
+from tickwork.shared.clock import utc_now
+from tickwork.shared.dsl.archive import pack_project, read_project_archive
+from tickwork.shared.store import projects as project_store
+from tickwork.shared.store import sessions as session_store
 
 pytestmark = [pytest.mark.e2e]
 

@@ -29,10 +29,6 @@ import pytest
 import redis
 from sqlalchemy.engine import make_url
 
-from services.agent.worker import SHUTDOWN
-from services.compose.dev import KILL_WAIT_SECONDS, STOP_GRACE_SECONDS
-from shared.dispatch.events import stream_key
-from shared.dispatch.messages import TaskReleased, event_from_json
 from tests.e2e._run import Project, sigint_as_on_a_terminal, tickwork_command
 from tests.fault._cluster import (
     Ledger,
@@ -45,6 +41,10 @@ from tests.fault._cluster import (
 from tests.support.databases import DatabaseSupply
 from tests.support.servers import RedisAddress, RespClient, find_free_port
 from tests.support.waiting import wait_until
+from tickwork.services.agent.worker import SHUTDOWN
+from tickwork.services.compose.dev import KILL_WAIT_SECONDS, STOP_GRACE_SECONDS
+from tickwork.shared.dispatch.events import stream_key
+from tickwork.shared.dispatch.messages import TaskReleased, event_from_json
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(120)]
 

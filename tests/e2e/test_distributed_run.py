@@ -14,9 +14,9 @@ import signal
 import pytest
 import sqlalchemy as sa
 
-from services.executor.partitions import MEMBER_KEY
 from tests.fault._cluster import Cluster, Service, literal, session_of, workflow_text
 from tests.support.waiting import wait_until
+from tickwork.services.executor.partitions import MEMBER_KEY
 
 pytestmark = [pytest.mark.e2e]
 

@@ -22,16 +22,16 @@ from typing import Any
 
 import pytest
 
-from services.compose.embedded import RunRequest, create_run_attempt
-from shared.clock import utc_now
-from shared.dsl.parser import parse_workflow_text
-from shared.secrets import SecretBox
-from shared.store import secrets as secret_store
 from tests.e2e._examples_database import SECRET_KEY, pg_secrets
 from tests.e2e._run import EXAMPLES_DIR, NOTES_DIR, max_running_at_once
 from tests.e2e._status_service import serve_status
 from tests.fault._cluster import DONE_ATTEMPT_STATES, Cluster
 from tests.support.servers import throwaway_postgres_database
+from tickwork.services.compose.embedded import RunRequest, create_run_attempt
+from tickwork.shared.clock import utc_now
+from tickwork.shared.dsl.parser import parse_workflow_text
+from tickwork.shared.secrets import SecretBox
+from tickwork.shared.store import secrets as secret_store
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from services.compose.embedded import RunRequest, create_run_attempt
-from shared.clock import utc_now
-from shared.dsl.parser import parse_workflow_text
 from tests.e2e._run import PROBLEM_LINE, Project, tickwork_command
 from tests.fault._cluster import Cluster
+from tickwork.services.compose.embedded import RunRequest, create_run_attempt
+from tickwork.shared.clock import utc_now
+from tickwork.shared.dsl.parser import parse_workflow_text
 
 pytestmark = pytest.mark.e2e
 

@@ -16,17 +16,17 @@ import pytest
 import redis
 from sqlalchemy import Engine
 
-from services.compose.dispatchers import InProcessDispatcher
-from services.compose.embedded import make_in_process_runner
-from services.executor.loop import WorkflowExecutor
-from shared.clock import utc_now
-from shared.dispatch.archives import archive_key
-from shared.domain.states import AttemptState
-from shared.dsl.archive import ProjectArchive, pack_project, read_project_archive
-from shared.store import projects as project_store
-from shared.store import sessions as session_store
-from shared.store import tasks as task_store
 from tests.fault._cluster import Cluster
+from tickwork.services.compose.dispatchers import InProcessDispatcher
+from tickwork.services.compose.embedded import make_in_process_runner
+from tickwork.services.executor.loop import WorkflowExecutor
+from tickwork.shared.clock import utc_now
+from tickwork.shared.dispatch.archives import archive_key
+from tickwork.shared.domain.states import AttemptState
+from tickwork.shared.dsl.archive import ProjectArchive, pack_project, read_project_archive
+from tickwork.shared.store import projects as project_store
+from tickwork.shared.store import sessions as session_store
+from tickwork.shared.store import tasks as task_store
 
 pytestmark = [pytest.mark.e2e]
 

@@ -8,8 +8,8 @@ import json
 import pytest
 import sqlalchemy as sa
 
-from shared.store.tables import attempts, sessions
 from tests.fault._cluster import Cluster, literal
+from tickwork.shared.store.tables import attempts, sessions
 
 pytestmark = [pytest.mark.e2e]
 

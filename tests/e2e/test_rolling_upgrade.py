@@ -24,11 +24,11 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from shared.clock import utc_now
-from shared.dsl.archive import pack_project
 from tests.e2e._scheduling import stored_sessions
 from tests.fault._cluster import Cluster, LedgerEntry, Service, session_of, workflow_text
 from tests.support.waiting import wait_until
+from tickwork.shared.clock import utc_now
+from tickwork.shared.dsl.archive import pack_project
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from services.compose.progress import LIVE_ROWS
-from shared.config import EMBEDDED_SETTINGS
 from tests.e2e._run import PROBLEM_LINE, PROGRESS_LINE, Project, tickwork_command
 from tests.fault._cluster import is_running
 from tests.support.stored_logs import sqlite_url, stored_runs
+from tickwork.services.compose.progress import LIVE_ROWS
+from tickwork.shared.config import EMBEDDED_SETTINGS
 
 pytestmark = pytest.mark.e2e
 

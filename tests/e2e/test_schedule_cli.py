@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from shared.domain.schedule import parse_schedule
 from tests.e2e._scheduling import (
     Command,
     push_workflows,
@@ -23,6 +22,7 @@ from tests.e2e._scheduling import (
 )
 from tests.e2e._standalone import running_api
 from tests.support.waiting import wait_until
+from tickwork.shared.domain.schedule import parse_schedule
 
 pytestmark = pytest.mark.e2e
 

@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from shared.clock import utc_now
-from shared.domain.schedule import DEFAULT_MAX_ACTIVE
 from tests.e2e._scheduling import (
     StoredSession,
     push_workflows,
@@ -24,6 +22,8 @@ from tests.e2e._scheduling import (
 )
 from tests.e2e._standalone import running_api
 from tests.support.waiting import wait_until
+from tickwork.shared.clock import utc_now
+from tickwork.shared.domain.schedule import DEFAULT_MAX_ACTIVE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -17,17 +17,17 @@ import pytest
 import redis
 from sqlalchemy import select
 
-from shared.clock import utc_now
-from shared.secrets import SecretBox
-from shared.store import secrets as secret_store
-from shared.store.engine import create_store_engine
-from shared.store.tables import secrets
 from tests.e2e._run import Project
 from tests.e2e._standalone import serving_local_store
 from tests.fault._cluster import Cluster
 from tests.support.servers import serve_http
 from tests.support.stored_logs import sqlite_url, stored_runs
 from tests.support.waiting import wait_until
+from tickwork.shared.clock import utc_now
+from tickwork.shared.secrets import SecretBox
+from tickwork.shared.store import secrets as secret_store
+from tickwork.shared.store.engine import create_store_engine
+from tickwork.shared.store.tables import secrets
 
 pytestmark = pytest.mark.e2e
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from shared.store.tables import alerts
 from tests.e2e._run import Project
 from tests.fault._cluster import Cluster, literal
+from tickwork.shared.store.tables import alerts
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from services.compose.standalone import CHANNEL_TIMEOUT_SECONDS, FOLLOW_STREAMS
 from tests.e2e._standalone import (
     client_environment,
     run_tickwork,
@@ -26,6 +25,7 @@ from tests.e2e._standalone import (
 from tests.support.files import write_under
 from tests.support.stored_logs import sqlite_url, stored_runs
 from tests.support.waiting import wait_until
+from tickwork.services.compose.standalone import CHANNEL_TIMEOUT_SECONDS, FOLLOW_STREAMS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -23,9 +23,6 @@ import httpx
 import pytest
 from redis import Redis
 
-from services.agent.log_stream import cut_marker
-from shared.dispatch.events import stream_key
-from shared.domain.partitions import DEFAULT_PARTITION_COUNT, partition_of
 from tests.e2e._no_shared_path import (
     RUN_SECONDS,
     START_SECONDS,
@@ -44,6 +41,9 @@ from tests.e2e._no_shared_path import (
 from tests.e2e._run import tickwork_command
 from tests.fault._cluster import COMMAND_TIMEOUT_SECONDS, Cluster, literal
 from tests.support.waiting import wait_until
+from tickwork.services.agent.log_stream import cut_marker
+from tickwork.shared.dispatch.events import stream_key
+from tickwork.shared.domain.partitions import DEFAULT_PARTITION_COUNT, partition_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(120)]
 

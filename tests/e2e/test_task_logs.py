@@ -21,13 +21,13 @@ from typing import Any
 import httpx
 import pytest
 
-from services.agent.log_stream import cut_marker
-from services.api.routes.logs import MAX_READ_BYTES
 from tests.e2e._standalone import StandaloneProcess, running_standalone, wait_for_attempt
 from tests.fault._cluster import Cluster
 from tests.support.files import write_under
 from tests.support.stored_logs import prune_log_text
 from tests.support.waiting import wait_until
+from tickwork.services.agent.log_stream import cut_marker
+from tickwork.services.api.routes.logs import MAX_READ_BYTES
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(120)]
 

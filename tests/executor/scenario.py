@@ -16,12 +16,13 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from services.compose.embedded import RunRequest, create_run_attempt
-from services.executor.graph import TaskMove
-from services.executor.loop import TickReport, WorkflowExecutor
-from shared.clock import ManualClock
-from shared.dispatch.leases import Lease, LeaseState
-from shared.dispatch.messages import (
+from tests.support.files import write_under
+from tickwork.services.compose.embedded import RunRequest, create_run_attempt
+from tickwork.services.executor.graph import TaskMove
+from tickwork.services.executor.loop import TickReport, WorkflowExecutor
+from tickwork.shared.clock import ManualClock
+from tickwork.shared.dispatch.leases import Lease, LeaseState
+from tickwork.shared.dispatch.messages import (
     Outcome,
     TaskEvent,
     TaskFinished,
@@ -29,14 +30,13 @@ from shared.dispatch.messages import (
     TaskStarted,
     WorkCommitted,
 )
-from shared.dispatch.seam import Dispatcher
-from shared.domain.states import AttemptState, TaskState
-from shared.domain.workflow import WorkflowDefinition
-from shared.dsl.parser import parse_workflow_text
-from shared.store import sessions as session_store
-from shared.store import tasks as task_store
-from shared.store.tasks import TaskRow
-from tests.support.files import write_under
+from tickwork.shared.dispatch.seam import Dispatcher
+from tickwork.shared.domain.states import AttemptState, TaskState
+from tickwork.shared.domain.workflow import WorkflowDefinition
+from tickwork.shared.dsl.parser import parse_workflow_text
+from tickwork.shared.store import sessions as session_store
+from tickwork.shared.store import tasks as task_store
+from tickwork.shared.store.tasks import TaskRow
 
 START = datetime(2024, 5, 1, 9, 0, tzinfo=UTC)
 SESSION_TIME = datetime(2024, 5, 1, 0, 0, tzinfo=UTC)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from services.executor.config import EXECUTOR_SETTINGS, ExecutorSettings
-from services.executor.report import Recovery
-from shared.errors import InvalidConfig
+from tickwork.services.executor.config import EXECUTOR_SETTINGS, ExecutorSettings
+from tickwork.services.executor.report import Recovery
+from tickwork.shared.errors import InvalidConfig
 
 BASE = {"TICKWORK_DATABASE_URL": "postgresql://db/tickwork"}
 

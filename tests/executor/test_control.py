@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from shared.domain.states import AttemptState, TaskState
-from shared.dsl.parser import parse_workflow_text
-from shared.errors import InvalidWorkflow
 from tests.executor.scenario import START, Scenario
+from tickwork.shared.domain.states import AttemptState, TaskState
+from tickwork.shared.dsl.parser import parse_workflow_text
+from tickwork.shared.errors import InvalidWorkflow
 
 
 def params(run: Scenario, name: str) -> dict[str, object]:

@@ -9,9 +9,9 @@ from datetime import timedelta
 
 import pytest
 
-from services.executor.loop import WorkflowExecutor
-from shared.domain.states import AttemptState, TaskState
 from tests.executor.scenario import START, Scenario
+from tickwork.services.executor.loop import WorkflowExecutor
+from tickwork.shared.domain.states import AttemptState, TaskState
 
 
 class TestDelay:

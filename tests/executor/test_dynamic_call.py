@@ -9,13 +9,13 @@ file's folder. They run on SQLite and PostgreSQL in turn (the ``engine`` fixture
 
 from __future__ import annotations
 
-from shared.dispatch.messages import WorkCommitted
-from shared.domain.states import AttemptState, TaskState
-from shared.store.starts import RetryMode, retry_attempt
 from tests.executor.scenario import Scenario
 from tests.executor.test_language_specs import start_with_session_params
 from tests.executor.test_retry_from import published_in_order, retry
 from tests.support.files import write_under
+from tickwork.shared.dispatch.messages import WorkCommitted
+from tickwork.shared.domain.states import AttemptState, TaskState
+from tickwork.shared.store.starts import RetryMode, retry_attempt
 
 DYNAMIC = """
     _export:

@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from services.executor.loop import WorkflowExecutor
-from shared.dispatch.messages import Outcome, TaskStarted
-from shared.domain.states import AttemptState, TaskState
-from shared.domain.workflow import TaskSpec, WorkflowDefinition
-from shared.dsl.parser import parse_workflow_text
-from shared.store import sessions as session_store
-from shared.store import tasks as task_store
-from shared.store.engine import create_store_engine
 from tests.executor.scenario import Scenario, finished
+from tickwork.services.executor.loop import WorkflowExecutor
+from tickwork.shared.dispatch.messages import Outcome, TaskStarted
+from tickwork.shared.domain.states import AttemptState, TaskState
+from tickwork.shared.domain.workflow import TaskSpec, WorkflowDefinition
+from tickwork.shared.dsl.parser import parse_workflow_text
+from tickwork.shared.store import sessions as session_store
+from tickwork.shared.store import tasks as task_store
+from tickwork.shared.store.engine import create_store_engine
 
 
 class TestOrdering:

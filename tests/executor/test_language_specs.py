@@ -12,11 +12,11 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from services.compose.embedded import RunRequest, create_run_attempt
-from shared.dispatch.messages import WorkCommitted
-from shared.domain.states import AttemptState, TaskState
-from shared.dsl.parser import parse_workflow_text
 from tests.executor.scenario import SESSION_TIME, Scenario
+from tickwork.services.compose.embedded import RunRequest, create_run_attempt
+from tickwork.shared.dispatch.messages import WorkCommitted
+from tickwork.shared.domain.states import AttemptState, TaskState
+from tickwork.shared.dsl.parser import parse_workflow_text
 
 
 def start_with_session_params(run: Scenario, text: str, params: dict[str, Any]) -> int:

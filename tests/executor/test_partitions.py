@@ -10,7 +10,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import Connection, create_engine
 
-from services.executor.partitions import (
+from tests.executor.scenario import Scenario
+from tickwork.services.executor.partitions import (
     COUNT_KEY,
     MEMBER_KEY,
     REBALANCE_KEY,
@@ -18,10 +19,9 @@ from services.executor.partitions import (
     PartitionLeases,
     fair_share,
 )
-from shared.domain.partitions import partition_of
-from shared.domain.states import AttemptState
-from shared.store.partitions import AttemptFilter
-from tests.executor.scenario import Scenario
+from tickwork.shared.domain.partitions import partition_of
+from tickwork.shared.domain.states import AttemptState
+from tickwork.shared.store.partitions import AttemptFilter
 
 PARTITIONS = 4
 

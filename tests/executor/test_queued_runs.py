@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from services.executor.scope import QueuedRuns
-from shared.domain.states import TaskState
-from shared.store.tasks import TaskRow
+from tickwork.services.executor.scope import QueuedRuns
+from tickwork.shared.domain.states import TaskState
+from tickwork.shared.store.tasks import TaskRow
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

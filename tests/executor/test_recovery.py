@@ -11,12 +11,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from services.executor.loop import Recovery
-from shared.dispatch.leases import CANCELED, DONE, QUEUED, Lease, LeaseState
-from shared.dispatch.messages import TaskReleased, TaskStarted
-from shared.domain.states import AttemptState, TaskState
-from shared.store import sessions as session_store
 from tests.executor.scenario import Scenario, finished
+from tickwork.services.executor.loop import Recovery
+from tickwork.shared.dispatch.leases import CANCELED, DONE, QUEUED, Lease, LeaseState
+from tickwork.shared.dispatch.messages import TaskReleased, TaskStarted
+from tickwork.shared.domain.states import AttemptState, TaskState
+from tickwork.shared.store import sessions as session_store
 
 ONE_TASK = """
     +a:

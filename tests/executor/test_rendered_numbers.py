@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from shared.domain.states import AttemptState, TaskState
 from tests.executor.scenario import START, Scenario
+from tickwork.shared.domain.states import AttemptState, TaskState
 
 
 def test_a_loop_count_rendered_as_a_string_is_a_count(run: Scenario) -> None:

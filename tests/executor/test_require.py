@@ -12,16 +12,16 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from services.compose.embedded import RunRequest, create_run_attempt
-from shared.domain.states import AttemptState, TaskState
-from shared.dsl.archive import pack_project, read_project_archive
-from shared.dsl.parser import parse_workflow_text
-from shared.store import sessions as session_store
-from shared.store.projects import push_revision
-from shared.store.sessions import AttemptRow
-from shared.store.starts import kill_attempt
-from shared.store.tables import attempts, sessions
 from tests.executor.scenario import SESSION_TIME, Scenario
+from tickwork.services.compose.embedded import RunRequest, create_run_attempt
+from tickwork.shared.domain.states import AttemptState, TaskState
+from tickwork.shared.dsl.archive import pack_project, read_project_archive
+from tickwork.shared.dsl.parser import parse_workflow_text
+from tickwork.shared.store import sessions as session_store
+from tickwork.shared.store.projects import push_revision
+from tickwork.shared.store.sessions import AttemptRow
+from tickwork.shared.store.starts import kill_attempt
+from tickwork.shared.store.tables import attempts, sessions
 
 OTHER = """
 +a:

@@ -13,15 +13,15 @@ import types
 import pytest
 from redis.exceptions import RedisError
 
-from services.executor import loop
-from services.executor.loop import WorkflowExecutor
-from shared.dispatch.messages import Outcome, TaskEvent, TaskMessage
-from shared.domain.states import AttemptState, TaskState
-from shared.store import tasks as task_store
-from shared.store.dialects import dialect_of
-from shared.store.tables import tasks
 from tests.executor.scenario import Scenario, finished
 from tests.support.statements import StatementLog
+from tickwork.services.executor import loop
+from tickwork.services.executor.loop import WorkflowExecutor
+from tickwork.shared.dispatch.messages import Outcome, TaskEvent, TaskMessage
+from tickwork.shared.domain.states import AttemptState, TaskState
+from tickwork.shared.store import tasks as task_store
+from tickwork.shared.store.dialects import dialect_of
+from tickwork.shared.store.tables import tasks
 
 FAN_OUT = """
     +fan:

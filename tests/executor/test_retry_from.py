@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from shared.dispatch.messages import WorkCommitted
-from shared.domain.states import AttemptState, TaskState
-from shared.store.starts import RetryMode, retry_attempt
 from tests.executor.scenario import Scenario
+from tickwork.shared.dispatch.messages import WorkCommitted
+from tickwork.shared.domain.states import AttemptState, TaskState
+from tickwork.shared.store.starts import RetryMode, retry_attempt
 
 FOUR_STEPS = """
     +prepare:

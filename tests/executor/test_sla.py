@@ -13,13 +13,13 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
-from services.executor.loop import TickReport, WorkflowExecutor
-from services.executor.metrics import ExecutorMetrics
-from shared.domain.states import AttemptState, TaskState
-from shared.store import sla as sla_store
-from shared.store.sessions import request_kill
-from shared.store.tables import attempts
 from tests.executor.scenario import START, AgentStub, Scenario
+from tickwork.services.executor.loop import TickReport, WorkflowExecutor
+from tickwork.services.executor.metrics import ExecutorMetrics
+from tickwork.shared.domain.states import AttemptState, TaskState
+from tickwork.shared.store import sla as sla_store
+from tickwork.shared.store.sessions import request_kill
+from tickwork.shared.store.tables import attempts
 
 LATE_NOTICE = """
     sla:

@@ -17,7 +17,7 @@ executor gets ``TICKWORK_DATABASE_URL``; agents reach nothing but Redis.
   each task and lease token whose result it applied (:meth:`Cluster.applied_results`).
 
 Work is submitted directly to the store (there is no REST API yet) with
-:func:`services.compose.embedded.create_run_attempt`; the executor picks the attempt up.
+:func:`tickwork.services.compose.embedded.create_run_attempt`; the executor picks the attempt up.
 
 The ledger (``<project>/ledger.txt``) is how a test sees who ran what: a task built by
 :meth:`Ledger.task` appends ``start <task> <lease token> <shell pid> <shell parent pid>``
@@ -46,15 +46,15 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine
 
-from services.compose.embedded import RunRequest, create_run_attempt
-from shared.clock import utc_now
-from shared.dsl.parser import parse_workflow_text
-from shared.store.migrate import open_migrated_store
-from shared.store.tables import attempts, task_logs
-from shared.store.tasks import TaskRow, list_attempt_tasks
 from tests.e2e._run import tickwork_command
 from tests.support.servers import RedisAddress, RespClient, find_free_port
 from tests.support.waiting import wait_until
+from tickwork.services.compose.embedded import RunRequest, create_run_attempt
+from tickwork.shared.clock import utc_now
+from tickwork.shared.dsl.parser import parse_workflow_text
+from tickwork.shared.store.migrate import open_migrated_store
+from tickwork.shared.store.tables import attempts, task_logs
+from tickwork.shared.store.tasks import TaskRow, list_attempt_tasks
 
 LEASE_TTL_SECONDS = 3
 HEARTBEAT_SECONDS = 1

@@ -18,7 +18,6 @@ import time
 
 import pytest
 
-from shared.domain.states import TaskState
 from tests.fault._cluster import (
     LEASE_TTL_SECONDS,
     MAX_LOST_LEASES,
@@ -28,6 +27,7 @@ from tests.fault._cluster import (
     workflow_text,
 )
 from tests.support.waiting import wait_until
+from tickwork.shared.domain.states import TaskState
 
 pytestmark = [pytest.mark.slow]
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from services.agent.worker import BEAT_SECONDS
 from tests.fault._cluster import Cluster
 from tests.support.servers import ThrowawayRedis
 from tests.support.waiting import wait_until
+from tickwork.services.agent.worker import BEAT_SECONDS
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 

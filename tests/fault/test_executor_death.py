@@ -16,9 +16,9 @@ import signal
 import pytest
 import sqlalchemy as sa
 
-from shared.store.tables import task_logs, tasks
 from tests.fault._cluster import Cluster, workflow_text
 from tests.support.waiting import wait_until
+from tickwork.shared.store.tables import task_logs, tasks
 
 pytestmark = [pytest.mark.slow]
 

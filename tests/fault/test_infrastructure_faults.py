@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from shared.domain.states import TaskState
 from tests.fault._cluster import HEARTBEAT_SECONDS, REAPER_SECONDS, Cluster, workflow_text
 from tests.support.waiting import wait_until
+from tickwork.shared.domain.states import TaskState
 
 pytestmark = [pytest.mark.slow]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.scheduler.config import SchedulerSettings
-from shared.errors import InvalidConfig
+from tickwork.services.scheduler.config import SchedulerSettings
+from tickwork.shared.errors import InvalidConfig
 
 
 class TestSchedulerSettings:

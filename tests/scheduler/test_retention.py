@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from sqlalchemy import Engine, select
 
-from services.scheduler.config import SchedulerSettings
-from services.scheduler.metrics import SchedulerMetrics
-from services.scheduler.retention import Pruner
-from shared.clock import ManualClock
-from shared.store.engine import create_store_engine
-from shared.store.retention import RetentionPolicy, pruning_lock
-from shared.store.retention_batches import BatchLimits
-from shared.store.tables import sessions
 from tests.support.history_seed import DAY, NOW, add_project, add_revision, add_run
+from tickwork.services.scheduler.config import SchedulerSettings
+from tickwork.services.scheduler.metrics import SchedulerMetrics
+from tickwork.services.scheduler.retention import Pruner
+from tickwork.shared.clock import ManualClock
+from tickwork.shared.store.engine import create_store_engine
+from tickwork.shared.store.retention import RetentionPolicy, pruning_lock
+from tickwork.shared.store.retention_batches import BatchLimits
+from tickwork.shared.store.tables import sessions
 
 POLICY = RetentionPolicy(history=30 * DAY, logs=30 * DAY, keep_revisions=10)
 FAST = BatchLimits(pause_seconds=0)

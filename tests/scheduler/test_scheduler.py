@@ -11,17 +11,17 @@ import pytest
 from sqlalchemy import Engine, func, select, update
 from sqlalchemy.exc import OperationalError
 
-from services.scheduler.loop import Scheduler
-from shared.domain.instants import LATEST
-from shared.domain.states import AttemptState
-from shared.dsl.parser import parse_workflow_text
-from shared.errors import UnknownValue
-from shared.store import emission as emission_store
-from shared.store import projects as project_store
-from shared.store import schedules as schedule_store
-from shared.store.dialects import dialect_of
-from shared.store.tables import attempts, schedule_missed, schedules, sessions
 from tests.support.statements import StatementLog
+from tickwork.services.scheduler.loop import Scheduler
+from tickwork.shared.domain.instants import LATEST
+from tickwork.shared.domain.states import AttemptState
+from tickwork.shared.dsl.parser import parse_workflow_text
+from tickwork.shared.errors import UnknownValue
+from tickwork.shared.store import emission as emission_store
+from tickwork.shared.store import projects as project_store
+from tickwork.shared.store import schedules as schedule_store
+from tickwork.shared.store.dialects import dialect_of
+from tickwork.shared.store.tables import attempts, schedule_missed, schedules, sessions
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 

@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import BigInteger, Engine, String, select
 
-from shared.store.engine import create_store_engine
-from shared.store.sql import in_ids, insert_rows, rows_select, update_rows
-from shared.store.tables import projects
+from tickwork.shared.store.engine import create_store_engine
+from tickwork.shared.store.sql import in_ids, insert_rows, rows_select, update_rows
+from tickwork.shared.store.tables import projects
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 

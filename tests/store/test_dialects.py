@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import JSON, Column, Engine, MetaData, Table, select, text
 
-from shared.store.dialects import PostgresDialect, SqliteDialect, dialect_named, dialect_of
-from shared.store.engine import create_store_engine
+from tickwork.shared.store.dialects import PostgresDialect, SqliteDialect, dialect_named, dialect_of
+from tickwork.shared.store.engine import create_store_engine
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, create_engine, text
 
-from shared.domain.states import AttemptState
-from shared.errors import NotFound
-from shared.store import history
-from shared.store import tasks as task_store
-from shared.store.logs import list_run_logs
-from shared.store.sessions import insert_attempt
-from shared.store.tables import task_logs, tasks
 from tests.api._seed import NOW, THREE_STEPS, add_project, add_sessions, set_state
+from tickwork.shared.domain.states import AttemptState
+from tickwork.shared.errors import NotFound
+from tickwork.shared.store import history
+from tickwork.shared.store import tasks as task_store
+from tickwork.shared.store.logs import list_run_logs
+from tickwork.shared.store.sessions import insert_attempt
+from tickwork.shared.store.tables import task_logs, tasks
 
 
 @pytest.fixture

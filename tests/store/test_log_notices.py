@@ -10,12 +10,12 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import Engine, event
 
-from services.api.routes.logs import FOLLOW_MIN_READ_SECONDS, AttemptSnapshots
-from shared.domain.states import AttemptState
-from shared.store.engine import create_store_engine
-from shared.store.log_notices import LogNotices
-from shared.store.logs import notify_log_readers
 from tests.api._seed import THREE_STEPS, add_project, add_sessions
+from tickwork.services.api.routes.logs import FOLLOW_MIN_READ_SECONDS, AttemptSnapshots
+from tickwork.shared.domain.states import AttemptState
+from tickwork.shared.store.engine import create_store_engine
+from tickwork.shared.store.log_notices import LogNotices
+from tickwork.shared.store.logs import notify_log_readers
 
 
 @pytest.fixture

@@ -12,13 +12,13 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import Engine, func, select
 
-from services.compose.db import db_group
-from shared.domain.states import AttemptState
-from shared.store import logs as log_store
-from shared.store.log_import import find_log_files
-from shared.store.logs import LogChunk, write_log_chunks
-from shared.store.tables import task_log_chunks, task_logs, tasks
 from tests.api._seed import NOW, THREE_STEPS, add_project, add_sessions
+from tickwork.services.compose.db import db_group
+from tickwork.shared.domain.states import AttemptState
+from tickwork.shared.store import logs as log_store
+from tickwork.shared.store.log_import import find_log_files
+from tickwork.shared.store.logs import LogChunk, write_log_chunks
+from tickwork.shared.store.tables import task_log_chunks, task_logs, tasks
 
 
 @pytest.fixture

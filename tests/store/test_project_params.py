@@ -10,11 +10,11 @@ from datetime import UTC, datetime, timedelta
 from alembic import command
 from sqlalchemy import Engine, inspect
 
-from shared.store.engine import create_store_engine
-from shared.store.migrate import _alembic_config, current_revision, upgrade_database
-from shared.store.project_params import PARAM_TTL, get_project_params, set_project_params
-from shared.store.projects import delete_project, ensure_project
-from shared.store.tables import project_params
+from tickwork.shared.store.engine import create_store_engine
+from tickwork.shared.store.migrate import _alembic_config, current_revision, upgrade_database
+from tickwork.shared.store.project_params import PARAM_TTL, get_project_params, set_project_params
+from tickwork.shared.store.projects import delete_project, ensure_project
+from tickwork.shared.store.tables import project_params
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, func, select
 
-from shared.dsl.archive import ProjectArchive, pack_project, read_project_archive
-from shared.errors import Conflict, InvalidInput, NotFound
-from shared.store import projects as project_store
-from shared.store import schedules as schedule_store
-from shared.store import sessions as session_store
-from shared.store.tables import project_archives, projects, revisions, sessions
 from tests.support.files import write_under
+from tickwork.shared.dsl.archive import ProjectArchive, pack_project, read_project_archive
+from tickwork.shared.errors import Conflict, InvalidInput, NotFound
+from tickwork.shared.store import projects as project_store
+from tickwork.shared.store import schedules as schedule_store
+from tickwork.shared.store import sessions as session_store
+from tickwork.shared.store.tables import project_archives, projects, revisions, sessions
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 DAILY = "schedule:\n  daily>: 07:00:00\n+a:\n  echo>: hi\n"

@@ -7,16 +7,6 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import Engine, func, select, text
 
-from shared.domain.states import AttemptState
-from shared.errors import InvalidConfig
-from shared.store.retention import (
-    RetentionPolicy,
-    parse_duration,
-    prune_history,
-    pruning_lock,
-)
-from shared.store.retention_batches import BatchLimits
-from shared.store.tables import attempts, revisions, sessions, task_log_chunks, task_logs, tasks
 from tests.support.history_seed import (
     DAY,
     NOW,
@@ -25,6 +15,23 @@ from tests.support.history_seed import (
     add_run,
     add_schedule,
     count_rows,
+)
+from tickwork.shared.domain.states import AttemptState
+from tickwork.shared.errors import InvalidConfig
+from tickwork.shared.store.retention import (
+    RetentionPolicy,
+    parse_duration,
+    prune_history,
+    pruning_lock,
+)
+from tickwork.shared.store.retention_batches import BatchLimits
+from tickwork.shared.store.tables import (
+    attempts,
+    revisions,
+    sessions,
+    task_log_chunks,
+    task_logs,
+    tasks,
 )
 
 POLICY = RetentionPolicy(history=30 * DAY, logs=30 * DAY, keep_revisions=2)
@@ -363,7 +370,7 @@ class TestPruneHistory:
 
 
 def test_one_pruner_holds_the_lock_at_a_time_on_postgresql(migrated_postgres_url: str) -> None:
-    from shared.store.engine import create_store_engine
+    from tickwork.shared.store.engine import create_store_engine
 
     engine = create_store_engine(migrated_postgres_url)
     try:
@@ -376,7 +383,7 @@ def test_one_pruner_holds_the_lock_at_a_time_on_postgresql(migrated_postgres_url
 
 
 def test_a_new_sqlite_store_gives_space_back_incrementally(migrated_sqlite_url: str) -> None:
-    from shared.store.engine import create_store_engine
+    from tickwork.shared.store.engine import create_store_engine
 
     engine = create_store_engine(migrated_sqlite_url)
     try:

@@ -8,12 +8,12 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import Connection, Engine, func, select, text
 
-from shared.domain.states import AttemptState
-from shared.store.engine import create_store_engine
-from shared.store.retention import RetentionPolicy, prune_history
-from shared.store.retention_batches import BatchLimits
-from shared.store.tables import attempts, sessions, tasks
 from tests.support.history_seed import DAY, NOW, add_project, add_revision, add_run, count_rows
+from tickwork.shared.domain.states import AttemptState
+from tickwork.shared.store.engine import create_store_engine
+from tickwork.shared.store.retention import RetentionPolicy, prune_history
+from tickwork.shared.store.retention_batches import BatchLimits
+from tickwork.shared.store.tables import attempts, sessions, tasks
 
 OLD_SESSIONS = 40_000
 TASKS_PER_ATTEMPT = 8

@@ -14,16 +14,16 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import Engine, text
 
-from services.compose.commands import main
-from shared.store.engine import create_store_engine
-from shared.store.migrate import (
+from tests.support.waiting import wait_until
+from tickwork.services.compose.commands import main
+from tickwork.shared.store.engine import create_store_engine
+from tickwork.shared.store.migrate import (
     SchemaState,
     current_revision,
     head_revision,
     schema_state,
     upgrade_database,
 )
-from tests.support.waiting import wait_until
 
 WAIT_TIMEOUT_SECONDS = 30.0
 
@@ -122,7 +122,7 @@ class TestDbWait:
             [
                 sys.executable,
                 "-m",
-                "services.compose",
+                "tickwork.services.compose",
                 "db",
                 "wait",
                 "--database-url",

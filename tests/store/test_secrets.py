@@ -9,17 +9,17 @@ import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import Engine, select
 
-from shared.errors import InvalidInput, NotFound
-from shared.secrets import (
+from tickwork.shared.errors import InvalidInput, NotFound
+from tickwork.shared.secrets import (
     Masker,
     SecretBox,
     SecretKeyError,
     fill_secrets,
     replace_secret_references,
 )
-from shared.store import secrets as secret_store
-from shared.store.projects import ensure_project
-from shared.store.tables import secrets
+from tickwork.shared.store import secrets as secret_store
+from tickwork.shared.store.projects import ensure_project
+from tickwork.shared.store.tables import secrets
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 BOX = SecretBox(Fernet.generate_key().decode())

@@ -7,10 +7,11 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import Engine, select
 
-from shared.domain.states import AttemptState, TaskState
-from shared.errors import Conflict, InvalidInput, NotFound
-from shared.store.sessions import AttemptRow, get_attempt
-from shared.store.starts import (
+from tests.api._seed import NOW, THREE_STEPS, add_project, delete_project, set_state
+from tickwork.shared.domain.states import AttemptState, TaskState
+from tickwork.shared.errors import Conflict, InvalidInput, NotFound
+from tickwork.shared.store.sessions import AttemptRow, get_attempt
+from tickwork.shared.store.starts import (
     RetryMode,
     StartResult,
     kill_attempt,
@@ -18,8 +19,7 @@ from shared.store.starts import (
     retry_attempt,
     start_attempt,
 )
-from shared.store.tables import attempts, sessions, task_dependencies, tasks
-from tests.api._seed import NOW, THREE_STEPS, add_project, delete_project, set_state
+from tickwork.shared.store.tables import attempts, sessions, task_dependencies, tasks
 
 DAILY = """
     timezone: Asia/Tokyo

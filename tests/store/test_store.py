@@ -10,14 +10,19 @@ import pytest
 from sqlalchemy import Connection, Engine, func, inspect, select
 from sqlalchemy.exc import StatementError
 
-from shared.domain.states import AttemptState, TaskState
-from shared.domain.workflow import TaskSpec, WorkflowDefinition
-from shared.store import projects as project_store
-from shared.store import sessions as session_store
-from shared.store import tasks as task_store
-from shared.store.engine import create_store_engine
-from shared.store.migrate import current_revision, head_revision, is_up_to_date, upgrade_database
-from shared.store.tables import (
+from tickwork.shared.domain.states import AttemptState, TaskState
+from tickwork.shared.domain.workflow import TaskSpec, WorkflowDefinition
+from tickwork.shared.store import projects as project_store
+from tickwork.shared.store import sessions as session_store
+from tickwork.shared.store import tasks as task_store
+from tickwork.shared.store.engine import create_store_engine
+from tickwork.shared.store.migrate import (
+    current_revision,
+    head_revision,
+    is_up_to_date,
+    upgrade_database,
+)
+from tickwork.shared.store.tables import (
     metadata,
     projects,
     task_dependencies,

@@ -7,9 +7,9 @@ from __future__ import annotations
 from alembic import command
 from sqlalchemy import Engine, inspect
 
-from shared.store.engine import create_store_engine
-from shared.store.migrate import _alembic_config, current_revision, upgrade_database
-from shared.store.tables import attempts
+from tickwork.shared.store.engine import create_store_engine
+from tickwork.shared.store.migrate import _alembic_config, current_revision, upgrade_database
+from tickwork.shared.store.tables import attempts
 
 UI_INDEXES = {
     "ix_attempts_state_finished_at": ["state", "finished_at"],

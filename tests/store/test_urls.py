@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.store.urls import printable_url
+from tickwork.shared.store.urls import printable_url
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Connection, func, insert, select
 
-from shared.domain.states import AttemptState, TaskState
-from shared.store.tables import (
+from tickwork.shared.domain.states import AttemptState, TaskState
+from tickwork.shared.store.tables import (
     alerts,
     attempts,
     project_archives,

@@ -29,7 +29,7 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from shared.store.engine import libpq_url
+from tickwork.shared.store.engine import libpq_url
 
 POSTGRES_CONNECT_TIMEOUT_SECONDS = 3
 POSTGRES_START_TIMEOUT_SECONDS = 30

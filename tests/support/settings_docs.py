@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from services.agent.config import AGENT_SETTINGS
-from services.api.config import API_SETTINGS
-from services.executor.config import EXECUTOR_SETTINGS
-from services.scheduler.config import SCHEDULER_SETTINGS
-from shared.config import EMBEDDED_SETTINGS, Setting
+from tickwork.services.agent.config import AGENT_SETTINGS
+from tickwork.services.api.config import API_SETTINGS
+from tickwork.services.executor.config import EXECUTOR_SETTINGS
+from tickwork.services.scheduler.config import SCHEDULER_SETTINGS
+from tickwork.shared.config import EMBEDDED_SETTINGS, Setting
 
 COMMAND_SETTINGS: dict[str, tuple[Setting, ...]] = {
     "tickwork run": EMBEDDED_SETTINGS,

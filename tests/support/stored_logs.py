@@ -9,10 +9,10 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from shared.clock import utc_now
-from shared.store import logs as log_store
-from shared.store.engine import create_store_engine
-from shared.store.tables import task_log_chunks, task_logs
+from tickwork.shared.clock import utc_now
+from tickwork.shared.store import logs as log_store
+from tickwork.shared.store.engine import create_store_engine
+from tickwork.shared.store.tables import task_log_chunks, task_logs
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,12 @@ from typing import Any
 import httpx
 import pytest
 
-from services.api.app import create_app
-from services.api.config import ApiConfig
-from services.api.ui import UI_PREFIX
 from tests.e2e._standalone import StandaloneProcess, wait_for_attempt
 from tests.support.axe import describe, serious_violations
 from tests.ui.conftest import PHONE_VIEWPORT, TIMEOUT_MS, VIEWPORT
+from tickwork.services.api.app import create_app
+from tickwork.services.api.config import ApiConfig
+from tickwork.services.api.ui import UI_PREFIX
 
 pytestmark = [pytest.mark.e2e]
 

@@ -22,14 +22,14 @@ import pytest
 from playwright.sync_api import expect
 from sqlalchemy import Connection, select, update
 
-from services.executor.materialize import Placement, materialize_children
-from shared.store.engine import create_store_engine
-from shared.store.logs import LogChunk, write_log_chunks
-from shared.store.projects import load_workflow_definition
-from shared.store.starts import start_attempt
-from shared.store.tables import attempts, task_logs, tasks
 from tests.e2e._standalone import StandaloneProcess, running_standalone
 from tests.support.files import write_under
+from tickwork.services.executor.materialize import Placement, materialize_children
+from tickwork.shared.store.engine import create_store_engine
+from tickwork.shared.store.logs import LogChunk, write_log_chunks
+from tickwork.shared.store.projects import load_workflow_definition
+from tickwork.shared.store.starts import start_attempt
+from tickwork.shared.store.tables import attempts, task_logs, tasks
 
 pytestmark = [pytest.mark.slow]
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from shared.display import duration_text, size_text, time_text
 from tests.e2e._standalone import StandaloneProcess
+from tickwork.shared.display import duration_text, size_text, time_text
 
 DURATIONS = [
     0.0,

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from services.api.ui.auth import FAILED_SIGN_INS_BURST
 from tests.e2e._standalone import StandaloneProcess
 from tests.ui.conftest import ADMIN_TOKEN, sign_in
+from tickwork.services.api.ui.auth import FAILED_SIGN_INS_BURST
 
 pytestmark = [pytest.mark.e2e]
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from services.api.ui.auth import AUTH_OFF_NOTICE
 from tests.e2e._standalone import StandaloneProcess
 from tests.ui.conftest import ADMIN_TOKEN, READ_TOKEN, sign_in
+from tickwork.services.api.ui.auth import AUTH_OFF_NOTICE
 
 pytestmark = [pytest.mark.e2e]
 

@@ -12,10 +12,10 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
-from shared.dsl.archive import pack_project
 from tests.e2e._standalone import StandaloneProcess
 from tests.fault._cluster import Cluster
 from tests.ui.conftest import ADMIN_TOKEN, TIMEOUT_MS, TOKENS, VIEWPORT, sign_in
+from tickwork.shared.dsl.archive import pack_project
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

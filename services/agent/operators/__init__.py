@@ -1,21 +1,21 @@
 """The implementations of the operators agents run, by registry name.
 
 Which operators exist, and which of them run on an agent, is declared once in
-:mod:`shared.domain.operators`; this table maps each agent-run name to its function
+:mod:`tickwork.shared.domain.operators`; this table maps each agent-run name to its function
 (``tests/agent/test_operator_table.py`` checks that the two agree both ways).
 """
 
 from __future__ import annotations
 
-from services.agent.operators.base import Operator
-from services.agent.operators.echo import run_echo
-from services.agent.operators.fail import run_fail
-from services.agent.operators.http import run_http
-from services.agent.operators.http_call import run_http_call
-from services.agent.operators.mail import run_mail
-from services.agent.operators.pg import run_pg
-from services.agent.operators.py import run_py
-from services.agent.operators.sh import run_sh
+from tickwork.services.agent.operators.base import Operator
+from tickwork.services.agent.operators.echo import run_echo
+from tickwork.services.agent.operators.fail import run_fail
+from tickwork.services.agent.operators.http import run_http
+from tickwork.services.agent.operators.http_call import run_http_call
+from tickwork.services.agent.operators.mail import run_mail
+from tickwork.services.agent.operators.pg import run_pg
+from tickwork.services.agent.operators.py import run_py
+from tickwork.services.agent.operators.sh import run_sh
 
 OPERATORS: dict[str, Operator] = {
     "echo": run_echo,

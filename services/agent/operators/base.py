@@ -9,9 +9,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from shared.dispatch.messages import TaskMessage
-from shared.errors import TaskFailed
-from shared.secrets import Masker
+from tickwork.shared.dispatch.messages import TaskMessage
+from tickwork.shared.errors import TaskFailed
+from tickwork.shared.secrets import Masker
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from services.agent.operators.base import OperatorContext
+from tickwork.services.agent.operators.base import OperatorContext
 
 
 def run_echo(context: OperatorContext) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.agent.operators.base import OperatorContext, OperatorFailed
+from tickwork.services.agent.operators.base import OperatorContext, OperatorFailed
 
 
 def run_fail(context: OperatorContext) -> dict[str, Any]:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from email.message import Message
 from typing import Any
 
-from services.agent.operators.base import OperatorContext, OperatorFailed
-from shared.domain.numbers import decimal_number
+from tickwork.services.agent.operators.base import OperatorContext, OperatorFailed
+from tickwork.shared.domain.numbers import decimal_number
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 DEFAULT_RETRIES = 3

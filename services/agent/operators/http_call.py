@@ -15,11 +15,11 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from services.agent.operators.base import OperatorContext, OperatorFailed
-from services.agent.operators.http import send
-from shared.dsl.loader import MAX_FILE_BYTES
-from shared.dsl.parser import parse_workflow_text
-from shared.errors import InvalidWorkflow
+from tickwork.services.agent.operators.base import OperatorContext, OperatorFailed
+from tickwork.services.agent.operators.http import send
+from tickwork.shared.dsl.loader import MAX_FILE_BYTES
+from tickwork.shared.dsl.parser import parse_workflow_text
+from tickwork.shared.errors import InvalidWorkflow
 
 KEY = "http_call>"
 FILE_NAME = "http_call.dig"

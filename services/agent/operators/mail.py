@@ -17,10 +17,10 @@ from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
-from services.agent.operators.base import OperatorContext, OperatorFailed
-from shared.domain.expressions import render
-from shared.domain.numbers import whole_number
-from shared.errors import TickworkError
+from tickwork.services.agent.operators.base import OperatorContext, OperatorFailed
+from tickwork.shared.domain.expressions import render
+from tickwork.shared.domain.numbers import whole_number
+from tickwork.shared.errors import TickworkError
 
 DEFAULT_PORT = 25
 TIMEOUT_SECONDS = 30.0

@@ -36,10 +36,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from services.agent.operators.base import OperatorContext, OperatorFailed
-from shared.domain.durations import BadDuration, parse_duration
-from shared.domain.expressions import render
-from shared.errors import TickworkError
+from tickwork.services.agent.operators.base import OperatorContext, OperatorFailed
+from tickwork.shared.domain.durations import BadDuration, parse_duration
+from tickwork.shared.domain.expressions import render
+from tickwork.shared.errors import TickworkError
 
 DEFAULT_PORT = 5432
 DEFAULT_CONNECT_TIMEOUT_SECONDS = 30

@@ -11,8 +11,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from services.agent.operators.base import OperatorContext, OperatorFailed, ResourceLimits
-from services.agent.operators.supervisor import format_limits
+from tickwork.services.agent.operators.base import OperatorContext, OperatorFailed, ResourceLimits
+from tickwork.services.agent.operators.supervisor import format_limits
 
 KILL_GRACE_SECONDS = 5.0
 """How long a stopped task's processes have between SIGTERM and SIGKILL."""
@@ -23,7 +23,7 @@ SUPERVISOR = Path(__file__).with_name("supervisor.py")
 
 
 def supervised(argv: Sequence[str], limits: ResourceLimits) -> list[str]:
-    """``argv`` run by the supervisor (see :mod:`services.agent.operators.supervisor`):
+    """``argv`` run by the supervisor (see :mod:`tickwork.services.agent.operators.supervisor`):
     under ``limits``, and ended with everything it started when the task ends or when
     this process dies.
 

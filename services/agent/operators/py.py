@@ -8,13 +8,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from services.agent.operators.base import OperatorContext, OperatorFailed
-from services.agent.operators.process import run_child, task_environment
-from shared.dsl.parser import parse_generated_tasks
-from shared.errors import InvalidWorkflow
+from tickwork.services.agent.operators.base import OperatorContext, OperatorFailed
+from tickwork.services.agent.operators.process import run_child, task_environment
+from tickwork.shared.dsl.parser import parse_generated_tasks
+from tickwork.shared.errors import InvalidWorkflow
 
 # Run by path with -P, so nothing of tickwork is importable in the child and a project's
-# own packages (even one named "services" or "shared") are found first.
+# own packages (even one named "tickwork") are found first.
 CHILD_SCRIPT = Path(__file__).with_name("py_child.py")
 
 

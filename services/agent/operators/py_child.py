@@ -15,13 +15,14 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any
 
-RUNNER_FILE = str(Path(__file__).resolve())
+RUNNER_FILE = os.path.realpath(__file__)
 IMPORTLIB_DIR = Path(importlib.__file__).parent
 
 
@@ -105,7 +106,7 @@ def _project_frames(tb: TracebackType | None) -> TracebackType | None:
 
 def _is_runner_frame(filename: str) -> bool:
     return (
-        filename == RUNNER_FILE
+        os.path.realpath(filename) == RUNNER_FILE
         or filename.startswith("<frozen ")
         or Path(filename).parent == IMPORTLIB_DIR
     )

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from services.agent.operators.base import OperatorContext, OperatorFailed
-from services.agent.operators.process import run_child, task_environment
-from shared.dsl.operator_options import is_shell_list
+from tickwork.services.agent.operators.base import OperatorContext, OperatorFailed
+from tickwork.services.agent.operators.process import run_child, task_environment
+from tickwork.shared.dsl.operator_options import is_shell_list
 
 ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
 

@@ -14,16 +14,16 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection
 
-from shared.domain.states import TERMINAL_TASK_STATES, AttemptState, TaskState
-from shared.errors import NotFound
-from shared.log_tail import TAIL_BYTES, last_lines
-from shared.secrets import Masker, SecretBox, SecretKeyError
-from shared.store import history
-from shared.store import logs as log_store
-from shared.store import secrets as secret_store
-from shared.store.history import AttemptView, TaskSummary
-from shared.store.logs import RunLog
-from shared.store.tasks import find_task
+from tickwork.shared.domain.states import TERMINAL_TASK_STATES, AttemptState, TaskState
+from tickwork.shared.errors import NotFound
+from tickwork.shared.log_tail import TAIL_BYTES, last_lines
+from tickwork.shared.secrets import Masker, SecretBox, SecretKeyError
+from tickwork.shared.store import history
+from tickwork.shared.store import logs as log_store
+from tickwork.shared.store import secrets as secret_store
+from tickwork.shared.store.history import AttemptView, TaskSummary
+from tickwork.shared.store.logs import RunLog
+from tickwork.shared.store.tasks import find_task
 
 MAX_FAILURES = 10
 """Most failed tasks reported with the end of their logs; the others are counted."""
@@ -146,7 +146,7 @@ def read_log_tail(conn: Connection, log: RunLog, limit: int) -> tuple[bytes, int
 
 
 def tail_lines(conn: Connection, log: RunLog | None) -> list[str]:
-    """The last lines of a run's log (see :mod:`shared.log_tail`); none without a log."""
+    """The last lines of a run's log (see :mod:`tickwork.shared.log_tail`); none without a log."""
     if log is None:
         return []
     data, before = read_log_tail(conn, log, TAIL_BYTES)

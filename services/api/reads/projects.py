@@ -16,13 +16,13 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from shared.errors import NotFound
-from shared.store import catalog, dashboard
-from shared.store.history import Page
-from shared.store.paging import fetch_keyset_page
-from shared.store.projects import get_project_archive
-from shared.store.schedules import ScheduleRow, find_schedule
-from shared.store.tables import projects, revisions, workflow_definitions
+from tickwork.shared.errors import NotFound
+from tickwork.shared.store import catalog, dashboard
+from tickwork.shared.store.history import Page
+from tickwork.shared.store.paging import fetch_keyset_page
+from tickwork.shared.store.projects import get_project_archive
+from tickwork.shared.store.schedules import ScheduleRow, find_schedule
+from tickwork.shared.store.tables import projects, revisions, workflow_definitions
 
 MAX_SOURCE_BYTES = 1024 * 1024
 """The largest workflow file shown; a larger one is left out."""

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
 
-from shared.domain.storable import MAX_INTEGER
-from shared.errors import NotFound
-from shared.store import catalog, history
-from shared.store.history import AttemptView, SessionView
-from shared.store.tables import projects, workflow_definitions
+from tickwork.shared.domain.storable import MAX_INTEGER
+from tickwork.shared.errors import NotFound
+from tickwork.shared.store import catalog, history
+from tickwork.shared.store.history import AttemptView, SessionView
+from tickwork.shared.store.tables import projects, workflow_definitions
 
 MATCH_LIMIT = 20
 """Most projects, and most workflows, a search lists."""

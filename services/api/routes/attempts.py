@@ -13,23 +13,23 @@ from flask import Response
 from pydantic import BaseModel, Field
 from sqlalchemy import Connection
 
-from services.api.database import read_connection, write_transaction
-from services.api.errors import InvalidBody
-from services.api.filters import RunsQuery
-from services.api.models import RequestBody, UserParams
-from services.api.paging import cursor_after, next_cursor, page_limit
-from services.api.reads import attempts as attempt_reads
-from services.api.responses import json_response
-from services.api.routes.logs import log_out
-from services.api.times import parse_time
-from shared.clock import utc_now
-from shared.domain.instants import shown_in
-from shared.domain.states import AttemptState
-from shared.errors import Conflict, InvalidInput
-from shared.store import history
-from shared.store import sla as sla_store
-from shared.store.history import AttemptView, Page
-from shared.store.starts import (
+from tickwork.services.api.database import read_connection, write_transaction
+from tickwork.services.api.errors import InvalidBody
+from tickwork.services.api.filters import RunsQuery
+from tickwork.services.api.models import RequestBody, UserParams
+from tickwork.services.api.paging import cursor_after, next_cursor, page_limit
+from tickwork.services.api.reads import attempts as attempt_reads
+from tickwork.services.api.responses import json_response
+from tickwork.services.api.routes.logs import log_out
+from tickwork.services.api.times import parse_time
+from tickwork.shared.clock import utc_now
+from tickwork.shared.domain.instants import shown_in
+from tickwork.shared.domain.states import AttemptState
+from tickwork.shared.errors import Conflict, InvalidInput
+from tickwork.shared.store import history
+from tickwork.shared.store import sla as sla_store
+from tickwork.shared.store.history import AttemptView, Page
+from tickwork.shared.store.starts import (
     RetryMode,
     StartResult,
     kill_attempt,

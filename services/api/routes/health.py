@@ -10,12 +10,12 @@ from flask import Response, current_app
 from pydantic import BaseModel
 from sqlalchemy.exc import SQLAlchemyError
 
-from services.api.database import current_engine
-from services.api.errors import ApiProblem
-from services.api.extensions import api_metrics
-from services.api.metrics import CONTENT_TYPE
-from shared.store.migrate import is_up_to_date
-from shared.store.retention import RETENTION_KEY, RetentionPolicy
+from tickwork.services.api.database import current_engine
+from tickwork.services.api.errors import ApiProblem
+from tickwork.services.api.extensions import api_metrics
+from tickwork.services.api.metrics import CONTENT_TYPE
+from tickwork.shared.store.migrate import is_up_to_date
+from tickwork.shared.store.retention import RETENTION_KEY, RetentionPolicy
 
 blueprint = APIBlueprint("health", __name__, tag="Service")
 

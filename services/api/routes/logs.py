@@ -1,10 +1,10 @@
 """Task logs of an attempt: the list of its runs' logs, a log's text (or a byte range of
 it), and a server-sent event stream that follows the attempt's logs as they are written.
 
-Logs live in the store (see :mod:`shared.store.logs`, which every reader goes through):
+Logs live in the store (see :mod:`tickwork.shared.store.logs`, which every reader goes through):
 any replica serves any log, whichever executor stored it. A follower wakes on the
 executor's PostgreSQL notices (one listening connection per server process, see
-:mod:`shared.store.log_notices`) and reads the store once per change; on SQLite it polls.
+:mod:`tickwork.shared.store.log_notices`) and reads the store once per change; on SQLite it polls.
 """
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ from flask import Response, current_app, request
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Engine
 
-from services.api.database import current_engine, read_connection
-from services.api.errors import ApiProblem, InvalidParameter
-from services.api.extensions import api_config
-from shared.domain.states import AttemptState
-from shared.store import logs as log_store
-from shared.store.dialects import dialect_of
-from shared.store.engine import read_only
-from shared.store.log_notices import LogNotices
-from shared.store.sessions import get_attempt_state
+from tickwork.services.api.database import current_engine, read_connection
+from tickwork.services.api.errors import ApiProblem, InvalidParameter
+from tickwork.services.api.extensions import api_config
+from tickwork.shared.domain.states import AttemptState
+from tickwork.shared.store import logs as log_store
+from tickwork.shared.store.dialects import dialect_of
+from tickwork.shared.store.engine import read_only
+from tickwork.shared.store.log_notices import LogNotices
+from tickwork.shared.store.sessions import get_attempt_state
 
 blueprint = APIBlueprint("logs", __name__, tag="Logs")
 

@@ -10,19 +10,19 @@ from flask import Response, request, send_file
 from pydantic import BaseModel, Field
 from sqlalchemy import Connection, Row
 
-from services.api.body import ARCHIVE_SCHEMA, binary_body
-from services.api.database import read_connection, write_transaction
-from services.api.errors import ApiProblem, InvalidParameter
-from services.api.extensions import api_config
-from services.api.models import RequestQuery
-from services.api.paging import PageQuery, fetch_page, paged_list
-from services.api.routes.workflows import WorkflowDetail, WorkflowList, workflow_item
-from services.api.times import format_time, parse_time
-from shared.clock import utc_now
-from shared.dsl.archive import read_project_archive
-from shared.errors import InvalidInput
-from shared.store import catalog
-from shared.store.projects import (
+from tickwork.services.api.body import ARCHIVE_SCHEMA, binary_body
+from tickwork.services.api.database import read_connection, write_transaction
+from tickwork.services.api.errors import ApiProblem, InvalidParameter
+from tickwork.services.api.extensions import api_config
+from tickwork.services.api.models import RequestQuery
+from tickwork.services.api.paging import PageQuery, fetch_page, paged_list
+from tickwork.services.api.routes.workflows import WorkflowDetail, WorkflowList, workflow_item
+from tickwork.services.api.times import format_time, parse_time
+from tickwork.shared.clock import utc_now
+from tickwork.shared.dsl.archive import read_project_archive
+from tickwork.shared.errors import InvalidInput
+from tickwork.shared.store import catalog
+from tickwork.shared.store.projects import (
     PushResult,
     check_project_name,
     check_revision_name,
@@ -30,7 +30,7 @@ from shared.store.projects import (
     get_project_archive,
     push_revision,
 )
-from shared.store.tables import projects, revisions, workflow_definitions
+from tickwork.shared.store.tables import projects, revisions, workflow_definitions
 
 blueprint = APIBlueprint("projects", __name__, url_prefix="/api/projects", tag="Projects")
 

@@ -15,20 +15,25 @@ from pydantic import BaseModel, Field
 from pydantic.config import JsonDict
 from sqlalchemy import Connection
 
-from services.api.database import read_connection, write_transaction
-from services.api.errors import InvalidBody
-from services.api.models import RequestBody
-from services.api.paging import PageQuery, cursor_after, next_cursor, page_limit
-from services.api.routes.workflows import LastSessionOut
-from services.api.times import format_time, parse_time
-from shared.clock import utc_now
-from shared.domain.states import ScheduleState
-from shared.errors import Conflict
-from shared.store import emission as emission_store
-from shared.store import schedule_reads
-from shared.store import schedules as schedule_store
-from shared.store.schedule_reads import ScheduleFilters, detail_json, schedule_json, summary_json
-from shared.store.schedules import ScheduleRow
+from tickwork.services.api.database import read_connection, write_transaction
+from tickwork.services.api.errors import InvalidBody
+from tickwork.services.api.models import RequestBody
+from tickwork.services.api.paging import PageQuery, cursor_after, next_cursor, page_limit
+from tickwork.services.api.routes.workflows import LastSessionOut
+from tickwork.services.api.times import format_time, parse_time
+from tickwork.shared.clock import utc_now
+from tickwork.shared.domain.states import ScheduleState
+from tickwork.shared.errors import Conflict
+from tickwork.shared.store import emission as emission_store
+from tickwork.shared.store import schedule_reads
+from tickwork.shared.store import schedules as schedule_store
+from tickwork.shared.store.schedule_reads import (
+    ScheduleFilters,
+    detail_json,
+    schedule_json,
+    summary_json,
+)
+from tickwork.shared.store.schedules import ScheduleRow
 
 blueprint = APIBlueprint("schedules", __name__, url_prefix="/api/schedules", tag="Schedules")
 

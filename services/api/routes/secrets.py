@@ -13,14 +13,14 @@ from apiflask import APIBlueprint
 from flask import g
 from pydantic import BaseModel, Field
 
-from services.api.database import read_connection, write_transaction
-from services.api.errors import ApiProblem, InvalidParameter
-from services.api.models import RequestBody
-from services.api.times import format_time
-from shared.clock import utc_now
-from shared.errors import InvalidInput
-from shared.secrets import MAX_SECRET_BYTES, SecretBox, SecretKeyError, check_secret_name
-from shared.store import secrets as secret_store
+from tickwork.services.api.database import read_connection, write_transaction
+from tickwork.services.api.errors import ApiProblem, InvalidParameter
+from tickwork.services.api.models import RequestBody
+from tickwork.services.api.times import format_time
+from tickwork.shared.clock import utc_now
+from tickwork.shared.errors import InvalidInput
+from tickwork.shared.secrets import MAX_SECRET_BYTES, SecretBox, SecretKeyError, check_secret_name
+from tickwork.shared.store import secrets as secret_store
 
 blueprint = APIBlueprint("secrets", __name__, url_prefix="/api/projects", tag="Secrets")
 

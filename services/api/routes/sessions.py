@@ -9,19 +9,19 @@ from apiflask import APIBlueprint
 from flask import Response
 from pydantic import BaseModel, Field
 
-from services.api.database import read_connection
-from services.api.filters import RunsQuery
-from services.api.paging import (
+from tickwork.services.api.database import read_connection
+from tickwork.services.api.filters import RunsQuery
+from tickwork.services.api.paging import (
     PageQuery,
     cursor_after,
     encode_cursor,
     next_cursor,
     page_limit,
 )
-from services.api.responses import json_response
-from services.api.routes.attempts import AttemptOut, AttemptPage, attempt_item
-from shared.store import history
-from shared.store.history import SessionView
+from tickwork.services.api.responses import json_response
+from tickwork.services.api.routes.attempts import AttemptOut, AttemptPage, attempt_item
+from tickwork.shared.store import history
+from tickwork.shared.store.history import SessionView
 
 blueprint = APIBlueprint("sessions", __name__, tag="Sessions")
 

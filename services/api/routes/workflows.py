@@ -8,13 +8,13 @@ from typing import Any
 from apiflask import APIBlueprint
 from pydantic import BaseModel, Field
 
-from services.api.database import read_connection
-from services.api.paging import PageQuery, fetch_page
-from services.api.times import format_time
-from shared.domain.schedule import written_timezone
-from shared.store import catalog
-from shared.store.schedule_reads import last_session_json
-from shared.store.tables import workflow_definitions
+from tickwork.services.api.database import read_connection
+from tickwork.services.api.paging import PageQuery, fetch_page
+from tickwork.services.api.times import format_time
+from tickwork.shared.domain.schedule import written_timezone
+from tickwork.shared.store import catalog
+from tickwork.shared.store.schedule_reads import last_session_json
+from tickwork.shared.store.tables import workflow_definitions
 
 blueprint = APIBlueprint("workflows", __name__, url_prefix="/api/workflows", tag="Workflows")
 

@@ -6,7 +6,7 @@ the scripts under ``static/`` (ours, and pinned libraries under ``static/vendor/
 their versions and licences beside them) only improve them. Nothing is fetched from
 elsewhere at run time.
 
-Each page module defines ``blueprint``; :mod:`services.api.ui.pages` imports them all and
+Each page module defines ``blueprint``; :mod:`tickwork.services.api.ui.pages` imports them all and
 registers them from one list (``register_ui``). This package holds what the pages and the
 API's request checks share: the prefix and the shell blueprint.
 """

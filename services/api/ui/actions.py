@@ -16,17 +16,22 @@ from typing import Any
 from flask import Blueprint, flash, redirect, render_template, request
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from services.api.database import read_connection, write_transaction
-from services.api.routes.attempts import RetryBody, StartBody, retry_from_body, start_from_body
-from services.api.ui.forms import FormInvalid, api_errors, model_of
-from shared.clock import utc_now
-from shared.domain.entries import BadEntry, nested_params, session_time_named
-from shared.domain.schedule import resolve_timezone, written_timezone
-from shared.domain.states import KILLABLE_ATTEMPT_STATES
-from shared.errors import Conflict
-from shared.store import catalog, history
-from shared.store.history import AttemptView
-from shared.store.starts import kill_attempt
+from tickwork.services.api.database import read_connection, write_transaction
+from tickwork.services.api.routes.attempts import (
+    RetryBody,
+    StartBody,
+    retry_from_body,
+    start_from_body,
+)
+from tickwork.services.api.ui.forms import FormInvalid, api_errors, model_of
+from tickwork.shared.clock import utc_now
+from tickwork.shared.domain.entries import BadEntry, nested_params, session_time_named
+from tickwork.shared.domain.schedule import resolve_timezone, written_timezone
+from tickwork.shared.domain.states import KILLABLE_ATTEMPT_STATES
+from tickwork.shared.errors import Conflict
+from tickwork.shared.store import catalog, history
+from tickwork.shared.store.history import AttemptView
+from tickwork.shared.store.starts import kill_attempt
 
 blueprint = Blueprint("ui_actions", __name__, url_prefix="/ui")
 

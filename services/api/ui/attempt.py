@@ -24,21 +24,21 @@ from jinja2.utils import htmlsafe_json_dumps
 from markupsafe import Markup
 from pydantic import ValidationError
 
-from services.api.database import read_connection
-from services.api.reads import attempts as attempt_reads
-from services.api.reads.attempts import FailureView, TaskView
-from services.api.responses import json_response
-from services.api.routes.attempts import task_detail_json
-from services.api.routes.logs import (
+from tickwork.services.api.database import read_connection
+from tickwork.services.api.reads import attempts as attempt_reads
+from tickwork.services.api.reads.attempts import FailureView, TaskView
+from tickwork.services.api.responses import json_response
+from tickwork.services.api.routes.attempts import task_detail_json
+from tickwork.services.api.routes.logs import (
     FOLLOW_MAX_SECONDS,
     ContentQuery,
     file_response,
     follow_response,
 )
-from shared.clock import utc_now
-from shared.domain.states import CURRENT_ERROR_STATES, TaskState
-from shared.errors import NotFound
-from shared.store.history import AttemptView
+from tickwork.shared.clock import utc_now
+from tickwork.shared.domain.states import CURRENT_ERROR_STATES, TaskState
+from tickwork.shared.errors import NotFound
+from tickwork.shared.store.history import AttemptView
 
 blueprint = Blueprint("ui_attempt", __name__, url_prefix="/ui")
 

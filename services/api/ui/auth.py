@@ -65,14 +65,14 @@ from flask import (
 from flask.sessions import SecureCookieSessionInterface
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from services.api.auth import READ_METHODS, match_token
-from services.api.config import ApiConfig, ApiToken, Role
-from services.api.database import read_connection, write_transaction
-from services.api.errors import ERROR_PAGE_KEY, PROBLEM_TYPES, ApiProblem
-from services.api.ratelimit import RateLimiter, retry_after_header
-from services.api.ui import UI_PREFIX, is_ui_path
-from shared.clock import utc_now
-from shared.store.ui_sessions import (
+from tickwork.services.api.auth import READ_METHODS, match_token
+from tickwork.services.api.config import ApiConfig, ApiToken, Role
+from tickwork.services.api.database import read_connection, write_transaction
+from tickwork.services.api.errors import ERROR_PAGE_KEY, PROBLEM_TYPES, ApiProblem
+from tickwork.services.api.ratelimit import RateLimiter, retry_after_header
+from tickwork.services.api.ui import UI_PREFIX, is_ui_path
+from tickwork.shared.clock import utc_now
+from tickwork.shared.store.ui_sessions import (
     end_token_ui_sessions,
     end_ui_session,
     find_ui_session,

@@ -14,8 +14,8 @@ from flask import Blueprint, Flask, Response, request
 from markupsafe import Markup, escape
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from shared.clock import utc_now
-from shared.display import (
+from tickwork.shared.clock import utc_now
+from tickwork.shared.display import (
     as_instant,
     duration_text,
     running_for_text,
@@ -23,7 +23,7 @@ from shared.display import (
     time_text,
     utc_text,
 )
-from shared.state_colours import states_stylesheet
+from tickwork.shared.state_colours import states_stylesheet
 
 blueprint = Blueprint("ui_formatting", __name__, url_prefix="/ui")
 

@@ -15,7 +15,7 @@ from typing import TypeVar
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
-from services.api.errors import ApiProblem, from_pydantic
+from tickwork.services.api.errors import ApiProblem, from_pydantic
 
 Model = TypeVar("Model", bound=BaseModel)
 

@@ -10,11 +10,11 @@ from datetime import timedelta
 
 from flask import Blueprint, render_template
 
-from services.api.database import read_connection
-from shared.clock import utc_now
-from shared.domain.schedule_policies import MissedReason
-from shared.domain.states import AttemptState
-from shared.store import dashboard, history
+from tickwork.services.api.database import read_connection
+from tickwork.shared.clock import utc_now
+from tickwork.shared.domain.schedule_policies import MissedReason
+from tickwork.shared.domain.states import AttemptState
+from tickwork.shared.store import dashboard, history
 
 blueprint = Blueprint("ui_overview", __name__, url_prefix="/ui")
 

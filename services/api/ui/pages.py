@@ -10,8 +10,8 @@ from apiflask import APIFlask
 from flask import Blueprint, redirect
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from services.api.config import ApiConfig
-from services.api.ui import (
+from tickwork.services.api.config import ApiConfig
+from tickwork.services.api.ui import (
     FAVICON_FILE,
     FAVICON_PATH,
     UI_PREFIX,
@@ -26,7 +26,7 @@ from services.api.ui import (
     search,
     shell,
 )
-from shared.store.retention import RETENTION_KEY, RetentionPolicy
+from tickwork.shared.store.retention import RETENTION_KEY, RetentionPolicy
 
 PAGE_BLUEPRINTS: tuple[Blueprint, ...] = (
     auth.blueprint,

@@ -14,18 +14,18 @@ from typing import Any
 from flask import Blueprint, render_template, request, send_file
 from werkzeug.wrappers import Response
 
-from services.api.database import read_connection
-from services.api.errors import PROBLEM_TYPES, ApiProblem
-from services.api.paging import decode_cursor, next_cursor
-from services.api.reads import projects as project_reads
-from shared.clock import utc_now
-from shared.domain.schedule import written_timezone
-from shared.domain.states import AttemptState
-from shared.errors import NotFound
-from shared.store import catalog, dashboard, history
-from shared.store.projects import get_project_archive
-from shared.store.schedules import ScheduleRow, list_schedules
-from shared.store.secrets import list_secrets
+from tickwork.services.api.database import read_connection
+from tickwork.services.api.errors import PROBLEM_TYPES, ApiProblem
+from tickwork.services.api.paging import decode_cursor, next_cursor
+from tickwork.services.api.reads import projects as project_reads
+from tickwork.shared.clock import utc_now
+from tickwork.shared.domain.schedule import written_timezone
+from tickwork.shared.domain.states import AttemptState
+from tickwork.shared.errors import NotFound
+from tickwork.shared.store import catalog, dashboard, history
+from tickwork.shared.store.projects import get_project_archive
+from tickwork.shared.store.schedules import ScheduleRow, list_schedules
+from tickwork.shared.store.secrets import list_secrets
 
 blueprint = Blueprint("ui_projects", __name__, url_prefix="/ui")
 

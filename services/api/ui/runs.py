@@ -17,12 +17,12 @@ from typing import Any
 
 from flask import Blueprint, render_template, request
 
-from services.api import times
-from services.api.database import read_connection
-from services.api.errors import ApiProblem
-from services.api.paging import decode_cursor, next_cursor
-from shared.domain.states import AttemptState
-from shared.store import history
+from tickwork.services.api import times
+from tickwork.services.api.database import read_connection
+from tickwork.services.api.errors import ApiProblem
+from tickwork.services.api.paging import decode_cursor, next_cursor
+from tickwork.shared.domain.states import AttemptState
+from tickwork.shared.store import history
 
 blueprint = Blueprint("ui_runs", __name__, url_prefix="/ui")
 

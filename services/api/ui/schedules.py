@@ -14,17 +14,22 @@ from datetime import datetime
 from flask import Blueprint, flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from services.api.database import read_connection, write_transaction
-from services.api.paging import decode_cursor, encode_cursor
-from services.api.routes.schedules import BackfillIn, SkipIn, plan_backfill, skip_session_times
-from services.api.ui.forms import FormInvalid, api_errors, filled, model_of, whole_number
-from shared.clock import utc_now
-from shared.display import time_text
-from shared.domain.schedule_policies import MissedReason
-from shared.store import schedule_reads
-from shared.store import schedules as schedule_store
-from shared.store.schedule_reads import ScheduleFilters, ScheduleSummary
-from shared.store.schedules import ScheduleRow
+from tickwork.services.api.database import read_connection, write_transaction
+from tickwork.services.api.paging import decode_cursor, encode_cursor
+from tickwork.services.api.routes.schedules import (
+    BackfillIn,
+    SkipIn,
+    plan_backfill,
+    skip_session_times,
+)
+from tickwork.services.api.ui.forms import FormInvalid, api_errors, filled, model_of, whole_number
+from tickwork.shared.clock import utc_now
+from tickwork.shared.display import time_text
+from tickwork.shared.domain.schedule_policies import MissedReason
+from tickwork.shared.store import schedule_reads
+from tickwork.shared.store import schedules as schedule_store
+from tickwork.shared.store.schedule_reads import ScheduleFilters, ScheduleSummary
+from tickwork.shared.store.schedules import ScheduleRow
 
 blueprint = Blueprint("ui_schedules", __name__, url_prefix="/ui")
 

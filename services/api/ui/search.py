@@ -12,8 +12,8 @@ from typing import Any
 from flask import Blueprint, jsonify, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
-from services.api.database import read_connection
-from services.api.reads.search import QUERY_LIMIT, SearchResults, search
+from tickwork.services.api.database import read_connection
+from tickwork.services.api.reads.search import QUERY_LIMIT, SearchResults, search
 
 blueprint = Blueprint("ui_search", __name__, url_prefix="/ui")
 

@@ -1,11 +1,12 @@
-"""Alembic environment: runs migrations on the connection shared.store.migrate hands over."""
+"""Alembic environment: runs migrations on the connection that tickwork.shared.store.migrate
+hands over."""
 
 from __future__ import annotations
 
 from alembic import context
 
-from shared.store.dialects import dialect_of
-from shared.store.tables import metadata
+from tickwork.shared.store.dialects import dialect_of
+from tickwork.shared.store.tables import metadata
 
 connection = context.config.attributes["connection"]
 context.configure(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from shared.store.dialects import dialect_of
+from tickwork.shared.store.dialects import dialect_of
 
 revision = "0002"
 down_revision = "0001"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from shared.store.dialects import dialect_of
+from tickwork.shared.store.dialects import dialect_of
 
 revision = "0011"
 down_revision = "0010"
