@@ -32,6 +32,7 @@ CLIENT_MODULES = [
     "tickwork.services.cli.logs",
     "tickwork.services.cli.schedules",
     "tickwork.services.cli.secrets",
+    "tickwork.services.cli.tokens",
 ]
 SERVER_COMMANDS = {
     "run",

@@ -38,6 +38,7 @@ from tickwork.services.api.routes import (
     schedules,
     secrets,
     sessions,
+    tokens,
     workflows,
 )
 from tickwork.services.api.ui import is_ui_path
@@ -60,6 +61,8 @@ ROUTE_BLUEPRINTS: tuple[Blueprint, ...] = (
     sessions.blueprint,
     attempts.blueprint,
     logs.blueprint,
+    tokens.blueprint,
+    tokens.whoami_blueprint,
 )
 """The REST API's blueprints, registered in this order."""
 

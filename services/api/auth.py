@@ -1,19 +1,35 @@
-"""Bearer-token authentication: ``read`` tokens may GET, ``admin`` tokens may do anything.
+"""Bearer-token authentication and what each role may do.
 
-Every configured token is compared in constant time, all of them every time, so neither
-the timing nor the order of the list tells a caller which token came close.
+A token is one of the environment's (``TICKWORK_API_TOKENS``, named ``env:...``) or one of
+the store's (``tickwork tokens create``, shared/store/api_tokens.py). The environment's
+are compared in constant time, all of them every time, so neither the timing nor the
+order of the list tells a caller which token came close; a store token is looked up by the
+SHA-256 of what was given, so a revoked or expired one stops working at once on every
+replica. Roles (:func:`required_role`): ``read`` may GET; ``operate`` may also start,
+retry and kill attempts and pause, resume, skip and backfill schedules; ``admin`` may
+also push and delete projects and manage secrets and tokens.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+from dataclasses import dataclass
+from datetime import datetime
 
 from flask import g, request
 
-from tickwork.services.api.config import ApiConfig, ApiToken
+from tickwork.services.api.config import ROLES, ApiConfig, ApiToken, Role
+from tickwork.services.api.database import read_connection, write_transaction
 from tickwork.services.api.errors import ApiProblem
 from tickwork.services.api.ui import is_ui_path
+from tickwork.shared.clock import utc_now
+from tickwork.shared.store.api_tokens import (
+    SECRET_PREFIX,
+    StoredToken,
+    find_token,
+    note_token_used,
+)
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/favicon.ico"})
 # The OpenAPI document and its viewer describe the API and hold no data.
@@ -24,11 +40,70 @@ SECURITY_SCHEMES = {
     SECURITY_SCHEME_NAME: {
         "type": "http",
         "scheme": "bearer",
-        "description": "A token of TICKWORK_API_TOKENS: `read` tokens may use every GET, "
-        "`admin` tokens every operation.",
+        "description": "A token of TICKWORK_API_TOKENS or of `tickwork tokens create`: "
+        "`read` tokens may use every GET, `operate` tokens also start, retry, kill and "
+        "steer schedules, `admin` tokens every operation.",
     }
 }
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="tickwork"'}
+
+
+ROLE_RANK: dict[Role, int] = {"read": 0, "operate": 1, "admin": 2}
+ADMIN_BLUEPRINTS = frozenset({"secrets", "tokens"})
+"""Blueprints of which every route, reads included, is an admin's."""
+ADMIN_ENDPOINTS = frozenset({"projects.push_project", "projects.remove_project"})
+"""Other routes only an admin may use: pushing and deleting projects."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a request's token says it is: the token's name and role, and whether it is a
+    token of the store (revocable by name) or of the environment."""
+
+    name: str
+    role: Role
+    stored: bool
+    expires_at: datetime | None = None
+
+
+def required_role(endpoint: str | None, method: str) -> Role:
+    """The least role that may call ``endpoint`` with ``method``."""
+    blueprint = (endpoint or "").partition(".")[0]
+    if blueprint in ADMIN_BLUEPRINTS or endpoint in ADMIN_ENDPOINTS:
+        return "admin"
+    return "read" if method in READ_METHODS else "operate"
+
+
+def may(role: Role, required: Role) -> bool:
+    """Whether ``role`` covers ``required``."""
+    return ROLE_RANK[role] >= ROLE_RANK[required]
+
+
+def identify(given: str, config: ApiConfig) -> Identity | None:
+    """The identity of token ``given``: an environment token (constant time), else a live
+    token of the store (one indexed read; its last use noted at most once a minute)."""
+    token = match_token(given, config.tokens)
+    if token is not None:
+        return Identity(token.label, token.role, stored=False)
+    if not given.startswith(SECRET_PREFIX):
+        return None  # not a store token's shape: no read
+    now = utc_now()
+    with read_connection() as conn:
+        found = find_token(conn, given, now)
+    if found is None:
+        return None
+    with write_transaction() as conn:
+        note_token_used(conn, found, now)
+    return stored_identity(found)
+
+
+def stored_identity(token: StoredToken) -> Identity | None:
+    """The identity of a live token of the store; None for a role this server does not
+    know (a row written by a newer release)."""
+    for role in ROLES:
+        if token.role == role:
+            return Identity(token.name, role, stored=True, expires_at=token.expires_at)
+    return None
 
 
 def is_open(path: str) -> bool:
@@ -59,14 +134,20 @@ def authenticate(config: ApiConfig) -> None:
         raise ApiProblem(
             401, "a bearer token is required (Authorization: Bearer TOKEN)", headers=CHALLENGE
         )
-    token = match_token(given.strip(), config.tokens)
-    if token is None:
+    identity = identify(given.strip(), config)
+    if identity is None:
         raise ApiProblem(
             401,
             "the bearer token is not valid",
             headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
         )
-    g.client = "token:" + hashlib.sha256(token.token.encode()).hexdigest()[:16]
-    g.role = token.role
-    if token.role != "admin" and request.method not in READ_METHODS:
-        raise ApiProblem(403, f"a {token.role} token may not {request.method}; use an admin token")
+    g.client = "token:" + hashlib.sha256(identity.name.encode()).hexdigest()[:16]
+    g.identity = identity
+    g.role = identity.role
+    required = required_role(request.endpoint, request.method)
+    if not may(identity.role, required):
+        raise ApiProblem(
+            403,
+            f"token {identity.name} ({identity.role}) may not {request.method} "
+            f"{request.path}: that needs an {required} token",
+        )

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
 from tickwork.shared.config import Setting, SettingValues, count_setting, invalid, positive_int
+from tickwork.shared.store.api_tokens import NAME_PATTERN as TOKEN_NAME
 
-Role = Literal["read", "admin"]
-ROLES: tuple[Role, ...] = ("read", "admin")
+Role = Literal["read", "operate", "admin"]
+ROLES: tuple[Role, ...] = ("read", "operate", "admin")
 
 
 def _switch(values: Mapping[str, str], name: str) -> bool:
@@ -27,8 +28,13 @@ def _stripped(values: Mapping[str, str], name: str) -> str:
 
 API_SETTINGS = (
     Setting("TICKWORK_DATABASE_URL", "", "the store (PostgreSQL, or SQLite for a single process)"),
-    Setting("TICKWORK_API_TOKENS", "", "comma-separated ROLE:TOKEN, ROLE read or admin"),
-    Setting("TICKWORK_API_TOKENS_FILE", "", "a file of ROLE:TOKEN lines (# comments)"),
+    Setting(
+        "TICKWORK_API_TOKENS",
+        "",
+        "comma-separated [NAME=]ROLE:TOKEN, ROLE read, operate or admin; named env:NAME "
+        "(else env:ROLE)",
+    ),
+    Setting("TICKWORK_API_TOKENS_FILE", "", "a file of [NAME=]ROLE:TOKEN lines (# comments)"),
     Setting(
         "TICKWORK_API_AUTH", "on", "on: every request but probes needs a token; off: none", _switch
     ),
@@ -64,10 +70,19 @@ API_SETTINGS = (
 
 @dataclass(frozen=True)
 class ApiToken:
-    """One bearer token and what it may do: ``read`` every GET, ``admin`` everything."""
+    """One bearer token of the environment and what it may do: ``read`` every GET,
+    ``operate`` also start, retry, kill and steer schedules, ``admin`` everything. Its
+    name (``env:NAME``, else ``env:ROLE``, numbered from the second of a role) says who
+    acted in logs and ``tickwork whoami``."""
 
     role: Role
     token: str = field(repr=False)
+    name: str = ""
+
+    @property
+    def label(self) -> str:
+        """The token's name, ``env:ROLE`` for one made without a name."""
+        return self.name or f"env:{self.role}"
 
 
 @dataclass(frozen=True)
@@ -117,7 +132,27 @@ def _tokens(values: Mapping[str, str]) -> tuple[ApiToken, ...]:
     path = values["TICKWORK_API_TOKENS_FILE"]
     if path:
         tokens.extend(_tokens_file(Path(path)))
-    return tuple(tokens)
+    return _named(tokens)
+
+
+def _named(tokens: list[ApiToken]) -> tuple[ApiToken, ...]:
+    """Each token with its name: ``env:NAME`` as given, else ``env:ROLE``, the second and
+    later of one role numbered (``env:admin-2``); a name given twice is refused."""
+    named: list[ApiToken] = []
+    seen: set[str] = set()
+    per_role: dict[str, int] = {}
+    for token in tokens:
+        if token.name:
+            name = f"env:{token.name}"
+            if name in seen:
+                raise invalid("TICKWORK_API_TOKENS", f"two tokens are named {token.name!r}")
+        else:
+            per_role[token.role] = per_role.get(token.role, 0) + 1
+            count = per_role[token.role]
+            name = f"env:{token.role}" if count == 1 else f"env:{token.role}-{count}"
+        seen.add(name)
+        named.append(replace(token, name=name))
+    return tuple(named)
 
 
 def _tokens_file(path: Path) -> list[ApiToken]:
@@ -137,10 +172,15 @@ def _tokens_file(path: Path) -> list[ApiToken]:
 
 def _token(name: str, line: int | None, item: str) -> ApiToken:
     # The token itself is never echoed in an error: it is a secret.
-    role, sep, token = item.strip().partition(":")
     where = name if line is None else f"{name} line {line}"
+    given_name, equals, rest = item.strip().partition("=")
+    if not equals or ":" in given_name:  # no name (a token may hold "=" itself)
+        given_name, rest = "", item.strip()
+    role, sep, token = rest.partition(":")
     if not sep or role not in ROLES:
-        raise invalid(where, "expected ROLE:TOKEN with ROLE read or admin")
+        raise invalid(where, "expected [NAME=]ROLE:TOKEN with ROLE read, operate or admin")
+    if given_name and not TOKEN_NAME.fullmatch(given_name):
+        raise invalid(where, "a token's NAME is 1-64 letters, digits, '.', '_' or '-'")
     if len(token) < 8 or any(ch.isspace() for ch in token):
         raise invalid(where, f"the {role} token must be 8 or more characters, no spaces")
-    return ApiToken(role, token)
+    return ApiToken(role, token, given_name)

@@ -146,6 +146,25 @@ class ApiClient:
         with self._names_checked(project):
             self._send("DELETE", f"/api/projects/{_seg(project)}/secrets/{_seg(name)}")
 
+    def list_tokens(self) -> list[Json]:
+        """The tokens of the store, revoked ones too (never their secrets)."""
+        return _items(self._json("GET", "/api/tokens"))
+
+    def create_token(self, name: str, role: str, expires_in: str | None = None) -> Json:
+        """Create a token of the store; the answer holds its secret, this once."""
+        body: Json = {"name": name, "role": role}
+        if expires_in is not None:
+            body["expires_in"] = expires_in
+        return self._json("POST", "/api/tokens", json=body)
+
+    def revoke_token(self, name: str) -> Json:
+        """Revoke a token of the store at once, with its web UI sessions."""
+        return self._json("DELETE", f"/api/tokens/{_seg(name)}")
+
+    def whoami(self) -> Json:
+        """The name and role of the token this client sends."""
+        return self._json("GET", "/api/whoami")
+
     def list_project_workflows(
         self, name: str, revision: str | None = None, *, limit: int | None = None
     ) -> Iterator[Json]:

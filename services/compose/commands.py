@@ -117,6 +117,16 @@ COMMANDS = lazy_commands(
             "tickwork.services.cli.secrets:secrets_group",
             "Set, list and delete a project's secrets (values are never shown).",
         ),
+        (
+            "tokens",
+            "tickwork.services.cli.tokens:tokens_group",
+            "Create, list and revoke named API tokens (an admin token's work).",
+        ),
+        (
+            "whoami",
+            "tickwork.services.cli.tokens:whoami_command",
+            "Show the name and role of the token this command sends.",
+        ),
         # Operating a deployment (what works on the database itself) and developing tickwork.
         ("db", "tickwork.services.compose.db:db_group", "Database schema commands."),
         (

@@ -373,3 +373,20 @@ ui_sessions = Table(
     Column("last_seen_at", Timestamp, nullable=False, index=True),
     Column("ended_at", Timestamp, nullable=True),
 )
+
+# Named bearer tokens (tickwork.shared.store.api_tokens): the row keeps the SHA-256 of the
+# secret, never the secret; revoking sets revoked_at, and every API replica reads the row at
+# each request, so a revoked token stops working at once everywhere.
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("digest", String(64), nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("created_by", String(80), nullable=False),
+    Column("created_at", Timestamp, nullable=False),
+    Column("expires_at", Timestamp, nullable=True),
+    Column("last_used_at", Timestamp, nullable=True),
+    Column("revoked_at", Timestamp, nullable=True),
+    Index("ix_api_tokens_digest", "digest", unique=True),
+)

@@ -18,8 +18,8 @@ pytestmark = [pytest.mark.e2e]
 @pytest.mark.parametrize(
     ("token", "shown"),
     [
-        (ADMIN_TOKEN, "Signed in with an admin token"),
-        (READ_TOKEN, "Signed in with a read token (read only)"),
+        (ADMIN_TOKEN, "Signed in as env:admin, an admin token"),
+        (READ_TOKEN, "Signed in as env:read, a read token (read only)"),
     ],
 )
 def test_signing_in_shows_the_role_and_signing_out_ends_it(

@@ -1,17 +1,19 @@
 """Signing in to the web UI, and what guards its pages.
 
-A person signs in at ``/ui/login`` with one of the REST API's tokens (``read`` or
-``admin``, services/api/config.py). Signing in starts a session in the store
-(shared/store/ui_sessions.py, a row every API replica reads) and answers with Flask's
-session cookie: signed, HttpOnly, SameSite=Strict, Secure when the request came over
-https. The cookie holds the session's random id (the store keeps only its SHA-256) and
-its CSRF token, never the token. Every guarded request reads the session's row by its
-primary key: a session that ended, or was not used for 12 hours, no longer opens a page,
-whichever replica is asked and whatever copy of the cookie is shown. Its last use is
-written at most once a minute. Signing out ends the row, so every copy of the cookie
-stops working at once; a session whose token (kept on the row as a keyed digest) is no
-longer configured ends, with every other session of that token, at its next request.
-Ended and idle rows are deleted at each sign-in.
+A person signs in at ``/ui/login`` with one of the REST API's tokens (``read``,
+``operate`` or ``admin``; of the environment or of the store, services/api/auth.py).
+Signing in starts a session in the store (shared/store/ui_sessions.py, a row every API
+replica reads) and answers with Flask's session cookie: signed, HttpOnly, SameSite=Strict,
+Secure when the request came over https. The cookie holds the session's random id (the
+store keeps only its SHA-256) and its CSRF token, never the token. Every guarded request
+reads the session's row by its primary key: a session that ended, or was not used for 12
+hours, no longer opens a page, whichever replica is asked and whatever copy of the cookie
+is shown. Its last use is written at most once a minute. Signing out ends the row, so
+every copy of the cookie stops working at once; a session whose token (kept on the row as
+a keyed digest, or for a store token as the store's digest) is no longer configured, or
+was revoked or has expired, ends, with every other session of that token, at its next
+request (revoking a token ends them at once). Ended and idle rows are deleted at each
+sign-in.
 
 Failed sign-ins, and requests to ``/ui`` with a bearer token that is not valid, are
 limited per client address together, in each API process (10 at once, then one every 6
@@ -24,11 +26,11 @@ neither (a loopback standalone without tokens), it is random for the life of the
 
 Every ``/ui`` page but the login page and the static files needs a session; every other
 method than GET and HEAD needs the session's CSRF token (the form field ``csrf_token``, or
-the header ``X-CSRF-Token`` from a script) and an admin token (a read token gets 403).
-A request carrying ``Authorization: Bearer TOKEN`` is that token's holder without a
-cookie or a CSRF token: a browser never adds that header to a request on its own, so a
-forged cross-site request cannot carry it. With authentication off, pages are open and
-everyone may act (the page says so); their forms still carry the CSRF token.
+the header ``X-CSRF-Token`` from a script) and an operate or admin token (a read token
+gets 403). A request carrying ``Authorization: Bearer TOKEN`` is that token's holder
+without a cookie or a CSRF token: a browser never adds that header to a request on its
+own, so a forged cross-site request cannot carry it. With authentication off, pages are
+open and everyone may act (the page says so); their forms still carry the CSRF token.
 
 Every UI answer carries a Content-Security-Policy without inline scripts or styles,
 ``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: same-origin``, and every
@@ -65,13 +67,14 @@ from flask import (
 from flask.sessions import SecureCookieSessionInterface
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from tickwork.services.api.auth import READ_METHODS, match_token
-from tickwork.services.api.config import ApiConfig, ApiToken, Role
+from tickwork.services.api.auth import READ_METHODS, Identity, identify, may, stored_identity
+from tickwork.services.api.config import ApiConfig
 from tickwork.services.api.database import read_connection, write_transaction
 from tickwork.services.api.errors import ERROR_PAGE_KEY, PROBLEM_TYPES, ApiProblem
 from tickwork.services.api.ratelimit import RateLimiter, retry_after_header
 from tickwork.services.api.ui import UI_PREFIX, is_ui_path
 from tickwork.shared.clock import utc_now
+from tickwork.shared.store.api_tokens import find_token_by_digest, secret_digest
 from tickwork.shared.store.ui_sessions import (
     end_token_ui_sessions,
     end_ui_session,
@@ -119,18 +122,21 @@ blueprint = Blueprint("ui_auth", __name__, url_prefix=UI_PREFIX)
 @dataclass(frozen=True)
 class SignIn:
     """What signing in needs: the settings, the key of token digests, each configured
-    token's digest with its role, and the count of failed sign-ins per client."""
+    token's digest with its identity, and the count of failed sign-ins per client."""
 
     config: ApiConfig
     digest_key: bytes
-    digests: tuple[tuple[str, Role], ...]
+    digests: tuple[tuple[str, Identity], ...]
     failures: RateLimiter
 
     @classmethod
     def of(cls, config: ApiConfig, session_key: bytes) -> SignIn:
         """The sign-in of ``config``, its digests keyed from ``session_key``."""
         digest_key = derive_key(session_key, b"tickwork web UI token digests")
-        digests = tuple((token_digest(digest_key, t.token), t.role) for t in config.tokens)
+        digests = tuple(
+            (token_digest(digest_key, t.token), Identity(t.label, t.role, stored=False))
+            for t in config.tokens
+        )
         failures = RateLimiter(FAILED_SIGN_INS_PER_SECOND, FAILED_SIGN_INS_BURST)
         return cls(config, digest_key, digests, failures)
 
@@ -147,23 +153,33 @@ class SignIn:
                 headers={"Retry-After": retry_after_header(wait)},
             )
 
-    def check_token(self, given: str) -> ApiToken | None:
-        """The configured token ``given`` is, counted by :meth:`limit_attempt` when it
-        is none."""
+    def check_token(self, given: str) -> Identity | None:
+        """The identity of token ``given`` (of the environment or the store), counted by
+        :meth:`limit_attempt` when it is none."""
         self.limit_attempt()
-        token = match_token(given, self.config.tokens)
-        if token is not None:
+        identity = identify(given, self.config)
+        if identity is not None:
             self.failures.release(g.client)
-        return token
+        return identity
 
-    def role_of(self, digest: str) -> Role | None:
-        """The role of the configured token whose digest is ``digest``, compared against
-        every one in constant time; None when no configured token has it."""
-        found: Role | None = None
-        for candidate, role in self.digests:
+    def session_digest(self, given: str, identity: Identity) -> str:
+        """What a session of token ``given`` keeps of it: the store's digest for a store
+        token (so that revoking it ends the session), else a keyed digest."""
+        return secret_digest(given) if identity.stored else token_digest(self.digest_key, given)
+
+    def identity_of(self, digest: str) -> Identity | None:
+        """The identity of the token a session's ``digest`` stands for: an environment
+        token's (compared against every one in constant time), else a live store token's;
+        None when neither has it any more."""
+        found: Identity | None = None
+        for candidate, identity in self.digests:
             if hmac.compare_digest(candidate.encode(), digest.encode()) and found is None:
-                found = role
-        return found
+                found = identity
+        if found is not None:
+            return found
+        with read_connection() as conn:
+            stored = find_token_by_digest(conn, digest, utc_now())
+        return stored_identity(stored) if stored is not None else None
 
 
 class UiSessionInterface(SecureCookieSessionInterface):
@@ -235,41 +251,45 @@ def _guard() -> WerkzeugResponse | None:
         return None
     sign_in = _sign_in()
     if not sign_in.config.auth_enabled:
-        g.ui_signed_in, g.ui_role, by_bearer = True, None, False
+        g.ui_signed_in, g.ui_identity, by_bearer = True, None, False
     else:
-        g.ui_role, by_bearer = _who_is_asking(sign_in)
-        g.ui_signed_in = g.ui_role is not None
+        g.ui_identity, by_bearer = _who_is_asking(sign_in)
+        g.ui_signed_in = g.ui_identity is not None
         if not g.ui_signed_in:
             return _to_sign_in()
+    g.ui_role = g.ui_identity.role if g.ui_identity is not None else None
     if request.method in READ_METHODS:
         return None
     if not by_bearer:
         _check_csrf()
-    if sign_in.config.auth_enabled and g.ui_role != "admin" and request.path != LOGOUT_PATH:
-        raise ApiProblem(403, "a read token may look but not act; sign in with an admin token")
+    identity: Identity | None = g.ui_identity
+    if identity is not None and not may(identity.role, "operate") and request.path != LOGOUT_PATH:
+        raise ApiProblem(
+            403, "a read token may look but not act; sign in with an operate or admin token"
+        )
     return None
 
 
-def _who_is_asking(sign_in: SignIn) -> tuple[Role | None, bool]:
-    """The role of the request's bearer token or session, and whether it came as a bearer
-    token; a bearer token that is not valid is a 401."""
+def _who_is_asking(sign_in: SignIn) -> tuple[Identity | None, bool]:
+    """The identity of the request's bearer token or session, and whether it came as a
+    bearer token; a bearer token that is not valid is a 401."""
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() == "bearer" and given.strip():
-        token = sign_in.check_token(given.strip())
-        if token is None:
+        identity = sign_in.check_token(given.strip())
+        if identity is None:
             raise ApiProblem(
                 401,
                 "the bearer token is not valid",
                 headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
             )
-        return token.role, True
-    return _session_role(sign_in), False
+        return identity, True
+    return _session_identity(sign_in), False
 
 
-def _session_role(sign_in: SignIn) -> Role | None:
-    """The role of the cookie's session if the store says it is live and its token is
-    still configured; else None, the cookie emptied and, for a token no longer
-    configured, every session of that token ended."""
+def _session_identity(sign_in: SignIn) -> Identity | None:
+    """The identity of the cookie's session if the store says it is live and its token
+    is still configured (or live in the store); else None, the cookie emptied and, for a
+    token no longer accepted, every session of that token ended."""
     session_id = session.get(SESSION_ID_KEY)
     if not isinstance(session_id, str):
         return None
@@ -279,8 +299,8 @@ def _session_role(sign_in: SignIn) -> Role | None:
     if found is None or not found.is_live(now, SESSION_LIFETIME):
         session.clear()
         return None
-    role = sign_in.role_of(found.token_digest)
-    if role is None:
+    identity = sign_in.identity_of(found.token_digest)
+    if identity is None:
         with write_transaction() as conn:
             end_token_ui_sessions(conn, found.token_digest, now)
         session.clear()
@@ -289,7 +309,7 @@ def _session_role(sign_in: SignIn) -> Role | None:
     if now - found.last_seen_at >= SESSION_TOUCH_INTERVAL:
         with write_transaction() as conn:
             touch_ui_session(conn, session_id, now)
-    return role
+    return identity
 
 
 def _to_sign_in() -> WerkzeugResponse:
@@ -339,12 +359,14 @@ def local_target(value: str | None) -> str:
 
 def _template_context() -> dict[str, Any]:
     config = _sign_in().config
-    role = g.get("ui_role")
+    identity: Identity | None = g.get("ui_identity")
     return {
         "auth_enabled": config.auth_enabled,
-        "role": role,
+        "role": identity.role if identity is not None else None,
+        "identity_name": identity.name if identity is not None else None,
         "signed_in": bool(g.get("ui_signed_in")),
-        "can_act": not config.auth_enabled or role == "admin",
+        "can_act": not config.auth_enabled
+        or (identity is not None and may(identity.role, "operate")),
         "auth_off_notice": AUTH_OFF_NOTICE,
     }
 
@@ -376,7 +398,7 @@ def login() -> WerkzeugResponse | str:
     """The sign-in form; straight on to ``next`` when already signed in or sign-in is off."""
     target = local_target(request.args.get("next"))
     sign_in = _sign_in()
-    if not sign_in.config.auth_enabled or _session_role(sign_in) is not None:
+    if not sign_in.config.auth_enabled or _session_identity(sign_in) is not None:
         return redirect(target, code=303)
     return render_template("ui/login.html", target=target, error=None)
 
@@ -389,16 +411,17 @@ def login_submit() -> WerkzeugResponse | tuple[str, int, dict[str, str]]:
     if not sign_in.config.auth_enabled:
         return redirect(target, code=303)
     _check_origin()
-    token = sign_in.check_token(request.form.get("token", "").strip())
-    if token is None:
+    given = request.form.get("token", "").strip()
+    identity = sign_in.check_token(given)
+    if identity is None:
         html = render_template("ui/login.html", target=target, error="That token is not valid.")
         return html, 401, {"WWW-Authenticate": 'Bearer realm="tickwork"'}
     session_id = secrets.token_urlsafe(32)
     now = utc_now()
     with write_transaction() as conn:
         remove_finished_ui_sessions(conn, now, SESSION_LIFETIME)
-        digest = token_digest(sign_in.digest_key, token.token)
-        start_ui_session(conn, session_id, digest, token.role, now)
+        digest = sign_in.session_digest(given, identity)
+        start_ui_session(conn, session_id, digest, identity.role, now)
     session.clear()
     session.permanent = True
     session[SESSION_ID_KEY] = session_id

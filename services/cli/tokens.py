@@ -1,0 +1,97 @@
+"""``tickwork tokens create|list|revoke`` and ``tickwork whoami``: named tokens of the
+store, through the API.
+
+A token's secret is printed once, by ``create``, and kept nowhere (the store holds its
+SHA-256). Only an admin token may manage tokens; any token may ask ``whoami``.
+"""
+
+from __future__ import annotations
+
+import click
+
+from tickwork.services.cli.admin_api import ADMIN_EPILOG
+from tickwork.services.cli.client import api, client_options, no_database_url
+from tickwork.services.cli.output import field, print_fields, print_items, print_json
+
+ROLES = ("read", "operate", "admin")
+
+
+@click.group("tokens", epilog=ADMIN_EPILOG)
+def tokens_group() -> None:
+    """Create, list and revoke named API tokens (an admin token's work)."""
+
+
+@tokens_group.command("create", epilog=ADMIN_EPILOG)
+@click.argument("name")
+@click.option(
+    "--role",
+    type=click.Choice(ROLES),
+    required=True,
+    help="read: see; operate: also start, retry, kill and steer schedules; admin: everything.",
+)
+@click.option(
+    "--expires",
+    metavar="DURATION",
+    help="How long the token lasts, such as 90d or 12h (default: until revoked).",
+)
+@no_database_url
+@client_options
+def create_command(
+    name: str, role: str, expires: str | None, endpoint: str | None, as_json: bool
+) -> None:
+    """Create the token NAME and print its secret, this once."""
+    with api(endpoint) as client:
+        created = client.create_token(name, role, expires)
+    if as_json:
+        print_json(created)
+        return
+    click.echo(created["secret"])
+    expiry = f", expires {created['expires_at']}" if created.get("expires_at") else ""
+    click.echo(
+        f"token {name} ({role}{expiry}) created: the line above is its secret, shown only "
+        "now; give it to its holder as TICKWORK_TOKEN",
+        err=True,
+    )
+
+
+@tokens_group.command("list", epilog=ADMIN_EPILOG)
+@no_database_url
+@client_options
+def list_command(endpoint: str | None, as_json: bool) -> None:
+    """List the tokens of the store: name, role, created, expires, last used, revoked."""
+    with api(endpoint) as client:
+        items = client.list_tokens()
+    columns = [
+        ("name", field("name")),
+        ("role", field("role")),
+        ("created", field("created_at")),
+        ("by", field("created_by")),
+        ("expires", field("expires_at")),
+        ("last used", field("last_used_at")),
+        ("revoked", field("revoked_at")),
+    ]
+    print_items(items, as_json, columns)
+
+
+@tokens_group.command("revoke", epilog=ADMIN_EPILOG)
+@click.argument("name")
+@no_database_url
+@client_options
+def revoke_command(name: str, endpoint: str | None, as_json: bool) -> None:
+    """Revoke the token NAME at once, on every API replica, with its web UI sessions."""
+    with api(endpoint) as client:
+        revoked = client.revoke_token(name)
+    if as_json:
+        print_json(revoked)
+    else:
+        click.echo(f"token {name} revoked")
+
+
+@click.command("whoami")
+@no_database_url
+@client_options
+def whoami_command(endpoint: str | None, as_json: bool) -> None:
+    """Show the name and role of the token this command sends."""
+    with api(endpoint) as client:
+        found = client.whoami()
+    print_fields(found, as_json, ["name", "role", "source", "expires_at"])

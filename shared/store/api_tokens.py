@@ -1,0 +1,153 @@
+"""Named bearer tokens kept in the store: created with a role and an optional expiry, shown
+once, listed with when each was last used, and revoked at once on every API replica.
+
+The row keeps the SHA-256 of the secret, never the secret. A fast hash is right here, and
+a slow one (bcrypt, scrypt) would only cost time: the secret is 32 random bytes, so nobody
+can guess it from its digest however fast the hash is, whereas a slow hash protects a
+password a person chose, which is guessable. Each request looks its token up by that
+digest through a unique index; a revoked or expired token's row no longer matches.
+``last_used_at`` is written at most once a minute per token, not at every request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import Connection, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from tickwork.shared.errors import Conflict, InvalidInput, NotFound, Problem
+from tickwork.shared.store.tables import api_tokens
+
+SECRET_PREFIX = "tw_"
+"""Every secret starts so, which lets secret scanners (and people) recognise one."""
+SECRET_BYTES = 32
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+ENVIRONMENT_PREFIX = "env:"
+"""Names of the tokens of TICKWORK_API_TOKENS(_FILE): no name of the store has a colon."""
+LAST_USED_INTERVAL = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class StoredToken:
+    """One token of the store, as listed (never its secret)."""
+
+    name: str
+    role: str
+    created_by: str
+    created_at: datetime
+    expires_at: datetime | None
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+    def is_live(self, now: datetime) -> bool:
+        """Whether the token opens the API at ``now``: not revoked, not expired."""
+        return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
+
+
+def secret_digest(secret: str) -> str:
+    """What the store keeps of a secret: its SHA-256, in hex."""
+    return hashlib.sha256(secret.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def check_token_name(name: str) -> str:
+    """``name`` if it may name a token of the store; InvalidInput saying why not."""
+    if not NAME_PATTERN.fullmatch(name):  # (which also refuses the environment's "env:")
+        message = (
+            f"token name {name!r} must be 1-64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+        raise InvalidInput([Problem("name", None, message)])
+    return name
+
+
+def create_token(
+    conn: Connection,
+    name: str,
+    role: str,
+    created_by: str,
+    now: datetime,
+    expires_at: datetime | None,
+) -> str:
+    """Store a new token ``name`` and return its secret (the only time it is seen);
+    Conflict when a token of that name exists, revoked or not (names are never reused, so
+    an old name in the logs means one token)."""
+    check_token_name(name)
+    if expires_at is not None and expires_at <= now:
+        raise InvalidInput([Problem("expires_at", None, "the expiry must be in the future")])
+    secret = SECRET_PREFIX + secrets.token_urlsafe(SECRET_BYTES)
+    try:
+        with conn.begin_nested():
+            conn.execute(
+                insert(api_tokens).values(
+                    name=name,
+                    digest=secret_digest(secret),
+                    role=role,
+                    created_by=created_by,
+                    created_at=now,
+                    expires_at=expires_at,
+                    last_used_at=None,
+                    revoked_at=None,
+                )
+            )
+    except IntegrityError:
+        raise Conflict(f"a token named {name!r} exists (names are not reused)") from None
+    return secret
+
+
+def list_tokens(conn: Connection) -> list[StoredToken]:
+    """Every token of the store, revoked ones too, by name."""
+    rows = conn.execute(select(*_COLUMNS).order_by(api_tokens.c.name)).all()
+    return [StoredToken(*row) for row in rows]
+
+
+def find_token(conn: Connection, secret: str, now: datetime) -> StoredToken | None:
+    """The live token whose secret is ``secret`` (one read by the digest's unique index);
+    None for a secret the store does not hold, or holds revoked or expired."""
+    return find_token_by_digest(conn, secret_digest(secret), now)
+
+
+def find_token_by_digest(conn: Connection, digest: str, now: datetime) -> StoredToken | None:
+    """The live token whose secret's digest is ``digest`` (a web UI session holds it);
+    None when there is none, or it was revoked or has expired."""
+    row = conn.execute(select(*_COLUMNS).where(api_tokens.c.digest == digest)).one_or_none()
+    if row is None:
+        return None
+    token = StoredToken(*row)
+    return token if token.is_live(now) else None
+
+
+def note_token_used(conn: Connection, token: StoredToken, now: datetime) -> None:
+    """Record that ``token`` was used at ``now``, unless that was written less than
+    :data:`LAST_USED_INTERVAL` ago."""
+    if token.last_used_at is not None and now - token.last_used_at < LAST_USED_INTERVAL:
+        return
+    conn.execute(update(api_tokens).where(api_tokens.c.name == token.name).values(last_used_at=now))
+
+
+def revoke_token(conn: Connection, name: str, now: datetime) -> str:
+    """Revoke the token ``name`` at ``now``; its digest (to end its UI sessions by).
+    NotFound when the store has no such token; revoking a revoked token changes nothing."""
+    row = conn.execute(
+        select(api_tokens.c.digest, api_tokens.c.revoked_at).where(api_tokens.c.name == name)
+    ).one_or_none()
+    if row is None:
+        raise NotFound(f"no token named {name!r}")
+    if row.revoked_at is None:
+        conn.execute(update(api_tokens).where(api_tokens.c.name == name).values(revoked_at=now))
+    return str(row.digest)
+
+
+_COLUMNS = (
+    api_tokens.c.name,
+    api_tokens.c.role,
+    api_tokens.c.created_by,
+    api_tokens.c.created_at,
+    api_tokens.c.expires_at,
+    api_tokens.c.last_used_at,
+    api_tokens.c.revoked_at,
+)
