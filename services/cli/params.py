@@ -76,3 +76,13 @@ def build_params(raw_params: tuple[str, ...]) -> dict[str, Any]:
         return nested_params(parse_param(raw) for raw in raw_params)
     except BadEntry as error:
         raise click.BadParameter(str(error), param_hint="'--param'") from None
+
+
+PARAM_OPTION = click.option(  # run, start and retry: one spelling of --param
+    "-p",
+    "--param",
+    "raw_params",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A session parameter; repeatable; a.b=v sets a nested key.",
+)

@@ -31,6 +31,7 @@ from tickwork.services.cli.failures import (
 )
 from tickwork.services.cli.output import field, print_fields, print_items, print_json, text
 from tickwork.services.cli.params import (
+    PARAM_OPTION,
     SESSION_HELP,
     build_params,
     resolve_session_option,
@@ -41,15 +42,6 @@ if TYPE_CHECKING:
 
 DONE_STATES = frozenset({"success", "error", "canceled", "killed"})
 WAIT_POLL_SECONDS = 0.5
-
-PARAM_OPTION = click.option(
-    "-p",
-    "--param",
-    "raw_params",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="A session parameter; repeatable; a.b=v sets a nested key.",
-)
 
 ATTEMPT_FIELDS = [
     "id",

@@ -17,7 +17,7 @@ import click
 from tickwork.services.cli.errors import ExitCode
 from tickwork.services.cli.errors import fail as _fail
 from tickwork.services.cli.failures import failure_lines
-from tickwork.services.cli.params import build_params, parse_session_time
+from tickwork.services.cli.params import PARAM_OPTION, build_params, parse_session_time
 from tickwork.services.cli.schedules import preview_lines
 from tickwork.shared.clock import utc_now
 from tickwork.shared.config import EMBEDDED_SETTINGS, EmbeddedConfig
@@ -54,14 +54,7 @@ def _settings_epilog() -> str:
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Project directory (default: the workflow file's directory).",
 )
-@click.option(
-    "-p",
-    "--param",
-    "raw_params",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="A session parameter; repeatable; a.b=v sets a nested key.",
-)
+@PARAM_OPTION
 @click.option(
     "-t",
     "--session-time",
