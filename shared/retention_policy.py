@@ -63,6 +63,12 @@ RETENTION_SETTINGS = (
         duration_setting,
     ),
     Setting(
+        "TICKWORK_AUDIT_RETENTION",
+        "400d",
+        "how long the audit log's events are kept (longer than history); 0 or off: all",
+        duration_setting,
+    ),
+    Setting(
         "TICKWORK_KEEP_REVISIONS",
         "10",
         "newest revisions of each project always kept (older: while used); 0 or off: all",
@@ -82,6 +88,8 @@ class RetentionPolicy:
     """Logs of attempts that ended longer ago than this lose their text (their rows stay)."""
     keep_revisions: int | None = 10
     """Each project's newest revisions kept; older ones go once nothing uses them."""
+    audit: timedelta | None = timedelta(days=400)
+    """Audit events older than this go."""
 
     @classmethod
     def from_settings(cls, values: SettingValues) -> RetentionPolicy:
@@ -91,7 +99,7 @@ class RetentionPolicy:
         logs = history
         if values.text("log_retention").strip():
             logs = values.value("log_retention")
-        return cls(history, logs, values.value("keep_revisions"))
+        return cls(history, logs, values.value("keep_revisions"), values.value("audit_retention"))
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> RetentionPolicy:
@@ -99,14 +107,19 @@ class RetentionPolicy:
         return cls.from_settings(SettingValues(RETENTION_SETTINGS, environ))
 
     @property
-    def keeps_everything(self) -> bool:
-        """Whether a prune has nothing to do under this policy."""
+    def keeps_all_history(self) -> bool:
+        """Whether sessions, logs and revisions are all kept for ever."""
         return self.history is None and self.logs is None and self.keep_revisions is None
+
+    @property
+    def keeps_everything(self) -> bool:
+        """Whether a prune has nothing to do under this policy (the audit log included)."""
+        return self.keeps_all_history and self.audit is None
 
     def describe(self) -> dict[str, Any] | None:
         """What ``GET /api/version`` and the UI say of it: days kept (None for ever) and
         revisions kept; None when everything is kept."""
-        if self.keeps_everything:
+        if self.keeps_all_history:
             return None
         return {
             "history_days": _days(self.history),
@@ -116,7 +129,7 @@ class RetentionPolicy:
 
     def sentence(self) -> str:
         """One line for people: ``History kept 90 days; logs 90 days``."""
-        if self.keeps_everything:
+        if self.keeps_all_history:
             return "History kept for ever"
         history = f"{_span(self.history)}" if self.history else "for ever"
         logs = f"{_span(self.logs)}" if self.logs else "for ever"

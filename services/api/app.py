@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from apiflask import APIFlask
 from flask import Blueprint, Response, g, request
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.routing import BaseConverter, ValidationError
 
+from tickwork.services.api.audit import arm_audit, record_unrecorded
 from tickwork.services.api.auth import SECURITY_SCHEME_NAME, SECURITY_SCHEMES, authenticate, is_open
 from tickwork.services.api.body import ARCHIVE_REQUEST_BODY, BINARY_BODY_ATTRIBUTE, check_request
 from tickwork.services.api.config import ApiConfig
-from tickwork.services.api.database import ENGINE_KEY
+from tickwork.services.api.database import ENGINE_KEY, current_engine
 from tickwork.services.api.docs import register_docs
 from tickwork.services.api.errors import PROBLEM_MEDIA_TYPE, ApiProblem, register_error_handlers
 from tickwork.services.api.extensions import install
@@ -32,6 +35,7 @@ from tickwork.services.api.paging import MAX_ID
 from tickwork.services.api.ratelimit import RateLimiter, retry_after_header
 from tickwork.services.api.routes import (
     attempts,
+    audit,
     health,
     logs,
     projects,
@@ -43,6 +47,7 @@ from tickwork.services.api.routes import (
 )
 from tickwork.services.api.ui import is_ui_path
 from tickwork.services.api.ui.pages import register_ui
+from tickwork.shared.errors import StoreUnavailable
 from tickwork.shared.store.engine import create_store_engine
 from tickwork.shared.store.retention import RETENTION_KEY, RetentionPolicy
 
@@ -63,6 +68,7 @@ ROUTE_BLUEPRINTS: tuple[Blueprint, ...] = (
     logs.blueprint,
     tokens.blueprint,
     tokens.whoami_blueprint,
+    audit.blueprint,
 )
 """The REST API's blueprints, registered in this order."""
 
@@ -147,13 +153,30 @@ def create_app(
     for blueprint in ROUTE_BLUEPRINTS:
         app.register_blueprint(blueprint)
     register_ui(app, config)
+    # Last of the before-request hooks: from here on, the route runs, and the first write
+    # transaction of an audited change carries its audit row (not a hook's own writes).
+    app.before_request(arm_audit)
     register_docs(app)
     app.spec_processor(lambda spec: _complete_spec(app, spec))
     return app
 
 
+def _in_own_transaction(write: Callable[[Connection], None]) -> None:
+    """``write(conn)`` in a transaction of its own (an audit row after the answer)."""
+    try:
+        with current_engine().begin() as conn:
+            write(conn)
+    except SQLAlchemyError as exc:
+        raise StoreUnavailable(str(exc).splitlines()[0]) from exc
+
+
 def _register_hooks(app: APIFlask, config: ApiConfig, metrics: ApiMetrics) -> None:
     limiter = RateLimiter(config.rate_limit_per_second, config.rate_limit_burst)
+
+    @app.after_request
+    def _audit(response: Response) -> Response:
+        record_unrecorded(response, _in_own_transaction)
+        return response
 
     @app.before_request
     def _admit() -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from flask import current_app
+from flask import current_app, has_request_context
 from sqlalchemy import Connection, Engine
 
+from tickwork.services.api.audit import mark_recorded, pending_event
+from tickwork.shared.store.audit import record
 from tickwork.shared.store.dialects import dialect_of
 
 ENGINE_KEY = "tickwork.engine"
@@ -33,6 +35,13 @@ def read_connection() -> Iterator[Connection]:
 
 @contextmanager
 def write_transaction() -> Iterator[Connection]:
-    """A transaction, committed when the block ends and rolled back if it raises."""
+    """A transaction, committed when the block ends and rolled back if it raises. In a
+    request that is an audited change, the first such transaction also writes its audit
+    row (services/api/audit.py), so the change and its row commit together."""
     with current_engine().begin() as conn:
         yield conn
+        event = pending_event(conn) if has_request_context() else None
+        if event is not None:
+            record(conn, event)
+    if event is not None:
+        mark_recorded()

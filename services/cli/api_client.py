@@ -161,6 +161,20 @@ class ApiClient:
         """Revoke a token of the store at once, with its web UI sessions."""
         return self._json("DELETE", f"/api/tokens/{_seg(name)}")
 
+    def list_audit(
+        self,
+        *,
+        since: str | None = None,
+        until: str | None = None,
+        actor: str | None = None,
+        action: str | None = None,
+        project: str | None = None,
+        limit: int | None = None,
+    ) -> Iterator[Json]:
+        """The audit log, newest first, filtered (an admin token's read)."""
+        query = _query(since=since, until=until, actor=actor, action=action, project=project)
+        return self._pages("/api/audit", query, limit)
+
     def whoami(self) -> Json:
         """The name and role of the token this client sends."""
         return self._json("GET", "/api/whoami")

@@ -1,5 +1,5 @@
-"""``tickwork tokens create|list|revoke`` and ``tickwork whoami``: named tokens of the
-store, through the API.
+"""``tickwork tokens create|list|revoke``, ``tickwork whoami`` and ``tickwork audit``:
+named tokens of the store and who did what with them, through the API.
 
 A token's secret is printed once, by ``create``, and kept nowhere (the store holds its
 SHA-256). Only an admin token may manage tokens; any token may ask ``whoami``.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from tickwork.services.cli.admin_api import ADMIN_EPILOG
-from tickwork.services.cli.client import api, client_options, no_database_url
+from tickwork.services.cli.client import api, client_options, limit_option, no_database_url
 from tickwork.services.cli.output import field, print_fields, print_items, print_json
 
 ROLES = ("read", "operate", "admin")
@@ -49,7 +49,7 @@ def create_command(
     expiry = f", expires {created['expires_at']}" if created.get("expires_at") else ""
     click.echo(
         f"token {name} ({role}{expiry}) created: the line above is its secret, shown only "
-        "now; give it to its holder as TICKWORK_TOKEN",
+        "now; give it to its holder as TICKWORK_API_TOKEN",
         err=True,
     )
 
@@ -95,3 +95,46 @@ def whoami_command(endpoint: str | None, as_json: bool) -> None:
     with api(endpoint) as client:
         found = client.whoami()
     print_fields(found, as_json, ["name", "role", "source", "expires_at"])
+
+
+@click.command("audit", epilog=ADMIN_EPILOG)
+@click.option("--since", metavar="TIME", help="Events at or after this time (ISO 8601).")
+@click.option("--until", metavar="TIME", help="Events before this time (ISO 8601).")
+@click.option("--actor", metavar="NAME", help="Only this token's (env:admin, a token name).")
+@click.option("--action", metavar="ACTION", help="Only this action (attempt.kill, ...).")
+@click.option("--project", metavar="NAME", help="Only this project's.")
+@limit_option
+@no_database_url
+@client_options
+def audit_command(
+    since: str | None,
+    until: str | None,
+    actor: str | None,
+    action: str | None,
+    project: str | None,
+    limit: int,
+    endpoint: str | None,
+    as_json: bool,
+) -> None:
+    """List the audit log, newest first: who changed what, from where, and the outcome."""
+    with api(endpoint) as client:
+        items = list(
+            client.list_audit(
+                since=since,
+                until=until,
+                actor=actor,
+                action=action,
+                project=project,
+                limit=limit,
+            )
+        )
+    columns = [
+        ("at", field("at")),
+        ("actor", field("actor")),
+        ("action", field("action")),
+        ("target", field("target")),
+        ("project", field("project")),
+        ("outcome", field("outcome")),
+        ("from", field("client_address")),
+    ]
+    print_items(items, as_json, columns)

@@ -123,6 +123,11 @@ COMMANDS = lazy_commands(
             "Create, list and revoke named API tokens (an admin token's work).",
         ),
         (
+            "audit",
+            "tickwork.services.cli.tokens:audit_command",
+            "List the audit log, newest first: who changed what, from where, and the outcome.",
+        ),
+        (
             "whoami",
             "tickwork.services.cli.tokens:whoami_command",
             "Show the name and role of the token this command sends.",

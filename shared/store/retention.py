@@ -23,6 +23,7 @@ from sqlalchemy import Connection, Engine, select
 # The policy is re-exported: the prune's callers read it from here too.
 from tickwork.shared.retention_policy import RetentionPolicy as RetentionPolicy
 from tickwork.shared.retention_policy import parse_duration as parse_duration
+from tickwork.shared.store.audit import SYSTEM_ACTOR, AuditEvent, prune_audit_batch, record
 from tickwork.shared.store.dialects import dialect_of
 from tickwork.shared.store.retention_batches import (
     PRUNED_LOGS,
@@ -51,6 +52,7 @@ TABLES = (
     "revisions",
     "workflow_configs",
     "project_archives",
+    "audit_events",
 )
 """The tables a prune deletes from, in the order it reports them."""
 
@@ -90,7 +92,8 @@ def plan_steps(
     limits: BatchLimits | None = None,
 ) -> list[tuple[str, Step]]:
     """The batches a prune runs, by kind: sessions, then logs, then revisions (a
-    revision is freed once the sessions that used it are gone)."""
+    revision is freed once the sessions that used it are gone), then audit events (kept
+    longer, by their own setting; a prune of one project keeps them all)."""
     limits = limits or BatchLimits()
     steps: list[tuple[str, Step]] = []
     if policy.history is not None:
@@ -106,6 +109,9 @@ def plan_steps(
         steps.append(
             ("revisions", lambda c: prune_revision_batch(c, keep, project_id, limits.revisions))
         )
+    if policy.audit is not None and project_id is None:
+        audit_cutoff = now - policy.audit
+        steps.append(("audit", lambda c: prune_audit_batch(c, audit_cutoff, limits.audit)))
     return steps
 
 
@@ -139,10 +145,23 @@ def prune_history(
                     on_batch(kind, result)
                 if more and not dry_run:
                     time.sleep(limits.pause_after(time.monotonic() - began))
-    if result.total and not dry_run:
+    if (result.total or result.logs_pruned) and not dry_run:
+        with engine.begin() as conn:
+            record(conn, _prune_event(result, now, project_id))
         with engine.begin() as conn:
             dialect_of(conn).reclaim_space(conn)
     return result
+
+
+def _prune_event(result: PruneResult, now: datetime, project_id: int | None) -> AuditEvent:
+    """The audit log's row of a prune that removed something (its actor: system)."""
+    removed = {table: count for table, count in result.per_table().items() if count}
+    if result.logs_pruned:
+        removed[PRUNED_LOGS] = result.logs_pruned
+    target = "history" if project_id is None else f"history of project id {project_id}"
+    return AuditEvent(
+        at=now, actor=SYSTEM_ACTOR, action="retention.prune", target=target, params=removed
+    )
 
 
 @contextmanager

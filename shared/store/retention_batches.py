@@ -66,6 +66,8 @@ class BatchLimits:
     """Logs whose text goes per batch (log retention)."""
     revisions: int = 100
     """Revisions per batch."""
+    audit: int = 2_000
+    """Audit events per batch."""
     pause_seconds: float = 0.2
     """The least sleep between two batches, so that live work gets the database in
     between; 0: no sleep at all (a prune at full speed)."""

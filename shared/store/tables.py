@@ -390,3 +390,25 @@ api_tokens = Table(
     Column("revoked_at", Timestamp, nullable=True),
     Index("ix_api_tokens_digest", "digest", unique=True),
 )
+
+# The audit log (tickwork.shared.store.audit): one row per change asked of the API or the
+# UI (and per retention pass), refused ones too; nothing updates or deletes a row but
+# retention, after TICKWORK_AUDIT_RETENTION.
+audit_events = Table(
+    "audit_events",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("at", Timestamp, nullable=False),
+    Column("actor", String(80), nullable=False),
+    Column("action", String(64), nullable=False),
+    Column("target", String(512), nullable=False),
+    Column("project", String(255), nullable=True),
+    Column("params", JSON, nullable=False),
+    Column("client_address", String(64), nullable=True),
+    Column("user_agent", String(256), nullable=True),
+    Column("status", Integer, nullable=False),
+    Column("outcome", String(16), nullable=False),
+    Index("ix_audit_events_at", "at"),
+    Index("ix_audit_events_actor_id", "actor", "id"),
+    Index("ix_audit_events_project_id", "project", "id"),
+)

@@ -67,7 +67,7 @@ def test_a_replica_skips_its_pass_while_another_prunes(migrated_postgres_url: st
 
 def test_a_policy_that_keeps_everything_does_not_touch_the_store(engine: Engine) -> None:
     seed_old_and_new(engine)
-    off = RetentionPolicy(history=None, logs=None, keep_revisions=None)
+    off = RetentionPolicy(history=None, logs=None, keep_revisions=None, audit=None)
     report = Pruner(engine, off, clock=ManualClock(NOW)).tick()
     assert (report.held_lock, report.removed) == (False, 0)
 

@@ -80,7 +80,8 @@ class TestPolicy:
         assert policy.logs == 14 * DAY
 
     def test_everything_off_is_described_as_null(self) -> None:
-        environ = {name: "off" for name in ("TICKWORK_RETENTION", "TICKWORK_KEEP_REVISIONS")}
+        names = ("TICKWORK_RETENTION", "TICKWORK_KEEP_REVISIONS", "TICKWORK_AUDIT_RETENTION")
+        environ = dict.fromkeys(names, "off")
         policy = RetentionPolicy.from_environment(environ)
         assert policy.keeps_everything
         assert policy.describe() is None

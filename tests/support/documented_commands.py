@@ -31,6 +31,8 @@ NOT_RUN_SUBCOMMANDS = {
     "standalone": "a server: it runs until it is stopped",
     "dev": "`make cluster`: every service on the local PostgreSQL and Redis until Ctrl-C",
     "db": "migrates or waits for an operator's PostgreSQL database",
+    "tokens": "needs a server that takes tokens; the pages' standalone runs without "
+    "(tests/e2e/test_tokens_cli.py runs them against one that does)",
 }
 NOT_RUN_OPTIONS = {
     "--on-executor": "hands the run to running executors and agents on PostgreSQL and Redis",

@@ -416,6 +416,7 @@ def login_submit() -> WerkzeugResponse | tuple[str, int, dict[str, str]]:
     if identity is None:
         html = render_template("ui/login.html", target=target, error="That token is not valid.")
         return html, 401, {"WWW-Authenticate": 'Bearer realm="tickwork"'}
+    g.ui_identity = identity  # the audit log's actor of this sign-in
     session_id = secrets.token_urlsafe(32)
     now = utc_now()
     with write_transaction() as conn:

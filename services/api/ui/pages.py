@@ -17,6 +17,7 @@ from tickwork.services.api.ui import (
     UI_PREFIX,
     actions,
     attempt,
+    audit,
     auth,
     formatting,
     overview,
@@ -37,6 +38,7 @@ PAGE_BLUEPRINTS: tuple[Blueprint, ...] = (
     schedules.blueprint,
     actions.blueprint,
     search.blueprint,
+    audit.blueprint,
 )
 """The pages' blueprints, registered in this order after the shell's."""
 
