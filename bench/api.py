@@ -9,7 +9,11 @@ generator (bench/_api_load.py) sends each kind of request at ``--rate`` per seco
 - ``list``: ``GET /api/sessions?limit=100``, the newest page;
 - ``deep_page``: the same with a cursor about 90% of the sessions deep, found beforehand
   by following ``next_cursor`` (keyset paging: it should cost what the first page does);
-- ``start``: ``POST /api/attempts``, each with a new session time, so each makes a session.
+- ``start``: ``POST /api/attempts``, each with a new session time, so each makes a session
+  (and its audit row, in the same transaction);
+- ``list_store_token``: ``list`` again, sent with a named token of the store (one of
+  ``--store-tokens``), which each request looks up by its digest, against ``list``'s
+  environment token compared in memory.
 
 Latency runs from each request's scheduled send time to the end of its answer. Progress
 goes to stderr (JSON lines when it is not a terminal); the last stdout line is one JSON
@@ -41,8 +45,11 @@ import httpx
 from _api_load import LoadResult, Request, run_fixed_rate
 from _api_seed import FIRST_STARTED_TIME, PROJECT, WORKFLOW, seed
 from _stores import percentile, throwaway_database
+from sqlalchemy import Engine
 
+from tickwork.shared.clock import utc_now
 from tickwork.shared.logging import configure_logging
+from tickwork.shared.store.api_tokens import create_token
 from tickwork.shared.store.engine import create_store_engine
 
 DEFAULT_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -221,11 +228,12 @@ def measure(
     make_request: Callable[[int], Request],
     expected_status: int,
     args: argparse.Namespace,
+    token: str = TOKEN,
 ) -> Measured:
     """A warm-up (not counted), then the timed run of one request kind, with the CPU the
     server's process group spent during that run."""
     base_url, group = server
-    headers = {"Authorization": f"Bearer {TOKEN}"}
+    headers = {"Authorization": f"Bearer {token}"}
     options = {"rate": args.rate, "expected_status": expected_status}
     run_fixed_rate(base_url, headers, make_request, duration_s=args.warmup, **options)
     cpu_before = group_cpu_seconds(group)
@@ -250,6 +258,17 @@ def measure(
     return measured
 
 
+def seed_tokens(engine: Engine, count: int) -> str:
+    """``count`` operate tokens in the store; the secret of one of them."""
+    now = utc_now()
+    secrets_made = []
+    with engine.begin() as conn:
+        for index in range(count):
+            secret = create_token(conn, f"bench-{index}", "operate", "bench", now, None)
+            secrets_made.append(secret)
+    return secrets_made[count // 2]
+
+
 def run_all(args: argparse.Namespace, server_url: str, work_dir: Path) -> dict[str, Any]:
     """Seed, serve, and measure the three request kinds; their figures."""
     headers = {"Authorization": f"Bearer {TOKEN}"}
@@ -257,6 +276,7 @@ def run_all(args: argparse.Namespace, server_url: str, work_dir: Path) -> dict[s
         engine = create_store_engine(url)
         started = time.perf_counter()
         seeded = seed(engine, args.sessions)
+        store_token = seed_tokens(engine, args.store_tokens)
         engine.dispose()
         seed_seconds = time.perf_counter() - started
         log.info("seeded sessions=%d seconds=%.1f", seeded.sessions, seed_seconds)
@@ -278,6 +298,16 @@ def run_all(args: argparse.Namespace, server_url: str, work_dir: Path) -> dict[s
                 "deep_page": measure(
                     "deep_page", server, lambda _: Request("GET", deep), 200, args
                 ),
+                "list_store_token": measure(
+                    "list_store_token",
+                    server,
+                    lambda _: Request("GET", first),
+                    200,
+                    args,
+                    token=store_token,
+                ),
+                # Last: past about 150 a second the starts outrun 2 cores, and the queue
+                # they leave would be measured by whatever came after them.
                 "start": measure("start", server, StartRequests(), 201, args),
             }
     return figures(results, args, depth, seed_seconds, load_average)
@@ -304,6 +334,7 @@ def figures(
         "list_p99_ms": ms("list", 0.99),
         "deep_page_p99_ms": ms("deep_page", 0.99),
         "start_p99_ms": ms("start", 0.99),
+        "list_store_token_p99_ms": ms("list_store_token", 0.99),
         "rps": round(good / span, 1),
         "server_cpu_ms_per_request": cpu_ms_per_request(list(measured.values())),
     }
@@ -316,6 +347,10 @@ def figures(
         out[f"{name}_generator_late_max_ms"] = round(1000 * result.lateness_max_s, 2)
         out[f"{name}_server_cpu_ms_per_request"] = cpu_ms_per_request([measured[name]])
     ratio = out["deep_page_p50_ms"] / out["list_p50_ms"]
+    store_cpu = out["list_store_token_server_cpu_ms_per_request"] or 0.0
+    env_cpu = out["list_server_cpu_ms_per_request"] or 0.0
+    out["store_token_to_env_token_cpu_ratio"] = round(store_cpu / env_cpu, 3) if env_cpu else None
+    out["store_tokens"] = args.store_tokens
     out |= {
         "deep_to_first_p50_ratio": round(ratio, 3),
         "deep_page_depth": depth,
@@ -349,6 +384,9 @@ def log_tail(work_dir: Path) -> str:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=200.0, help="requests per second")
+    parser.add_argument(
+        "--store-tokens", type=int, default=100, help="named tokens in the store (at least 1)"
+    )
     parser.add_argument("--duration", type=float, default=30.0, help="seconds per kind")
     parser.add_argument("--warmup", type=float, default=3.0, help="uncounted seconds per kind")
     parser.add_argument("--sessions", type=int, default=100_000, help="sessions to seed")
@@ -357,6 +395,8 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if args.sessions < 10 * PAGE_LIMIT or args.rate <= 0 or args.duration <= 0:
         parser.error(f"--sessions must be at least {10 * PAGE_LIMIT}; --rate, --duration > 0")
+    if args.store_tokens < 1:
+        parser.error("--store-tokens must be at least 1")
     return args
 
 

@@ -4,8 +4,9 @@ A token is one of the environment's (``TICKWORK_API_TOKENS``, named ``env:...``)
 the store's (``tickwork tokens create``, shared/store/api_tokens.py). The environment's
 are compared in constant time, all of them every time, so neither the timing nor the
 order of the list tells a caller which token came close; a store token is looked up by the
-SHA-256 of what was given, so a revoked or expired one stops working at once on every
-replica. Roles (:func:`required_role`): ``read`` may GET; ``operate`` may also start,
+SHA-256 of what was given, and a process trusts what it read for a second
+(:data:`VERIFIED_SECONDS`), so a revoked or expired one stops working within a second on
+every replica. Roles (:func:`required_role`): ``read`` may GET; ``operate`` may also start,
 retry and kill attempts and pause, resume, skip and backfill schedules; ``admin`` may
 also push and delete projects and manage secrets and tokens.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import time
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -25,10 +27,12 @@ from tickwork.services.api.errors import ApiProblem
 from tickwork.services.api.ui import is_ui_path
 from tickwork.shared.clock import utc_now
 from tickwork.shared.store.api_tokens import (
+    LAST_USED_INTERVAL,
     SECRET_PREFIX,
     StoredToken,
-    find_token,
+    find_token_by_digest,
     note_token_used,
+    secret_digest,
 )
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/favicon.ico"})
@@ -55,6 +59,14 @@ ADMIN_ENDPOINTS = frozenset({"projects.push_project", "projects.remove_project"}
 """Other routes only an admin may use: pushing and deleting projects."""
 
 
+VERIFIED_SECONDS = 1.0
+"""How long a process trusts a store token it has read, before reading it again: a revoked
+or expired token is refused by every replica within this, and a busy token costs one read
+a second per process, not one per request."""
+VERIFIED_MAX = 4096
+_verified: dict[str, tuple[float, Identity]] = {}  # digest -> (monotonic time read, identity)
+
+
 @dataclass(frozen=True)
 class Identity:
     """Who a request's token says it is: the token's name and role, and whether it is a
@@ -64,6 +76,11 @@ class Identity:
     role: Role
     stored: bool
     expires_at: datetime | None = None
+
+
+def forget_verified() -> None:
+    """Read every store token again at its next request (this process revoked one)."""
+    _verified.clear()
 
 
 def required_role(endpoint: str | None, method: str) -> Role:
@@ -87,14 +104,26 @@ def identify(given: str, config: ApiConfig) -> Identity | None:
         return Identity(token.label, token.role, stored=False)
     if not given.startswith(SECRET_PREFIX):
         return None  # not a store token's shape: no read
+    digest = secret_digest(given)
+    clock = time.monotonic()
+    known = _verified.get(digest)
+    if known is not None and clock - known[0] < VERIFIED_SECONDS:
+        return known[1]
     now = utc_now()
     with read_connection() as conn:
-        found = find_token(conn, given, now)
+        found = find_token_by_digest(conn, digest, now)
     if found is None:
+        _verified.pop(digest, None)
         return None
-    with write_transaction() as conn:
-        note_token_used(conn, found, now)
-    return stored_identity(found)
+    if found.last_used_at is None or now - found.last_used_at >= LAST_USED_INTERVAL:
+        with write_transaction() as conn:  # at most once a minute per token
+            note_token_used(conn, found, now)
+    identity = stored_identity(found)
+    if identity is not None:
+        if len(_verified) >= VERIFIED_MAX:
+            _verified.clear()
+        _verified[digest] = (clock, identity)
+    return identity
 
 
 def stored_identity(token: StoredToken) -> Identity | None:

@@ -78,7 +78,7 @@ def list_command(endpoint: str | None, as_json: bool) -> None:
 @no_database_url
 @client_options
 def revoke_command(name: str, endpoint: str | None, as_json: bool) -> None:
-    """Revoke the token NAME at once, on every API replica, with its web UI sessions."""
+    """Revoke the token NAME (refused within a second on every API replica) and its UI sessions."""
     with api(endpoint) as client:
         revoked = client.revoke_token(name)
     if as_json:

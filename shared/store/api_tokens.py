@@ -122,10 +122,8 @@ def find_token_by_digest(conn: Connection, digest: str, now: datetime) -> Stored
 
 
 def note_token_used(conn: Connection, token: StoredToken, now: datetime) -> None:
-    """Record that ``token`` was used at ``now``, unless that was written less than
-    :data:`LAST_USED_INTERVAL` ago."""
-    if token.last_used_at is not None and now - token.last_used_at < LAST_USED_INTERVAL:
-        return
+    """Record that ``token`` was used at ``now`` (callers do so at most every
+    :data:`LAST_USED_INTERVAL`)."""
     conn.execute(update(api_tokens).where(api_tokens.c.name == token.name).values(last_used_at=now))
 
 

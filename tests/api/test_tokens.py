@@ -6,6 +6,7 @@ expired token is refused at once by every replica, revoking ends its web UI sess
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -15,6 +16,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import Engine, select, update
 
 from tests.api.conftest import ADMIN_TOKEN, Pusher, assert_problem
+from tickwork.services.api import auth
 from tickwork.services.api.app import create_app
 from tickwork.services.api.config import ApiConfig
 from tickwork.shared.clock import utc_now
@@ -107,8 +109,14 @@ def test_a_revoked_token_is_refused_at_once_by_another_replica(
     other_replica.testing = True
     leaver = client_with(other_replica, secret)
     assert leaver.get("/api/sessions").status_code == 200
+    trusted = dict(auth._verified)  # what the other replica's process holds now
     revoked = api.delete("/api/tokens/leaver")
     assert revoked.status_code == 200 and revoked.get_json()["revoked_at"] is not None
+    auth._verified.update(trusted)  # replicas are processes: revoking here clears only here
+    deadline = time.monotonic() + auth.VERIFIED_SECONDS + 1.0
+    while leaver.get("/api/sessions").status_code == 200:
+        assert time.monotonic() < deadline, "still accepted after VERIFIED_SECONDS"
+        time.sleep(0.05)
     assert_problem(leaver.get("/api/sessions"), 401)
     assert api.get("/api/tokens").get_json()["items"][0]["live"] is False
 
@@ -169,3 +177,15 @@ def test_environment_tokens_are_named_as_given_or_by_role() -> None:
         ApiConfig.from_environment(
             {"TICKWORK_API_TOKENS": "ops=read:aaaaaaaaaa,ops=admin:bbbbbbbbbb"}
         )
+
+
+def test_a_token_secret_never_reaches_metrics_or_error_answers(
+    api_app: APIFlask, api: FlaskClient
+) -> None:
+    secret = create(api, "counted", "read")["secret"]
+    reader = client_with(api_app, secret)
+    refused = reader.post("/api/attempts", json={"project": "x", "workflow": "y"})
+    wrong = client_with(api_app, secret[:-1] + "x").get("/api/sessions")
+    metrics = api_app.test_client().get("/metrics").get_data(as_text=True)
+    for text in (refused.get_data(as_text=True), wrong.get_data(as_text=True), metrics):
+        assert secret not in text and secret[:-1] not in text and ADMIN_TOKEN not in text

@@ -2,8 +2,9 @@
 ``/api/whoami``, which any token may ask.
 
 Every route of ``/api/tokens`` needs an admin token (services/api/auth.py
-ADMIN_BLUEPRINTS). Revoking a token ends it at once on every API replica, its web UI
-sessions with it, in one transaction. The environment's tokens (``env:...``) are listed
+ADMIN_BLUEPRINTS). Revoking a token ends it at once in the replica asked and within a
+second in the others (each trusts a token it has read for that long), and ends its web UI
+sessions in the same transaction. The environment's tokens (``env:...``) are listed
 by ``whoami`` only: they are changed where they are configured.
 """
 
@@ -16,7 +17,7 @@ from apiflask import APIBlueprint
 from flask import g
 from pydantic import BaseModel, Field
 
-from tickwork.services.api.auth import Identity
+from tickwork.services.api.auth import Identity, forget_verified
 from tickwork.services.api.database import read_connection, write_transaction
 from tickwork.services.api.errors import ApiProblem
 from tickwork.services.api.extensions import api_config
@@ -140,12 +141,13 @@ def create_token(body: TokenIn) -> tuple[dict[str, Any], int]:
 @blueprint.output(TokenOut)
 @blueprint.doc(responses={404: "No token of that name in the store"})
 def revoke_token(name: str) -> dict[str, Any]:
-    """Revoke a token at once, on every replica, with its web UI sessions."""
+    """Revoke a token (refused within a second on every replica) and its web UI sessions."""
     now = utc_now()
     with write_transaction() as conn:
         digest = token_store.revoke_token(conn, name, now)
         end_token_ui_sessions(conn, digest, now)
         (revoked,) = [t for t in token_store.list_tokens(conn) if t.name == name]
+    forget_verified()  # this process at once; the others within VERIFIED_SECONDS
     return _item(revoked)
 
 

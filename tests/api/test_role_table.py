@@ -1,0 +1,173 @@
+"""Who may do what, route by route: every route of the API and the web UI is in the table
+below (none left out), and a token of each role, sent to each route, is refused (403)
+exactly when its role is below the route's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from apiflask import APIFlask
+from werkzeug.routing import Rule
+
+OPEN = "open"
+READ, OPERATE, ADMIN = "read", "operate", "admin"
+RANK = {READ: 0, OPERATE: 1, ADMIN: 2}
+
+WHO_MAY: dict[str, str] = {
+    # Probes, the API's own documents, the UI's shell and sign-in: no token needed.
+    "health.healthz": OPEN,
+    "health.readyz": OPEN,
+    "health.metrics": OPEN,
+    "openapi.spec": OPEN,
+    "_api_docs": OPEN,
+    "_favicon": OPEN,
+    "_root": OPEN,
+    "static": OPEN,
+    "ui.static": OPEN,
+    "ui_auth.login": OPEN,
+    "ui_auth.login_submit": OPEN,
+    "ui_auth.logout": READ,
+    # Reads.
+    "health.api_version": READ,
+    "whoami.whoami": READ,
+    "projects.list_projects": READ,
+    "projects.get_project": READ,
+    "projects.list_revisions": READ,
+    "projects.download_archive": READ,
+    "projects.list_project_workflows": READ,
+    "projects.get_project_workflow": READ,
+    "workflows.list_workflows": READ,
+    "workflows.get_workflow": READ,
+    "schedules.list_schedules": READ,
+    "schedules.get_schedule": READ,
+    "sessions.list_sessions": READ,
+    "sessions.get_session": READ,
+    "sessions.session_attempts": READ,
+    "attempts.list_attempts": READ,
+    "attempts.get_attempt": READ,
+    "attempts.failures": READ,
+    "attempts.tasks": READ,
+    "attempts.task_detail": READ,
+    "logs.list_files": READ,
+    "logs.get_file": READ,
+    "logs.follow": READ,
+    "ui_formatting.states_css": READ,
+    "ui_overview.overview": READ,
+    "ui_overview.overview_live": READ,
+    "ui_projects.projects": READ,
+    "ui_projects.project": READ,
+    "ui_projects.project_live": READ,
+    "ui_projects.workflow": READ,
+    "ui_projects.workflow_live": READ,
+    "ui_projects.archive": READ,
+    "ui_runs.sessions_page": READ,
+    "ui_runs.sessions_live": READ,
+    "ui_runs.attempts_page": READ,
+    "ui_runs.attempts_live": READ,
+    "ui_attempt.attempt_page": READ,
+    "ui_attempt.attempt_live": READ,
+    "ui_attempt.task_detail": READ,
+    "ui_attempt.task_log": READ,
+    "ui_attempt.log_file": READ,
+    "ui_attempt.follow_logs": READ,
+    "ui_schedules.schedule_list": READ,
+    "ui_schedules.schedule_page": READ,
+    "ui_schedules.backfill_preview": READ,
+    "ui_search.search_page": READ,
+    "ui_actions.start_form": READ,
+    "ui_actions.retry_form": READ,
+    "ui_actions.kill_form": READ,
+    # Operating: start, retry, kill; steer schedules.
+    "attempts.start": OPERATE,
+    "attempts.kill": OPERATE,
+    "attempts.retry": OPERATE,
+    "schedules.pause_schedule": OPERATE,
+    "schedules.resume_schedule": OPERATE,
+    "schedules.skip_schedule": OPERATE,
+    "schedules.backfill_schedule": OPERATE,
+    "ui_actions.start": OPERATE,
+    "ui_actions.retry": OPERATE,
+    "ui_actions.kill": OPERATE,
+    "ui_schedules.pause": OPERATE,
+    "ui_schedules.resume": OPERATE,
+    "ui_schedules.skip": OPERATE,
+    "ui_schedules.backfill": OPERATE,
+    # Administering: projects, secrets, tokens, the audit log.
+    "projects.push_project": ADMIN,
+    "projects.remove_project": ADMIN,
+    "secrets.list_secrets": ADMIN,
+    "secrets.set_secret": ADMIN,
+    "secrets.delete_secret": ADMIN,
+    "tokens.list_tokens": ADMIN,
+    "tokens.create_token": ADMIN,
+    "tokens.revoke_token": ADMIN,
+    "audit.list_audit": ADMIN,
+    "ui_audit.audit_page": ADMIN,
+}
+
+
+def sample_path(rule: Rule) -> str:
+    """The rule's path with each argument filled (ids 1, names ``demo``)."""
+    path = rule.rule
+    for name, converter in rule._converters.items():
+        value = "1" if type(converter).__name__ == "IdConverter" else "demo"
+        if name == "filename":
+            value = "ui.css"
+        path = path.replace(f"<{_spelled(rule, name)}>", value)
+    return path
+
+
+def _spelled(rule: Rule, name: str) -> str:
+    for part in rule.rule.split("<")[1:]:
+        inner = part.split(">")[0]
+        if inner.split(":")[-1] == name:
+            return inner
+    raise AssertionError(f"{rule.rule} has no argument {name}")
+
+
+@pytest.fixture
+def role_tokens(api_app: APIFlask) -> dict[str, str]:
+    """A store token of each role, made by the environment's admin."""
+    admin = api_app.test_client()
+    admin.environ_base["HTTP_AUTHORIZATION"] = "Bearer admin-token-for-tests"
+    made = {}
+    for role in (READ, OPERATE, ADMIN):
+        answer = admin.post("/api/tokens", json={"name": f"as-{role}", "role": role})
+        assert answer.status_code == 201, answer.get_data(as_text=True)
+        made[role] = answer.get_json()["secret"]
+    return made
+
+
+def test_every_route_is_in_the_table(api_app: APIFlask) -> None:
+    assert {rule.endpoint for rule in api_app.url_map.iter_rules()} == set(WHO_MAY)
+
+
+def test_each_role_is_refused_exactly_where_the_table_says(
+    api_app: APIFlask, role_tokens: dict[str, str]
+) -> None:
+    wrong: list[str] = []
+    for rule in api_app.url_map.iter_rules():
+        needed = WHO_MAY[rule.endpoint]
+        path = sample_path(rule)
+        for method in sorted(set(rule.methods or ()) - {"HEAD", "OPTIONS"}):
+            for role, secret in role_tokens.items():
+                answer = _send(api_app, method, path, secret)
+                refused = answer.status_code == 403
+                should = needed != OPEN and RANK[role] < RANK[needed]
+                if refused != should:
+                    wrong.append(f"{method} {path} as {role}: {answer.status_code}")
+    assert not wrong, "\n".join(wrong)
+
+
+def _send(app: APIFlask, method: str, path: str, secret: str) -> Any:
+    client = app.test_client()
+    client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {secret}"
+    if path.endswith("/follow"):  # a stream: ask for what is already there only
+        path += "?offset=0"
+    body = (
+        {"json": {}} if method in ("POST", "PUT", "DELETE") and not path.startswith("/ui") else {}
+    )
+    answer = client.open(path, method=method, **body)
+    answer.close()
+    return answer
