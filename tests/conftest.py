@@ -141,18 +141,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The files that start real processes (marked slow or e2e) first, each file's tests in
-    their order: pytest-xdist's ``--dist loadfile`` hands files out in this order, so the
-    longest do not start last and leave one worker running while the others idle."""
-    heavy = {
-        item.path
-        for item in items
-        if item.get_closest_marker("slow") or item.get_closest_marker("e2e")
-    }
-    items.sort(key=lambda item: item.path not in heavy)
-
-
 def pytest_collection_finish(session: pytest.Session) -> None:
     # Fail fast, before any test runs, rather than in the middle of the session.
     if session.config.option.collectonly:
