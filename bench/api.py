@@ -264,7 +264,7 @@ def seed_tokens(engine: Engine, count: int) -> str:
     secrets_made = []
     with engine.begin() as conn:
         for index in range(count):
-            secret = create_token(conn, f"bench-{index}", "operate", "bench", now, None)
+            _, secret = create_token(conn, f"bench-{index}", "operate", "bench", now, None)
             secrets_made.append(secret)
     return secrets_made[count // 2]
 

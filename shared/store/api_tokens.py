@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, insert, select, update
@@ -27,8 +27,6 @@ SECRET_PREFIX = "tw_"
 """Every secret starts so, which lets secret scanners (and people) recognise one."""
 SECRET_BYTES = 32
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-ENVIRONMENT_PREFIX = "env:"
-"""Names of the tokens of TICKWORK_API_TOKENS(_FILE): no name of the store has a colon."""
 LAST_USED_INTERVAL = timedelta(minutes=1)
 
 
@@ -72,8 +70,8 @@ def create_token(
     created_by: str,
     now: datetime,
     expires_at: datetime | None,
-) -> str:
-    """Store a new token ``name`` and return its secret (the only time it is seen);
+) -> tuple[StoredToken, str]:
+    """Store a new token ``name``; it and its secret (the only time that is seen).
     Conflict when a token of that name exists, revoked or not (names are never reused, so
     an old name in the logs means one token)."""
     check_token_name(name)
@@ -96,7 +94,7 @@ def create_token(
             )
     except IntegrityError:
         raise Conflict(f"a token named {name!r} exists (names are not reused)") from None
-    return secret
+    return StoredToken(name, role, created_by, now, expires_at, None, None), secret
 
 
 def list_tokens(conn: Connection) -> list[StoredToken]:
@@ -105,14 +103,8 @@ def list_tokens(conn: Connection) -> list[StoredToken]:
     return [StoredToken(*row) for row in rows]
 
 
-def find_token(conn: Connection, secret: str, now: datetime) -> StoredToken | None:
-    """The live token whose secret is ``secret`` (one read by the digest's unique index);
-    None for a secret the store does not hold, or holds revoked or expired."""
-    return find_token_by_digest(conn, secret_digest(secret), now)
-
-
 def find_token_by_digest(conn: Connection, digest: str, now: datetime) -> StoredToken | None:
-    """The live token whose secret's digest is ``digest`` (a web UI session holds it);
+    """The live token whose secret's digest is ``digest`` (one read by its unique index);
     None when there is none, or it was revoked or has expired."""
     row = conn.execute(select(*_COLUMNS).where(api_tokens.c.digest == digest)).one_or_none()
     if row is None:
@@ -127,17 +119,20 @@ def note_token_used(conn: Connection, token: StoredToken, now: datetime) -> None
     conn.execute(update(api_tokens).where(api_tokens.c.name == token.name).values(last_used_at=now))
 
 
-def revoke_token(conn: Connection, name: str, now: datetime) -> str:
-    """Revoke the token ``name`` at ``now``; its digest (to end its UI sessions by).
-    NotFound when the store has no such token; revoking a revoked token changes nothing."""
+def revoke_token(conn: Connection, name: str, now: datetime) -> tuple[StoredToken, str]:
+    """Revoke the token ``name`` at ``now``; it, revoked, and its digest (to end its UI
+    sessions by). NotFound when the store has no such token; revoking a revoked token
+    changes nothing."""
     row = conn.execute(
-        select(api_tokens.c.digest, api_tokens.c.revoked_at).where(api_tokens.c.name == name)
+        select(*_COLUMNS, api_tokens.c.digest).where(api_tokens.c.name == name)
     ).one_or_none()
     if row is None:
         raise NotFound(f"no token named {name!r}")
-    if row.revoked_at is None:
+    token = StoredToken(*row[: len(_COLUMNS)])
+    if token.revoked_at is None:
         conn.execute(update(api_tokens).where(api_tokens.c.name == name).values(revoked_at=now))
-    return str(row.digest)
+        token = replace(token, revoked_at=now)
+    return token, str(row.digest)
 
 
 _COLUMNS = (

@@ -132,8 +132,9 @@ def create_token(body: TokenIn) -> tuple[dict[str, Any], int]:
     lifetime = _lifetime(body.expires_in)
     expires_at = now + lifetime if lifetime is not None else None
     with write_transaction() as conn:
-        secret = token_store.create_token(conn, body.name, body.role, _asker(), now, expires_at)
-        (created,) = [t for t in token_store.list_tokens(conn) if t.name == body.name]
+        created, secret = token_store.create_token(
+            conn, body.name, body.role, _asker(), now, expires_at
+        )
     return {**_item(created), "secret": secret}, 201
 
 
@@ -144,9 +145,8 @@ def revoke_token(name: str) -> dict[str, Any]:
     """Revoke a token (refused within a second on every replica) and its web UI sessions."""
     now = utc_now()
     with write_transaction() as conn:
-        digest = token_store.revoke_token(conn, name, now)
+        revoked, digest = token_store.revoke_token(conn, name, now)
         end_token_ui_sessions(conn, digest, now)
-        (revoked,) = [t for t in token_store.list_tokens(conn) if t.name == name]
     forget_verified()  # this process at once; the others within VERIFIED_SECONDS
     return _item(revoked)
 
