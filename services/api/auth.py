@@ -55,8 +55,10 @@ CHALLENGE = {"WWW-Authenticate": 'Bearer realm="tickwork"'}
 ROLE_RANK: dict[Role, int] = {"read": 0, "operate": 1, "admin": 2}
 ADMIN_BLUEPRINTS = frozenset({"secrets", "tokens", "audit"})
 """Blueprints of which every route, reads included, is an admin's."""
-ADMIN_ENDPOINTS = frozenset({"projects.push_project", "projects.remove_project"})
-"""Other routes only an admin may use: pushing and deleting projects."""
+ADMIN_ENDPOINTS = frozenset(
+    {"projects.push_project", "projects.remove_project", "ui_audit.audit_page"}
+)
+"""Other routes only an admin may use: pushing and deleting projects, the audit page."""
 
 
 VERIFIED_SECONDS = 1.0

@@ -67,7 +67,14 @@ from flask import (
 from flask.sessions import SecureCookieSessionInterface
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from tickwork.services.api.auth import READ_METHODS, Identity, identify, may, stored_identity
+from tickwork.services.api.auth import (
+    READ_METHODS,
+    Identity,
+    identify,
+    may,
+    required_role,
+    stored_identity,
+)
 from tickwork.services.api.config import ApiConfig
 from tickwork.services.api.database import read_connection, write_transaction
 from tickwork.services.api.errors import ERROR_PAGE_KEY, PROBLEM_TYPES, ApiProblem
@@ -258,12 +265,13 @@ def _guard() -> WerkzeugResponse | None:
         if not g.ui_signed_in:
             return _to_sign_in()
     g.ui_role = g.ui_identity.role if g.ui_identity is not None else None
-    if request.method in READ_METHODS:
-        return None
-    if not by_bearer:
+    if request.method not in READ_METHODS and not by_bearer:
         _check_csrf()
     identity: Identity | None = g.ui_identity
-    if identity is not None and not may(identity.role, "operate") and request.path != LOGOUT_PATH:
+    required = required_role(request.endpoint, request.method)
+    if identity is not None and not may(identity.role, required) and request.path != LOGOUT_PATH:
+        if required == "admin":
+            raise ApiProblem(403, f"this page is for admin tokens; {identity.name} is not one")
         raise ApiProblem(
             403, "a read token may look but not act; sign in with an operate or admin token"
         )
