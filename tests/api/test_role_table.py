@@ -108,22 +108,13 @@ WHO_MAY: dict[str, str] = {
 
 
 def sample_path(rule: Rule) -> str:
-    """The rule's path with each argument filled (ids 1, names ``demo``)."""
-    path = rule.rule
-    for name, converter in rule._converters.items():
-        value = "1" if type(converter).__name__ == "IdConverter" else "demo"
-        if name == "filename":
-            value = "ui.css"
-        path = path.replace(f"<{_spelled(rule, name)}>", value)
-    return path
-
-
-def _spelled(rule: Rule, name: str) -> str:
-    for part in rule.rule.split("<")[1:]:
-        inner = part.split(">")[0]
-        if inner.split(":")[-1] == name:
-            return inner
-    raise AssertionError(f"{rule.rule} has no argument {name}")
+    """The rule's path with each argument filled: ids 1, a static file's name, else ``demo``."""
+    values: dict[str, Any] = {}
+    for name in rule.arguments:
+        values[name] = 1 if name.endswith("_id") else "ui.css" if name == "filename" else "demo"
+    built = rule.build(values, append_unknown=False)
+    assert built is not None, rule.rule
+    return built[1]
 
 
 @pytest.fixture

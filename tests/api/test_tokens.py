@@ -5,6 +5,7 @@ expired token is refused at once by every replica, revoking ends its web UI sess
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from datetime import timedelta
@@ -101,7 +102,7 @@ def test_an_operate_token_starts_and_kills_but_may_not_push_or_manage(
         assert "needs an admin token" in assert_problem(answer, 403)["detail"], (method, path)
 
 
-def test_a_revoked_token_is_refused_at_once_by_another_replica(
+def test_a_revoked_token_is_refused_within_a_second_by_another_replica(
     api_app: APIFlask, api: FlaskClient, api_config: ApiConfig, engine: Engine
 ) -> None:
     secret = create(api, "leaver", "read")["secret"]
@@ -147,9 +148,9 @@ def test_names_are_checked_and_never_reused(api: FlaskClient) -> None:
     again = api.post("/api/tokens", json={"name": "once", "role": "read"})
     assert "not reused" in assert_problem(again, 409)["detail"]
     bad = api.post("/api/tokens", json={"name": "env:admin", "role": "admin"})
-    assert assert_problem(bad, 422)
-    too_long = api.post("/api/tokens", json={"name": "x", "role": "read", "expires_in": "soon"})
-    assert assert_problem(too_long, 422)
+    assert "env:admin" in assert_problem(bad, 422)["detail"]
+    no_duration = api.post("/api/tokens", json={"name": "x", "role": "read", "expires_in": "soon"})
+    assert "/expires_in" in json.dumps(assert_problem(no_duration, 422))
     assert_problem(api.delete("/api/tokens/nobody"), 404)
 
 
