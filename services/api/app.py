@@ -45,6 +45,7 @@ from tickwork.services.api.routes import (
     tokens,
     workflows,
 )
+from tickwork.services.api.scope import check_scope
 from tickwork.services.api.ui import is_ui_path
 from tickwork.services.api.ui.pages import register_ui
 from tickwork.shared.errors import StoreUnavailable
@@ -153,6 +154,8 @@ def create_app(
     for blueprint in ROUTE_BLUEPRINTS:
         app.register_blueprint(blueprint)
     register_ui(app, config)
+    # After who is asking is known (REST and UI): a limited token's reach.
+    app.before_request(check_scope)
     # Last of the before-request hooks: from here on, the route runs, and the first write
     # transaction of an audited change carries its audit row (not a hook's own writes).
     app.before_request(arm_audit)

@@ -25,12 +25,8 @@ from werkzeug.exceptions import HTTPException
 from tickwork.services.api.extensions import api_config
 from tickwork.shared.clock import utc_now
 from tickwork.shared.errors import StoreUnavailable
-from tickwork.shared.store.audit import (
-    AuditEvent,
-    project_of_attempt,
-    project_of_schedule,
-    record,
-)
+from tickwork.shared.store.audit import AuditEvent, record
+from tickwork.shared.store.owners import project_of
 
 if TYPE_CHECKING:  # (auth reads the store through database, which calls this module)
     from tickwork.services.api.auth import Identity
@@ -71,6 +67,13 @@ MAX_READ_BYTES = 64 * 1024
 """A body larger than this is summarised by its size alone, never read here."""
 MAX_TEXT = 200
 RECORDED_KEY = "audit_recorded"
+REFUSED_KEY = "audit_refused"
+
+
+def mark_refused() -> None:
+    """This request was refused though its status does not say so (a 404 that hides
+    another project's id from a token limited to projects)."""
+    setattr(g, REFUSED_KEY, True)
 
 
 def audited_action() -> str | None:
@@ -128,7 +131,8 @@ def record_unrecorded(response: Response, write: Callable[[Callable[[Any], None]
     status = response.status_code
     if status == 429 or audited_action() is None or g.get(RECORDED_KEY):
         return
-    outcome = "refused" if status in (401, 403) else "ok" if status < 400 else "failed"
+    refused = status in (401, 403) or g.get(REFUSED_KEY)
+    outcome = "refused" if refused else "ok" if status < 400 else "failed"
 
     def write_row(conn: Any) -> None:
         event = pending_event(conn, status, outcome, read_body=False)
@@ -152,10 +156,10 @@ def _actor() -> str:
 def _target(conn: Any, body: Mapping[str, Any]) -> tuple[str, str | None]:
     """What the change is about, in words (``attempt 42``), and its project's name."""
     args: Mapping[str, Any] = request.view_args or {}
-    if "attempt_id" in args:
-        return f"attempt {args['attempt_id']}", project_of_attempt(conn, args["attempt_id"])
-    if "schedule_id" in args:
-        return f"schedule {args['schedule_id']}", project_of_schedule(conn, args["schedule_id"])
+    for argument in ("attempt_id", "schedule_id"):
+        if argument in args:
+            kind = argument.removesuffix("_id")
+            return f"{kind} {args[argument]}", project_of(conn, argument, args[argument])
     endpoint = request.endpoint or ""
     if endpoint.startswith("tokens."):
         return f"token {args.get('name') or body.get('name', '?')}", None

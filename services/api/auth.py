@@ -30,6 +30,7 @@ from tickwork.shared.store.api_tokens import (
     LAST_USED_INTERVAL,
     SECRET_PREFIX,
     StoredToken,
+    covers,
     find_token_by_digest,
     note_token_used,
     secret_digest,
@@ -71,13 +72,19 @@ _verified: dict[str, tuple[float, Identity]] = {}  # digest -> (monotonic time r
 
 @dataclass(frozen=True)
 class Identity:
-    """Who a request's token says it is: the token's name and role, and whether it is a
-    token of the store (revocable by name) or of the environment."""
+    """Who a request's token says it is: the token's name and role, whether it is a token
+    of the store (revocable by name) or of the environment, and the globs of the projects
+    it is limited to (none: every project)."""
 
     name: str
     role: Role
     stored: bool
     expires_at: datetime | None = None
+    projects: tuple[str, ...] = ()
+
+    def covers(self, project: str) -> bool:
+        """Whether the token may see (and, by its role, act on) ``project``."""
+        return covers(self.projects, project)
 
 
 def forget_verified() -> None:
@@ -133,7 +140,7 @@ def stored_identity(token: StoredToken) -> Identity | None:
     know (a row written by a newer release)."""
     for role in ROLES:
         if token.role == role:
-            return Identity(token.name, role, stored=True, expires_at=token.expires_at)
+            return Identity(token.name, role, True, token.expires_at, token.projects)
     return None
 
 

@@ -11,6 +11,7 @@ from pydantic import Field
 from tickwork.services.api import times
 from tickwork.services.api.errors import InvalidParameter
 from tickwork.services.api.paging import PageQuery
+from tickwork.services.api.scope import visible_ids
 from tickwork.shared.domain.states import AttemptState
 from tickwork.shared.store.history import RunFilters
 
@@ -35,7 +36,8 @@ class RunsQuery(PageQuery):
     )
 
     def run_filters(self) -> RunFilters:
-        """The store's filters; InvalidParameter naming ``from`` or ``to`` for a bound that
+        """The store's filters (only the projects the request's token covers);
+        InvalidParameter naming ``from`` or ``to`` for a bound that
         is not an ISO 8601 time, one the store cannot compare (before year 1 or after 9999
         once moved to UTC), or a range ending before it starts."""
         time_from = _utc(self.time_from, "from")
@@ -50,6 +52,7 @@ class RunsQuery(PageQuery):
             state=self.state,
             time_from=time_from,
             time_to=time_to,
+            project_ids=visible_ids(),
         )
 
 

@@ -11,7 +11,7 @@ project or workflow name that does not exist is NotFound, with the closest exist
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -150,11 +150,20 @@ class ApiClient:
         """The tokens of the store, revoked ones too (never their secrets)."""
         return _items(self._json("GET", "/api/tokens"))
 
-    def create_token(self, name: str, role: str, expires_in: str | None = None) -> Json:
-        """Create a token of the store; the answer holds its secret, this once."""
+    def create_token(
+        self,
+        name: str,
+        role: str,
+        expires_in: str | None = None,
+        projects: Sequence[str] = (),
+    ) -> Json:
+        """Create a token of the store, limited to the project globs ``projects`` if any;
+        the answer holds its secret, this once."""
         body: Json = {"name": name, "role": role}
         if expires_in is not None:
             body["expires_in"] = expires_in
+        if projects:
+            body["projects"] = list(projects)
         return self._json("POST", "/api/tokens", json=body)
 
     def revoke_token(self, name: str) -> Json:
@@ -176,7 +185,7 @@ class ApiClient:
         return self._pages("/api/audit", query, limit)
 
     def whoami(self) -> Json:
-        """The name and role of the token this client sends."""
+        """The name, role and project globs of the token this client sends."""
         return self._json("GET", "/api/whoami")
 
     def list_project_workflows(

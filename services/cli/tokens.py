@@ -7,6 +7,8 @@ SHA-256). Only an admin token may manage tokens; any token may ask ``whoami``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from tickwork.services.cli.admin_api import ADMIN_EPILOG
@@ -14,6 +16,12 @@ from tickwork.services.cli.client import api, client_options, limit_option, no_d
 from tickwork.services.cli.output import field, print_fields, print_items, print_json
 
 ROLES = ("read", "operate", "admin")
+
+
+def _projects(item: dict[str, Any]) -> str:
+    """A token's project globs in a cell: ``*`` (every project) when it has none."""
+    globs = item.get("projects") or []
+    return " ".join(str(glob) for glob in globs) if globs else "*"
 
 
 @click.group("tokens", epilog=ADMIN_EPILOG)
@@ -30,6 +38,14 @@ def tokens_group() -> None:
     help="read: see; operate: also start, retry, kill and steer schedules; admin: everything.",
 )
 @click.option(
+    "--project",
+    "projects",
+    metavar="GLOB",
+    multiple=True,
+    help="Limit the token to the projects this glob matches, such as data-* (repeatable; "
+    "default: every project).",
+)
+@click.option(
     "--expires",
     metavar="DURATION",
     help="How long the token lasts, such as 90d or 12h (default: until revoked).",
@@ -37,18 +53,24 @@ def tokens_group() -> None:
 @no_database_url
 @client_options
 def create_command(
-    name: str, role: str, expires: str | None, endpoint: str | None, as_json: bool
+    name: str,
+    role: str,
+    projects: tuple[str, ...],
+    expires: str | None,
+    endpoint: str | None,
+    as_json: bool,
 ) -> None:
     """Create the token NAME and print its secret, this once."""
     with api(endpoint) as client:
-        created = client.create_token(name, role, expires)
+        created = client.create_token(name, role, expires, projects)
     if as_json:
         print_json(created)
         return
     click.echo(created["secret"])
     expiry = f", expires {created['expires_at']}" if created.get("expires_at") else ""
+    scope = f", projects {' '.join(projects)}" if projects else ""
     click.echo(
-        f"token {name} ({role}{expiry}) created: the line above is its secret, shown only "
+        f"token {name} ({role}{scope}{expiry}) created: the line above is its secret, shown only "
         "now; give it to its holder as TICKWORK_API_TOKEN",
         err=True,
     )
@@ -58,12 +80,14 @@ def create_command(
 @no_database_url
 @client_options
 def list_command(endpoint: str | None, as_json: bool) -> None:
-    """List the tokens of the store: name, role, created, expires, last used, revoked."""
+    """List the tokens of the store: name, role, projects, created, expires, last used,
+    revoked."""
     with api(endpoint) as client:
         items = client.list_tokens()
     columns = [
         ("name", field("name")),
         ("role", field("role")),
+        ("projects", _projects),
         ("created", field("created_at")),
         ("by", field("created_by")),
         ("expires", field("expires_at")),
@@ -91,10 +115,12 @@ def revoke_command(name: str, endpoint: str | None, as_json: bool) -> None:
 @no_database_url
 @client_options
 def whoami_command(endpoint: str | None, as_json: bool) -> None:
-    """Show the name and role of the token this command sends."""
+    """Show the name, role and projects of the token this command sends."""
     with api(endpoint) as client:
         found = client.whoami()
-    print_fields(found, as_json, ["name", "role", "source", "expires_at"])
+    if not as_json:
+        found = {**found, "projects": _projects(found)}
+    print_fields(found, as_json, ["name", "role", "projects", "source", "expires_at"])
 
 
 @click.command("audit", epilog=ADMIN_EPILOG)

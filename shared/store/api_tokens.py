@@ -7,6 +7,10 @@ can guess it from its digest however fast the hash is, whereas a slow hash prote
 password a person chose, which is guessable. Each request looks its token up by that
 digest through a unique index; a revoked or expired token's row no longer matches.
 ``last_used_at`` is written at most once a minute per token, not at every request.
+
+A token may be limited to projects by shell-style globs (``projects``; :func:`covers`):
+``data-*`` covers ``data-daily`` and ``data-hourly``. A token without globs covers every
+project, those pushed later included.
 """
 
 from __future__ import annotations
@@ -14,8 +18,11 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from fnmatch import fnmatchcase
+from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.exc import IntegrityError
@@ -28,6 +35,10 @@ SECRET_PREFIX = "tw_"
 SECRET_BYTES = 32
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 LAST_USED_INTERVAL = timedelta(minutes=1)
+PROJECT_GLOB = re.compile(r"[A-Za-z0-9_.*?\[\]!-]{1,128}")
+"""A project glob: what a project name may hold (letters, digits, '_', '.', '-') and the
+glob's ``*``, ``?`` and ``[...]``."""
+MAX_PROJECT_GLOBS = 32
 
 
 @dataclass(frozen=True)
@@ -41,10 +52,36 @@ class StoredToken:
     expires_at: datetime | None
     last_used_at: datetime | None
     revoked_at: datetime | None
+    projects: tuple[str, ...] = ()
+    """The globs of the projects it covers; empty: every project."""
 
     def is_live(self, now: datetime) -> bool:
         """Whether the token opens the API at ``now``: not revoked, not expired."""
         return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
+
+
+def covers(globs: tuple[str, ...], project: str) -> bool:
+    """Whether a token limited to ``globs`` (empty: every project) covers ``project``."""
+    return not globs or any(fnmatchcase(project, glob) for glob in globs)
+
+
+def check_project_globs(globs: Iterable[str]) -> tuple[str, ...]:
+    """``globs`` in order, once each, if each may limit a token; InvalidInput naming the
+    first that may not."""
+    found: list[str] = []
+    for index, glob in enumerate(globs):
+        if not PROJECT_GLOB.fullmatch(glob):
+            message = (
+                f"project glob {glob!r} must be 1-128 letters, digits, '_', '.', '-' and "
+                "the glob characters '*', '?', '[', ']' and '!'"
+            )
+            raise InvalidInput([Problem(f"/projects/{index}", None, message)])
+        if glob not in found:
+            found.append(glob)
+    if len(found) > MAX_PROJECT_GLOBS:
+        message = f"at most {MAX_PROJECT_GLOBS} project globs"
+        raise InvalidInput([Problem("/projects", None, message)])
+    return tuple(found)
 
 
 def secret_digest(secret: str) -> str:
@@ -70,11 +107,14 @@ def create_token(
     created_by: str,
     now: datetime,
     expires_at: datetime | None,
+    projects: Iterable[str] = (),
 ) -> tuple[StoredToken, str]:
-    """Store a new token ``name``; it and its secret (the only time that is seen).
-    Conflict when a token of that name exists, revoked or not (names are never reused, so
-    an old name in the logs means one token)."""
+    """Store a new token ``name``, limited to the project globs ``projects`` (none: every
+    project); it and its secret (the only time that is seen). Conflict when a token of
+    that name exists, revoked or not (names are never reused, so an old name in the logs
+    means one token)."""
     check_token_name(name)
+    globs = check_project_globs(projects)
     if expires_at is not None and expires_at <= now:
         raise InvalidInput([Problem("expires_at", None, "the expiry must be in the future")])
     secret = SECRET_PREFIX + secrets.token_urlsafe(SECRET_BYTES)
@@ -90,17 +130,18 @@ def create_token(
                     expires_at=expires_at,
                     last_used_at=None,
                     revoked_at=None,
+                    projects=list(globs) or None,
                 )
             )
     except IntegrityError:
         raise Conflict(f"a token named {name!r} exists (names are not reused)") from None
-    return StoredToken(name, role, created_by, now, expires_at, None, None), secret
+    return StoredToken(name, role, created_by, now, expires_at, None, None, globs), secret
 
 
 def list_tokens(conn: Connection) -> list[StoredToken]:
     """Every token of the store, revoked ones too, by name."""
     rows = conn.execute(select(*_COLUMNS).order_by(api_tokens.c.name)).all()
-    return [StoredToken(*row) for row in rows]
+    return [_token(row) for row in rows]
 
 
 def find_token_by_digest(conn: Connection, digest: str, now: datetime) -> StoredToken | None:
@@ -109,7 +150,7 @@ def find_token_by_digest(conn: Connection, digest: str, now: datetime) -> Stored
     row = conn.execute(select(*_COLUMNS).where(api_tokens.c.digest == digest)).one_or_none()
     if row is None:
         return None
-    token = StoredToken(*row)
+    token = _token(row)
     return token if token.is_live(now) else None
 
 
@@ -128,7 +169,7 @@ def revoke_token(conn: Connection, name: str, now: datetime) -> tuple[StoredToke
     ).one_or_none()
     if row is None:
         raise NotFound(f"no token named {name!r}")
-    token = StoredToken(*row[: len(_COLUMNS)])
+    token = _token(row)
     if token.revoked_at is None:
         conn.execute(update(api_tokens).where(api_tokens.c.name == name).values(revoked_at=now))
         token = replace(token, revoked_at=now)
@@ -143,4 +184,16 @@ _COLUMNS = (
     api_tokens.c.expires_at,
     api_tokens.c.last_used_at,
     api_tokens.c.revoked_at,
+    api_tokens.c.projects,
 )
+
+
+def _token(row: Any) -> StoredToken:
+    """The token of a row of :data:`_COLUMNS` (any columns after them are left out)."""
+    name, role, created_by, created_at, expires_at, last_used_at, revoked_at, projects = tuple(row)[
+        : len(_COLUMNS)
+    ]
+    globs = tuple(str(glob) for glob in projects) if isinstance(projects, list) else ()
+    return StoredToken(
+        name, role, created_by, created_at, expires_at, last_used_at, revoked_at, globs
+    )

@@ -19,7 +19,7 @@ from sqlalchemy import Connection, delete, insert, select
 
 from tickwork.shared.store.dialects import dialect_of
 from tickwork.shared.store.paging import fetch_keyset_page
-from tickwork.shared.store.tables import attempts, audit_events, projects, schedules, sessions
+from tickwork.shared.store.tables import audit_events
 
 SYSTEM_ACTOR = "system"
 """The actor of what the services do by themselves (retention)."""
@@ -53,6 +53,9 @@ class AuditFilters:
     actor: str | None = None
     action: str | None = None
     project: str | None = None
+    projects: frozenset[str] | None = None
+    """Only events of these projects (what an admin token limited to projects sees: not
+    the events of no project, such as tokens'); None: every event."""
 
 
 def record(conn: Connection, event: AuditEvent) -> None:
@@ -89,6 +92,8 @@ def list_events(
         query = query.where(audit_events.c.action == where.action)
     if where.project is not None:
         query = query.where(audit_events.c.project == where.project)
+    if where.projects is not None:
+        query = query.where(audit_events.c.project.in_(sorted(where.projects)))
     page = fetch_keyset_page(conn, query, audit_events.c.id, after=after, limit=limit)
     events = [
         AuditEvent(
@@ -127,26 +132,3 @@ def prune_audit_batch(conn: Connection, cutoff: datetime, limit: int) -> tuple[C
         delete(audit_events).where(dialect_of(conn).in_ids(audit_events.c.id, ids))
     )
     return Counter({"audit_events": removed.rowcount}), len(ids) == limit
-
-
-def project_of_attempt(conn: Connection, attempt_id: int) -> str | None:
-    """The name of the project of attempt ``attempt_id``; None when there is none."""
-    query = (
-        select(projects.c.name)
-        .join(sessions, sessions.c.project_id == projects.c.id)
-        .join(attempts, attempts.c.session_id == sessions.c.id)
-        .where(attempts.c.id == attempt_id)
-    )
-    name = conn.execute(query).scalar_one_or_none()
-    return str(name) if name is not None else None
-
-
-def project_of_schedule(conn: Connection, schedule_id: int) -> str | None:
-    """The name of the project of schedule ``schedule_id``; None when there is none."""
-    query = (
-        select(projects.c.name)
-        .join(schedules, schedules.c.project_id == projects.c.id)
-        .where(schedules.c.id == schedule_id)
-    )
-    name = conn.execute(query).scalar_one_or_none()
-    return str(name) if name is not None else None

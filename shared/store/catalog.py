@@ -16,6 +16,7 @@ from sqlalchemy import ColumnElement, Connection, Select, and_, func, select
 
 from tickwork.shared.errors import NotFound
 from tickwork.shared.store.history import contains_pattern
+from tickwork.shared.store.owners import in_projects
 from tickwork.shared.store.tables import (
     attempts,
     project_archives,
@@ -43,9 +44,15 @@ def name_contains(column: Any, text: str) -> ColumnElement[bool]:
     return func.lower(column).like(contains_pattern(text), escape="\\")
 
 
-def select_projects(name: str | None = None, *, contains: str | None = None) -> Select[Any]:
+def select_projects(
+    name: str | None = None,
+    *,
+    contains: str | None = None,
+    project_ids: Collection[int] | None = None,
+) -> Select[Any]:
     """Live projects with their latest revision (columns ``revision_*``, null if none):
-    the one named ``name``, or those whose name holds ``contains`` in any case."""
+    the one named ``name``, or those whose name holds ``contains`` in any case; of the
+    ids ``project_ids`` only (None: every project)."""
     latest = revisions.alias("latest")
     query = select(
         projects.c.id,
@@ -61,7 +68,7 @@ def select_projects(name: str | None = None, *, contains: str | None = None) -> 
             project_archives, project_archives.c.digest == latest.c.archive_digest
         )
     )
-    query = query.where(projects.c.deleted_at.is_(None))
+    query = query.where(projects.c.deleted_at.is_(None), in_projects(projects.c.id, project_ids))
     if name is not None:
         query = query.where(projects.c.name == name)
     if contains:
@@ -176,18 +183,21 @@ def select_workflows(
     with_config: bool = False,
     contains: str | None = None,
     project_contains: str | None = None,
+    project_ids: Collection[int] | None = None,
 ) -> Select[Any]:
     """Workflow definitions of one revision, or of every live project's latest revision
-    (optionally one project's, or those of projects whose name holds
-    ``project_contains``), with their active schedule's times (null if none); with
-    ``contains``, only workflows whose name holds it (any case)."""
+    (optionally one project's, those of projects whose name holds ``project_contains``,
+    or those of the ids ``project_ids``), with their active schedule's times (null if
+    none); with ``contains``, only workflows whose name holds it (any case)."""
     query = _select_definitions(with_config=with_config)
     if contains:
         query = query.where(name_contains(workflow_definitions.c.name, contains))
     if revision_id is not None:
         return query.where(workflow_definitions.c.revision_id == revision_id)
     query = query.where(
-        projects.c.deleted_at.is_(None), revisions.c.id == _latest_revision_id(projects.c.id)
+        projects.c.deleted_at.is_(None),
+        revisions.c.id == _latest_revision_id(projects.c.id),
+        in_projects(projects.c.id, project_ids),
     )
     if project is not None:
         query = query.where(projects.c.name == project)

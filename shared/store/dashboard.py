@@ -18,6 +18,7 @@ from sqlalchemy.orm import aliased
 
 from tickwork.shared.domain.states import AttemptState, TaskState
 from tickwork.shared.store.history import AttemptView, _attempt_query, _attempt_view
+from tickwork.shared.store.owners import in_projects
 from tickwork.shared.store.tables import (
     attempts,
     projects,
@@ -54,10 +55,12 @@ def error_message(error: dict[str, Any] | None) -> str:
     return "failed"
 
 
-def recent_failures(conn: Connection, since: datetime, limit: int) -> list[Failure]:
+def recent_failures(
+    conn: Connection, since: datetime, limit: int, project_ids: Collection[int] | None = None
+) -> list[Failure]:
     """Attempts that ended in error from ``since`` on, newest first, that are still their
     session's latest attempt (a retry that followed hides a failure), each with the tasks
-    where it failed."""
+    where it failed; of the projects ``project_ids`` only (None: every project)."""
     newer = aliased(attempts, name="newer")
     query = (
         _attempt_query()
@@ -67,6 +70,7 @@ def recent_failures(conn: Connection, since: datetime, limit: int) -> list[Failu
             ~exists().where(
                 newer.c.session_id == attempts.c.session_id, newer.c.id > attempts.c.id
             ),
+            in_projects(sessions.c.project_id, project_ids),
         )
         .order_by(attempts.c.id.desc())
         .limit(limit)
@@ -138,7 +142,7 @@ def _latest_session_id() -> Any:
 _LAST = aliased(attempts, name="last")
 
 
-def _status_query() -> Any:
+def _status_query(project_ids: Collection[int] | None) -> Any:
     latest = aliased(attempts, name="latest")
     latest_attempt_id = (
         select(latest.c.id)
@@ -167,7 +171,11 @@ def _status_query() -> Any:
                 _LAST, _LAST.c.id == latest_attempt_id
             )
         )
-        .where(schedules.c.disabled_at.is_(None), projects.c.deleted_at.is_(None))
+        .where(
+            schedules.c.disabled_at.is_(None),
+            projects.c.deleted_at.is_(None),
+            in_projects(schedules.c.project_id, project_ids),
+        )
     )
 
 
@@ -175,10 +183,13 @@ def _statuses(conn: Connection, query: Any) -> list[ScheduleStatus]:
     return [ScheduleStatus(**row._mapping) for row in conn.execute(query)]
 
 
-def next_runs(conn: Connection, limit: int) -> list[ScheduleStatus]:
-    """The active schedules that run soonest, soonest first."""
+def next_runs(
+    conn: Connection, limit: int, project_ids: Collection[int] | None = None
+) -> list[ScheduleStatus]:
+    """The active schedules that run soonest, soonest first (of the projects
+    ``project_ids`` only; None: every project)."""
     query = (
-        _status_query()
+        _status_query(project_ids)
         .where(schedules.c.paused_at.is_(None), schedules.c.next_run_time.is_not(None))
         .order_by(schedules.c.next_run_time, schedules.c.id)
         .limit(limit)
@@ -186,10 +197,12 @@ def next_runs(conn: Connection, limit: int) -> list[ScheduleStatus]:
     return _statuses(conn, query)
 
 
-def troubled_schedules(conn: Connection, limit: int) -> list[ScheduleStatus]:
+def troubled_schedules(
+    conn: Connection, limit: int, project_ids: Collection[int] | None = None
+) -> list[ScheduleStatus]:
     """Schedules that are paused, that the scheduler failed on, or whose latest session
-    ended in error, by project and workflow."""
-    query = _status_query().order_by(projects.c.name, schedules.c.workflow_name)
+    ended in error, by project and workflow (of the projects ``project_ids`` only)."""
+    query = _status_query(project_ids).order_by(projects.c.name, schedules.c.workflow_name)
     query = query.where(
         or_(
             schedules.c.paused_at.is_not(None),
@@ -215,8 +228,11 @@ class MissedTimes:
     recorded_at: datetime
 
 
-def recent_missed(conn: Connection, limit: int) -> list[MissedTimes]:
-    """The missed ranges recorded last, newest first."""
+def recent_missed(
+    conn: Connection, limit: int, project_ids: Collection[int] | None = None
+) -> list[MissedTimes]:
+    """The missed ranges recorded last, newest first (of the projects ``project_ids``
+    only; None: every project)."""
     query = (
         select(
             schedule_missed.c.schedule_id,
@@ -234,6 +250,7 @@ def recent_missed(conn: Connection, limit: int) -> list[MissedTimes]:
                 projects, projects.c.id == schedules.c.project_id
             )
         )
+        .where(in_projects(schedules.c.project_id, project_ids))
         .order_by(schedule_missed.c.id.desc())
         .limit(limit)
     )

@@ -205,7 +205,8 @@ class RunFilters:
     ``project`` and ``workflow`` are exact names; ``project_contains`` and
     ``workflow_contains`` keep names holding that text, whatever its case; ``state`` is
     the (latest) attempt's; ``time_from`` (inclusive) and ``time_to`` (exclusive) bound
-    the session time."""
+    the session time; ``project_ids`` keeps the sessions of those projects only (what a
+    token limited to projects sees; None: every project, empty: none)."""
 
     project: str | None = None
     workflow: str | None = None
@@ -214,6 +215,7 @@ class RunFilters:
     state: AttemptState | None = None
     time_from: datetime | None = None
     time_to: datetime | None = None
+    project_ids: frozenset[int] | None = None
 
 
 def contains_pattern(text: str) -> str:
@@ -233,7 +235,10 @@ def _filters(given: RunFilters) -> dict[str, Any]:
         "time_from": given.time_from,
         "time_to": given.time_to,
     }
-    return {name: value for name, value in values.items() if value}
+    found: dict[str, Any] = {name: value for name, value in values.items() if value}
+    if given.project_ids is not None:  # empty too: it keeps nothing
+        found["project_ids"] = sorted(given.project_ids)
+    return found
 
 
 def _name_like(column: ColumnElement[str], parameter: str) -> ColumnElement[bool]:
@@ -264,6 +269,8 @@ def _filter_conditions(names: frozenset[str]) -> list[ColumnElement[bool]]:
             .distinct()
         )
         found.append(sessions.c.workflow_name.in_(names_matching))
+    if "project_ids" in names:
+        found.append(sessions.c.project_id.in_(bindparam("project_ids", expanding=True)))
     if "time_from" in names:
         found.append(sessions.c.session_time >= bindparam("time_from"))
     if "time_to" in names:
@@ -421,7 +428,15 @@ FEW_SESSIONS = 1000
 """Most sessions a filter of the attempts list may keep for their attempts to be read by
 session id; past it, attempts are read newest first, checking each one's session."""
 _SESSION_FILTERS = frozenset(
-    {"project", "workflow", "project_contains", "workflow_contains", "time_from", "time_to"}
+    {
+        "project",
+        "workflow",
+        "project_contains",
+        "workflow_contains",
+        "project_ids",
+        "time_from",
+        "time_to",
+    }
 )
 
 

@@ -25,7 +25,7 @@ from sqlalchemy import Connection, Engine, and_, exists, func, select
 from tickwork.shared.errors import NotFound
 from tickwork.shared.store.dialects import dialect_of
 from tickwork.shared.store.engine import read_only
-from tickwork.shared.store.tables import task_log_chunks, task_logs, tasks
+from tickwork.shared.store.tables import attempts, task_log_chunks, task_logs, tasks
 
 LOG_CHANNEL = "tickwork_logs"
 """The PostgreSQL NOTIFY channel that tells log followers an attempt's logs grew (or the
@@ -233,9 +233,13 @@ def list_run_logs(
 
 
 def get_run_log(conn: Connection, attempt_id: int, log_id: int) -> RunLog:
-    """One run's log of an attempt; raises NotFound if the attempt has no such log."""
+    """One run's log of an attempt; raises NotFound naming the attempt when there is no
+    such attempt, else the log when the attempt has no such log."""
     found = _run_logs(conn, task_logs.c.attempt_id == attempt_id, task_logs.c.id == log_id)
     if not found:
+        known = conn.execute(select(attempts.c.id).where(attempts.c.id == attempt_id)).first()
+        if known is None:
+            raise NotFound(f"no attempt {attempt_id}")
         raise NotFound(f"attempt {attempt_id} has no log {log_id}")
     return found[0]
 

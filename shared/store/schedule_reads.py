@@ -8,6 +8,7 @@ of the same records).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -18,6 +19,7 @@ from tickwork.shared.display import iso_time
 from tickwork.shared.domain.schedule import written_timezone
 from tickwork.shared.domain.states import ScheduleState
 from tickwork.shared.store import catalog
+from tickwork.shared.store.owners import in_projects
 from tickwork.shared.store.paging import fetch_keyset_page
 from tickwork.shared.store.schedules import (
     MissedRow,
@@ -46,6 +48,8 @@ class ScheduleFilters:
     """Only paused ones (True), only unpaused ones (False)."""
     include_removed: bool = False
     """Also schedules of workflows no longer in their project."""
+    project_ids: frozenset[int] | None = None
+    """Only those of these projects (what a token limited to projects sees); None: all."""
 
 
 @dataclass(frozen=True)
@@ -127,7 +131,7 @@ def list_schedule_page(
 ) -> SchedulePage:
     """A page of the schedules ``filters`` lets through, newest first, each with its
     workflow's last session; ``after``: the ``next_after`` of the page before."""
-    query = select_schedules()
+    query = select_schedules().where(in_projects(schedules.c.project_id, filters.project_ids))
     if filters.project is not None:
         query = query.where(projects.c.name == filters.project)
     if filters.workflow is not None:
@@ -175,13 +179,16 @@ def next_times(row: ScheduleRow, count: int = NEXT_TIMES) -> list[NextTime]:
     return [NextTime(t, row.schedule.run_time(t, row.seed)) for t in times]
 
 
-def scheduled_project_names(conn: Connection, limit: int) -> list[str]:
-    """The names of the first ``limit`` projects (by name) that have an active schedule."""
+def scheduled_project_names(
+    conn: Connection, limit: int, project_ids: Collection[int] | None = None
+) -> list[str]:
+    """The names of the first ``limit`` projects (by name) that have an active schedule
+    (of the ids ``project_ids`` only; None: every project)."""
     query = (
         select(projects.c.name)
         .distinct()
         .select_from(schedules.join(projects))
-        .where(schedules.c.disabled_at.is_(None))
+        .where(schedules.c.disabled_at.is_(None), in_projects(projects.c.id, project_ids))
         .order_by(projects.c.name)
         .limit(limit)
     )

@@ -388,6 +388,8 @@ api_tokens = Table(
     Column("expires_at", Timestamp, nullable=True),
     Column("last_used_at", Timestamp, nullable=True),
     Column("revoked_at", Timestamp, nullable=True),
+    # The project globs the token is limited to (a JSON list); null: every project.
+    Column("projects", JSON, nullable=True),
     Index("ix_api_tokens_digest", "digest", unique=True),
 )
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, select, update
 
+from tests.support.history_seed import Run, add_run
 from tickwork.shared.domain.states import AttemptState
 from tickwork.shared.dsl.parser import parse_workflow_text
 from tickwork.shared.store import projects as project_store
@@ -18,6 +19,7 @@ from tickwork.shared.store.tables import (
     attempts,
     projects,
     revisions,
+    schedules,
     task_logs,
     tasks,
     workflow_definitions,
@@ -154,3 +156,34 @@ def store_run_log(
         with engine.begin() as conn:
             write_log_chunks(conn, chunks)
     return task_id
+
+
+def add_pushed_run(
+    engine: Engine,
+    project: str,
+    workflow: str,
+    *,
+    state: AttemptState = AttemptState.SUCCESS,
+    at: datetime = NOW - timedelta(days=1),
+) -> Run:
+    """A run (session at ``at``, an attempt in ``state``, tasks, their logs) of
+    ``workflow`` of the pushed project ``project``, in its schedule if it has one."""
+    with engine.begin() as conn:
+        project_id = int(
+            conn.execute(select(projects.c.id).where(projects.c.name == project)).scalar_one()
+        )
+        definition_id = definition_id_of(conn, project_id, workflow)
+        schedule_id = conn.execute(
+            select(schedules.c.id).where(
+                schedules.c.project_id == project_id, schedules.c.workflow_name == workflow
+            )
+        ).scalar_one_or_none()
+        return add_run(
+            conn,
+            project_id,
+            definition_id,
+            at,
+            state=state,
+            workflow=workflow,
+            schedule_id=schedule_id,
+        )

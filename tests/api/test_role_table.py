@@ -1,6 +1,9 @@
 """Who may do what, route by route: every route of the API and the web UI is in the table
 below (none left out), and a token of each role, sent to each route, is refused (403)
-exactly when its role is below the route's."""
+exactly when its role is below the route's. A token limited to other projects is refused
+the same, and on a route whose path names a project or a thing of one (the arguments of
+:data:`PROJECT_BOUND`) it finds nothing (404; 403 to push), while a token limited to that
+project answers as an unlimited one does."""
 
 from __future__ import annotations
 
@@ -8,7 +11,12 @@ from typing import Any
 
 import pytest
 from apiflask import APIFlask
+from sqlalchemy import Engine
 from werkzeug.routing import Rule
+
+from tests.api._seed import add_pushed_run
+from tests.api.conftest import Pusher
+from tests.support.history_seed import Run
 
 OPEN = "open"
 READ, OPERATE, ADMIN = "read", "operate", "admin"
@@ -107,11 +115,18 @@ WHO_MAY: dict[str, str] = {
 }
 
 
+PROJECT_BOUND = frozenset({"name", "attempt_id", "session_id", "schedule_id", "workflow_id"})
+"""Path arguments naming a project or a thing of one (task and log ids come with their
+attempt's)."""
+SAMPLES = {"filename": "ui.css", "workflow": "daily"}
+
+
 def sample_path(rule: Rule) -> str:
-    """The rule's path with each argument filled: ids 1, a static file's name, else ``demo``."""
+    """The rule's path with each argument filled: ids 1, a static file's name, the
+    workflow ``daily``, else ``demo``."""
     values: dict[str, Any] = {}
     for name in rule.arguments:
-        values[name] = 1 if name.endswith("_id") else "ui.css" if name == "filename" else "demo"
+        values[name] = 1 if name.endswith("_id") else SAMPLES.get(name, "demo")
     built = rule.build(values, append_unknown=False)
     assert built is not None, rule.rule
     return built[1]
@@ -128,6 +143,59 @@ def role_tokens(api_app: APIFlask) -> dict[str, str]:
         assert answer.status_code == 201, answer.get_data(as_text=True)
         made[role] = answer.get_json()["secret"]
     return made
+
+
+@pytest.fixture
+def demo(push: Pusher, engine: Engine) -> Run:
+    """Project ``demo`` with its daily schedule and a run: the first of each kind, so each
+    sample path's id 1 is one of demo's."""
+    assert push("demo").status_code == 201
+    return add_pushed_run(engine, "demo", "daily")
+
+
+def _limited_tokens(app: APIFlask, label: str, glob: str) -> dict[str, str]:
+    admin = app.test_client()
+    admin.environ_base["HTTP_AUTHORIZATION"] = "Bearer admin-token-for-tests"
+    made = {}
+    for role in (READ, OPERATE, ADMIN):
+        body = {"name": f"{label}-{role}", "role": role, "projects": [glob]}
+        answer = admin.post("/api/tokens", json=body)
+        assert answer.status_code == 201, answer.get_data(as_text=True)
+        made[role] = answer.get_json()["secret"]
+    return made
+
+
+def test_a_token_limited_to_other_projects_is_refused_or_finds_nothing_where_the_table_says(
+    api_app: APIFlask, demo: Run, role_tokens: dict[str, str]
+) -> None:
+    outside = _limited_tokens(api_app, "outside", "other-*")
+    inside = _limited_tokens(api_app, "inside", "dem?")
+    wrong: list[str] = []
+    for rule in api_app.url_map.iter_rules():
+        needed = WHO_MAY[rule.endpoint]
+        if needed == OPEN:
+            continue
+        path = sample_path(rule)
+        bound = bool(PROJECT_BOUND & set(rule.arguments)) and not rule.endpoint.startswith(
+            "tokens."
+        )
+        for method in sorted(set(rule.methods or ()) - {"HEAD", "OPTIONS"}):
+            for role in (READ, OPERATE, ADMIN):
+                status = _send(api_app, method, path, outside[role]).status_code
+                if RANK[role] < RANK[needed] or rule.endpoint.startswith("tokens."):
+                    expected = 403
+                elif bound:
+                    expected = 403 if rule.endpoint == "projects.push_project" else 404
+                else:  # nothing of a project in the path: as an unlimited token
+                    expected = _send(api_app, method, path, role_tokens[role]).status_code
+                if status != expected:
+                    wrong.append(f"{method} {path} as {role} outside: {status}, not {expected}")
+                if method == "GET" and not rule.endpoint.startswith("tokens."):
+                    mine = _send(api_app, method, path, inside[role]).status_code
+                    everyone = _send(api_app, method, path, role_tokens[role]).status_code
+                    if mine != everyone:
+                        wrong.append(f"GET {path} as {role} inside: {mine}, not {everyone}")
+    assert not wrong, "\n".join(wrong)
 
 
 def test_every_route_is_in_the_table(api_app: APIFlask) -> None:

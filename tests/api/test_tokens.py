@@ -65,6 +65,7 @@ def test_whoami_names_the_token_asking(api_app: APIFlask, api: FlaskClient) -> N
     assert api.get("/api/whoami").get_json() == {
         "name": "env:admin",
         "role": "admin",
+        "projects": [],
         "source": "environment",
         "expires_at": None,
     }

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import io
 import tarfile
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,13 +39,17 @@ class ProjectsPage:
 
 
 def list_projects(
-    conn: Connection, *, contains: str | None, after: int | None, limit: int
+    conn: Connection,
+    *,
+    contains: str | None,
+    after: int | None,
+    limit: int,
+    project_ids: Collection[int] | None = None,
 ) -> ProjectsPage:
     """Live projects newest first, those whose name holds ``contains`` (any case) if given,
-    each with its latest revision."""
-    found = fetch_keyset_page(
-        conn, catalog.select_projects(contains=contains), projects.c.id, after=after, limit=limit
-    )
+    each with its latest revision; of the ids ``project_ids`` only (None: every project)."""
+    query = catalog.select_projects(contains=contains, project_ids=project_ids)
+    found = fetch_keyset_page(conn, query, projects.c.id, after=after, limit=limit)
     revision_ids = [row.revision_id for row in found.rows if row.revision_id is not None]
     counts = dashboard.count_workflows(conn, revision_ids)
     return ProjectsPage(Page(list(found.rows), found.next_after), counts)

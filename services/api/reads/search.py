@@ -7,6 +7,7 @@ The UI's ``/ui/search`` page renders these records, and answers them as JSON for
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
@@ -60,17 +61,25 @@ def id_in(text: str) -> int | None:
     return value if 0 < value <= MAX_INTEGER else None
 
 
-def search(conn: Connection, text: str, limit: int = MATCH_LIMIT) -> SearchResults:
+def search(
+    conn: Connection,
+    text: str,
+    limit: int = MATCH_LIMIT,
+    project_ids: Collection[int] | None = None,
+) -> SearchResults:
     """Projects and workflows whose names hold ``text`` (any case), and, when ``text`` is
-    an id, the attempt and the session of that id."""
+    an id, the attempt and the session of that id; of the projects ``project_ids`` only
+    (None: every project)."""
     text = text.strip()[:QUERY_LIMIT]
     if not text:
         return SearchResults(query=text)
     project_rows = conn.execute(
-        catalog.select_projects(contains=text).order_by(projects.c.name).limit(limit + 1)
+        catalog.select_projects(contains=text, project_ids=project_ids)
+        .order_by(projects.c.name)
+        .limit(limit + 1)
     ).all()
     workflow_rows = conn.execute(
-        catalog.select_workflows(contains=text)
+        catalog.select_workflows(contains=text, project_ids=project_ids)
         .order_by(projects.c.name, workflow_definitions.c.name)
         .limit(limit + 1)
     ).all()
@@ -81,22 +90,28 @@ def search(conn: Connection, text: str, limit: int = MATCH_LIMIT) -> SearchResul
         workflows=[
             WorkflowMatch(str(row.project_name), str(row.name)) for row in workflow_rows[:limit]
         ],
-        attempt=None if number is None else _attempt(conn, number),
-        session=None if number is None else _session(conn, number),
+        attempt=None if number is None else _attempt(conn, number, project_ids),
+        session=None if number is None else _session(conn, number, project_ids),
         more_projects=len(project_rows) > limit,
         more_workflows=len(workflow_rows) > limit,
     )
 
 
-def _attempt(conn: Connection, attempt_id: int) -> AttemptView | None:
+def _attempt(
+    conn: Connection, attempt_id: int, project_ids: Collection[int] | None
+) -> AttemptView | None:
     try:
-        return history.get_attempt_view(conn, attempt_id)
+        found = history.get_attempt_view(conn, attempt_id)
     except NotFound:
         return None
+    return found if project_ids is None or found.project_id in project_ids else None
 
 
-def _session(conn: Connection, session_id: int) -> SessionView | None:
+def _session(
+    conn: Connection, session_id: int, project_ids: Collection[int] | None
+) -> SessionView | None:
     try:
-        return history.get_session(conn, session_id)
+        found = history.get_session(conn, session_id)
     except NotFound:
         return None
+    return found if project_ids is None or found.project_id in project_ids else None

@@ -21,6 +21,7 @@ from tickwork.services.api.paging import cursor_after, next_cursor, page_limit
 from tickwork.services.api.reads import attempts as attempt_reads
 from tickwork.services.api.responses import json_response
 from tickwork.services.api.routes.logs import log_out
+from tickwork.services.api.scope import require_project
 from tickwork.services.api.times import parse_time
 from tickwork.shared.clock import utc_now
 from tickwork.shared.domain.instants import shown_in
@@ -247,7 +248,9 @@ def start(body: StartBody) -> dict[str, Any]:
 
 def start_from_body(conn: Connection, body: StartBody, now: datetime) -> StartResult:
     """Start what ``body`` asks (``created`` is False when the session had an attempt);
-    InvalidBody naming a member the store cannot use."""
+    InvalidBody naming a member the store cannot use; for a project the request's token
+    does not cover, the 404 of a project that does not exist."""
+    require_project(body.project, f"no project {body.project!r}")
     session_time = (
         None
         if body.session_time is None

@@ -13,6 +13,7 @@ from tickwork.services.api import times
 from tickwork.services.api.database import read_connection
 from tickwork.services.api.errors import InvalidParameter
 from tickwork.services.api.paging import PageQuery, cursor_after, next_cursor, page_limit
+from tickwork.services.api.scope import visible_projects
 from tickwork.shared.store.audit import AuditEvent, AuditFilters, list_events
 
 blueprint = APIBlueprint("audit", __name__, tag="Audit")
@@ -28,13 +29,16 @@ class AuditQuery(PageQuery):
     project: str | None = Field(None, max_length=255, description="Project name.")
 
     def filters(self) -> AuditFilters:
-        """The store's filters; InvalidParameter naming ``since`` or ``until`` for a time
-        that is not one, or a range ending before it starts."""
+        """The store's filters (only the projects the request's token covers);
+        InvalidParameter naming ``since`` or ``until`` for a time that is not one, or a
+        range ending before it starts."""
         since = None if self.since is None else times.parse_time(self.since, parameter="since")
         until = None if self.until is None else times.parse_time(self.until, parameter="until")
         if since is not None and until is not None and until <= since:
             raise InvalidParameter("until", "must be later than `since`")
-        return AuditFilters(since, until, self.actor, self.action, self.project)
+        visible = visible_projects()
+        names = visible.names if visible is not None else None
+        return AuditFilters(since, until, self.actor, self.action, self.project, names)
 
 
 class AuditEventOut(BaseModel):

@@ -17,6 +17,7 @@ from tickwork.services.api.extensions import api_config
 from tickwork.services.api.models import RequestQuery
 from tickwork.services.api.paging import PageQuery, fetch_page, paged_list
 from tickwork.services.api.routes.workflows import WorkflowDetail, WorkflowList, workflow_item
+from tickwork.services.api.scope import visible_ids
 from tickwork.services.api.times import format_time, parse_time
 from tickwork.shared.clock import utc_now
 from tickwork.shared.dsl.archive import read_project_archive
@@ -226,7 +227,9 @@ def list_projects(query: ProjectQuery) -> dict[str, Any]:
     with read_connection() as conn:
         return paged_list(
             conn,
-            catalog.select_projects(query.name, contains=query.name_contains),
+            catalog.select_projects(
+                query.name, contains=query.name_contains, project_ids=visible_ids()
+            ),
             projects.c.id,
             query,
             project_item,

@@ -20,6 +20,7 @@ from tickwork.services.api.errors import InvalidBody
 from tickwork.services.api.models import RequestBody
 from tickwork.services.api.paging import PageQuery, cursor_after, next_cursor, page_limit
 from tickwork.services.api.routes.workflows import LastSessionOut
+from tickwork.services.api.scope import visible_ids
 from tickwork.services.api.times import format_time, parse_time
 from tickwork.shared.clock import utc_now
 from tickwork.shared.domain.states import ScheduleState
@@ -142,13 +143,14 @@ class ScheduleQuery(PageQuery):
     include_removed: bool = Field(False, description="Also schedules of removed workflows.")
 
     def filters(self) -> ScheduleFilters:
-        """The store's filters."""
+        """The store's filters (only the projects the request's token covers)."""
         return ScheduleFilters(
             project=self.project,
             workflow=self.workflow,
             q=self.q or None,
             paused=self.paused,
             include_removed=self.include_removed,
+            project_ids=visible_ids(),
         )
 
 

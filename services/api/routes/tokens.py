@@ -2,10 +2,11 @@
 ``/api/whoami``, which any token may ask.
 
 Every route of ``/api/tokens`` needs an admin token (services/api/auth.py
-ADMIN_BLUEPRINTS). Revoking a token ends it at once in the replica asked and within a
-second in the others (each trusts a token it has read for that long), and ends its web UI
-sessions in the same transaction. The environment's tokens (``env:...``) are listed
-by ``whoami`` only: they are changed where they are configured.
+ADMIN_BLUEPRINTS) without project globs (services/api/scope.py). Revoking a token ends it
+at once in the replica asked and within a second in the others (each trusts a token it
+has read for that long), and ends its web UI sessions in the same transaction. The
+environment's tokens (``env:...``) are listed by ``whoami`` only: they are changed where
+they are configured.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ class TokenIn(RequestBody):
         max_length=32,
         description="How long it lasts, such as 90d or 12h (at most 3650d); none: no expiry.",
     )
+    projects: list[str] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Globs of the projects it is limited to, such as data-*; none: every project.",
+    )
 
 
 class TokenOut(BaseModel):
@@ -51,6 +57,7 @@ class TokenOut(BaseModel):
 
     name: str
     role: str
+    projects: list[str] = Field(description="The project globs it is limited to; []: all.")
     created_by: str
     created_at: datetime
     expires_at: datetime | None
@@ -76,6 +83,7 @@ class WhoAmI(BaseModel):
 
     name: str = Field(description="The token's name: env:... for the environment's.")
     role: str
+    projects: list[str] = Field(description="The project globs it is limited to; []: all.")
     source: Literal["environment", "store", "none"] = Field(
         description="none: this server takes no tokens (a loopback standalone)."
     )
@@ -86,6 +94,7 @@ def _item(token: token_store.StoredToken) -> dict[str, Any]:
     return {
         "name": token.name,
         "role": token.role,
+        "projects": list(token.projects),
         "created_by": token.created_by,
         "created_at": token.created_at,
         "expires_at": token.expires_at,
@@ -123,7 +132,8 @@ def list_tokens() -> dict[str, Any]:
 @blueprint.output(TokenCreated, status_code=201)
 @blueprint.doc(responses={409: "A token of that name exists (names are never reused)"})
 def create_token(body: TokenIn) -> tuple[dict[str, Any], int]:
-    """Create a token; its secret is in this answer and nowhere else."""
+    """Create a token, limited to ``projects`` if given; its secret is in this answer and
+    nowhere else."""
     if not api_config().auth_enabled:
         raise ApiProblem(
             409, "this server takes no tokens (sign-in is off): configure TICKWORK_API_TOKENS"
@@ -133,7 +143,7 @@ def create_token(body: TokenIn) -> tuple[dict[str, Any], int]:
     expires_at = now + lifetime if lifetime is not None else None
     with write_transaction() as conn:
         created, secret = token_store.create_token(
-            conn, body.name, body.role, _asker(), now, expires_at
+            conn, body.name, body.role, _asker(), now, expires_at, body.projects
         )
     return {**_item(created), "secret": secret}, 201
 
@@ -154,13 +164,20 @@ def revoke_token(name: str) -> dict[str, Any]:
 @whoami_blueprint.get("/api/whoami")
 @whoami_blueprint.output(WhoAmI)
 def whoami() -> dict[str, Any]:
-    """The name and role of the token the request came with."""
+    """The name, role and project globs of the token the request came with."""
     identity: Identity | None = g.get("identity")
     if identity is None:
-        return {"name": "anonymous", "role": "admin", "source": "none", "expires_at": None}
+        return {
+            "name": "anonymous",
+            "role": "admin",
+            "projects": [],
+            "source": "none",
+            "expires_at": None,
+        }
     return {
         "name": identity.name,
         "role": identity.role,
+        "projects": list(identity.projects),
         "source": "store" if identity.stored else "environment",
         "expires_at": identity.expires_at,
     }

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 
 from tickwork.services.api.database import read_connection
 from tickwork.services.api.paging import PageQuery, fetch_page
+from tickwork.services.api.scope import visible_ids
 from tickwork.services.api.times import format_time
 from tickwork.shared.domain.schedule import written_timezone
 from tickwork.shared.store import catalog
@@ -109,6 +110,7 @@ def list_workflows(query: WorkflowQuery) -> dict[str, Any]:
             project=query.project,
             contains=query.name_contains,
             project_contains=query.project_contains,
+            project_ids=visible_ids(),
         )
         rows, next_cursor = fetch_page(conn, select, workflow_definitions.c.id, query)
         last = catalog.last_sessions(conn, [(row.project_id, row.name) for row in rows])

@@ -262,8 +262,21 @@ def _whole_tree() -> bool:
     return request.args.get("tree") == "all"
 
 
-def _missing(attempt_id: int) -> tuple[str, int]:
-    return render_template("ui/attempt_missing.html", attempt_id=attempt_id), 404
+@blueprint.errorhandler(NotFound)
+def _missing(error: NotFound) -> Response | tuple[str, int]:
+    """What each page answers for an attempt, task or log that does not exist (or, for a
+    token limited to projects, of another project: services/api/scope.py raises the same
+    NotFound before the page runs, so the two answers cannot be told apart)."""
+    args = request.view_args or {}
+    attempt_id, task_id = args.get("attempt_id"), args.get("task_id")
+    endpoint = (request.endpoint or "").partition(".")[2]
+    if endpoint in ("attempt_page", "attempt_live"):
+        return render_template("ui/attempt_missing.html", attempt_id=attempt_id), 404
+    if endpoint == "task_log":
+        return _text(f"No task {task_id} in attempt {attempt_id}.\n", 404)
+    if endpoint == "follow_logs":
+        return _text(f"No attempt {attempt_id}.\n", 404)
+    return _text(f"{error}\n", 404)
 
 
 @contextmanager
@@ -287,10 +300,7 @@ def _render_attempt(attempt_id: int, template: str) -> tuple[str, int]:
     """``template`` filled with an attempt (the whole tree if ``?tree=all``), or the
     404 page."""
     with _collector_paused():
-        try:
-            context = read_attempt(attempt_id, whole_tree=_whole_tree())
-        except NotFound:
-            return _missing(attempt_id)
+        context = read_attempt(attempt_id, whole_tree=_whole_tree())
         return render_template(template, **context.as_template_context()), 200
 
 
@@ -315,12 +325,9 @@ def task_detail(attempt_id: int, task_id: int) -> Response:
     """One task as JSON for the log pane: its values (secrets masked) and its runs' logs,
     as ``GET /api/attempts/{id}/tasks/{task_id}`` answers, and ``stream_offset``, where
     the pane starts following the attempt's log stream."""
-    try:
-        with read_connection() as conn:
-            found = attempt_reads.read_task_detail(conn, attempt_id, task_id)
-            offset = attempt_reads.read_stream_offset(conn, attempt_id)
-    except NotFound as error:
-        return _text(f"{error}\n", 404)
+    with read_connection() as conn:
+        found = attempt_reads.read_task_detail(conn, attempt_id, task_id)
+        offset = attempt_reads.read_stream_offset(conn, attempt_id)
     response = json_response({**task_detail_json(found), "stream_offset": offset})
     response.headers["Cache-Control"] = "no-store"
     return response
@@ -335,10 +342,7 @@ def log_file(attempt_id: int, file_id: int) -> Response:
         query = ContentQuery.model_validate(request.args.to_dict())
     except ValidationError:
         return _text("expected offset and length as whole numbers, download as true\n", 400)
-    try:
-        return file_response(attempt_id, file_id, query)
-    except NotFound as error:
-        return _text(f"{error}\n", 404)
+    return file_response(attempt_id, file_id, query)
 
 
 def task_log_text(attempt_id: int, task_id: int) -> str:
@@ -361,10 +365,7 @@ def task_log_text(attempt_id: int, task_id: int) -> str:
 def task_log(attempt_id: int, task_id: int) -> Response:
     """A task's log as text: every run of it, as far as written (a run still going or
     killed too)."""
-    try:
-        text = task_log_text(attempt_id, task_id)
-    except NotFound:
-        return _text(f"No task {task_id} in attempt {attempt_id}.\n", 404)
+    text = task_log_text(attempt_id, task_id)
     return Response(text, 200, content_type=TEXT_TYPE, headers={"Cache-Control": "no-store"})
 
 
@@ -373,11 +374,8 @@ def follow_logs(attempt_id: int) -> Response:
     """The attempt's logs as server-sent events while it runs (as /api/logs/{id}/follow;
     ``?offset=`` starts after that many bytes of the stream, EventSource resumes with
     ``Last-Event-ID``)."""
-    try:
-        with read_connection() as conn:
-            attempt_reads.read_attempt_state(conn, attempt_id)
-    except NotFound:
-        return _text(f"No attempt {attempt_id}.\n", 404)
+    with read_connection() as conn:
+        attempt_reads.read_attempt_state(conn, attempt_id)
     given = request.headers.get("Last-Event-ID", "") or request.args.get("offset", "")
     offset = int(given) if given.isdigit() and len(given) <= 18 else 0
     return follow_response(attempt_id, offset, FOLLOW_MAX_SECONDS)

@@ -11,6 +11,7 @@ from datetime import timedelta
 from flask import Blueprint, render_template
 
 from tickwork.services.api.database import read_connection
+from tickwork.services.api.scope import visible_ids
 from tickwork.shared.clock import utc_now
 from tickwork.shared.domain.schedule_policies import MissedReason
 from tickwork.shared.domain.states import AttemptState
@@ -45,12 +46,14 @@ def overview_live() -> str:
 
 def _render(template: str) -> str:
     since = utc_now() - FAILURE_WINDOW
+    visible = visible_ids()  # a token limited to projects sees only theirs
+    running_filters = history.RunFilters(state=AttemptState.RUNNING, project_ids=visible)
     with read_connection() as conn:
-        running = history.list_attempts(conn, state=AttemptState.RUNNING, limit=SECTION_ROWS)
-        failures = dashboard.recent_failures(conn, since, SECTION_ROWS + 1)
-        next_runs = dashboard.next_runs(conn, SECTION_ROWS + 1)
-        troubled = dashboard.troubled_schedules(conn, SECTION_ROWS + 1)
-        missed = dashboard.recent_missed(conn, SECTION_ROWS + 1)
+        running = history.list_attempts(conn, where=running_filters, limit=SECTION_ROWS)
+        failures = dashboard.recent_failures(conn, since, SECTION_ROWS + 1, visible)
+        next_runs = dashboard.next_runs(conn, SECTION_ROWS + 1, visible)
+        troubled = dashboard.troubled_schedules(conn, SECTION_ROWS + 1, visible)
+        missed = dashboard.recent_missed(conn, SECTION_ROWS + 1, visible)
     return render_template(
         template,
         rows=SECTION_ROWS,

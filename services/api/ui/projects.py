@@ -18,6 +18,7 @@ from tickwork.services.api.database import read_connection
 from tickwork.services.api.errors import PROBLEM_TYPES, ApiProblem
 from tickwork.services.api.paging import decode_cursor, next_cursor
 from tickwork.services.api.reads import projects as project_reads
+from tickwork.services.api.scope import visible_ids
 from tickwork.shared.clock import utc_now
 from tickwork.shared.domain.schedule import written_timezone
 from tickwork.shared.domain.states import AttemptState
@@ -70,7 +71,11 @@ def projects() -> str:
         raise ApiProblem(400, f"q: at most {NAME_LIMIT} characters")
     with read_connection() as conn:
         found = project_reads.list_projects(
-            conn, contains=contains or None, after=_after(), limit=PROJECTS_PER_PAGE
+            conn,
+            contains=contains or None,
+            after=_after(),
+            limit=PROJECTS_PER_PAGE,
+            project_ids=visible_ids(),
         )
     return render_template(
         "ui/projects.html",

@@ -21,6 +21,7 @@ from tickwork.services.api import times
 from tickwork.services.api.database import read_connection
 from tickwork.services.api.errors import ApiProblem
 from tickwork.services.api.paging import decode_cursor, next_cursor
+from tickwork.services.api.scope import visible_ids
 from tickwork.shared.domain.states import AttemptState
 from tickwork.shared.store import history
 
@@ -93,6 +94,7 @@ def read_query() -> ListQuery:
         state=_state(),
         time_from=_time("from"),
         time_to=_time("to"),
+        project_ids=visible_ids(),
     )
     if filters.time_from and filters.time_to and filters.time_to <= filters.time_from:
         raise BadFilter("to: must be later than from")

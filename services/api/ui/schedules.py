@@ -22,6 +22,7 @@ from tickwork.services.api.routes.schedules import (
     plan_backfill,
     skip_session_times,
 )
+from tickwork.services.api.scope import visible_ids
 from tickwork.services.api.ui.forms import FormInvalid, api_errors, filled, model_of, whole_number
 from tickwork.shared.clock import utc_now
 from tickwork.shared.display import time_text
@@ -55,12 +56,15 @@ def schedule_list() -> str:
     q = request.args.get("q", "").strip()[:255]
     paused = request.args.get("paused", "")
     cursor = request.args.get("cursor")
-    filters = ScheduleFilters(project=project, q=q or None, paused=PAUSED_CHOICES.get(paused))
+    visible = visible_ids()
+    filters = ScheduleFilters(
+        project=project, q=q or None, paused=PAUSED_CHOICES.get(paused), project_ids=visible
+    )
     with read_connection() as conn:
         page = schedule_reads.list_schedule_page(
             conn, filters, after=decode_cursor(cursor) if cursor else None, limit=PAGE_SIZE
         )
-        names = schedule_reads.scheduled_project_names(conn, PROJECT_CHOICES)
+        names = schedule_reads.scheduled_project_names(conn, PROJECT_CHOICES, visible)
     return render_template(
         "ui/schedules.html",
         items=page.items,

@@ -14,6 +14,7 @@ from werkzeug.wrappers import Response
 
 from tickwork.services.api.database import read_connection
 from tickwork.services.api.reads.search import QUERY_LIMIT, SearchResults, search
+from tickwork.services.api.scope import visible_ids
 
 blueprint = Blueprint("ui_search", __name__, url_prefix="/ui")
 
@@ -26,7 +27,7 @@ def search_page() -> Response | str | tuple[str, int]:
         message = f"q: at most {QUERY_LIMIT} characters"
         return render_template("ui/search.html", results=None, problem=message), 400
     with read_connection() as conn:
-        results = search(conn, text)
+        results = search(conn, text, project_ids=visible_ids())
     if request.args.get("format") == "json":
         return jsonify(_as_json(results))
     target = _straight_to(results)
