@@ -134,8 +134,12 @@ def record_unrecorded(response: Response, write: Callable[[Callable[[Any], None]
     refused = status in (401, 403) or g.get(REFUSED_KEY)
     outcome = "refused" if refused else "ok" if status < 400 else "failed"
 
+    # A route that ran got past every check of the request (its token, its size, its
+    # media type): its body can be summarised. One refused before that is never read.
+    read_body = bool(g.get(ARMED_KEY))
+
     def write_row(conn: Any) -> None:
-        event = pending_event(conn, status, outcome, read_body=False)
+        event = pending_event(conn, status, outcome, read_body=read_body)
         if event is not None:
             record(conn, event)
 

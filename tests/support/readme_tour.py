@@ -78,15 +78,18 @@ TOUR = (
 )
 
 
-def run_tour(standalone: StandaloneProcess, workdir: Path) -> Iterator[str]:
-    """Each step's lines for the README: ``$ tickwork …  # comment``, then its output."""
+def run_tour(
+    standalone: StandaloneProcess, workdir: Path, token: str | None = None
+) -> Iterator[str]:
+    """Each step's lines for the README: ``$ tickwork …  # comment``, then its output;
+    each command sends ``token`` if given."""
     attempts: dict[str, str] = {}
     for step in TOUR:
         command = step.command.format(**attempts)
         words = shlex.split(command)
         done = subprocess.run(
             [*tickwork_command(), *words],
-            env=client_environment(standalone.endpoint),
+            env=client_environment(standalone.endpoint, token),
             cwd=workdir,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -130,16 +133,19 @@ def rewrite(readme: str, lines: list[str]) -> str:
     return readme[:start] + block + readme[end:]
 
 
+def copy_examples(workdir: Path) -> str:
+    """The examples copied into ``workdir/examples``, as the tour pushes them; its path."""
+    shutil.copytree(
+        REPO_ROOT / "examples", workdir / "examples", ignore=shutil.ignore_patterns(".tickwork")
+    )
+    return str(workdir / "examples")
+
+
 def main(readme_path: Path) -> None:
     """Run the tour in a temporary directory and rewrite ``readme_path``'s tour block."""
     with tempfile.TemporaryDirectory(prefix="tickwork-tour-") as tmp:
         workdir = Path(tmp) / "work"
-        shutil.copytree(
-            REPO_ROOT / "examples",
-            workdir / "examples",
-            ignore=shutil.ignore_patterns(".tickwork"),
-        )
-        project = str(workdir / "examples")
+        project = copy_examples(workdir)
         with running_standalone(Path(tmp) / "state", "--project", project) as standalone:
             lines = list(run_tour(standalone, workdir))
     readme_path.write_text(rewrite(readme_path.read_text(encoding="utf-8"), lines))

@@ -238,12 +238,20 @@ def start(body: StartBody) -> dict[str, Any]:
     """Start a session of a workflow of a project's latest revision by hand."""
     with write_transaction() as conn:
         result = start_from_body(conn, body, utc_now())
-    if not result.created:
-        raise Conflict(
+        if not result.created:  # raised inside: the audit row says it failed, not "ok"
+            raise SessionTaken(result)
+    return _attempt_json(result.attempt_id)
+
+
+class SessionTaken(Conflict):
+    """The session a start names already has an attempt: nothing was started."""
+
+    def __init__(self, result: StartResult) -> None:
+        super().__init__(
             f"session {result.session_id} already has attempt {result.attempt_id}",
             attempt_id=str(result.attempt_id),
         )
-    return _attempt_json(result.attempt_id)
+        self.result = result
 
 
 def start_from_body(conn: Connection, body: StartBody, now: datetime) -> StartResult:

@@ -19,6 +19,7 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 from tickwork.services.api.database import read_connection, write_transaction
 from tickwork.services.api.routes.attempts import (
     RetryBody,
+    SessionTaken,
     StartBody,
     retry_from_body,
     start_from_body,
@@ -70,10 +71,13 @@ def start(name: str, workflow: str) -> WerkzeugResponse | tuple[str, int]:
         body = model_of(StartBody, values)
         with api_errors(), write_transaction() as conn:
             result = start_from_body(conn, body, utc_now())
+            if not result.created:  # raised inside: the audit row says it failed
+                raise SessionTaken(result)
     except FormInvalid as invalid:
         return _start_page(name, workflow, entered, rows, invalid.errors), 400
-    if not result.created:
-        conflict = {"attempt_id": result.attempt_id, "session_id": result.session_id}
+    except SessionTaken as taken:
+        existing = taken.result
+        conflict = {"attempt_id": existing.attempt_id, "session_id": existing.session_id}
         return _start_page(name, workflow, entered, rows, {}, conflict), 409
     flash(f"Started attempt {result.attempt_id} of {name}/{workflow}.", "success")
     return _to_attempt(result.attempt_id)
