@@ -13,7 +13,10 @@ generator (bench/_api_load.py) sends each kind of request at ``--rate`` per seco
   (and its audit row, in the same transaction);
 - ``list_store_token``: ``list`` again, sent with a named token of the store (one of
   ``--store-tokens``), which each request looks up by its digest, against ``list``'s
-  environment token compared in memory.
+  environment token compared in memory;
+- ``list_scoped_token``: ``list`` again, with a store token limited to the project's name
+  by a glob, among ``--other-projects`` projects it does not cover: each request also
+  reads which projects the token covers and keeps only their sessions.
 
 Latency runs from each request's scheduled send time to the end of its answer. Progress
 goes to stderr (JSON lines when it is not a terminal); the last stdout line is one JSON
@@ -51,6 +54,7 @@ from tickwork.shared.clock import utc_now
 from tickwork.shared.logging import configure_logging
 from tickwork.shared.store.api_tokens import create_token
 from tickwork.shared.store.engine import create_store_engine
+from tickwork.shared.store.projects import ensure_project
 
 DEFAULT_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 TOKEN = "bench-admin-token"
@@ -62,6 +66,9 @@ START_TIMEOUT_SECONDS = 60.0
 TARGET_DEEP_TO_FIRST_P50 = 1.5
 # The server's CPU per list request (a page of 100), at most; see bench/README.md.
 TARGET_LIST_SERVER_CPU_MS = 3.0
+# A token limited to projects: its list's server CPU at most this times the environment
+# token's, in the same run; see bench/README.md.
+TARGET_SCOPED_TO_ENV_CPU = 1.10
 
 log = logging.getLogger("bench.api")
 
@@ -258,15 +265,22 @@ def measure(
     return measured
 
 
-def seed_tokens(engine: Engine, count: int) -> str:
-    """``count`` operate tokens in the store; the secret of one of them."""
+def seed_tokens(engine: Engine, count: int, other_projects: int) -> tuple[str, str]:
+    """``count`` operate tokens in the store, one more limited to the seeded project, and
+    ``other_projects`` projects that token does not cover; the secret of one of the
+    ``count`` and the limited one's."""
     now = utc_now()
     secrets_made = []
     with engine.begin() as conn:
         for index in range(count):
             _, secret = create_token(conn, f"bench-{index}", "operate", "bench", now, None)
             secrets_made.append(secret)
-    return secrets_made[count // 2]
+        _, scoped = create_token(
+            conn, "bench-scoped", "operate", "bench", now, None, projects=[f"{PROJECT}*"]
+        )
+        for index in range(other_projects):
+            ensure_project(conn, f"other-{index}", now)
+    return secrets_made[count // 2], scoped
 
 
 def run_all(args: argparse.Namespace, server_url: str, work_dir: Path) -> dict[str, Any]:
@@ -276,7 +290,7 @@ def run_all(args: argparse.Namespace, server_url: str, work_dir: Path) -> dict[s
         engine = create_store_engine(url)
         started = time.perf_counter()
         seeded = seed(engine, args.sessions)
-        store_token = seed_tokens(engine, args.store_tokens)
+        store_token, scoped_token = seed_tokens(engine, args.store_tokens, args.other_projects)
         engine.dispose()
         seed_seconds = time.perf_counter() - started
         log.info("seeded sessions=%d seconds=%.1f", seeded.sessions, seed_seconds)
@@ -305,6 +319,14 @@ def run_all(args: argparse.Namespace, server_url: str, work_dir: Path) -> dict[s
                     200,
                     args,
                     token=store_token,
+                ),
+                "list_scoped_token": measure(
+                    "list_scoped_token",
+                    server,
+                    lambda _: Request("GET", first),
+                    200,
+                    args,
+                    token=scoped_token,
                 ),
                 # Last: past about 150 a second the starts outrun 2 cores, and the queue
                 # they leave would be measured by whatever came after them.
@@ -335,6 +357,7 @@ def figures(
         "deep_page_p99_ms": ms("deep_page", 0.99),
         "start_p99_ms": ms("start", 0.99),
         "list_store_token_p99_ms": ms("list_store_token", 0.99),
+        "list_scoped_token_p99_ms": ms("list_scoped_token", 0.99),
         "rps": round(good / span, 1),
         "server_cpu_ms_per_request": cpu_ms_per_request(list(measured.values())),
     }
@@ -349,8 +372,11 @@ def figures(
     ratio = out["deep_page_p50_ms"] / out["list_p50_ms"]
     store_cpu = out["list_store_token_server_cpu_ms_per_request"] or 0.0
     env_cpu = out["list_server_cpu_ms_per_request"] or 0.0
+    scoped_cpu = out["list_scoped_token_server_cpu_ms_per_request"] or 0.0
     out["store_token_to_env_token_cpu_ratio"] = round(store_cpu / env_cpu, 3) if env_cpu else None
+    out["scoped_token_to_env_token_cpu_ratio"] = round(scoped_cpu / env_cpu, 3) if env_cpu else None
     out["store_tokens"] = args.store_tokens
+    out["other_projects"] = args.other_projects
     out |= {
         "deep_to_first_p50_ratio": round(ratio, 3),
         "deep_page_depth": depth,
@@ -362,6 +388,7 @@ def figures(
         "load_average_1m": round(load_average, 2),
         "meets_targets": ratio <= TARGET_DEEP_TO_FIRST_P50
         and (out["list_server_cpu_ms_per_request"] or 0.0) <= TARGET_LIST_SERVER_CPU_MS
+        and (out["scoped_token_to_env_token_cpu_ratio"] or 0.0) <= TARGET_SCOPED_TO_ENV_CPU
         and not any(r.error_count or r.unanswered_s for r in results.values()),
     }
     return out
@@ -386,6 +413,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=200.0, help="requests per second")
     parser.add_argument(
         "--store-tokens", type=int, default=100, help="named tokens in the store (at least 1)"
+    )
+    parser.add_argument(
+        "--other-projects",
+        type=int,
+        default=50,
+        help="projects the limited token does not cover",
     )
     parser.add_argument("--duration", type=float, default=30.0, help="seconds per kind")
     parser.add_argument("--warmup", type=float, default=3.0, help="uncounted seconds per kind")

@@ -22,9 +22,10 @@ they cost nothing here.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
-from flask import g, request
+from flask import current_app, g, request
 from sqlalchemy import select
 
 from tickwork.services.api.audit import mark_refused
@@ -36,6 +37,10 @@ from tickwork.shared.store.owners import OWNER_QUERIES, project_of
 from tickwork.shared.store.tables import projects
 
 VISIBLE_KEY = "visible_projects"
+VISIBLE_CACHE_KEY = "tickwork.visible_projects"
+VISIBLE_SECONDS = 1.0
+"""How long a process keeps which projects a set of globs covers."""
+VISIBLE_CACHE_MAX = 1024
 TOKEN_BLUEPRINTS = frozenset({"tokens"})
 
 MISSING: dict[str, str] = {
@@ -71,13 +76,26 @@ def limited_identity() -> Identity | None:
 
 
 def visible_projects() -> VisibleProjects | None:
-    """The projects this request's token covers; None: every project (no limit). Read
-    once per request: each project's name against the token's globs."""
+    """The projects this request's token covers; None: every project (no limit).
+
+    Each project's name is matched against the token's globs, and the answer kept by the
+    process for :data:`VISIBLE_SECONDS` for every token of the same globs: a project pushed
+    meanwhile shows in their lists within that time (at once in the process that pushed
+    it). Keeping it cannot show a project the globs do not cover: a project keeps its id
+    and its name for good."""
     identity = limited_identity()
     if identity is None:
         return None
     known: VisibleProjects | None = g.get(VISIBLE_KEY)
-    if known is None:
+    if known is not None:
+        return known
+    cache: dict[tuple[str, ...], tuple[float, VisibleProjects]]
+    cache = current_app.extensions.setdefault(VISIBLE_CACHE_KEY, {})
+    clock = time.monotonic()
+    kept = cache.get(identity.projects)
+    if kept is not None and clock - kept[0] < VISIBLE_SECONDS:
+        known = kept[1]
+    else:
         with read_connection() as conn:
             rows = conn.execute(select(projects.c.id, projects.c.name)).all()
         covered = [(int(row.id), str(row.name)) for row in rows if identity.covers(row.name)]
@@ -85,8 +103,17 @@ def visible_projects() -> VisibleProjects | None:
             frozenset(project_id for project_id, _ in covered),
             frozenset(name for _, name in covered),
         )
-        setattr(g, VISIBLE_KEY, known)
+        if len(cache) >= VISIBLE_CACHE_MAX:
+            cache.clear()
+        cache[identity.projects] = (clock, known)
+    setattr(g, VISIBLE_KEY, known)
     return known
+
+
+def forget_visible() -> None:
+    """Match every project against the globs again at the next request (this process
+    pushed one: it shows at once here, and within :data:`VISIBLE_SECONDS` elsewhere)."""
+    current_app.extensions.pop(VISIBLE_CACHE_KEY, None)
 
 
 def visible_ids() -> frozenset[int] | None:

@@ -284,4 +284,5 @@ def test_a_limited_token_signed_in_to_the_ui_sees_only_its_projects(
     assert page.status_code == 200
     text = page.get_data(as_text=True)
     assert "alpha" in text and "beta" not in text
+    assert 'for projects <strong class="token-projects">alpha</strong>' in text
     assert browser.get(f"/ui/attempts/{runs['beta'].attempt_id}").status_code == 404

@@ -17,7 +17,7 @@ from tickwork.services.api.extensions import api_config
 from tickwork.services.api.models import RequestQuery
 from tickwork.services.api.paging import PageQuery, fetch_page, paged_list
 from tickwork.services.api.routes.workflows import WorkflowDetail, WorkflowList, workflow_item
-from tickwork.services.api.scope import visible_ids
+from tickwork.services.api.scope import forget_visible, visible_ids
 from tickwork.services.api.times import format_time, parse_time
 from tickwork.shared.clock import utc_now
 from tickwork.shared.dsl.archive import read_project_archive
@@ -193,6 +193,7 @@ def push_project(name: str, query: PushQuery) -> tuple[dict[str, Any], int]:
             now=utc_now(),
             schedule_from=schedule_from,
         )
+    forget_visible()  # a new project shows in limited tokens' lists at once here
     return _pushed(result), 201 if result.created else 200
 
 

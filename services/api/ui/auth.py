@@ -372,6 +372,7 @@ def _template_context() -> dict[str, Any]:
         "auth_enabled": config.auth_enabled,
         "role": identity.role if identity is not None else None,
         "identity_name": identity.name if identity is not None else None,
+        "identity_projects": identity.projects if identity is not None else (),
         "signed_in": bool(g.get("ui_signed_in")),
         "can_act": not config.auth_enabled
         or (identity is not None and may(identity.role, "operate")),
