@@ -130,7 +130,7 @@ COMMANDS = lazy_commands(
         (
             "whoami",
             "tickwork.services.cli.tokens:whoami_command",
-            "Show the name and role of the token this command sends.",
+            "Show the name, role and projects of the token this command sends.",
         ),
         # Operating a deployment (what works on the database itself) and developing tickwork.
         ("db", "tickwork.services.compose.db:db_group", "Database schema commands."),
