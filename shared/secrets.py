@@ -21,7 +21,7 @@ from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken
 
-from tickwork.shared.domain.operators import secret_params
+from tickwork.shared.domain.operators import operators_with_secret_commands, secret_params
 from tickwork.shared.errors import InvalidInput, Problem, TickworkError
 
 SECRET_KEY_VARIABLE = "TICKWORK_SECRET_KEY"
@@ -36,8 +36,13 @@ _KDF_ITERATIONS = 200_000
 SECRET_PARAMS: dict[str, tuple[str, ...]] = secret_params()
 """The params of an operator where ``${secret:name}`` may stand, besides ``sh>`` commands
 and ``_env`` values."""
-WHERE_ALLOWED = "secrets may be used only in sh> commands, _env and " + "; ".join(
-    f"{operator}> {', '.join(params)}" for operator, params in sorted(SECRET_PARAMS.items())
+WHERE_ALLOWED = (
+    "secrets may be used only in "
+    + ", ".join(f"{name}>" for name in operators_with_secret_commands())
+    + " commands, _env and "
+    + "; ".join(
+        f"{operator}> {', '.join(params)}" for operator, params in sorted(SECRET_PARAMS.items())
+    )
 )
 """Where a secret may stand, as an error says it (from the operator registry)."""
 

@@ -92,7 +92,8 @@ _SPECS = (
         RunsOn.AGENT,
         CommandKind.TEXT,
         "sends an HTTP request",
-        secret_params=("headers",),
+        secret_params=("headers", "query", "content"),
+        secrets_in_command=True,
         implicit_secret_prefix="http.",
     ),
     OperatorSpec(
@@ -100,7 +101,8 @@ _SPECS = (
         RunsOn.AGENT,
         CommandKind.TEXT,
         "runs a workflow fetched over HTTP as its subtasks",
-        secret_params=("headers",),
+        secret_params=("headers", "query", "content"),
+        secrets_in_command=True,
         implicit_secret_prefix="http.",
     ),
     OperatorSpec("require", RunsOn.EXECUTOR, CommandKind.TEXT, "runs another workflow's session"),
@@ -196,6 +198,11 @@ def control_operators() -> tuple[str, ...]:
 def secret_params() -> dict[str, tuple[str, ...]]:
     """For each operator that has some, the params where ``${secret:name}`` may stand."""
     return {n: spec.secret_params for n, spec in REGISTRY.items() if spec.secret_params}
+
+
+def operators_with_secret_commands() -> tuple[str, ...]:
+    """The operators whose command may hold ``${secret:name}`` (``sh>``, ``http>``, ...)."""
+    return tuple(n for n, spec in REGISTRY.items() if spec.secrets_in_command)
 
 
 def implicit_secret_prefixes() -> dict[str, str]:

@@ -61,14 +61,17 @@ def test_a_body_that_is_not_json_is_refused_naming_the_url() -> None:
     assert str(caught.value).startswith(f"http_call> {URL} gave invalid JSON: ")
 
 
-def test_secrets_may_stand_in_http_call_headers_only(tmp_path: Path) -> None:
+def test_secrets_may_stand_in_http_call_url_headers_query_and_content_only(
+    tmp_path: Path,
+) -> None:
     text = (
         "+fetch:\n"
-        "  http_call>: https://example.com/wf\n"
+        "  http_call>: https://example.com/wf?key=${secret:token}\n"
         "  headers:\n"
         "    Authorization: ${secret:token}\n"
         "  content: ${secret:token}\n"
+        "  method: ${secret:token}\n"
     )
     with pytest.raises(InvalidWorkflow) as caught:
         parse_workflow_text(text, "wf.dig", tmp_path)
-    assert [p.line for p in caught.value.problems] == [5]
+    assert [p.line for p in caught.value.problems] == [6]

@@ -55,10 +55,12 @@ def test_secrets_stand_only_in_the_params_the_registry_names(tmp_path: Path) -> 
           headers:
             Authorization: ${secret:token}
           content: ${secret:token}
+          method: ${secret:token}
         """
     assert problems(tmp_path, text) == [
-        "wf.dig:5: '${secret:token}': secrets may be used only in sh> commands, _env and "
-        "http> headers; http_call> headers; mail> host, port, username, password, tls, ssl; "
+        "wf.dig:6: '${secret:token}': secrets may be used only in sh>, http>, http_call> "
+        "commands, _env and http> headers, query, content; http_call> headers, query, content; "
+        "mail> host, port, username, password, tls, ssl; "
         "pg> host, port, user, password, database, ssl, schema"
     ]
 

@@ -99,3 +99,32 @@ class TestHttp:
         assert run.exit_code == 1
         assert f"failed +wf+fetch: GET {http_server}/missing answered 404" in run.summary
         assert len(_Recorder.seen) == 1
+
+    def test_a_post_is_not_sent_again_unless_retry_says_so(
+        self, project: Project, http_server: str
+    ) -> None:
+        project.write(
+            "wf.dig",
+            f"""
+            +once:
+              http>: {http_server}/flaky
+              method: POST
+              content: {{a: 1}}
+              content_format: form
+              headers:
+                - X-Tag: a
+                - X-Tag: b
+            """,
+        )
+        run = project.run("wf.dig")
+        assert run.exit_code == 1, run.explain()
+        assert f"POST {http_server}/flaky answered 503" in run.summary
+        ((method, _path, _key, body),) = _Recorder.seen
+        assert (method, body) == ("POST", b"a=1")
+        _Recorder.seen, _Recorder.flaky_calls = [], 0
+        project.write(
+            "again.dig",
+            f"+twice:\n  http>: {http_server}/flaky\n  method: POST\n  retry: true\n",
+        )
+        assert project.run("again.dig").exit_code == 0
+        assert [m for m, _p, _k, _b in _Recorder.seen] == ["POST", "POST"]

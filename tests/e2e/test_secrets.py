@@ -134,7 +134,7 @@ def test_a_secret_elsewhere_is_refused_at_its_line(project: Project) -> None:
     project.write("wf.dig", "+a:\n  echo>: hi\n+b:\n  echo>: ${secret:token}\n")
     run = project.run("wf.dig")
     assert run.exit_code == 2
-    assert "wf.dig:4: '${secret:token}': secrets may be used only in sh> commands" in run.stderr
+    assert "wf.dig:4: '${secret:token}': secrets may be used only in sh>, http>" in run.stderr
 
 
 def test_a_secret_in_an_http_header_is_sent(project: Project, http_server: str) -> None:

@@ -1,16 +1,31 @@
-"""``http>``: an HTTP request, retried on connection errors, 429 and 5xx.
+"""``http>``: an HTTP request, as Digdag's ``http>`` sends it.
 
-Params: ``method`` (GET), ``headers`` (a mapping), ``query`` (a mapping or a string added
-to the URL's query), ``content`` (a string is sent as it is, anything else as JSON),
-``store_content`` (store the response body as ``${http.last_content}``, parsed when it is
-JSON), ``timeout`` (seconds, 30) and ``retries`` (3; 0 sends once).
-Every request carries an ``Idempotency-Key`` made of the attempt and the task, the same
-on every retry, so a server can tell a repeated request from a new one. ``http_call>``
-sends its request with the same options (:func:`send`).
+Params (each also read from a nested ``http:`` mapping, as Digdag merges it in):
+
+- ``method`` (GET); ``query`` (a mapping, or a string added to the URL's query);
+  ``headers``: a list of single-entry mappings (Digdag's form: ``- Accept: text/csv``,
+  a name may repeat) or one mapping;
+- ``content``, sent as ``content_format`` says: ``text`` (a scalar as it is written,
+  ``text/plain``), ``json`` (``application/json``) or ``form`` (a mapping of scalars,
+  ``application/x-www-form-urlencoded``); by default ``json`` for a mapping or a list,
+  ``text`` for anything else; ``content_type`` replaces the ``Content-Type`` it implies;
+- ``retry``: whether a connection error, a 408, a 429 or a 5xx is tried again. By default
+  only for GET, HEAD, OPTIONS and TRACE (a POST that fails once is not sent again, as in
+  Digdag), or when ``retries`` (how many more times: 3) is given; another 4xx never is;
+- ``timeout`` (seconds, 30) and ``store_content`` (the answer's body as
+  ``${http.last_content}``, parsed when it is JSON); ``${http.last_status}`` is always set.
+
+The project's secrets ``http.uri`` (the URL, when it must not be written in the
+workflow), ``http.authorization`` (the ``Authorization`` header) or ``http.user`` and
+``http.password`` (Basic authentication) are used when set; ``${secret:name}`` may stand
+in the URL, ``headers``, ``query`` and ``content``. Every request carries an
+``Idempotency-Key`` made of the attempt and the task, the same on every retry.
+``http_call>`` sends its request with the same options (:func:`send`).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import urllib.error
@@ -28,8 +43,12 @@ DEFAULT_RETRIES = 3
 MAX_RETRIES = 10
 RETRY_BASE_SECONDS = 0.5
 MAX_CONTENT_BYTES = 4 * 1024 * 1024
-RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
-METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+RETRIED_CLIENT_ERRORS = frozenset({408, 429})
+"""The 4xx answers tried again (when the request may be): a timeout, too many requests."""
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"})
+RETRIED_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+"""Methods tried again by default: sending them twice changes nothing (Digdag's list)."""
+CONTENT_FORMATS = ("text", "json", "form")
 
 
 @dataclass(frozen=True)
@@ -53,16 +72,27 @@ class HttpResponse:
 
 
 def run_http(context: OperatorContext) -> dict[str, Any]:
-    """Send the request; a final status of 400 or more fails the task."""
+    """Send the request; a final status of 400 or more fails the task. Stores
+    ``http.last_status``, and ``http.last_content`` with ``store_content``."""
     response = send(context, "http>", MAX_CONTENT_BYTES)
-    if not context.message.params.get("store_content"):
-        return {}
-    content = response.text(MAX_CONTENT_BYTES)
-    try:
-        parsed: Any = json.loads(content)
-    except ValueError:
-        parsed = content
-    return {"http": {"last_content": parsed}}
+    stored: dict[str, Any] = {"last_status": response.status}
+    if _option(context.message.params, "store_content"):
+        content = response.text(MAX_CONTENT_BYTES)
+        try:
+            stored["last_content"] = json.loads(content)
+        except ValueError:
+            stored["last_content"] = content
+    return {"http": stored}
+
+
+def _option(params: dict[str, Any], name: str, default: Any = None) -> Any:
+    """The task's param ``name``, else the nested ``http:`` mapping's, else ``default``."""
+    if name in params:
+        return params[name]
+    nested = params.get("http")
+    if isinstance(nested, dict) and name in nested:
+        return nested[name]
+    return default
 
 
 def send(context: OperatorContext, key: str, max_bytes: int) -> HttpResponse:
@@ -71,15 +101,18 @@ def send(context: OperatorContext, key: str, max_bytes: int) -> HttpResponse:
     more fails the task; ``key`` (``http>``) names the operator in errors."""
     message = context.message
     params = message.params
-    url = _with_query(str(message.command), params.get("query"), key)
-    method = str(params.get("method", "GET")).upper()
+    secrets = context.secrets
+    url = secrets.get("http.uri") or str(message.command)
+    url = _with_query(url, _option(params, "query"), key)
+    method = str(_option(params, "method", "GET")).upper()
     if method not in METHODS:
         raise OperatorFailed(f"'{key}' method must be one of {', '.join(sorted(METHODS))}")
-    headers = _headers(params.get("headers"), key)
-    headers.setdefault("Idempotency-Key", f"tickwork-{message.attempt_id}-{message.task_id}")
-    body = _body(params.get("content"), headers)
-    timeout = _number(params.get("timeout", DEFAULT_TIMEOUT_SECONDS), "timeout", key)
-    retries = _retries(params, key)
+    headers = _headers(_option(params, "headers"), key)
+    _authorize(headers, secrets)
+    headers.append(("Idempotency-Key", f"tickwork-{message.attempt_id}-{message.task_id}"))
+    body = _body(params, headers, key)
+    timeout = _number(_option(params, "timeout", DEFAULT_TIMEOUT_SECONDS), "timeout", key)
+    retries = _retries(params, method, key)
     request = _Request(url, method, headers, body, timeout, max_bytes)
     response = _send(context, request, retries)
     if response.status >= 400:
@@ -91,7 +124,7 @@ def send(context: OperatorContext, key: str, max_bytes: int) -> HttpResponse:
 class _Request:
     url: str
     method: str
-    headers: dict[str, str]
+    headers: list[tuple[str, str]]  # in order; a name may repeat
     body: bytes | None
     timeout: float
     max_bytes: int
@@ -100,7 +133,9 @@ class _Request:
 def _send(context: OperatorContext, request: _Request, retries: int) -> HttpResponse:
     method, url = request.method, request.url
     for attempt in range(retries + 1):
-        sent = urllib.request.Request(url, request.body, request.headers, method=method)
+        sent = urllib.request.Request(url, request.body, method=method)
+        for name, value in request.headers:
+            _add_header(sent, name, value)
         try:
             with urllib.request.urlopen(sent, timeout=request.timeout) as answer:
                 status, headers = answer.status, answer.headers
@@ -115,7 +150,7 @@ def _send(context: OperatorContext, request: _Request, retries: int) -> HttpResp
             time.sleep(RETRY_BASE_SECONDS * 2**attempt)
             continue
         context.write_log(f"{method} {url}: {status}\n")
-        if status not in RETRYABLE_STATUS or attempt == retries:
+        if not _retried(status) or attempt == retries:
             return _response(url, status, headers, content)
         time.sleep(RETRY_BASE_SECONDS * 2**attempt)
     raise AssertionError("unreachable")
@@ -151,25 +186,121 @@ def _query_value(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def _headers(value: Any, key: str) -> dict[str, str]:
+def _retried(status: int) -> bool:
+    """Whether an answer of ``status`` is tried again (if the request may be): a 408 or a
+    429, a 5xx, or a status no class names; never a success, a redirect or another 4xx."""
+    if status < 200 or status >= 600:
+        return True
+    return status in RETRIED_CLIENT_ERRORS or 500 <= status < 600
+
+
+def _add_header(request: urllib.request.Request, name: str, value: str) -> None:
+    """Add a header; one of a name already there gets the value after a comma, as HTTP
+    reads repeated headers (urllib keeps one per name). ``Authorization`` is not sent on
+    to where a redirect leads."""
+    key = name.capitalize()  # as urllib keys them
+    existing = request.headers.get(key) or request.unredirected_hdrs.get(key)
+    joined = value if existing is None else f"{existing}, {value}"
+    if key == "Authorization":
+        request.add_unredirected_header(key, joined)
+    else:
+        request.add_header(key, joined)
+
+
+def _headers(value: Any, key: str) -> list[tuple[str, str]]:
+    """The ``headers`` param: a list of single-entry mappings (Digdag's form, in order,
+    names may repeat) or one mapping."""
     if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise OperatorFailed(f"'{key}' headers must be a mapping, got {value!r}")
-    return {str(k): str(v) for k, v in value.items()}
+        return []
+    if isinstance(value, dict):
+        return [(str(k), _scalar_text(v)) for k, v in value.items()]
+    if isinstance(value, list):
+        found = []
+        for index, entry in enumerate(value):
+            if not isinstance(entry, dict) or len(entry) != 1:
+                raise OperatorFailed(
+                    f"'{key}' headers[{index}] must be one 'Name: value' entry, got {entry!r}"
+                )
+            ((name, header),) = entry.items()
+            found.append((str(name), _scalar_text(header)))
+        return found
+    raise OperatorFailed(
+        f"'{key}' headers must be a list of 'Name: value' entries or a mapping, got {value!r}"
+    )
 
 
-def _body(content: Any, headers: dict[str, str]) -> bytes | None:
+def _authorize(headers: list[tuple[str, str]], secrets: dict[str, str]) -> None:
+    """The secret ``http.authorization`` as the Authorization header, else ``http.user``
+    and ``http.password`` as Basic authentication (Digdag's order)."""
+    authorization = secrets.get("http.authorization")
+    user = secrets.get("http.user")
+    if authorization:
+        headers.append(("Authorization", authorization))
+    elif user:
+        pair = f"{user}:{secrets.get('http.password', '')}".encode()
+        headers.append(("Authorization", "Basic " + base64.b64encode(pair).decode("ascii")))
+
+
+def _scalar_text(value: Any) -> str:
+    """A scalar as Digdag writes it in text: strings as they are, others as JSON does
+    (``true``, ``42``, ``null``)."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _body(params: dict[str, Any], headers: list[tuple[str, str]], key: str) -> bytes | None:
+    """The ``content`` param as ``content_format`` says; its Content-Type added unless
+    ``content_type`` or a ``Content-Type`` header names another."""
+    content = _option(params, "content")
     if content is None:
         return None
-    if isinstance(content, str):
-        return content.encode()
-    headers.setdefault("Content-Type", "application/json")
-    return json.dumps(content).encode()
+    container = isinstance(content, dict | list)
+    given = _option(params, "content_format")
+    form = str(given).lower() if given is not None else ("json" if container else "text")
+    if form not in CONTENT_FORMATS:
+        raise OperatorFailed(
+            f"'{key}' content_format must be one of {', '.join(CONTENT_FORMATS)}, got {given!r}"
+        )
+    if form == "json":
+        body, implied = json.dumps(content).encode(), "application/json"
+    elif form == "text":
+        if container:
+            raise OperatorFailed(
+                f"'{key}' content_format text needs a scalar content, not a "
+                f"{'mapping' if isinstance(content, dict) else 'list'} (use json)"
+            )
+        body, implied = _scalar_text(content).encode(), "text/plain; charset=utf-8"
+    else:
+        if not isinstance(content, dict) or any(
+            isinstance(v, dict | list) for v in content.values()
+        ):
+            raise OperatorFailed(
+                f"'{key}' content_format form needs a mapping of scalars, got {content!r}"
+            )
+        pairs = [(str(k), _scalar_text(v)) for k, v in content.items()]
+        body, implied = urllib.parse.urlencode(pairs).encode(), "application/x-www-form-urlencoded"
+    content_type = _option(params, "content_type")
+    if not any(name.lower() == "content-type" for name, _ in headers):
+        headers.append(("Content-Type", str(content_type) if content_type else implied))
+    return body
 
 
-def _retries(params: dict[str, Any], key: str) -> int:
-    retries = int(_number(params.get("retries", DEFAULT_RETRIES), "retries", key))
+def _retries(params: dict[str, Any], method: str, key: str) -> int:
+    """How many more times a failed request is sent: ``retries`` (3) when ``retry`` is
+    true, or, without ``retry``, when the method may be sent twice or ``retries`` is
+    given; else none."""
+    retry = _option(params, "retry")
+    count = _option(params, "retries")
+    if isinstance(retry, int) and not isinstance(retry, bool):
+        retry = None  # the built-in ${retry} (the task's retry count), not this option
+    elif isinstance(retry, str) and retry.lower() in ("true", "false"):
+        retry = retry.lower() == "true"  # written as ${...}
+    if retry is not None and not isinstance(retry, bool):
+        raise OperatorFailed(f"'{key}' retry must be true or false, got {retry!r}")
+    if retry is None:
+        retry = method in RETRIED_METHODS or count is not None
+    if not retry:
+        return 0
+    retries = int(_number(DEFAULT_RETRIES if count is None else count, "retries", key))
     if not 0 <= retries <= MAX_RETRIES:
         raise OperatorFailed(f"'{key}' retries must be from 0 to {MAX_RETRIES}")
     return retries

@@ -1,7 +1,7 @@
 """``http_call>``: a workflow definition fetched over HTTP, run as the task's subtasks.
 
-The request takes the options of ``http>`` (``method``, ``headers``, ``query``,
-``content``, ``timeout``, ``retries``) but stores nothing. The answer's
+The request takes the options and secrets of ``http>`` (services/agent/operators/http.py)
+but stores nothing. The answer's
 ``Content-Type`` says how to read the body, as in Digdag: ``application/json`` is JSON,
 ``application/x-yaml`` (or another YAML type) a workflow file; ``content_type_override``
 replaces a missing or wrong one. The body is checked like a workflow file at the top of
