@@ -28,6 +28,7 @@ class CommandKind(StrEnum):
 
     IGNORED = "ignored"  # anything; dropped (``nop>:``, as in Digdag)
     TEXT = "text"  # a string (a number becomes one); its ``${...}`` must parse
+    TEXT_OR_DATA = "text_or_data"  # TEXT (a file's name), or ``{data: TEXT}``: the text itself
     PY_TARGET = "py_target"  # ``module.function``
     DURATION = "duration"  # ``10s``, ``1h30m`` or seconds; ``${...}`` checked when rendered
     WORKFLOW_FILE = "workflow_file"  # a workflow file of the project, read when parsing
@@ -121,7 +122,7 @@ _SPECS = (
     OperatorSpec(
         "mail",
         RunsOn.AGENT,
-        CommandKind.TEXT,
+        CommandKind.TEXT_OR_DATA,
         "sends an email",
         secret_params=("host", "port", "username", "password", "tls", "ssl"),
         implicit_secret_prefix="mail.",

@@ -73,6 +73,8 @@ def check_command(
         if not isinstance(command, str) or not PY_TARGET.fullmatch(command):
             reporter.report(where, line, f"'{spec.key}' needs module.function, got {command!r}")
         return command
+    if kind is CommandKind.TEXT_OR_DATA and isinstance(command, LineMap):
+        return _data_command(reporter, spec, command, line, where)
     # TEXT, and a DURATION given as ${...} (checked once rendered)
     if isinstance(command, int | float) and not isinstance(command, bool):
         command = str(command)
@@ -81,6 +83,22 @@ def check_command(
         return command
     reporter.check_values(command, line, where, secrets_allowed=spec.secrets_in_command)
     return command
+
+
+def _data_command(
+    reporter: Reporter, spec: OperatorSpec, command: LineMap, line: int, where: Where
+) -> Any:
+    """``{data: TEXT}``: the text itself in place of a file's name (Digdag's form)."""
+    data = command.get("data")
+    if set(command) != {"data"} or not isinstance(data, str | int | float):
+        message = (
+            f"'{spec.key}' needs a file name or {{data: TEXT}}, got {describe(plain(command))}"
+        )
+        reporter.report(where, line, message)
+        return plain(command)
+    text = str(data) if not isinstance(data, str) else data
+    reporter.check_values(text, command.line_of("data"), where)
+    return {"data": text}
 
 
 def _control_command(

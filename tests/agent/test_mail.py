@@ -1,6 +1,7 @@
 """``mail>`` against a real SMTP server (aiosmtpd on a free port): headers, recipients, the
-body from a project file or ``body:``, HTML, attachments, and SMTP settings from secrets
-winning over params, as in Digdag."""
+body from a project file, ``{data: ...}`` or ``body:``, HTML, attachments, SMTP settings
+from secrets winning over params, STARTTLS as Digdag uses it (whenever offered unless
+``tls: false``; required with ``tls: true``), and ``debug``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.smtp import Inbox, smtp_server
+from tests.support.smtp import Inbox, self_signed_certificate, server_tls_context, smtp_server
 from tickwork.services.agent.operators.base import OperatorContext, OperatorFailed
 from tickwork.services.agent.operators.mail import run_mail
 from tickwork.shared.dispatch.messages import TaskMessage
@@ -20,6 +21,14 @@ from tickwork.shared.dispatch.messages import TaskMessage
 def smtp() -> Iterator[tuple[Inbox, int]]:
     with smtp_server() as server:
         yield server
+
+
+PARAMS = {"subject": "Daily", "to": ["a@x.test"], "from": "bot@x.test"}
+
+
+def at(port: int) -> dict[str, str]:
+    """The secrets of the SMTP server on ``port``."""
+    return {"mail.host": "127.0.0.1", "mail.port": str(port)}
 
 
 def run(
@@ -105,3 +114,53 @@ def test_a_body_file_outside_the_project_is_refused(
         run(
             tmp_path, "../../etc/passwd", params, {"mail.host": "127.0.0.1", "mail.port": str(port)}
         )
+
+
+def test_the_body_may_be_given_as_data_in_the_command(
+    tmp_path: Path, smtp: tuple[Inbox, int]
+) -> None:
+    inbox, port = smtp
+    message = TaskMessage(
+        1, 1, 1, "+wf+mail", "mail", {"data": "inline body"}, PARAMS, str(tmp_path)
+    )
+    with (tmp_path / "task.log").open("w") as log_file:
+        context = OperatorContext(message, log_file, tmp_path / "task.log", secrets=at(port))
+        run_mail(context)
+    ((_, received),) = inbox.envelopes
+    assert received.get_payload(decode=True).decode().strip() == "inline body"
+
+
+def test_debug_writes_the_smtp_conversation_to_the_log(
+    tmp_path: Path, smtp: tuple[Inbox, int]
+) -> None:
+    _, port = smtp
+    run(tmp_path, None, {**PARAMS, "body": "hi", "debug": True}, at(port))
+    log = (tmp_path / "task.log").read_text()
+    assert f"mail debug: connecting to 127.0.0.1:{port}" in log
+    assert "mail debug: EHLO 250" in log and "offers no STARTTLS" in log
+    assert "refused recipients: none" in log
+
+
+def test_tls_true_requires_starttls(tmp_path: Path, smtp: tuple[Inbox, int]) -> None:
+    inbox, port = smtp
+    with pytest.raises(OperatorFailed, match="STARTTLS extension not supported"):
+        run(tmp_path, None, {**PARAMS, "body": "hi"}, {**at(port), "mail.tls": "true"})
+    assert inbox.envelopes == []
+
+
+@pytest.fixture
+def tls_smtp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Inbox, int]]:
+    """A server offering STARTTLS with a certificate this process trusts."""
+    cert_path, key_path = self_signed_certificate(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert_path))
+    with smtp_server(server_tls_context(cert_path, key_path)) as server:
+        yield server
+
+
+def test_starttls_is_used_when_offered_unless_tls_is_false(
+    tmp_path: Path, tls_smtp: tuple[Inbox, int]
+) -> None:
+    inbox, port = tls_smtp
+    run(tmp_path, None, {**PARAMS, "body": "by default"}, at(port))
+    run(tmp_path, None, {**PARAMS, "body": "refused"}, {**at(port), "mail.tls": "false"})
+    assert inbox.over_tls == [True, False]

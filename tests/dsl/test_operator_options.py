@@ -14,6 +14,7 @@ from tickwork.shared.errors import InvalidWorkflow
 A_GOOD_COMMAND = {
     CommandKind.IGNORED: "",
     CommandKind.TEXT: "hello",
+    CommandKind.TEXT_OR_DATA: "body.txt",
     CommandKind.PY_TARGET: "tasks.run",
     CommandKind.DURATION: "10s",
     CommandKind.WORKFLOW_FILE: "other.dig",
@@ -40,6 +41,16 @@ def test_every_registry_operator_parses_with_a_command_of_its_kind(
         body += "  _do:\n    +a:\n      echo>: hi\n"
     task = parse_workflow_text(body, "wf.dig", tmp_path).root.children[0]
     assert task.operator == name
+
+
+def test_mail_takes_its_body_as_data_in_the_command(tmp_path: Path) -> None:
+    text = "+t:\n  mail>:\n    data: Hello ${session_date}\n  subject: s\n  to: a@x.test\n"
+    task = parse_workflow_text(text, "wf.dig", tmp_path).root.children[0]
+    assert task.command == {"data": "Hello ${session_date}"}
+    bad = "+t:\n  mail>:\n    text: Hello\n  subject: s\n"
+    assert problems(tmp_path, bad) == [
+        "wf.dig:2: 'mail>' needs a file name or {data: TEXT}, got a mapping"
+    ]
 
 
 def test_a_control_directive_on_an_agent_operator_is_unknown(tmp_path: Path) -> None:

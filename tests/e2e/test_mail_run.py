@@ -54,3 +54,28 @@ def test_a_workflow_mails_its_report_after_the_task_before_it(
     body = message.get_payload(decode=True)
     assert isinstance(body, bytes)
     assert body.decode().strip() == "rows loaded on 2026-11-30: 42"
+
+
+def test_a_mail_body_given_as_data_is_rendered_with_the_session(
+    tmp_path: Path, smtp: tuple[Inbox, int]
+) -> None:
+    inbox, port = smtp
+    project = Project.empty(tmp_path)
+    project.write(
+        "daily.dig",
+        """
+        +notify:
+          mail>:
+            data: "done on ${session_date}"
+          subject: Done
+          to: [team@example.test]
+          debug: true
+        """,
+    )
+    run = project.run(
+        "daily.dig", "-t", "2026-11-30", "-p", "mail.host=127.0.0.1", "-p", f"mail.port={port}"
+    )
+    assert run.exit_code == 0, run.explain()
+    ((_, message),) = inbox.envelopes
+    body = message.get_payload(decode=True)
+    assert isinstance(body, bytes) and body.decode().strip() == "done on 2026-11-30"

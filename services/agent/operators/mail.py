@@ -1,11 +1,17 @@
 """``mail>``: sends an e-mail over SMTP, with settings from params and the project's secrets.
 
-The command names the body file inside the project (or ``body:`` gives the text). Params:
-``subject`` and ``to`` (required), ``cc``, ``bcc``, ``from``, ``html`` (send the body as
-HTML), ``attach_files`` (files of the project: a path, or ``{path, filename,
-content_type}``). SMTP settings ``host``, ``port`` (25), ``username``, ``password``,
-``tls`` (STARTTLS) and ``ssl`` (SMTPS) come from the secrets ``mail.host`` ... first, as in
-Digdag, then from the params ``mail.host`` ... or the same keys on the task itself.
+The command names the body file inside the project, or holds the body itself as
+``{data: TEXT}`` (Digdag's form; ``body:`` does the same). Params: ``subject`` and ``to``
+(required), ``cc``, ``bcc``, ``from``, ``html`` (send the body as HTML), ``attach_files``
+(files of the project: a path, or ``{path, filename, content_type}``), ``debug`` (write the
+SMTP conversation's steps and the server's answers to the task's log). SMTP settings
+``host``, ``port`` (25), ``username``, ``password``, ``tls`` and ``ssl`` (SMTPS) come from
+the secrets ``mail.host`` ... first, as in Digdag, then from the params ``mail.host`` ...
+or the same keys on the task itself.
+
+``tls`` is Digdag's: left unset, STARTTLS is used whenever the server offers it (JavaMail's
+``starttls.enable``, on by default in Digdag); ``tls: true`` requires it (the task fails
+against a server that does not offer it); ``tls: false`` never uses it.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import mimetypes
 import smtplib
 import ssl
+from collections.abc import Callable
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
@@ -25,6 +32,8 @@ from tickwork.shared.errors import TickworkError
 DEFAULT_PORT = 25
 TIMEOUT_SECONDS = 30.0
 SMTP_SETTINGS = ("host", "port", "username", "password", "tls", "ssl")
+TLS_WHEN_OFFERED = "offered"
+"""``tls`` left unset: STARTTLS when the server offers it."""
 
 
 def run_mail(context: OperatorContext) -> dict[str, Any]:
@@ -33,7 +42,8 @@ def run_mail(context: OperatorContext) -> dict[str, Any]:
     settings = smtp_settings(params, context.secrets)
     message = build_message(context, params)
     recipients = [a for key in ("to", "cc", "bcc") for a in _addresses(params.get(key), key)]
-    _send(settings, message, recipients)
+    debug = context.write_log if _flag(params.get("debug", False)) else None
+    _send(settings, message, recipients, debug)
     context.write_log(f"sent {message['Subject']!r} to {len(recipients)} recipient(s)\n")
     return {}
 
@@ -54,8 +64,8 @@ def smtp_settings(params: dict[str, Any], secrets: dict[str, str]) -> dict[str, 
     if port is None:
         raise OperatorFailed(f"'mail>' port must be a number, got {settings['port']!r}")
     settings["port"] = port
-    for flag in ("tls", "ssl"):
-        settings[flag] = _flag(settings.get(flag, False))
+    settings["ssl"] = _flag(settings.get("ssl", False))
+    settings["tls"] = TLS_WHEN_OFFERED if settings.get("tls") is None else _flag(settings["tls"])
     return settings
 
 
@@ -83,6 +93,8 @@ def _body(context: OperatorContext, params: dict[str, Any]) -> str:
     if params.get("body") is not None:
         return str(params["body"])
     command = context.message.command
+    if isinstance(command, dict) and "data" in command:
+        return str(command["data"])  # mail>: {data: TEXT}, rendered with the task
     if not isinstance(command, str) or not command:
         raise OperatorFailed("'mail>' needs a body file (mail>: body.txt) or 'body:'")
     template = _project_file(context, command).read_text(encoding="utf-8")
@@ -116,10 +128,17 @@ def _attach(context: OperatorContext, message: EmailMessage, item: Any) -> None:
     )
 
 
-def _send(settings: dict[str, Any], message: EmailMessage, recipients: list[str]) -> None:
+def _send(
+    settings: dict[str, Any],
+    message: EmailMessage,
+    recipients: list[str],
+    debug: Callable[[str], None] | None = None,
+) -> None:
     host, port = str(settings["host"]), settings["port"]
+    note = debug or (lambda _text: None)
     try:
         smtp: smtplib.SMTP
+        note(f"mail debug: connecting to {host}:{port}{' over SSL' if settings['ssl'] else ''}\n")
         if settings["ssl"]:
             smtp = smtplib.SMTP_SSL(
                 host, port, timeout=TIMEOUT_SECONDS, context=ssl.create_default_context()
@@ -127,11 +146,21 @@ def _send(settings: dict[str, Any], message: EmailMessage, recipients: list[str]
         else:
             smtp = smtplib.SMTP(host, port, timeout=TIMEOUT_SECONDS)
         with smtp:
-            if settings["tls"]:
-                smtp.starttls(context=ssl.create_default_context())
+            code, greeting = smtp.ehlo()
+            note(f"mail debug: EHLO {code} {greeting.decode(errors='replace')}\n")
+            tls = settings["tls"]
+            if tls is True or (tls == TLS_WHEN_OFFERED and smtp.has_extn("starttls")):
+                code, answer = smtp.starttls(context=ssl.create_default_context())
+                note(f"mail debug: STARTTLS {code} {answer.decode(errors='replace')}\n")
+            elif tls == TLS_WHEN_OFFERED:
+                note("mail debug: the server offers no STARTTLS: sending without TLS\n")
             if settings.get("username"):
-                smtp.login(str(settings["username"]), str(settings.get("password", "")))
-            smtp.send_message(message, to_addrs=recipients)
+                code, answer = smtp.login(
+                    str(settings["username"]), str(settings.get("password", ""))
+                )
+                note(f"mail debug: AUTH {code} {answer.decode(errors='replace')}\n")
+            refused = smtp.send_message(message, to_addrs=recipients)
+            note(f"mail debug: sent; refused recipients: {refused or 'none'}\n")
     except (smtplib.SMTPException, OSError) as exc:
         raise OperatorFailed(f"'mail>' could not send through {host}:{port}: {exc}") from None
 
