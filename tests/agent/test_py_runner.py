@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from tickwork.services.agent.operators.py import CHILD_SCRIPT
+from tickwork.services.agent.operators.base import OperatorFailed
+from tickwork.services.agent.operators.py import CHILD_SCRIPT, python_command
 
 TASKS = """
 class Loader:
@@ -118,3 +119,38 @@ def test_a_required_parameter_that_is_not_set_is_named(project: Path) -> None:
     assert outcome["error"] == (
         "py> tasks.Loader.load: tasks.Loader requires parameter 'table', which is not set"
     )
+
+
+def test_the_python_option_runs_another_interpreter_with_the_project_first(
+    project: Path,
+) -> None:
+    (project / "probe.py").write_text(
+        "import sys\ndef where():\n    return {'path': sys.path, 'exe': sys.executable}\n"
+    )
+    wrapper = project / "bin" / "python"
+    wrapper.parent.mkdir()
+    wrapper.write_text(
+        f'#!/bin/sh\necho wrapped > "$(dirname "$0")/used"\nexec {sys.executable} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    result = project / "result.json"
+    request = {"function": "probe.where", "params": {}, "result_path": str(result)}
+    done = subprocess.run(
+        python_command(["./bin/python", "-X", "utf8"]),
+        cwd=project,
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (project / "bin" / "used").read_text() == "wrapped\n"
+    path = json.loads(result.read_text())["store"]["path"]
+    assert path[0] == "." and str(CHILD_SCRIPT.parent) not in path
+
+
+@pytest.mark.parametrize("given", [3, [], ["python", ""], {"path": "python"}])
+def test_a_python_option_that_is_not_a_path_or_a_command_fails_naming_it(given: Any) -> None:
+    with pytest.raises(OperatorFailed, match="'py>' python must be a path or a list"):
+        python_command(given)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -239,3 +240,28 @@ def test_class_methods_failures_and_the_shell_option_on_a_cluster(cluster: Clust
     refused = run("bad_shell")
     assert refused.exit_code == 2, refused.explain()
     assert BAD_SHELL_PROBLEM in refused.stderr
+
+
+@pytest.mark.timeout(60)
+def test_the_python_option_runs_the_task_with_the_interpreter_it_names(
+    project: Project,
+) -> None:
+    wrapper = project.root / "bin" / "python"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\necho "wrapped" >> out.txt\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    project.write(
+        "other_python.dig",
+        """
+        _export:
+          greeting: hi
+          name: bo
+        +greet:
+          py>: tasks.Greeter.greet
+          python: [./bin/python, -X, utf8]
+        """,
+    )
+    run = project.run("other_python.dig")
+
+    assert run.exit_code == 0, run.explain()
+    assert project.lines("out.txt") == ["wrapped", "hi bo, call 1"]

@@ -1,4 +1,9 @@
-"""``py>``: calls ``module.function`` of the project in a child Python process."""
+"""``py>``: calls ``module.function`` of the project in a child Python process.
+
+The child is the agent's own Python, or the interpreter the ``python`` option names (a
+path or a command with its arguments, as Digdag's ``python:``: ``/opt/conda/bin/python``,
+``[python3, -X, utf8]``), which must be Python 3.7 or later.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,11 @@ from tickwork.shared.errors import InvalidWorkflow
 # Run by path with -P, so nothing of tickwork is importable in the child and a project's
 # own packages (even one named "tickwork") are found first.
 CHILD_SCRIPT = Path(__file__).with_name("py_child.py")
+# Another interpreter may not know -P (3.11): it runs the script through runpy, which does
+# not put the script's folder on sys.path either (nor does -c leave the current one).
+FOREIGN_BOOTSTRAP = (
+    "import runpy, sys; del sys.path[0]; runpy.run_path(sys.argv.pop(1), run_name='__main__')"
+)
 
 
 def run_py(context: OperatorContext) -> dict[str, Any]:
@@ -29,7 +39,7 @@ def run_py(context: OperatorContext) -> dict[str, Any]:
         }
         code = run_child(
             context,
-            [sys.executable, "-P", str(CHILD_SCRIPT)],
+            python_command(context.message.params.get("python")),
             task_environment(),
             stdin_text=json.dumps(request),
         )
@@ -42,6 +52,21 @@ def run_py(context: OperatorContext) -> dict[str, Any]:
         context.subtasks = _checked_subtasks(context, subtasks)
     store = outcome.get("store", {})
     return dict(store) if isinstance(store, dict) else {}
+
+
+def python_command(given: Any) -> list[str]:
+    """The command running the child: the agent's Python, or the ``python`` option's."""
+    if given is None or given == "":
+        return [sys.executable, "-P", str(CHILD_SCRIPT)]
+    if isinstance(given, str):
+        interpreter = [given]
+    elif isinstance(given, list) and given and all(isinstance(p, str) and p for p in given):
+        interpreter = list(given)
+    else:
+        raise OperatorFailed(
+            f"'py>' python must be a path or a list of a command and its arguments, got {given!r}"
+        )
+    return [*interpreter, "-c", FOREIGN_BOOTSTRAP, str(CHILD_SCRIPT)]
 
 
 def _checked_subtasks(context: OperatorContext, config: dict[str, Any]) -> dict[str, Any]:
