@@ -255,9 +255,10 @@ _PG_TEXT = (
     "schema",
     "status_table",
     "status_table_schema",
+    "password_override",
 )
 _PG_FLAGS = ("ssl", "strict_transaction")
-_PG_DURATIONS = ("connect_timeout", "status_table_cleanup")
+_PG_DURATIONS = ("connect_timeout", "socket_timeout", "status_table_cleanup")
 
 
 def _check_pg(reporter: Reporter, body: LineMap, where: Where) -> None:

@@ -199,6 +199,22 @@ def test_secrets_win_over_params_for_the_connection() -> None:
     assert (settings["host"], settings["port"], settings["dbname"]) == ("db.test", 5432, "app")
 
 
+def test_password_override_takes_the_password_from_the_secret_it_names() -> None:
+    secrets = {"pg.password": "default", "pg.reporting": "r3port"}
+    params = {"user": "u", "database": "app", "password_override": "reporting"}
+    assert connection_settings(params, secrets)["password"] == "r3port"
+    with pytest.raises(OperatorFailed, match=r"password_override: the secret pg\.missing"):
+        connection_settings({**params, "password_override": "missing"}, secrets)
+
+
+def test_socket_timeout_cancels_a_statement_that_runs_longer(tmp_path: Path, database: str) -> None:
+    with pytest.raises(OperatorFailed, match="statement timeout"):
+        run(tmp_path, database, "SELECT pg_sleep(5)", {"socket_timeout": "1s"})
+    settings = connection_settings({"user": "u", "database": "d", "socket_timeout": 90}, {})
+    assert settings["tcp_user_timeout"] == 90_000
+    assert "-c statement_timeout=90000" in settings["options"]
+
+
 def test_a_connection_failure_names_the_server(tmp_path: Path, database: str) -> None:
     with pytest.raises(OperatorFailed, match=r"could not connect to .*no_such_database"):
         run(tmp_path, database, "SELECT 1", {"database": "no_such_database"})

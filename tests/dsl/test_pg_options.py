@@ -80,6 +80,8 @@ def test_wrong_types_are_reported_at_their_lines(tmp_path: Path) -> None:
           connect_timeout: forever
           status_table: [a, b]
           download_file: ../out.csv
+          socket_timeout: never
+          password_override: 3
         """
     assert problems(tmp_path, text) == [
         "wf.dig:3: 'pg>' port must be a port number, got 'many'",
@@ -88,6 +90,8 @@ def test_wrong_types_are_reported_at_their_lines(tmp_path: Path) -> None:
         "wf.dig:6: 'pg>' status_table must be a non-empty string, got a list",
         "wf.dig:7: 'pg>' download_file must be a relative path inside the task's directory, "
         "got '../out.csv'",
+        "wf.dig:8: 'pg>' socket_timeout must be a duration (30s, 1m, or seconds), got 'never'",
+        "wf.dig:9: 'pg>' password_override must be a non-empty string, got 3",
     ]
 
 

@@ -2,9 +2,13 @@
 
 The command names a file of the task's directory whose text is a template (``${...}`` takes
 the task's params). Connection settings come from the secrets ``pg.host``, ``pg.port``,
-``pg.user``, ``pg.password``, ``pg.database``, ``pg.ssl``, ``pg.connect_timeout`` and
-``pg.schema`` first, as in Digdag, then from the task's params or the ``pg:`` mapping of
-its params. What the query does depends on its options:
+``pg.user``, ``pg.password``, ``pg.database``, ``pg.ssl``, ``pg.connect_timeout``,
+``pg.socket_timeout`` and ``pg.schema`` first, as in Digdag, then from the task's params or
+the ``pg:`` mapping of its params. ``password_override: NAME`` takes the password from the
+secret ``pg.NAME`` instead (one project, several credentials). ``socket_timeout`` (a
+duration) cancels a statement the server works on longer than that and drops a connection
+whose data goes unacknowledged as long (JDBC's socket timeout in Digdag); without it
+nothing is cut but the task's ``_timeout``. What the query does depends on its options:
 
 * ``create_table: NAME``: ``DROP TABLE IF EXISTS`` then ``CREATE TABLE NAME AS`` the query;
 * ``insert_into: NAME``: ``INSERT INTO NAME`` the query's rows;
@@ -181,13 +185,41 @@ def connection_settings(params: dict[str, Any], secrets: dict[str, str]) -> dict
         "sslmode": "require" if _flag(setting("ssl") or False, "ssl") else "disable",
         "application_name": "tickwork",
     }
-    password = setting("password")
+    password = _password(params, secrets, setting("password"))
     if password not in (None, ""):
         settings["password"] = str(password)
+    options = []
     schema = setting("schema")
     if schema:
-        settings["options"] = f"-c search_path={_search_path(str(schema))}"
+        options.append(f"-c search_path={_search_path(str(schema))}")
+    socket_timeout = setting("socket_timeout")
+    if socket_timeout not in (None, ""):
+        try:
+            seconds = parse_duration(socket_timeout, minimum=1)
+        except (TypeError, ValueError, BadDuration) as exc:
+            raise OperatorFailed(f"'pg>' socket_timeout: {exc}") from None
+        # A statement the server works on longer than this is cancelled there, and a
+        # connection whose sent data stays unacknowledged that long is dropped.
+        options.append(f"-c statement_timeout={int(seconds * 1000)}")
+        settings["tcp_user_timeout"] = int(seconds * 1000)
+    if options:
+        settings["options"] = " ".join(options)
     return settings
+
+
+def _password(params: dict[str, Any], secrets: dict[str, str], default: Any) -> Any:
+    """The password: the secret ``pg.NAME`` that ``password_override: NAME`` names (it
+    must be set), else ``default`` (the secret ``pg.password``, else the param)."""
+    override = params.get("password_override")
+    if override in (None, ""):
+        return default
+    name = f"pg.{override}"
+    if name not in secrets:
+        raise OperatorFailed(
+            f"'pg>' password_override: the secret {name} is not set for this project "
+            f"(tickwork secrets set PROJECT {name})"
+        )
+    return secrets[name]
 
 
 def modified_statement(query: str, options: PgOptions) -> sql.Composable:
