@@ -11,6 +11,7 @@ from tickwork.shared.domain.operators import (
     executor_operators,
     find_operator,
     implicit_secret_prefixes,
+    operators_with_secret_commands,
     runs_on,
     secret_params,
 )
@@ -61,14 +62,20 @@ class TestRegistry:
             assert find_operator(name) is spec
             assert spec.key == f"{name}>"
 
-    def test_sh_alone_takes_secrets_in_its_command(self) -> None:
-        assert [n for n, s in REGISTRY.items() if s.secrets_in_command] == ["sh"]
+    def test_sh_and_the_http_operators_take_secrets_in_their_command(self) -> None:
+        assert operators_with_secret_commands() == ("sh", "http", "http_call")
+        assert [n for n, s in REGISTRY.items() if s.secrets_in_command] == [
+            "sh",
+            "http",
+            "http_call",
+        ]
 
     def test_commands_have_the_kinds_the_parser_checks(self) -> None:
         assert REGISTRY["py"].command is CommandKind.PY_TARGET
         assert REGISTRY["wait"].command is CommandKind.DURATION
         assert REGISTRY["call"].command is CommandKind.WORKFLOW_FILE
         assert REGISTRY["nop"].command is CommandKind.IGNORED
+        assert REGISTRY["mail"].command is CommandKind.TEXT_OR_DATA
 
 
 class TestDerivedSets:
@@ -80,7 +87,7 @@ class TestDerivedSets:
 
     def test_secret_params_come_from_the_registry(self) -> None:
         assert secret_params() == SECRET_PARAMS
-        assert SECRET_PARAMS["http"] == ("headers",)
+        assert SECRET_PARAMS["http"] == ("headers", "query", "content")
         assert "password" in SECRET_PARAMS["mail"]
 
     def test_mail_http_and_pg_read_their_secrets_by_prefix(self) -> None:
