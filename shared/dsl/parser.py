@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tickwork.shared.domain.operators import find_operator, operator_names
+from tickwork.shared.domain.operators import CommandKind, find_operator, operator_names
 from tickwork.shared.domain.schedule import suggest
 from tickwork.shared.domain.sla import SLA_TASK_NAME
 from tickwork.shared.domain.workflow import TaskSpec, WorkflowDefinition
@@ -40,6 +40,7 @@ from tickwork.shared.dsl.task_directives import (
     GROUP_DIRECTIVES,
     OPERATOR_DIRECTIVES,
     TOP_LEVEL_KEYS,
+    WORKFLOW_KEYS_IN_GROUPS,
     check_after,
     read_after,
     read_background,
@@ -224,7 +225,17 @@ class _ProjectParser(Reporter):
         is_operator = "_type" in body or any(str(key).endswith(">") for key in body)
         if is_operator:
             return self._disabled(self._operator_task(name, body, where), body, where)
-        return self._disabled(self._group(name, body, where, GROUP_DIRECTIVES), body, where)
+        group = self._group(name, body, where, (*GROUP_DIRECTIVES, *WORKFLOW_KEYS_IN_GROUPS))
+        if any(key in body for key in WORKFLOW_KEYS_IN_GROUPS):
+            self._check_workflow_keys(body, where)
+        return self._disabled(group, body, where)
+
+    def _check_workflow_keys(self, body: LineMap, where: Where) -> None:
+        """A group's ``timezone``, ``schedule`` and ``sla`` (an included workflow file's):
+        checked as a workflow's are, then left out, as Digdag does."""
+        timezone = read_timezone(self, body, where)
+        read_schedule(self, body, where, timezone)
+        self._sla(body, where)
 
     def _disabled(self, task: TaskSpec, body: LineMap, where: Where) -> TaskSpec:
         """``_disable: true``: the task (checked all the same) becomes an empty group, which
@@ -336,7 +347,10 @@ class _ProjectParser(Reporter):
         line = body.line_of(command_key if command_key in body else keys[0])
         if spec.name == "call":
             return spec.name, *self._call(body.get(command_key), line, where)
-        return spec.name, check_command(self, spec, body.get(command_key), line, where), None
+        command = body.get(command_key)
+        if spec.command is CommandKind.TEXT_OR_DATA and command is None and "body" in body:
+            return spec.name, None, None  # the text is the `body:` param (Digdag's alias)
+        return spec.name, check_command(self, spec, command, line, where), None
 
     def _call(self, target: Any, line: int, where: Where) -> tuple[Any, TaskSpec | None]:
         if not isinstance(target, str) or not target.strip():

@@ -54,6 +54,10 @@ GROUP_DIRECTIVES = (
     *DELAY_DIRECTIVES,
 )
 OPERATOR_DIRECTIVES = (*GROUP_DIRECTIVES[1:], "_type", "_command", "_timeout")
+WORKFLOW_KEYS_IN_GROUPS = ("timezone", "schedule", "sla")
+"""A workflow's own keys, which Digdag's compiler accepts on any group too (its
+``GROUPING_TASK_CONFIG_KEYS``): a whole workflow file ``!include``d into a group brings
+them. They are checked there and have no effect: the including workflow's govern."""
 MAX_TIMEOUT_SECONDS = 31 * 24 * 3600
 ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
 

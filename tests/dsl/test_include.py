@@ -34,6 +34,40 @@ def names(spec: TaskSpec) -> list[str]:
 
 
 class TestInclude:
+    def test_a_whole_workflow_file_included_into_a_group_keeps_the_including_workflow_s_keys(
+        self, tmp_path: Path
+    ) -> None:
+        definition = parse(
+            tmp_path,
+            """
+            timezone: Asia/Tokyo
+            +basic:
+              !include : basic.dig
+            """,
+            **{
+                "basic.dig": (
+                    "timezone: UTC\nschedule:\n  daily>: 07:00:00\n"
+                    "sla:\n  time: 08:00\n  +late:\n    echo>: late\n"
+                    "+step:\n  echo>: one\n"
+                )
+            },
+        )
+        assert definition.timezone == "Asia/Tokyo" and definition.schedule is None
+        assert definition.sla is None
+        (group,) = definition.root.children
+        assert names(group) == ["+step"]
+
+    def test_a_group_s_workflow_keys_are_checked_at_their_lines(self, tmp_path: Path) -> None:
+        assert problems(
+            tmp_path,
+            """
+            +group:
+              timezone: Mars/Olympus
+              +a:
+                echo>: a
+            """,
+        ) == ["wf.dig:3: unknown timezone 'Mars/Olympus'"]
+
     def test_an_include_key_merges_the_included_tasks_in_place(self, tmp_path: Path) -> None:
         definition = parse(
             tmp_path,

@@ -125,6 +125,9 @@ class TestSlaErrors:
         (problem,) = problems(tmp_path, text)
         assert problem.startswith("wf.dig:4: unknown operator 'shh>'")
 
-    def test_sla_is_only_a_top_level_key(self, tmp_path: Path) -> None:
-        (problem,) = problems(tmp_path, "+g:\n  sla:\n    time: 02:00\n  +a:\n    echo>: a\n")
-        assert problem.startswith("wf.dig:2: unknown directive 'sla'")
+    def test_an_sla_in_a_group_is_checked_and_has_no_effect(self, tmp_path: Path) -> None:
+        # As Digdag's compiler: a group may hold a workflow's keys (an included file's).
+        (problem,) = problems(tmp_path, "+g:\n  sla:\n    time: 99:00\n  +a:\n    echo>: a\n")
+        assert problem.startswith("wf.dig:3:")
+        text = "+g:\n  sla:\n    time: 02:00\n  +a:\n    echo>: a\n"
+        assert parse_workflow_text(text, "ok.dig", tmp_path).sla is None
