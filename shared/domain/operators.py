@@ -161,6 +161,47 @@ _SPECS = (
     ),
 )
 
+_AWS = "use sh>/py> with the AWS CLI or boto3, and _retry or loop> + wait> to poll"
+_GCP = "use sh>: bq ... or py> with Google's client libraries"
+_TD = "Treasure Data's service, outside tickwork's core; call its CLI or API with sh>, py> or http>"
+_REDSHIFT = "use sh>: psql ... (Redshift speaks PostgreSQL's protocol) or pg>"
+UNSUPPORTED: Mapping[str, str] = MappingProxyType(
+    {
+        "rb": "tickwork's agents run Python, not Ruby: run the script with sh>: ruby "
+        "tasks/x.rb (params reach it as environment variables), or port it to py>",
+        "embulk": "not a core operator: run Embulk with sh>: embulk run config.yml",
+        "notify": "internal to Digdag: SLA misses are recorded by tickwork itself; notify "
+        "from _error with http> or mail>",
+        "emr": _AWS,
+        "s3_wait": _AWS,
+        "redshift": _REDSHIFT,
+        "redshift_load": _REDSHIFT,
+        "redshift_unload": _REDSHIFT,
+        "bq": _GCP,
+        "bq_ddl": _GCP,
+        "bq_extract": _GCP,
+        "bq_load": _GCP,
+        "gcs_wait": _GCP,
+        **{
+            name: _TD
+            for name in (
+                "td",
+                "td_run",
+                "td_ddl",
+                "td_load",
+                "td_for_each",
+                "td_wait",
+                "td_wait_table",
+                "td_partial_delete",
+                "td_table_export",
+                "td_result_export",
+            )
+        },
+    }
+)
+"""Digdag's operators tickwork does not run, by name, with what to use instead: a
+workflow naming one is refused at its line with the reason (docs/digdag-compatibility.md)."""
+
 REGISTRY: Mapping[str, OperatorSpec] = MappingProxyType({spec.name: spec for spec in _SPECS})
 """Every operator by name, in the order the documentation lists them."""
 

@@ -15,7 +15,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tickwork.shared.domain.operators import CommandKind, find_operator, operator_names
+from tickwork.shared.domain.operators import (
+    UNSUPPORTED,
+    CommandKind,
+    find_operator,
+    operator_names,
+)
 from tickwork.shared.domain.schedule import suggest
 from tickwork.shared.domain.sla import SLA_TASK_NAME
 from tickwork.shared.domain.workflow import TaskSpec, WorkflowDefinition
@@ -340,6 +345,11 @@ class _ProjectParser(Reporter):
             written = f"'{keys[0]}'"
         spec = find_operator(operator)
         if spec is None:
+            reason = UNSUPPORTED.get(operator) if isinstance(operator, str) else None
+            if reason is not None:
+                message = f"Digdag's operator '{operator}>' is not supported: {reason}"
+                self.report(where, body.line_of(keys[0]), message)
+                return str(operator), body.get(command_key), None
             candidates = operator_names() if keys[0] == "_type" else OPERATOR_KEYS
             hint = suggest(str(operator if keys[0] == "_type" else keys[0]), candidates)
             self.report(where, body.line_of(keys[0]), f"unknown operator {written}{hint}")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tickwork.shared.domain.operators import REGISTRY, CommandKind
+from tickwork.shared.domain.operators import REGISTRY, UNSUPPORTED, CommandKind
 from tickwork.shared.dsl.parser import parse_workflow_text
 from tickwork.shared.errors import InvalidWorkflow
 
@@ -51,6 +51,17 @@ def test_mail_takes_its_body_as_data_in_the_command(tmp_path: Path) -> None:
     assert problems(tmp_path, bad) == [
         "wf.dig:2: 'mail>' needs a file name or {data: TEXT}, got a mapping"
     ]
+
+
+def test_digdag_s_operators_that_do_not_run_here_are_refused_with_what_to_use(
+    tmp_path: Path,
+) -> None:
+    text = "+a:\n  rb>: Test.task1\n+b:\n  _type: emr\n"
+    found = problems(tmp_path, text)
+    assert found[0].startswith("wf.dig:2: Digdag's operator 'rb>' is not supported: ")
+    assert "sh>: ruby" in found[0]
+    assert found[1].startswith("wf.dig:4: Digdag's operator 'emr>' is not supported: ")
+    assert not set(UNSUPPORTED) & set(REGISTRY)
 
 
 def test_a_control_directive_on_an_agent_operator_is_unknown(tmp_path: Path) -> None:
