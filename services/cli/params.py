@@ -4,6 +4,7 @@ keywords), ``--param`` and ``--database-url`` options."""
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -70,12 +71,49 @@ def parse_param(raw: str) -> tuple[str, str]:
     return key, value
 
 
-def build_params(raw_params: tuple[str, ...]) -> dict[str, Any]:
-    """Session params from ``--param`` options; dotted keys make nested values."""
+def build_params(raw_params: tuple[str, ...], params_file: Path | None = None) -> dict[str, Any]:
+    """Session params: those of ``--params-file`` (a YAML or JSON mapping), then the
+    ``--param`` options over them; dotted keys make nested values."""
+    base = read_params_file(params_file) if params_file is not None else {}
     try:
-        return nested_params(parse_param(raw) for raw in raw_params)
+        return nested_params((parse_param(raw) for raw in raw_params), into=base)
     except BadEntry as error:
         raise click.BadParameter(str(error), param_hint="'--param'") from None
+
+
+def read_params_file(path: Path) -> dict[str, Any]:
+    """The mapping a YAML (or JSON) params file holds, read safely; BadParameter naming
+    the option, and the file's line for a syntax error."""
+    import yaml  # only for a params file: commands without one start faster
+
+    hint = "'-P' / '--params-file'"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(f"cannot read {path}: {exc}", param_hint=hint) from None
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise click.BadParameter(f"{where}: {exc.problem}", param_hint=hint) from None
+    except yaml.YAMLError as exc:
+        raise click.BadParameter(f"{path}: {exc}", param_hint=hint) from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict) or not all(isinstance(k, str) for k in loaded):
+        raise click.BadParameter(f"{path} must hold a mapping of names to values", param_hint=hint)
+    return loaded
+
+
+PARAMS_FILE_OPTION = click.option(
+    "-P",
+    "--params-file",
+    "params_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="Session params from a YAML or JSON file (-p values win over it).",
+)
 
 
 PARAM_OPTION = click.option(  # run, start and retry: one spelling of --param

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, select
 
 from tickwork.services.agent.archives import ArchiveCache
 from tickwork.services.agent.local import StreamingRunner, scratch_dir
@@ -29,8 +29,8 @@ from tickwork.shared.dispatch.messages import TaskEvent, TaskMessage
 from tickwork.shared.dispatch.seam import EventSink
 from tickwork.shared.domain.schedule import ScheduleSpec
 from tickwork.shared.domain.states import AttemptState
-from tickwork.shared.domain.workflow import WorkflowDefinition
-from tickwork.shared.errors import Conflict, StoreUnavailable
+from tickwork.shared.domain.workflow import TaskSpec, WorkflowDefinition
+from tickwork.shared.errors import Conflict, InvalidInput, Problem, StoreUnavailable
 from tickwork.shared.runner import IdleBackoff, run_until_stopped
 from tickwork.shared.store import projects as project_store
 from tickwork.shared.store import schedules as schedule_store
@@ -39,6 +39,8 @@ from tickwork.shared.store import tasks as task_store
 from tickwork.shared.store.dialects import dialect_of
 from tickwork.shared.store.engine import notify_work, read_only
 from tickwork.shared.store.migrate import open_migrated_store
+from tickwork.shared.store.starts import find_task_named, resumed_before
+from tickwork.shared.store.tables import attempts, projects, sessions
 
 IDLE_WAIT_SECONDS = 0.2
 """The longest wait between passes of ``tickwork run`` (an agent's event ends it sooner)."""
@@ -62,6 +64,7 @@ class RunRequest:
     params: dict[str, Any]
     session_time: datetime
     rerun: bool = False
+    start_from: str | None = None  # --start +TASK: it and what follows run again
     max_task_threads: int = 8
     task_timeout_seconds: float | None = None
     limits: ResourceLimits = field(default_factory=ResourceLimits)
@@ -119,6 +122,15 @@ def create_run_attempt(conn: Connection, request: RunRequest, now: datetime) -> 
                 from_states=(AttemptState.WAITING, AttemptState.CREATED, AttemptState.RUNNING),
             )
     resume_from = previous[-1].id if previous and not request.rerun else None
+    resume_only = None
+    if request.start_from is not None:
+        try:
+            check_task_named(definition, request.start_from)
+            if resume_from is not None:  # what comes before it: the last attempt's, as retry --from
+                resume_only = resumed_before(conn, resume_from, request.start_from)
+        except InvalidInput as exc:
+            problems = [Problem("--start", None, p.message) for p in exc.problems]
+            raise InvalidInput(problems) from None
     attempt_id = session_store.insert_attempt(
         conn,
         session_id=session_id,
@@ -129,11 +141,43 @@ def create_run_attempt(conn: Connection, request: RunRequest, now: datetime) -> 
         now=now,
         resume_from_attempt_id=resume_from,
         project_dir=str(request.project_dir),
+        resume_only=resume_only,
     )
     if attempt_id is None:
         raise Conflict(f"another run of this session is starting (attempt run-{len(previous) + 1})")
     notify_work(conn)
     return RunOutcome(attempt_id, session_id, AttemptState.CREATED, resume_from)
+
+
+def check_task_named(definition: WorkflowDefinition, name: str) -> None:
+    """InvalidInput naming ``/from`` unless ``name`` is the full name of one task of the
+    workflow (``+wf+step``) or the end of exactly one (``+step``)."""
+    names = {full: 0 for full in _full_names(definition.root, "")}
+    find_task_named(names, name)
+
+
+def _full_names(spec: TaskSpec, prefix: str) -> Iterator[str]:
+    full = prefix + spec.name
+    yield full
+    for child in spec.children:
+        yield from _full_names(child, full)
+
+
+def last_run_session_time(conn: Connection, project_dir: Path, workflow: str) -> datetime | None:
+    """The session time of the latest attempt of ``workflow`` run from ``project_dir``."""
+    query = (
+        select(sessions.c.session_time)
+        .join(projects, projects.c.id == sessions.c.project_id)
+        .join(attempts, attempts.c.session_id == sessions.c.id)
+        .where(
+            projects.c.source_dir == str(project_dir.resolve()),
+            sessions.c.workflow_name == workflow,
+        )
+        .order_by(attempts.c.id.desc())
+        .limit(1)
+    )
+    found = conn.execute(query).scalar_one_or_none()
+    return found if isinstance(found, datetime) else None
 
 
 def _store_workflow(conn: Connection, request: RunRequest, now: datetime) -> tuple[int, int]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 import sys
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,10 +18,16 @@ import click
 from tickwork.services.cli.errors import ExitCode
 from tickwork.services.cli.errors import fail as _fail
 from tickwork.services.cli.failures import failure_lines
-from tickwork.services.cli.params import PARAM_OPTION, build_params, parse_session_time
+from tickwork.services.cli.params import (
+    PARAM_OPTION,
+    PARAMS_FILE_OPTION,
+    build_params,
+    parse_session_time,
+)
 from tickwork.services.cli.schedules import preview_lines
 from tickwork.shared.clock import utc_now
 from tickwork.shared.config import EMBEDDED_SETTINGS, EmbeddedConfig
+from tickwork.shared.domain.entries import SESSION_KEYWORDS, session_time_named
 from tickwork.shared.domain.schedule import ScheduleSpec, written_timezone
 from tickwork.shared.domain.states import AttemptState, TaskState
 from tickwork.shared.domain.workflow import WorkflowDefinition
@@ -55,14 +62,43 @@ def _settings_epilog() -> str:
     help="Project directory (default: the workflow file's directory).",
 )
 @PARAM_OPTION
+@PARAMS_FILE_OPTION
 @click.option(
     "-t",
     "--session-time",
+    "--session",
     "raw_session_time",
     metavar="TIME",
-    help="Session time (default: now, truncated to the schedule if any).",
+    help="Session time: now, hourly, daily (this hour, today, in the workflow's zone), last "
+    "(the session run last here), or a time (default: now, truncated to the schedule if any).",
 )
 @click.option("-a", "--rerun", is_flag=True, help="Run every task, even those that succeeded.")
+@click.option(
+    "-s",
+    "--start",
+    "start_from",
+    metavar="+TASK",
+    help="Run this task and every task after it again, even if they succeeded before; "
+    "what comes before is taken from the last run of the session.",
+)
+@click.option(
+    "-d",
+    "--dry-run",
+    is_flag=True,
+    help="Show the tasks in the order they would run, and run nothing.",
+)
+@click.option(
+    "-E",
+    "--show-params",
+    is_flag=True,
+    help="With --dry-run, show the params each task would see.",
+)
+@click.option(
+    "--max-task-threads",
+    type=click.IntRange(min=1, max=1024),
+    metavar="N",
+    help="Tasks run at once (default: TICKWORK_MAX_TASK_THREADS, else 8).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="Print only the summary.")
 @click.option(
     "--on-executor",
@@ -74,8 +110,13 @@ def run(
     workflow_file: Path,
     project: Path | None,
     raw_params: tuple[str, ...],
+    params_file: Path | None,
     raw_session_time: str | None,
     rerun: bool,
+    start_from: str | None,
+    dry_run: bool,
+    show_params: bool,
+    max_task_threads: int | None,
     quiet: bool,
     on_executor: bool,
 ) -> None:
@@ -96,14 +137,26 @@ def run(
             "error: --on-executor needs TICKWORK_DATABASE_URL to name the PostgreSQL "
             "database that `tickwork executor` uses"
         )
+    if rerun and start_from:
+        raise click.UsageError("-a/--rerun and -s/--start do not work together")
     definition = _parse(path, project_dir)
-    params = build_params(raw_params)
+    params = build_params(raw_params, params_file)
+    state_dir = config.state_dir or project_dir / ".tickwork"
+    database_url = config.database_url or f"sqlite:///{state_dir / 'tickwork.db'}"
     session_time = (
-        parse_session_time(raw_session_time, definition.timezone)
+        _session_time(raw_session_time, definition, project_dir, database_url)
         if raw_session_time
         else default_session_time(definition, utc_now())
     )
-    state_dir = config.state_dir or project_dir / ".tickwork"
+    if show_params and not dry_run:
+        raise click.UsageError("-E/--show-params goes with -d/--dry-run (-dE)")
+    if dry_run:
+        from tickwork.services.compose.dry_run import dry_run_lines
+
+        click.echo(f"session {session_time.isoformat()} (dry run: nothing runs)")
+        for line in dry_run_lines(definition, session_time, params, show_params=show_params):
+            click.echo(line)
+        return
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -112,11 +165,12 @@ def run(
         definition=definition,
         project_dir=project_dir,
         state_dir=state_dir,
-        database_url=config.database_url or f"sqlite:///{state_dir / 'tickwork.db'}",
+        database_url=database_url,
         params=params,
         session_time=session_time,
         rerun=rerun,
-        max_task_threads=config.max_task_threads,
+        start_from=start_from,
+        max_task_threads=max_task_threads or config.max_task_threads,
         task_timeout_seconds=config.task_timeout_seconds,
         limits=ResourceLimits(
             config.task_max_memory_mb, config.task_max_open_files, config.task_max_cpu_seconds
@@ -124,6 +178,45 @@ def run(
         max_tasks_per_attempt=config.max_tasks_per_attempt,
     )
     sys.exit(_run(request, quiet, on_executor))
+
+
+def _session_time(
+    raw: str, definition: WorkflowDefinition, project_dir: Path, database_url: str
+) -> datetime:
+    """The session ``-t raw`` names: a keyword (``last``: the session this project's
+    workflow ran last in this store, else as Digdag: the schedule's last time, else today)
+    or a time."""
+    now = utc_now()
+    keyword = raw.strip().lower()
+    if keyword not in SESSION_KEYWORDS:
+        return parse_session_time(raw, definition.timezone)
+    last = None
+    if keyword == "last":
+        last = _last_session_time(definition, project_dir, database_url)
+        if last is None and definition.schedule is not None:
+            from tickwork.services.compose.embedded import default_session_time
+
+            last = default_session_time(definition, now)
+        elif last is None:
+            last = session_time_named("daily", now, definition.timezone)
+    return session_time_named(keyword, now, definition.timezone, last)
+
+
+def _last_session_time(
+    definition: WorkflowDefinition, project_dir: Path, database_url: str
+) -> datetime | None:
+    from tickwork.services.compose.embedded import last_run_session_time
+    from tickwork.shared.store.engine import read_only
+    from tickwork.shared.store.migrate import open_migrated_store
+
+    if database_url.startswith("sqlite:///") and not Path(database_url[10:]).exists():
+        return None  # nothing ran here yet: no store to make
+    try:
+        engine = open_migrated_store(database_url)
+        with read_only(engine) as conn:
+            return last_run_session_time(conn, project_dir, definition.name)
+    except TickworkError as exc:
+        _fail(f"error: {exc}", exc)
 
 
 def _config() -> EmbeddedConfig:

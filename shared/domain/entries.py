@@ -51,6 +51,10 @@ def read_session_time(raw: str, timezone: str) -> datetime:
     return read_time(raw.strip(), timezone)
 
 
+SESSION_KEYWORDS = ("now", "hourly", "daily", "last")
+"""The words a session option takes besides a time, as Digdag's ``--session`` does."""
+
+
 def session_time_named(
     raw: str, now: datetime, timezone: str, last: datetime | None = None
 ) -> datetime:

@@ -127,8 +127,10 @@ def insert_attempt(
     now: datetime,
     resume_from_attempt_id: int | None = None,
     project_dir: str | None = None,
+    resume_only: list[str] | None = None,
 ) -> int | None:
-    """Insert an attempt in state ``created``; None if the session already has ``name``."""
+    """Insert an attempt in state ``created``; None if the session already has ``name``.
+    ``resume_only`` limits what it takes from the attempt it resumes to those tasks."""
     return insert_ignoring_conflict(
         conn,
         attempts,
@@ -140,6 +142,7 @@ def insert_attempt(
             "timezone": timezone,
             "params": params,
             "resume_from_attempt_id": resume_from_attempt_id,
+            "resume_only": resume_only,
             "project_dir": project_dir,
             "created_at": now,
         },

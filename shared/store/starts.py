@@ -311,7 +311,7 @@ def resumed_before(conn: Connection, attempt_id: int, from_task: str) -> list[st
         .where(tasks.c.attempt_id == attempt_id)
     ).all()
     by_name = {str(r.full_name): int(r.id) for r in rows}
-    target = _find_task(by_name, from_task)
+    target = find_task_named(by_name, from_task)
     parent = {int(r.id): r.parent_id for r in rows}
     children: dict[int, list[int]] = {}
     for task_id, parent_id in parent.items():
@@ -327,7 +327,9 @@ def resumed_before(conn: Connection, attempt_id: int, from_task: str) -> list[st
     return sorted(names[i] for i in kept & succeeded)
 
 
-def _find_task(by_name: dict[str, int], from_task: str) -> int:
+def find_task_named(by_name: dict[str, int], from_task: str) -> int:
+    """The id of the task ``from_task`` names in ``by_name`` (a full name, or the end of
+    exactly one); InvalidInput naming ``/from`` otherwise."""
     if from_task in by_name:
         return by_name[from_task]
     matches = [n for n in by_name if from_task.startswith("+") and n.endswith(from_task)]
@@ -336,7 +338,7 @@ def _find_task(by_name: dict[str, int], from_task: str) -> int:
     detail = (
         f"{from_task!r} names several tasks: {', '.join(sorted(matches))}"
         if matches
-        else f"no task {from_task!r} in this attempt"
+        else f"no task {from_task!r} in this workflow"
     )
     raise InvalidInput([Problem("/from", None, detail)])
 

@@ -39,8 +39,9 @@ NOT_RUN_OPTIONS = {
 }
 
 # What the pages' commands assume besides a copy of examples/: the workflow file `wf.dig`
-# README's "Running a workflow" runs, and a secret's value in `pw.txt` (docs/language/
-# secrets.md). The project `etl` they name is pushed by the test.
+# README's "Running a workflow" runs with its params file `params.yml`, and a secret's
+# value in `pw.txt` (docs/language/secrets.md). The project `etl` they name is pushed by
+# the test.
 WORKFLOW = """\
 _export:
   table: events
@@ -73,6 +74,7 @@ def prepare_workdir(workdir: Path) -> None:
     )
     (workdir / "wf.dig").write_text(WORKFLOW, encoding="utf-8")
     (workdir / "pw.txt").write_text("a database password\n", encoding="utf-8")
+    (workdir / "params.yml").write_text("table: users\n", encoding="utf-8")
 
 
 @dataclass(frozen=True)
