@@ -37,6 +37,7 @@ CLIENT_MODULES = [
 SERVER_COMMANDS = {
     "run",
     "check",
+    "init",
     "api",
     "scheduler",
     "executor",
@@ -45,7 +46,8 @@ SERVER_COMMANDS = {
     "db",
     "dev",
 }
-"""The commands that work on the database (or run in-process) rather than ask the API."""
+"""The commands that work on the database or local files (or run in-process) rather than
+ask the API."""
 CLIENT_CONTRACT = "client commands import no store, migration, Celery or service code"
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 HEAVY = [

@@ -27,6 +27,11 @@ COMMANDS = lazy_commands(
             "tickwork.services.compose.run:check",
             "Validate workflow files without running anything.",
         ),
+        (
+            "init",
+            "tickwork.services.compose.init:init_command",
+            "Make a new project in DIRECTORY: a workflow named after it, a README, a .gitignore.",
+        ),
         # The services, each in its own process.
         (
             "api",
