@@ -182,7 +182,7 @@ class TestCheckingTemplates:
         ("template", "problem"),
         [
             ("tickwork push DIRECTORY PROJECT", "takes 1 argument(s), given 2"),
-            ("tickwork retry ID --resume-from +t", "has no option --resume-from"),
+            ("tickwork retry ID --goal +t", "has no option --goal"),
             ("tickwork schedules pause|halt P W", "has no command 'halt'"),
         ],
     )

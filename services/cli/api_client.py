@@ -201,6 +201,12 @@ class ApiClient:
         with self._names_checked(name, workflow):
             return self._json("GET", path, params=_query(revision=revision))
 
+    def download_archive(self, name: str, revision: str | None = None) -> bytes:
+        """The tar.gz of a project's latest (or a given) revision, as pushed."""
+        path = f"/api/projects/{_seg(name)}/archive"
+        with self._names_checked(name):
+            return self._send("GET", path, params=_query(revision=revision)).content
+
     # -- workflows and schedules ---------------------------------------------------------
 
     def list_workflows(
@@ -308,9 +314,13 @@ class ApiClient:
         session_time: datetime | str | None = None,
         params: Json | None = None,
         idempotency_key: str | None = None,
+        revision: str | None = None,
     ) -> Json:
-        """Start a session by hand; Conflict (with ``attempt_id``) if it already exists."""
+        """Start a session by hand (of ``revision``'s workflow; default the latest);
+        Conflict (with ``attempt_id``) if it already exists."""
         body: Json = {"project": project, "workflow": workflow}
+        if revision is not None:
+            body["revision"] = revision
         if session_time is not None:
             body["session_time"] = _time(session_time)
         if params:
@@ -335,9 +345,16 @@ class ApiClient:
         mode: str = "failed",
         from_task: str | None = None,
         params: Json | None = None,
+        revision: str | None = None,
+        name: str | None = None,
     ) -> Json:
-        """A new attempt of the same session: ``all``, ``failed`` or ``from`` a task on."""
+        """A new attempt of the same session: ``all``, ``failed`` or ``from`` a task on;
+        of ``revision``'s workflow (``latest``; default: the attempt's), named ``name``."""
         body: Json = {"mode": mode}
+        if revision is not None:
+            body["revision"] = revision
+        if name is not None:
+            body["name"] = name
         if from_task is not None:
             body["from"] = from_task
         if params:

@@ -154,6 +154,8 @@ def _article(noun: str) -> str:
 
 ATTEMPT_ID = RecordId("attempt")
 """The type of an ``ID`` argument that names an attempt."""
+SESSION_ID = RecordId("session")
+"""The type of an ``ID`` option that names a session."""
 
 POINTER_FLAGS = {
     "/session_time": "--session",
@@ -164,6 +166,8 @@ POINTER_FLAGS = {
     "/count": "--count",
     "/replay": "--replay",
     "/mode": "--all/--resume/--from",
+    "/revision": "--revision",
+    "/name": "--name",
     "/project": "PROJECT",
     "/workflow": "WORKFLOW",
     "/value": "--value",

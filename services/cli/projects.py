@@ -1,4 +1,4 @@
-"""``tickwork push|delete|workflows``: projects and their workflows, through the API.
+"""``tickwork push|delete|workflows|download``: projects and their workflows, through the API.
 
 Each command is one or two REST calls (docs/rest-api.md) through :class:`ApiClient`; an
 error ends it with one line and the exit status its kind has (see ``--help``).
@@ -6,7 +6,9 @@ error ends it with one line and the exit status its kind has (see ``--help``).
 
 from __future__ import annotations
 
+import io
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import click
 
 from tickwork.services.cli.client import api, client_options, limit_option
 from tickwork.services.cli.errors import EXIT_CODES_HELP, ExitCode, exit_with
-from tickwork.services.cli.output import field, print_items, print_json, text
+from tickwork.services.cli.output import field, print_fields, print_items, print_json, text
 
 
 @click.command("push", epilog=EXIT_CODES_HELP)
@@ -105,10 +107,28 @@ def _confirm_delete(project: str) -> None:
 
 @click.command("workflows", epilog=EXIT_CODES_HELP)
 @click.argument("project", required=False)
+@click.argument("workflow", required=False)
+@click.option(
+    "-r", "--revision", metavar="NAME", help="With WORKFLOW: of this revision (default: latest)."
+)
 @limit_option
 @client_options
-def workflows_command(project: str | None, limit: int, endpoint: str | None, as_json: bool) -> None:
-    """List the workflows of every project's latest revision (or of PROJECT's)."""
+def workflows_command(
+    project: str | None,
+    workflow: str | None,
+    revision: str | None,
+    limit: int,
+    endpoint: str | None,
+    as_json: bool,
+) -> None:
+    """List the workflows of every project's latest revision (or of PROJECT's); with
+    WORKFLOW, print its definition."""
+    if workflow is not None:
+        assert project is not None  # click fills PROJECT first
+        _print_definition(project, workflow, revision, endpoint, as_json)
+        return
+    if revision is not None:
+        raise click.UsageError("--revision goes with PROJECT WORKFLOW")
     with api(endpoint) as client:
         items = list(client.list_workflows(project, limit=limit))
     print_items(
@@ -123,6 +143,71 @@ def workflows_command(project: str | None, limit: int, endpoint: str | None, as_
             ("next run", _next_run),
         ],
     )
+
+
+def _print_definition(
+    project: str, workflow: str, revision: str | None, endpoint: str | None, as_json: bool
+) -> None:
+    """A workflow's definition, as Digdag's ``workflows PROJECT WORKFLOW`` prints it: where
+    it comes from, then its config in YAML."""
+    import yaml  # only here: listing commands start without it
+
+    with api(endpoint) as client:
+        found = client.get_project_workflow(project, workflow, revision)
+    if as_json:
+        print_json(found)
+        return
+    print_fields(found, False, ["project", "name", "revision", "timezone", "next_run_time"])
+    click.echo("---")
+    click.echo(yaml.safe_dump(found.get("config") or {}, sort_keys=False).rstrip())
+
+
+@click.command("download", epilog=EXIT_CODES_HELP)
+@click.argument("project")
+@click.option("-r", "--revision", metavar="NAME", help="This revision (default: the latest).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The directory to write the files in (default: ./PROJECT); it must be empty or new.",
+)
+@client_options
+def download_command(
+    project: str,
+    revision: str | None,
+    output: Path | None,
+    endpoint: str | None,
+    as_json: bool,
+) -> None:
+    """Download the files of PROJECT's latest (or a given) revision, as pushed."""
+    target = output or Path(project)
+    if target.exists() and any(target.iterdir()):
+        exit_with(ExitCode.INVALID, f"error: {target} is not empty: nothing was written")
+    with api(endpoint) as client:
+        archive = client.download_archive(project, revision)
+    names = unpack_archive(archive, target)
+    if as_json:
+        print_json({"project": project, "directory": str(target), "files": names})
+        return
+    click.echo(f"downloaded {len(names)} file(s) of {project} into {target}")
+
+
+def unpack_archive(archive: bytes, target: Path) -> list[str]:
+    """Write the regular files and folders of a tar.gz under ``target``; their names. A
+    member that would leave ``target`` or is not a file or folder fails the command."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as bundle:
+            members = bundle.getmembers()
+            for member in members:
+                if not (member.isfile() or member.isdir()):
+                    exit_with(
+                        ExitCode.FAILED, f"error: the archive holds {member.name!r}, not a file"
+                    )
+            target.mkdir(parents=True, exist_ok=True)
+            bundle.extractall(target, filter="data")  # refuses paths that leave target
+    except (tarfile.TarError, OSError) as exc:
+        exit_with(ExitCode.FAILED, f"error: cannot unpack the archive into {target}: {exc}")
+    return sorted(member.name for member in members if member.isfile())
 
 
 def _next_run(workflow: dict[str, Any]) -> object:

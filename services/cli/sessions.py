@@ -6,8 +6,10 @@ error ends it with one line and the exit status its kind has (see ``--help``).
 
 from __future__ import annotations
 
+import json
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -15,6 +17,7 @@ import click
 from tickwork.services.cli.admin_api import ADMIN_EPILOG, kill_via_api
 from tickwork.services.cli.client import (
     ATTEMPT_ID,
+    SESSION_ID,
     F,
     RecordId,
     api,
@@ -32,6 +35,7 @@ from tickwork.services.cli.failures import (
 from tickwork.services.cli.output import field, print_fields, print_items, print_json, text
 from tickwork.services.cli.params import (
     PARAM_OPTION,
+    PARAMS_FILE_OPTION,
     SESSION_HELP,
     build_params,
     resolve_session_option,
@@ -65,7 +69,12 @@ ATTEMPT_FIELDS = [
 @click.argument("workflow")
 @click.option("--session", "session_time", metavar="TIME", help=SESSION_HELP)
 @PARAM_OPTION
+@PARAMS_FILE_OPTION
+@click.option(
+    "-r", "--revision", metavar="NAME", help="Run this revision's workflow (default: the latest)."
+)
 @click.option("--idempotency-key", metavar="KEY", help="Starting again with KEY is refused.")
+@click.option("-d", "--dry-run", is_flag=True, help="Show what would start, and start nothing.")
 @click.option("--wait", is_flag=True, help="Wait until it ends; exit 1 unless it succeeded.")
 @client_options
 def start_command(
@@ -73,20 +82,27 @@ def start_command(
     workflow: str,
     session_time: str | None,
     raw_params: tuple[str, ...],
+    params_file: Path | None,
+    revision: str | None,
     idempotency_key: str | None,
+    dry_run: bool,
     wait: bool,
     endpoint: str | None,
     as_json: bool,
 ) -> None:
     """Start a session of WORKFLOW by hand; the same session twice is a conflict (exit 4)."""
-    params = build_params(raw_params)
+    params = build_params(raw_params, params_file)
     with api(endpoint) as client:
+        if dry_run:
+            _show_start(client, project, workflow, session_time, revision, params, as_json)
+            return
         attempt = client.start_attempt(
             project,
             workflow,
             session_time=resolve_session_option(client, project, workflow, session_time),
             params=params,
             idempotency_key=idempotency_key,
+            revision=revision,
         )
         if not as_json:
             click.echo(
@@ -98,6 +114,35 @@ def start_command(
             return
     if as_json:
         print_json(attempt)
+
+
+def _show_start(
+    client: ApiClient,
+    project: str,
+    workflow: str,
+    session_time: str | None,
+    revision: str | None,
+    params: dict[str, Any],
+    as_json: bool,
+) -> None:
+    """What ``start`` would start, checked against the API (the project, the workflow and
+    the revision exist; the session time reads), without starting it."""
+    found = client.get_project_workflow(project, workflow, revision)
+    when = resolve_session_option(client, project, workflow, session_time)
+    plan = {
+        "project": project,
+        "workflow": workflow,
+        "revision": found.get("revision"),
+        "session_time": when.isoformat() if when is not None else None,
+        "params": params,
+    }
+    if as_json:
+        print_json(plan)
+        return
+    shown = plan["session_time"] or "now (the last scheduled time for a scheduled workflow)"
+    click.echo(f"would start {project}/{workflow} of revision {plan['revision']}, session {shown}")
+    click.echo(f"  params: {json.dumps(params, sort_keys=True)}")
+    click.echo("  (dry run: nothing was started)")
 
 
 def _wait_and_report(client: ApiClient, attempt_id: str, as_json: bool) -> None:
@@ -147,7 +192,19 @@ def sessions_command(
     endpoint: str | None,
     as_json: bool,
 ) -> None:
-    """List sessions, newest first, each with its last attempt."""
+    """List sessions, newest first, each with its last attempt; or show the session
+    whose id is the one number given (tickwork sessions 42)."""
+    if project is not None and project.isdigit() and workflow is None and state is None:
+        with api(endpoint) as client:
+            found = client.get_session(project)
+        if as_json:
+            print_json(found)
+            return
+        last = found.get("last_attempt") or {}
+        shown = {**found, "last_attempt": last.get("id"), "state": last.get("state")}
+        fields = ["id", "project", "workflow", "session_time", "session_uuid"]
+        print_fields(shown, as_json, [*fields, "last_attempt", "state"])
+        return
     with api(endpoint) as client:
         items = list(client.list_sessions(project, workflow, state, limit=limit))
     print_items(
@@ -166,8 +223,10 @@ def sessions_command(
 
 
 @click.command("attempts", epilog=EXIT_CODES_HELP)
+@click.option("--session", "session_id", type=SESSION_ID, metavar="ID", help="Only this session's.")
 @history_filters
 def attempts_command(
+    session_id: str | None,
     project: str | None,
     workflow: str | None,
     state: str | None,
@@ -175,9 +234,14 @@ def attempts_command(
     endpoint: str | None,
     as_json: bool,
 ) -> None:
-    """List attempts, newest first."""
+    """List attempts, newest first (of one session with --session)."""
+    if session_id is not None and (project or workflow or state):
+        raise click.UsageError("--session lists one session's attempts: give no other filter")
     with api(endpoint) as client:
-        items = list(client.list_attempts(project, workflow, state, limit=limit))
+        if session_id is not None:
+            items = list(client.list_session_attempts(session_id, limit=limit))
+        else:
+            items = list(client.list_attempts(project, workflow, state, limit=limit))
     print_items(
         items,
         as_json,
@@ -232,15 +296,40 @@ def _running_tasks(client: ApiClient, attempt: dict[str, Any]) -> list[str]:
     default=True,
     help="Run only what did not succeed (the default).",
 )
-@click.option("--from", "from_task", metavar="+TASK", help="Run from this task on.")
+@click.option(
+    "--from",
+    "--resume-from",
+    "from_task",
+    metavar="+TASK",
+    help="Run from this task on (Digdag's --resume-from).",
+)
+@click.option(
+    "--keep-revision",
+    "revision",
+    flag_value="",
+    default=True,
+    help="Run the workflow of the retried attempt's revision (the default).",
+)
+@click.option(
+    "--latest-revision",
+    "revision",
+    flag_value="latest",
+    help="Run the workflow of the project's latest revision.",
+)
+@click.option("--revision", "revision", metavar="NAME", help="Run this revision's workflow.")
+@click.option("--name", metavar="NAME", help="The new attempt's name (default retry-N).")
 @PARAM_OPTION
+@PARAMS_FILE_OPTION
 @click.option("--wait", is_flag=True, help="Wait until it ends; exit 1 unless it succeeded.")
 @client_options
 def retry_command(
     attempt_id: str,
     mode: str,
     from_task: str | None,
+    revision: str,
+    name: str | None,
     raw_params: tuple[str, ...],
+    params_file: Path | None,
     wait: bool,
     endpoint: str | None,
     as_json: bool,
@@ -250,9 +339,16 @@ def retry_command(
         if mode == "all":
             raise click.UsageError("give one of --all, --resume and --from")
         mode = "from"
-    params = build_params(raw_params)
+    params = build_params(raw_params, params_file)
     with api(endpoint) as client:
-        attempt = client.retry_attempt(attempt_id, mode=mode, from_task=from_task, params=params)
+        attempt = client.retry_attempt(
+            attempt_id,
+            mode=mode,
+            from_task=from_task,
+            params=params,
+            revision=revision or None,
+            name=name,
+        )
         if not as_json:
             click.echo(f"attempt {attempt.get('id')} retries attempt {attempt_id} ({mode})")
         if wait:

@@ -66,6 +66,11 @@ COMMANDS = lazy_commands(
             "Upload DIRECTORY's workflows as a new revision of a project (created if needed).",
         ),
         (
+            "download",
+            "tickwork.services.cli.projects:download_command",
+            "Download the files of PROJECT's latest (or a given) revision, as pushed.",
+        ),
+        (
             "delete",
             "tickwork.services.cli.projects:delete_command",
             "Delete PROJECT: its schedules stop; its sessions, attempts and revisions stay.",
@@ -73,7 +78,8 @@ COMMANDS = lazy_commands(
         (
             "workflows",
             "tickwork.services.cli.projects:workflows_command",
-            "List the workflows of every project's latest revision (or of PROJECT's).",
+            "List the workflows of every project's latest revision (or of PROJECT's); with "
+            "WORKFLOW, print its definition.",
         ),
         (
             "start",
@@ -83,12 +89,13 @@ COMMANDS = lazy_commands(
         (
             "sessions",
             "tickwork.services.cli.sessions:sessions_command",
-            "List sessions, newest first, each with its last attempt.",
+            "List sessions, newest first, each with its last attempt; or show the session whose "
+            "id is the one number given (tickwork sessions 42).",
         ),
         (
             "attempts",
             "tickwork.services.cli.sessions:attempts_command",
-            "List attempts, newest first.",
+            "List attempts, newest first (of one session with --session).",
         ),
         ("attempt", "tickwork.services.cli.sessions:attempt_command", "Show one attempt."),
         (

@@ -43,6 +43,7 @@ def dry_run_lines(
     builtins: dict[str, Any] = {
         **session_variables(session_time, timezone),
         "workflow_name": definition.name,
+        "retry_attempt_name": None,
     }
     if definition.schedule is not None:
         schedule = ScheduleSpec.from_config(definition.schedule)

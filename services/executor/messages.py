@@ -44,12 +44,15 @@ class AttemptContext:
         last_executed: datetime | None = None,
         archive_digest: str | None = None,
         secrets: dict[str, str] | None = None,
+        *,
+        retry_name: str | None = None,
     ) -> AttemptContext:
         """The context of an attempt row; ``schedule`` (the workflow's, if any) gives the
         ``last_session_*``/``next_session_*`` variables, ``last_executed`` the session time
         of the session that ran before this one, ``archive_digest`` the archive of a pushed
         project's revision (its tasks run in its files), ``secrets`` the project's encrypted
-        secrets."""
+        secrets, ``retry_name`` the attempt's name when it retries its session (Digdag's
+        ``retry_attempt_name``; null on a session's first attempt)."""
         timezone = attempt.timezone
         ran_before: dict[str, Any] = {
             "last_executed_session_time": "",
@@ -67,6 +70,7 @@ class AttemptContext:
             "attempt_id": attempt.id,
             "project_id": attempt.project_id,
             "workflow_name": attempt.workflow_name,
+            "retry_attempt_name": retry_name,
         }
         return cls(
             attempt_id=attempt.id,

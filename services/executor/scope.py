@@ -58,7 +58,10 @@ class AttemptContexts:
         )
         digest = archive_digest_of_attempt(conn, attempt.id)
         secrets = secret_store.read_encrypted_secrets(conn, attempt.project_id)
-        context = AttemptContext.of(attempt, schedule, last_executed, digest, secrets)
+        retry_name = session_store.retry_attempt_name(conn, attempt)
+        context = AttemptContext.of(
+            attempt, schedule, last_executed, digest, secrets, retry_name=retry_name
+        )
         self._contexts[attempt.id] = context
         return context
 

@@ -225,6 +225,15 @@ def request_kill(conn: Connection, attempt_id: int, now: datetime) -> AttemptSta
     return AttemptState.CANCELING if moved else get_attempt_state(conn, attempt_id)
 
 
+def retry_attempt_name(conn: Connection, attempt: AttemptRow) -> str | None:
+    """The attempt's name when it retries its session (an earlier attempt of the session
+    exists), as Digdag's ``${retry_attempt_name}``; None for a session's first attempt."""
+    earlier = select(attempts.c.id).where(
+        attempts.c.session_id == attempt.session_id, attempts.c.id < attempt.id
+    )
+    return attempt.name if conn.execute(earlier.limit(1)).first() is not None else None
+
+
 def last_executed_session_time(
     conn: Connection, project_id: int, workflow_name: str, before: datetime
 ) -> datetime | None:

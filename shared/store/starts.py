@@ -76,8 +76,10 @@ def start_attempt(
     params: dict[str, Any],
     idempotency_key: str | None,
     now: datetime,
+    revision: str | None = None,
 ) -> StartResult:
-    """Start a session of the latest revision of ``workflow`` by hand, and wake executors.
+    """Start a session of the latest revision of ``workflow`` (or of ``revision``) by
+    hand, and wake executors.
 
     ``session_time`` defaults to now (the last scheduled time for a scheduled workflow); a
     naive one is read in the workflow's time zone. A session that already has an attempt,
@@ -89,7 +91,11 @@ def start_attempt(
         existing = _attempt_by_key(conn, idempotency_key)
         if existing is not None:
             return existing
-    target = _latest_workflow(conn, project, workflow)
+    target = (
+        _latest_workflow(conn, project, workflow)
+        if revision is None
+        else _revision_workflow(conn, project, workflow, revision)
+    )
     when = _session_time(target.definition, session_time, now)
     session_id, new_session = claim_session(
         conn, project_id=target.project_id, workflow_name=workflow, session_time=when, now=now
@@ -183,6 +189,44 @@ def _latest_workflow(conn: Connection, project: str, workflow: str) -> _Target:
     )
 
 
+def _revision_workflow(conn: Connection, project: str, workflow: str, revision: str) -> _Target:
+    """The definition of ``workflow`` in revision ``revision`` of a live ``project``;
+    NotFound naming the project, the revision or the workflow that does not exist, and
+    InvalidInput naming ``/revision`` for a revision that does not exist."""
+    row = conn.execute(
+        select(projects.c.id).where(projects.c.name == project, projects.c.deleted_at.is_(None))
+    ).first()
+    if row is None:
+        raise NotFound(f"no project {project!r}")
+    found = conn.execute(
+        select(
+            revisions.c.default_params,
+            workflow_definitions.c.id,
+            workflow_configs.c.digest,
+        )
+        .select_from(revisions)
+        .outerjoin(
+            workflow_definitions,
+            (workflow_definitions.c.revision_id == revisions.c.id)
+            & (workflow_definitions.c.name == workflow),
+        )
+        .outerjoin(workflow_configs, workflow_configs.c.id == workflow_definitions.c.config_id)
+        .where(revisions.c.project_id == row.id, revisions.c.name == revision)
+    ).first()
+    if found is None:
+        message = f"project {project!r} has no revision {revision!r}"
+        raise InvalidInput([Problem("/revision", None, message)])
+    default_params, definition_id, digest = found
+    if definition_id is None:
+        raise NotFound(f"no workflow {workflow!r} in revision {revision!r} of {project!r}")
+    return _Target(
+        project_id=int(row.id),
+        definition_id=int(definition_id),
+        definition=_definition(conn, int(definition_id), digest),
+        default_params=dict(default_params or {}),
+    )
+
+
 _DEFINITIONS: dict[str, WorkflowDefinition] = {}
 _MAX_DEFINITIONS = 256
 
@@ -263,7 +307,7 @@ def retry_attempt(
     elif mode is RetryMode.FROM:
         resume_from = attempt_id
         resume_only = resumed_before(conn, attempt_id, from_task or "")
-    name = name or f"retry-{len(previous)}"
+    name = name or f"retry-{len(previous)}"  # `retry-N` unless named (Digdag's --name)
     new_id = insert_ignoring_conflict(
         conn,
         attempts,
@@ -281,7 +325,7 @@ def retry_attempt(
         },
     )
     if new_id is None:
-        raise Conflict(f"another retry of session {old.session_id} is starting ({name})")
+        raise Conflict(f"session {old.session_id} already has an attempt named {name!r}")
     notify_work(conn)
     return new_id
 

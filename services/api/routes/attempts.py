@@ -26,8 +26,8 @@ from tickwork.services.api.times import parse_time
 from tickwork.shared.clock import utc_now
 from tickwork.shared.domain.instants import shown_in
 from tickwork.shared.domain.states import AttemptState
-from tickwork.shared.errors import Conflict, InvalidInput
-from tickwork.shared.store import history
+from tickwork.shared.errors import Conflict, InvalidInput, NotFound
+from tickwork.shared.store import catalog, history
 from tickwork.shared.store import sla as sla_store
 from tickwork.shared.store.history import AttemptView, Page
 from tickwork.shared.store.starts import (
@@ -104,6 +104,12 @@ class StartBody(RequestBody):
     )
     params: UserParams = Field(default_factory=dict)
     idempotency_key: str | None = Field(None, min_length=1, max_length=255)
+    revision: str | None = Field(
+        None,
+        min_length=1,
+        max_length=255,
+        description="The project's revision whose workflow runs (default: the latest).",
+    )
 
 
 class RetryBody(RequestBody):
@@ -117,6 +123,20 @@ class RetryBody(RequestBody):
         None, alias="from", min_length=1, max_length=2000, description="`+task` for mode from."
     )
     params: UserParams | None = Field(None, description="Merged over the attempt's params.")
+    revision: str | None = Field(
+        None,
+        min_length=1,
+        max_length=255,
+        description="Run the workflow of this revision of the project, or of its latest with "
+        "`latest`; default: the retried attempt's (Digdag's --keep-revision).",
+    )
+    name: str | None = Field(
+        None,
+        min_length=1,
+        max_length=255,
+        description="The new attempt's name, unique in its session (default retry-N); "
+        "`${retry_attempt_name}` in its tasks.",
+    )
 
 
 class TaskOut(BaseModel):
@@ -273,6 +293,7 @@ def start_from_body(conn: Connection, body: StartBody, now: datetime) -> StartRe
             params=body.params,
             idempotency_key=body.idempotency_key,
             now=now,
+            revision=body.revision,
         )
 
 
@@ -323,6 +344,9 @@ def retry_from_body(conn: Connection, attempt_id: int, body: RetryBody, now: dat
         raise InvalidBody("/from", "required when mode is 'from'")
     if body.mode != "from" and body.from_task is not None:
         raise InvalidBody("/from", "only with mode 'from'")
+    definition_id = None
+    if body.revision is not None:
+        definition_id = _definition_in_revision(conn, attempt_id, body.revision)
     with _member_errors():
         return retry_attempt(
             conn,
@@ -331,7 +355,22 @@ def retry_from_body(conn: Connection, attempt_id: int, body: RetryBody, now: dat
             from_task=body.from_task,
             params=body.params,
             now=now,
+            name=body.name,
+            workflow_definition_id=definition_id,
         )
+
+
+def _definition_in_revision(conn: Connection, attempt_id: int, revision: str) -> int:
+    """The id of the retried attempt's workflow in ``revision`` of its project (``latest``:
+    the latest revision); InvalidBody naming ``/revision`` when it has none."""
+    old = history.get_attempt_view(conn, attempt_id)
+    try:
+        found = catalog.find_revision(
+            conn, old.project_id, None if revision == "latest" else revision
+        )
+        return int(catalog.find_workflow(conn, found.id, old.workflow_name).id)
+    except NotFound as exc:
+        raise InvalidBody("/revision", str(exc)) from None
 
 
 @blueprint.get("/api/attempts/<id:attempt_id>/tasks")
