@@ -55,7 +55,7 @@ from tickwork.shared.domain.jsvalues import (
     truthy,
     type_of,
 )
-from tickwork.shared.domain.moments import Moment, make_moment
+from tickwork.shared.domain.moments import NO_CLOCK, Moment, make_moment
 from tickwork.shared.errors import InvalidExpression
 
 Node = Callable[["_Scope"], Any]
@@ -406,6 +406,8 @@ class _Parser:
         function = FUNCTIONS[name or ""]
         args = self._arguments()
         if function is None:  # moment(): reads text in the workflow's time zone
+            if not args:  # refused where it is written: see docs/language/expressions.md
+                raise self.error(NO_CLOCK)
             return lambda s: make_moment(tuple(arg(s) for arg in args), s.default_zone())
         return lambda s: function(*(arg(s) for arg in args))
 

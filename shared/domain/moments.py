@@ -262,15 +262,20 @@ def _zone_for(parsed: datetime, default_zone: str | None) -> tzinfo:
     return UTC if not offset else fixed_zone(offset)
 
 
+NO_CLOCK = (
+    "moment() needs a time: write moment(session_time), or moment(session_time).utc() for "
+    "UTC (a task's values never read the clock, so that a rerun of a session sees the same)"
+)
+"""Why ``moment()`` without a time is refused, and what to write instead."""
+
+
 def make_moment(args: tuple[Any, ...], default_zone: str | None) -> Moment:
     """``moment(text)``, ``moment(text, format)``, ``moment(milliseconds)`` or a copy.
 
     Text without an offset is read in ``default_zone`` (the workflow's), or UTC.
     """
     if not args:
-        raise InvalidExpression(
-            "moment() needs a time: write moment(session_time) (a run never reads the clock)"
-        )
+        raise InvalidExpression(NO_CLOCK)
     value = args[0]
     if isinstance(value, Moment):
         return value

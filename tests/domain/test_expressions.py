@@ -352,9 +352,11 @@ class TestMoment:
         with pytest.raises(InvalidExpression, match="unknown method 'fromNow'"):
             check_template("${moment(session_time).fromNow()}")
 
-    def test_moment_without_a_time_is_refused(self) -> None:
+    def test_moment_without_a_time_is_refused_when_parsed_naming_what_to_write(self) -> None:
         with pytest.raises(InvalidExpression, match=r"moment\(\) needs a time"):
             self.m("moment()")
+        with pytest.raises(InvalidExpression, match=r"write moment\(session_time\)"):
+            check_template("${moment().format('YYYY')}")
 
 
 class TestMethods:
