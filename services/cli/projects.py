@@ -71,6 +71,8 @@ def _print_push(project: str, pushed: dict[str, Any]) -> None:
     for change in ("added", "updated", "removed"):
         if changes.get(change):
             click.echo(f"  schedules {change}: {', '.join(changes[change])}")
+    for warning in pushed.get("warnings") or []:
+        click.echo(f"warning: {warning}", err=True)
 
 
 @click.command("delete", epilog=EXIT_CODES_HELP)

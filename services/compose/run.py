@@ -227,10 +227,16 @@ def _config() -> EmbeddedConfig:
 
 
 def _parse(path: Path, project_dir: Path) -> WorkflowDefinition:
+    """The workflow in ``path``; its warnings on stderr, one ``file:line: warning:`` line
+    each; exit 2 naming every problem of an invalid one."""
     try:
-        return parse_workflow_file(path, project_dir)
+        definition = parse_workflow_file(path, project_dir)
     except InvalidInput as exc:
         _fail(str(exc))
+    for warning in definition.warnings:
+        where = f"{warning.file}:{warning.line}" if warning.line else warning.file
+        click.echo(f"{where}: warning: {warning.message}", err=True)
+    return definition
 
 
 def _exit_on_sigterm(_signum: int, _frame: object) -> None:

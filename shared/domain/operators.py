@@ -11,7 +11,7 @@ implementation (a branch of the executor, or a function in the agent's operator 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
@@ -33,6 +33,21 @@ class CommandKind(StrEnum):
     DURATION = "duration"  # ``10s``, ``1h30m`` or seconds; ``${...}`` checked when rendered
     WORKFLOW_FILE = "workflow_file"  # a workflow file of the project, read when parsing
     CONTROL_VALUE = "control_value"  # a count, mapping or boolean, or ``${...}`` giving one
+
+
+class OptionKind(StrEnum):
+    """What an operator's option must be, as an error says it."""
+
+    TEXT = "a string"  # a number is taken as its text
+    FLAG = "true or false"
+    NUMBER = "a number"
+    DURATION = "a duration (30s, 1m, or seconds)"
+    MAPPING = "a mapping"
+    LIST = "a list"
+    TEXT_OR_LIST = "a string or a list"
+    TEXT_OR_MAPPING = "a string or a mapping"
+    LIST_OR_MAPPING = "a list or a mapping"
+    ANY = "any value"
 
 
 @dataclass(frozen=True)
@@ -63,6 +78,14 @@ class OperatorSpec:
     secrets_in_command: bool = False
     implicit_secret_prefix: str | None = None
     control: ControlShape | None = None
+    options: Mapping[str, OptionKind] = field(
+        default_factory=lambda: MappingProxyType({}), hash=False, compare=False
+    )
+    """The keys of a task the operator reads, and what each must be."""
+    takes_params: bool = False
+    """Whether what it runs reads params of its own (a function's arguments, a template's
+    ``${...}``, a script's environment): a key it does not read is then one of those, not
+    a mistake to warn about."""
 
     @property
     def key(self) -> str:
@@ -71,6 +94,20 @@ class OperatorSpec:
 
 
 _LOOP = ControlShape()
+HTTP_OPTIONS: Mapping[str, OptionKind] = MappingProxyType(
+    {
+        "method": OptionKind.TEXT,
+        "headers": OptionKind.LIST_OR_MAPPING,
+        "query": OptionKind.TEXT_OR_MAPPING,
+        "content": OptionKind.ANY,
+        "content_format": OptionKind.TEXT,
+        "content_type": OptionKind.TEXT,
+        "retry": OptionKind.FLAG,
+        "retries": OptionKind.NUMBER,
+        "timeout": OptionKind.NUMBER,
+        "http": OptionKind.MAPPING,  # Digdag's nested form of the same options
+    }
+)
 
 _SPECS = (
     OperatorSpec("echo", RunsOn.AGENT, CommandKind.TEXT, "writes its message to the task's log"),
@@ -80,14 +117,35 @@ _SPECS = (
         CommandKind.TEXT,
         "runs a shell command",
         secrets_in_command=True,
+        options=MappingProxyType({"shell": OptionKind.LIST}),
+        takes_params=True,  # every param is in the command's environment
     ),
-    OperatorSpec("py", RunsOn.AGENT, CommandKind.PY_TARGET, "calls a Python function"),
     OperatorSpec(
-        "call", RunsOn.EXECUTOR, CommandKind.WORKFLOW_FILE, "embeds another workflow file"
+        "py",
+        RunsOn.AGENT,
+        CommandKind.PY_TARGET,
+        "calls a Python function",
+        options=MappingProxyType({"python": OptionKind.TEXT_OR_LIST}),
+        takes_params=True,  # the function's arguments
+    ),
+    OperatorSpec(
+        "call",
+        RunsOn.EXECUTOR,
+        CommandKind.WORKFLOW_FILE,
+        "embeds another workflow file",
+        takes_params=True,
     ),
     OperatorSpec("fail", RunsOn.AGENT, CommandKind.TEXT, "fails with its message"),
     OperatorSpec("nop", RunsOn.EXECUTOR, CommandKind.IGNORED, "does nothing and succeeds"),
-    OperatorSpec("wait", RunsOn.EXECUTOR, CommandKind.DURATION, "waits, holding no agent"),
+    OperatorSpec(
+        "wait",
+        RunsOn.EXECUTOR,
+        CommandKind.DURATION,
+        "waits, holding no agent",
+        options=MappingProxyType(
+            {"blocking": OptionKind.FLAG, "poll_interval": OptionKind.DURATION}
+        ),
+    ),
     OperatorSpec(
         "http",
         RunsOn.AGENT,
@@ -96,6 +154,7 @@ _SPECS = (
         secret_params=("headers", "query", "content"),
         secrets_in_command=True,
         implicit_secret_prefix="http.",
+        options=MappingProxyType({**HTTP_OPTIONS, "store_content": OptionKind.FLAG}),
     ),
     OperatorSpec(
         "http_call",
@@ -105,19 +164,38 @@ _SPECS = (
         secret_params=("headers", "query", "content"),
         secrets_in_command=True,
         implicit_secret_prefix="http.",
+        options=MappingProxyType({**HTTP_OPTIONS, "content_type_override": OptionKind.TEXT}),
     ),
-    OperatorSpec("require", RunsOn.EXECUTOR, CommandKind.TEXT, "runs another workflow's session"),
+    OperatorSpec(
+        "require",
+        RunsOn.EXECUTOR,
+        CommandKind.TEXT,
+        "runs another workflow's session",
+        options=MappingProxyType(
+            {
+                "project_name": OptionKind.TEXT,
+                "project_id": OptionKind.NUMBER,
+                "session_time": OptionKind.TEXT,
+                "params": OptionKind.MAPPING,
+                "rerun_on": OptionKind.TEXT,
+                "retry_attempt_name": OptionKind.TEXT,
+                "ignore_failure": OptionKind.FLAG,
+            }
+        ),
+    ),
     OperatorSpec(
         "param_set",
         RunsOn.EXECUTOR,
         CommandKind.IGNORED,
         "stores its keys' values for later sessions of the project",
+        takes_params=True,  # its keys are what it stores
     ),
     OperatorSpec(
         "param_get",
         RunsOn.EXECUTOR,
         CommandKind.IGNORED,
         "reads stored values into store params",
+        takes_params=True,  # its keys are what it reads
     ),
     OperatorSpec(
         "mail",
@@ -126,6 +204,27 @@ _SPECS = (
         "sends an email",
         secret_params=("host", "port", "username", "password", "tls", "ssl"),
         implicit_secret_prefix="mail.",
+        options=MappingProxyType(
+            {
+                "subject": OptionKind.TEXT,
+                "to": OptionKind.TEXT_OR_LIST,
+                "cc": OptionKind.TEXT_OR_LIST,
+                "bcc": OptionKind.TEXT_OR_LIST,
+                "from": OptionKind.TEXT,
+                "html": OptionKind.FLAG,
+                "attach_files": OptionKind.TEXT_OR_LIST,
+                "body": OptionKind.TEXT,
+                "debug": OptionKind.FLAG,
+                "host": OptionKind.TEXT,
+                "port": OptionKind.NUMBER,
+                "username": OptionKind.TEXT,
+                "password": OptionKind.TEXT,
+                "tls": OptionKind.FLAG,
+                "ssl": OptionKind.FLAG,
+                "mail": OptionKind.MAPPING,
+            }
+        ),
+        takes_params=True,  # the body is a template
     ),
     OperatorSpec(
         "pg",
@@ -134,6 +233,33 @@ _SPECS = (
         "runs the SQL of a template file against PostgreSQL",
         secret_params=("host", "port", "user", "password", "database", "ssl", "schema"),
         implicit_secret_prefix="pg.",
+        options=MappingProxyType(
+            {
+                key: OptionKind.ANY  # checked by the parser's own pg> checks
+                for key in (
+                    "create_table",
+                    "insert_into",
+                    "download_file",
+                    "store_last_results",
+                    "database",
+                    "host",
+                    "port",
+                    "user",
+                    "password",
+                    "password_override",
+                    "ssl",
+                    "schema",
+                    "connect_timeout",
+                    "socket_timeout",
+                    "strict_transaction",
+                    "status_table",
+                    "status_table_schema",
+                    "status_table_cleanup",
+                    "pg",
+                )
+            }
+        ),
+        takes_params=True,  # the query file is a template
     ),
     OperatorSpec(
         "loop", RunsOn.EXECUTOR, CommandKind.CONTROL_VALUE, "runs _do N times", control=_LOOP

@@ -9,6 +9,7 @@ from typing import Any
 
 from tickwork.shared.domain.delays import StartRule
 from tickwork.shared.domain.operators import operator_names
+from tickwork.shared.errors import Problem
 
 OPERATORS = operator_names()
 """Operator types this version runs (declared in :mod:`tickwork.shared.domain.operators`)."""
@@ -222,6 +223,9 @@ class WorkflowDefinition:
     timezone: str = "UTC"
     schedule: dict[str, Any] | None = None
     sla: dict[str, Any] | None = None  # the `sla:` as tickwork.shared.domain.sla.SlaSpec stores it
+    # What the parser found worth saying but not refusing (an option no operator reads):
+    # shown by `tickwork check` and `run`, never stored.
+    warnings: tuple[Problem, ...] = field(default=(), compare=False, repr=False)
 
     def to_config(self) -> dict[str, Any]:
         """The JSON form stored (and shared by digest) as a workflow config."""

@@ -8,7 +8,7 @@ task body written in a workflow file against that, reporting with file and line.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import PurePosixPath
 from typing import Any
@@ -22,7 +22,14 @@ from tickwork.shared.domain.control import (
 )
 from tickwork.shared.domain.control import check_command as check_control_command
 from tickwork.shared.domain.durations import BadDuration, parse_duration
-from tickwork.shared.domain.operators import REGISTRY, CommandKind, ControlShape, OperatorSpec
+from tickwork.shared.domain.operators import (
+    REGISTRY,
+    CommandKind,
+    ControlShape,
+    OperatorSpec,
+    OptionKind,
+)
+from tickwork.shared.domain.schedule import suggest
 from tickwork.shared.domain.workflow import TaskSpec
 from tickwork.shared.dsl.loader import LineMap
 from tickwork.shared.dsl.reporting import Reporter, Where, describe, plain
@@ -174,7 +181,9 @@ def check_options(
     reporter: Reporter, spec: OperatorSpec | None, name: str, body: LineMap, where: Where
 ) -> None:
     """Report an operator's literal option values that the operator would refuse (the
-    task is ``name``)."""
+    task is ``name``), and warn of a key it does not read."""
+    if spec is not None:
+        _check_declared(reporter, spec, body, where)
     if spec is not None and spec.name in _PARAM_STORE:
         check_param_store_options(reporter, spec, name, body, where)
     elif spec is not None and spec.name == "wait":
@@ -183,6 +192,80 @@ def check_options(
         check_sh_options(reporter, body, where)
     elif spec is not None and spec.name == "pg":
         _check_pg(reporter, body, where)
+
+
+CHECKED_ON_THEIR_OWN = frozenset({"pg", "wait", "sh", "param_set", "param_get"})
+"""Operators whose options have checks of their own below (the registry's kinds are not
+checked again for them)."""
+_TEMPLATE = re.compile(r"\$\{([^}]*)\}")
+
+
+def _check_declared(reporter: Reporter, spec: OperatorSpec, body: LineMap, where: Where) -> None:
+    """Each key of the task against the operator's options (the registry's): a literal
+    value of the wrong kind is a problem; a key the operator does not read, that none of
+    the task's own ``${...}`` uses, is a warning (Digdag's "Parameter not used"), unless
+    what it runs reads params of its own."""
+    used = " ".join(_templates(plain(body)))
+    for key in body:
+        if not isinstance(key, str) or key.startswith("_") or key.endswith(">"):
+            continue  # directives and the operator itself
+        value, line = body[key], body.line_of(key)
+        kind = spec.options.get(key)
+        if kind is not None:
+            if spec.name in CHECKED_ON_THEIR_OWN or "${" in repr(plain(value)):
+                continue
+            if not is_kind(plain(value), kind):
+                message = f"'{spec.key}' {key} must be {kind.value}, got {_shown(value)}"
+                reporter.report(where, line, message)
+        elif not spec.takes_params and not re.search(rf"\b{re.escape(key)}\b", used):
+            hint = suggest(key, spec.options)
+            reporter.warn(
+                where,
+                line,
+                f"'{spec.key}' does not read '{key}'{hint} and no ${{...}} of the task uses "
+                "it (Digdag: parameter not used)",
+            )
+
+
+def _templates(value: Any) -> Iterator[str]:
+    """The inside of every ``${...}`` in ``value`` (strings, mappings, lists)."""
+    if isinstance(value, str):
+        yield from _TEMPLATE.findall(value)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _templates(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _templates(item)
+
+
+def is_kind(value: Any, kind: OptionKind) -> bool:
+    """Whether a literal ``value`` is of ``kind``."""
+    text = isinstance(value, str) or (
+        isinstance(value, int | float) and not isinstance(value, bool)
+    )
+    checks: dict[OptionKind, bool] = {
+        OptionKind.ANY: True,
+        OptionKind.TEXT: text,
+        OptionKind.FLAG: isinstance(value, bool) or str(value).lower() in ("true", "false"),
+        OptionKind.NUMBER: not isinstance(value, bool)
+        and (isinstance(value, int | float) or _is_number_text(value)),
+        OptionKind.DURATION: _is_duration(value),
+        OptionKind.MAPPING: isinstance(value, dict),
+        OptionKind.LIST: isinstance(value, list),
+        OptionKind.TEXT_OR_LIST: text or isinstance(value, list),
+        OptionKind.TEXT_OR_MAPPING: text or isinstance(value, dict),
+        OptionKind.LIST_OR_MAPPING: isinstance(value, list | dict),
+    }
+    return checks[kind]
+
+
+def _is_number_text(value: Any) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return isinstance(value, str)
 
 
 def _check_wait(reporter: Reporter, body: LineMap, where: Where) -> None:

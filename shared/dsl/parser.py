@@ -125,9 +125,11 @@ def load_project(project_dir: Path) -> dict[str, WorkflowDefinition]:
     workflows: dict[str, WorkflowDefinition] = {}
     for path in sorted(project_dir.resolve().glob("*.dig")):
         if path.is_file() and not path.name.startswith("."):
+            before = len(parser.warnings)
             definition = parser.parse_file(path)
             if definition is not None:
-                workflows[definition.name] = definition
+                found = tuple(dict.fromkeys(parser.warnings[before:]))
+                workflows[definition.name] = replace(definition, warnings=found)
     parser.raise_problems()
     return workflows
 
@@ -144,6 +146,10 @@ class _ProjectParser(Reporter):
     def result(self, definition: WorkflowDefinition | None) -> WorkflowDefinition:
         self.raise_problems()
         assert definition is not None  # a file that could not be read reported a problem
+        if self.warnings:
+            unique = dict.fromkeys(self.warnings)
+            ordered = sorted(unique, key=lambda p: (p.file, p.line or 0))
+            definition = replace(definition, warnings=tuple(ordered))
         return definition
 
     def relative_name(self, path: Path) -> str:

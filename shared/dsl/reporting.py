@@ -63,10 +63,17 @@ def line_map(value: Any, source: str) -> Any:
 
 
 class Reporter:
-    """Collects every problem found; :meth:`raise_problems` raises them as one error."""
+    """Collects every problem found (:meth:`raise_problems` raises them as one error) and
+    every warning (kept on the parsed workflow)."""
 
     def __init__(self) -> None:
         self.problems: list[Problem] = []
+        self.warnings: list[Problem] = []
+
+    def warn(self, where: Where, line: int | None, message: str) -> None:
+        """Record ``message`` at ``line`` as a warning: worth saying, not a reason to refuse."""
+        file = line.file if isinstance(line, FileLine) else where.file
+        self.warnings.append(Problem(file, line, message))
 
     def report(self, where: Where, line: int | None, message: str) -> None:
         """Record ``message`` at ``line`` of ``where``'s file."""

@@ -271,3 +271,12 @@ class TestDelete:
         api.delete("/api/projects/demo")
         assert push("demo", revision="r2").status_code == 201
         assert project_names(api) == ["demo"]
+
+
+def test_a_push_answers_the_warnings_of_its_workflow_files(push: Pusher) -> None:
+    answer = push("demo", {"hello.dig": "+hello:\n  echo>: hi\n  colour: red\n"})
+    assert answer.status_code == 201, answer.get_data(as_text=True)
+    assert answer.get_json()["warnings"] == [
+        "hello.dig:3: 'echo>' does not read 'colour' and no ${...} of the task uses it "
+        "(Digdag: parameter not used)"
+    ]

@@ -111,3 +111,86 @@ def test_parallel_is_refused_on_if(tmp_path: Path) -> None:
               echo>: hi
         """
     assert problems(tmp_path, text) == ["wf.dig:3: '_parallel' is not valid on 'if>'"]
+
+
+def warnings_of(project: Path, text: str) -> list[str]:
+    definition = parse_workflow_text(textwrap.dedent(text), "wf.dig", project)
+    return [str(warning) for warning in definition.warnings]
+
+
+def test_a_key_no_operator_reads_is_a_warning_naming_the_option_it_may_mean(
+    tmp_path: Path,
+) -> None:
+    text = """\
+        +a:
+          echo>: hi ${who}
+          who: me
+          colour: red
+        +b:
+          http>: https://example.com
+          store_contnet: true
+        """
+    assert warnings_of(tmp_path, text) == [
+        "wf.dig:4: 'echo>' does not read 'colour' and no ${...} of the task uses it "
+        "(Digdag: parameter not used)",
+        "wf.dig:7: 'http>' does not read 'store_contnet' (did you mean 'store_content'?) and "
+        "no ${...} of the task uses it (Digdag: parameter not used)",
+    ]
+
+
+def test_keys_of_operators_that_read_params_of_their_own_are_not_warned_of(
+    tmp_path: Path,
+) -> None:
+    text = """\
+        +py:
+          py>: tasks.load
+          table: users
+        +sh:
+          sh>: echo "$table"
+          table: users
+        +mail:
+          mail>: body.txt
+          subject: s
+          to: a@example.com
+          anything: for the body template
+        """
+    assert warnings_of(tmp_path, text) == []
+
+
+def test_an_option_value_of_the_wrong_kind_is_refused_at_its_line(tmp_path: Path) -> None:
+    text = """\
+        +a:
+          http>: https://example.com
+          retries: many
+          retry: maybe
+          headers: Accept
+        +b:
+          mail>: body.txt
+          html: sometimes
+          to: [a@example.com]
+        +c:
+          require>: other
+          params: [1, 2]
+        +d:
+          http>: https://example.com
+          retries: ${n}
+        """
+    assert problems(tmp_path, text) == [
+        "wf.dig:3: 'http>' retries must be a number, got 'many'",
+        "wf.dig:4: 'http>' retry must be true or false, got 'maybe'",
+        "wf.dig:5: 'http>' headers must be a list or a mapping, got 'Accept'",
+        "wf.dig:8: 'mail>' html must be true or false, got 'sometimes'",
+        "wf.dig:12: 'require>' params must be a mapping, got a list",
+    ]
+
+
+def test_every_option_of_the_registry_is_documented() -> None:
+    docs = Path(__file__).resolve().parents[2] / "docs" / "language"
+    text = "\n".join(page.read_text(encoding="utf-8") for page in docs.glob("*.md"))
+    missing = [
+        f"{spec.key} {option}"
+        for spec in REGISTRY.values()
+        for option in spec.options
+        if f"`{option}" not in text
+    ]
+    assert missing == []

@@ -158,6 +158,19 @@ class Project:
         )
         return Run(completed.returncode, completed.stdout, completed.stderr)
 
+    def check(self, *args: str) -> Run:
+        """``tickwork check ARGS`` in the project directory."""
+        completed = subprocess.run(
+            [*tickwork_command(), "check", *args],
+            cwd=self.root,
+            env=self.environment(),
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_SECONDS,
+            check=False,
+        )
+        return Run(completed.returncode, completed.stdout, completed.stderr)
+
     def run_on_terminal(self, *args: str, columns: int = 120, lines: int = 12) -> Run:
         """``tickwork run ARGS`` with its output on a pseudo-terminal of ``columns`` x
         ``lines``; what it printed, control codes included, is the run's stdout."""

@@ -3,12 +3,11 @@ numbers, ``typeof`` defaults and ``wait>`` options."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.e2e._run import RUN_TIMEOUT_SECONDS, Project, tickwork_command
+from tests.e2e._run import Project
 
 pytestmark = pytest.mark.e2e
 
@@ -67,18 +66,10 @@ def test_check_refuses_a_poll_interval_on_a_blocking_wait_naming_file_and_line(
     project.write("wf.dig", "+pause:\n  wait>: 10s\n  blocking: true\n  poll_interval: 5s\n")
 
     # When it is checked
-    checked = subprocess.run(
-        [*tickwork_command(), "check", "wf.dig"],
-        cwd=project.root,
-        env=project.environment(),
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_SECONDS,
-        check=False,
-    )
+    checked = project.check("wf.dig")
 
     # Then it is refused with the file and the option's line
-    assert checked.returncode == 2, checked.stderr
+    assert checked.exit_code == 2, checked.stderr
     assert checked.stderr.strip() == (
         "wf.dig:4: 'wait>' poll_interval cannot be set with blocking: true"
     )

@@ -6,14 +6,13 @@ in Digdag; a bad key is refused by `tickwork check` with file:line."""
 
 from __future__ import annotations
 
-import subprocess
 import textwrap
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from tests.e2e._run import PROBLEM_LINE, Project, tickwork_command
+from tests.e2e._run import PROBLEM_LINE, Project
 from tests.fault._cluster import Cluster
 from tickwork.services.compose.embedded import RunRequest, create_run_attempt
 from tickwork.shared.clock import utc_now
@@ -112,17 +111,9 @@ class TestEmbedded:
     def test_check_refuses_a_bad_key_with_file_and_line(self, project: Project) -> None:
         project.write("bad.dig", '+set:\n  param_set>:\n  "": v\n')
 
-        checked = subprocess.run(
-            [*tickwork_command(), "check", "bad.dig"],
-            cwd=project.root,
-            env=project.environment(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        checked = project.check("bad.dig")
 
-        assert checked.returncode == 2, checked.stderr
+        assert checked.exit_code == 2, checked.stderr
         problems = [PROBLEM_LINE.match(line) for line in checked.stderr.splitlines()]
         assert [(m["file"], m["line"]) for m in problems if m] == [("bad.dig", "3")]
         assert "Traceback" not in checked.stderr

@@ -11,14 +11,13 @@ project's frames only; a missing class or method fails with an error naming the 
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.e2e._run import Project, Run, tickwork_command
+from tests.e2e._run import Project, Run
 from tests.fault._cluster import Cluster
 from tests.support.stored_logs import stored_runs
 
@@ -195,17 +194,9 @@ def test_a_module_that_fails_to_import_is_named_with_its_file_and_line(project: 
 def test_tickwork_check_refuses_a_shell_that_is_not_a_list_with_file_and_line(
     project: Project,
 ) -> None:
-    checked = subprocess.run(
-        [*tickwork_command(), "check", "bad_shell.dig"],
-        cwd=project.root,
-        env=project.environment(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    checked = project.check("bad_shell.dig")
 
-    assert checked.returncode == 2, checked
+    assert checked.exit_code == 2, checked
     assert checked.stderr.strip() == BAD_SHELL_PROBLEM
 
 

@@ -84,3 +84,12 @@ def test_max_task_threads_one_runs_a_parallel_group_one_task_at_a_time(
     run = project.run("par.dig", "--max-task-threads", "1")
     assert run.exit_code == 0, run.explain()
     assert project.lines("seq.txt") == ["start", "end", "start", "end"]
+
+
+def test_check_warns_of_an_option_nothing_reads_and_still_passes(project: Project) -> None:
+    project.write("typo.dig", "+a:\n  echo>: hi\n  colour: red\n")
+    checked = project.check("typo.dig")
+    assert checked.exit_code == 0, checked.explain()
+    assert "typo.dig:3: warning: 'echo>' does not read 'colour'" in checked.stderr
+    ran = project.run("typo.dig")
+    assert ran.exit_code == 0 and "warning: 'echo>' does not read 'colour'" in ran.stderr

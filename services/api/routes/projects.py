@@ -74,6 +74,11 @@ class Pushed(BaseModel):
     created: bool
     workflows: list[str]
     schedules: ScheduleChanges
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="What the workflow files hold that is worth a look but was accepted, "
+        "as `file:line: message` (an option no operator reads).",
+    )
 
 
 class RevisionOut(BaseModel):
@@ -194,7 +199,8 @@ def push_project(name: str, query: PushQuery) -> tuple[dict[str, Any], int]:
             schedule_from=schedule_from,
         )
     forget_visible()  # a new project shows in limited tokens' lists at once here
-    return _pushed(result), 201 if result.created else 200
+    warnings = [str(w) for d in archive.workflows.values() for w in d.warnings]
+    return {**_pushed(result), "warnings": warnings}, 201 if result.created else 200
 
 
 def _revision(row: Any, prefix: str = "revision_") -> dict[str, Any] | None:
