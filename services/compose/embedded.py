@@ -22,6 +22,7 @@ from tickwork.services.agent.operators.base import ResourceLimits
 from tickwork.services.agent.operators.process import terminate_children
 from tickwork.services.agent.runner import TaskRunner
 from tickwork.services.compose.dispatchers import InProcessDispatcher
+from tickwork.services.compose.partial_runs import partial_run
 from tickwork.services.executor.graph import TaskMove
 from tickwork.services.executor.loop import MAX_TASKS_PER_ATTEMPT, TickReport, WorkflowExecutor
 from tickwork.shared.clock import SystemClock, utc_now
@@ -65,6 +66,8 @@ class RunRequest:
     session_time: datetime
     rerun: bool = False
     start_from: str | None = None  # --start +TASK: it and what follows run again
+    goal: str | None = None  # --goal +TASK: what comes before it, it and its subtree run
+    end: str | None = None  # --end +TASK: what comes before it runs; it and the rest skip
     max_task_threads: int = 8
     task_timeout_seconds: float | None = None
     limits: ResourceLimits = field(default_factory=ResourceLimits)
@@ -123,6 +126,14 @@ def create_run_attempt(conn: Connection, request: RunRequest, now: datetime) -> 
             )
     resume_from = previous[-1].id if previous and not request.rerun else None
     resume_only = None
+    skip_tasks = None
+    for option, target in (("--goal", request.goal), ("--end", request.end)):
+        if target is not None:
+            plan = partial_run(definition, target, option)
+            skip_tasks = sorted(plan.skipped)
+            if option == "--goal" and resume_from is not None:
+                # Before the goal: the last attempt's; the goal and its subtree: run again.
+                resume_only = resumed_before(conn, resume_from, target)
     if request.start_from is not None:
         try:
             check_task_named(definition, request.start_from)
@@ -142,6 +153,7 @@ def create_run_attempt(conn: Connection, request: RunRequest, now: datetime) -> 
         resume_from_attempt_id=resume_from,
         project_dir=str(request.project_dir),
         resume_only=resume_only,
+        skip_tasks=skip_tasks,
     )
     if attempt_id is None:
         raise Conflict(f"another run of this session is starting (attempt run-{len(previous) + 1})")

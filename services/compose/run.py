@@ -82,6 +82,19 @@ def _settings_epilog() -> str:
     "what comes before is taken from the last run of the session.",
 )
 @click.option(
+    "-g",
+    "--goal",
+    metavar="+TASK",
+    help="Run this task and its subtasks (again, if they succeeded before) after what comes "
+    "before it; skip the rest.",
+)
+@click.option(
+    "-e",
+    "--end",
+    metavar="+TASK",
+    help="Run what comes before this task; skip it and the rest.",
+)
+@click.option(
     "-d",
     "--dry-run",
     is_flag=True,
@@ -114,6 +127,8 @@ def run(
     raw_session_time: str | None,
     rerun: bool,
     start_from: str | None,
+    goal: str | None,
+    end: str | None,
     dry_run: bool,
     show_params: bool,
     max_task_threads: int | None,
@@ -137,8 +152,14 @@ def run(
             "error: --on-executor needs TICKWORK_DATABASE_URL to name the PostgreSQL "
             "database that `tickwork executor` uses"
         )
-    if rerun and start_from:
-        raise click.UsageError("-a/--rerun and -s/--start do not work together")
+    for first, second, given in (
+        ("-a/--rerun", "-s/--start", rerun and start_from),
+        ("-a/--rerun", "-g/--goal", rerun and goal),
+        ("-s/--start", "-g/--goal", start_from and goal),
+        ("-g/--goal", "-e/--end", goal and end),
+    ):
+        if given:
+            raise click.UsageError(f"{first} and {second} do not work together (as in Digdag)")
     definition = _parse(path, project_dir)
     params = build_params(raw_params, params_file)
     state_dir = config.state_dir or project_dir / ".tickwork"
@@ -170,6 +191,8 @@ def run(
         session_time=session_time,
         rerun=rerun,
         start_from=start_from,
+        goal=goal,
+        end=end,
         max_task_threads=max_task_threads or config.max_task_threads,
         task_timeout_seconds=config.task_timeout_seconds,
         limits=ResourceLimits(
@@ -292,8 +315,14 @@ def _print_summary(
         failed = [r for r in rows if r.state is TaskState.ERROR and not r.is_group]
         tails = _log_tails(conn, outcome.attempt_id, {r.id for r in failed})
     resumed = {r.id for r in rows if (r.result or {}).get("resumed")}
+    left_out = {r.id for r in rows if (r.result or {}).get("skipped")}  # --goal, --end
     # Name the outermost skipped tasks: a skipped group stands for its children.
-    skipped = [r.full_name for r in rows if r.id in resumed and r.parent_id not in resumed]
+    skipped = [
+        r.full_name
+        for r in rows
+        if r.id in resumed - left_out and r.parent_id not in resumed - left_out
+    ]
+    not_run = [r.full_name for r in rows if r.id in left_out and r.parent_id not in left_out]
     ran = [r for r in rows if not r.is_group and r.id not in resumed]
     counts = Counter(r.state.value for r in ran)
     session = request.session_time.isoformat()
@@ -304,6 +333,8 @@ def _print_summary(
         click.echo("  no task ran")
     if skipped:
         click.echo(f"  skipped (succeeded before; --rerun runs them): {_some(skipped)}")
+    if not_run:
+        click.echo(f"  not run (--goal/--end): {_some(not_run)}")
     retried = [_retries(r) for r in rows if r.retry_count and r.id not in resumed]
     if retried:
         click.echo(f"  retried: {_some(retried)}")

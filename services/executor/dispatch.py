@@ -70,6 +70,7 @@ def start_created_attempts(work: Pass, scope: Scope) -> int:
             inherited_export=None,
             generated=False,
             resume_from_attempt_id=attempt.resume_from_attempt_id,
+            skip_tasks=frozenset(attempt.skip_tasks or ()),
         )
         (root_id,) = materialize_children(conn, placement, [definition.root], [], graph.now)
         set_deadline(conn, attempt, definition, graph.now)

@@ -15,6 +15,9 @@ from tickwork.shared.domain.workflow import TaskSpec, sibling_dependencies
 from tickwork.shared.store.tables import attempts, tasks
 from tickwork.shared.store.tasks import insert_dependencies, insert_tasks
 
+SKIPPED: dict[str, Any] = {"skipped": True}
+"""The result of a task done without running (``tickwork run --end``/``--goal``)."""
+
 
 @dataclass(frozen=True)
 class Placement:
@@ -27,6 +30,7 @@ class Placement:
     generated: bool
     resume_from_attempt_id: int | None = None
     first_position: int = 0  # generated children go after the existing ones
+    skip_tasks: frozenset[str] = frozenset()  # done without running (`run --end/--goal`)
 
 
 def materialize_children(
@@ -60,6 +64,7 @@ def materialize_children(
                 inherited_export=_inherit(placement.inherited_export, spec.export),
                 generated=placement.generated,
                 resume_from_attempt_id=placement.resume_from_attempt_id,
+                skip_tasks=placement.skip_tasks,
             )
             materialize_children(
                 conn, child_placement, spec.children, sibling_dependencies(spec), now
@@ -115,18 +120,24 @@ def _resumed_outputs(
     being resumed; only those the new attempt's ``resume_only`` names, when it has one (a
     retry from a task)."""
     attempt_id = placement.resume_from_attempt_id
+    # `tickwork run --end/--goal`: these are done without running, as Digdag's run skips.
+    skipped: dict[str, tuple[dict[str, Any] | None, dict[str, Any] | None]] = {
+        name: (SKIPPED, None) for name in names if name in placement.skip_tasks
+    }
+    names = [name for name in names if name not in skipped]
     if attempt_id is None or not names:
-        return {}
+        return skipped
     only_query = select(attempts.c.resume_only).where(attempts.c.id == placement.attempt_id)
     only = conn.execute(only_query).scalar_one_or_none()
     if only is not None:
         kept = set(only)
         names = [name for name in names if name in kept]
         if not names:
-            return {}
+            return skipped
     query = select(tasks.c.full_name, tasks.c.result, tasks.c.output_params).where(
         tasks.c.attempt_id == attempt_id,
         tasks.c.full_name.in_(names),
         tasks.c.state == TaskState.SUCCESS.value,
     )
-    return {str(name): (result, output) for name, result, output in conn.execute(query)}
+    found = {str(name): (result, output) for name, result, output in conn.execute(query)}
+    return {**found, **skipped}

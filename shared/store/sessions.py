@@ -36,6 +36,7 @@ class AttemptRow:
     project_dir: str | None
     created_at: datetime
     finished_at: datetime | None
+    skip_tasks: list[str] | None = None  # done without running (`run --end/--goal`)
 
 
 _ATTEMPT_COLUMNS = (
@@ -54,6 +55,7 @@ _ATTEMPT_COLUMNS = (
     attempts.c.project_dir,
     attempts.c.created_at,
     attempts.c.finished_at,
+    attempts.c.skip_tasks,
 )
 
 
@@ -128,9 +130,11 @@ def insert_attempt(
     resume_from_attempt_id: int | None = None,
     project_dir: str | None = None,
     resume_only: list[str] | None = None,
+    skip_tasks: list[str] | None = None,
 ) -> int | None:
     """Insert an attempt in state ``created``; None if the session already has ``name``.
-    ``resume_only`` limits what it takes from the attempt it resumes to those tasks."""
+    ``resume_only`` limits what it takes from the attempt it resumes to those tasks;
+    ``skip_tasks`` are done without running."""
     return insert_ignoring_conflict(
         conn,
         attempts,
@@ -143,6 +147,7 @@ def insert_attempt(
             "params": params,
             "resume_from_attempt_id": resume_from_attempt_id,
             "resume_only": resume_only,
+            "skip_tasks": skip_tasks,
             "project_dir": project_dir,
             "created_at": now,
         },

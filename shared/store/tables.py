@@ -217,6 +217,8 @@ attempts = Table(
     # Retry "from +task": full names of the resumed attempt's tasks that count as done
     # (null: every task that succeeded there).
     Column("resume_only", JSON),
+    # `tickwork run --end/--goal`: full names of tasks done without running (null: none).
+    Column("skip_tasks", JSON),
     # The workflow's `sla:`: when the attempt must be done by, and when the SLA fired.
     Column("sla_deadline", Timestamp),
     Column("sla_fired_at", Timestamp),

@@ -93,3 +93,18 @@ def test_check_warns_of_an_option_nothing_reads_and_still_passes(project: Projec
     assert "typo.dig:3: warning: 'echo>' does not read 'colour'" in checked.stderr
     ran = project.run("typo.dig")
     assert ran.exit_code == 0 and "warning: 'echo>' does not read 'colour'" in ran.stderr
+
+
+def test_end_and_goal_run_part_of_a_workflow_and_say_what_they_left_out(
+    project: Project,
+) -> None:
+    ended = project.run("wf.dig", "-P", "params.yml", "-t", "2026-01-03", "--end", "+b")
+    assert ended.exit_code == 0, ended.explain()
+    assert "not run (--goal/--end): +wf+b, +wf+c" in ended.stdout
+    assert project.lines("out.txt") == ["a hi"]
+    goal = project.run("wf.dig", "-P", "params.yml", "-t", "last", "--goal", "+b")
+    assert goal.exit_code == 0, goal.explain()
+    assert "skipped (succeeded before; --rerun runs them): +wf+a" in goal.stdout
+    assert project.lines("out.txt") == ["a hi", "b ann"]
+    refused = project.run("wf.dig", "--goal", "+b", "--end", "+c")
+    assert refused.exit_code == 2 and "do not work together" in refused.stderr
