@@ -27,6 +27,7 @@ NOT_IN_A_TABLE = {
     "TICKWORK_TEST_DATABASE_URL": "the test suite's",
     "TICKWORK_TEST_REDIS_URL": "the test suite's",
     "TICKWORK_TEST_CHROMIUM": "the test suite's",
+    "TICKWORK_DIGDAG_EXAMPLES": "the test suite's (a Digdag checkout's examples)",
     # options of `tickwork api`, `standalone` and `dev` with their own click declarations
     "TICKWORK_API_BIND": "tickwork api's server options",
     "TICKWORK_API_WORKERS": "tickwork api's server options",
