@@ -6,6 +6,7 @@ answers), and state badges coloured from /ui/states.css in both colour schemes."
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 from collections.abc import Iterator
@@ -47,9 +48,15 @@ def server(
     yield open_ui_server
 
 
+_SESSIONS = itertools.count()
+
+
 def start(server: StandaloneProcess, workflow: str) -> str:
-    """Start a session of ``workflow`` over REST; its attempt's id."""
-    body = {"project": "ui", "workflow": workflow}
+    """Start a new session of ``workflow`` over REST; its attempt's id. Each start names a
+    session time of its own: two starts within a second would otherwise name one session."""
+    minute = next(_SESSIONS)
+    session_time = f"2025-01-01T{minute // 60:02d}:{minute % 60:02d}:00+00:00"
+    body = {"project": "ui", "workflow": workflow, "session_time": session_time}
     response = httpx.post(server.endpoint + "/api/attempts", json=body, timeout=10.0)
     assert response.status_code == 201, response.text
     return str(response.json()["id"])
