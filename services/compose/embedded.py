@@ -6,10 +6,12 @@ executor with the in-process dispatcher until the attempt ends.
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -26,7 +28,7 @@ from tickwork.services.compose.partial_runs import partial_run
 from tickwork.services.executor.graph import TaskMove
 from tickwork.services.executor.loop import MAX_TASKS_PER_ATTEMPT, TickReport, WorkflowExecutor
 from tickwork.shared.clock import SystemClock, utc_now
-from tickwork.shared.dispatch.messages import TaskEvent, TaskMessage
+from tickwork.shared.dispatch.messages import TaskEvent, TaskFinished, TaskMessage
 from tickwork.shared.dispatch.seam import EventSink
 from tickwork.shared.domain.schedule import ScheduleSpec
 from tickwork.shared.domain.states import AttemptState
@@ -68,6 +70,7 @@ class RunRequest:
     start_from: str | None = None  # --start +TASK: it and what follows run again
     goal: str | None = None  # --goal +TASK: what comes before it, it and its subtree run
     end: str | None = None  # --end +TASK: what comes before it runs; it and the rest skip
+    show_params: bool = False  # -E: show each task's params with its output
     max_task_threads: int = 8
     task_timeout_seconds: float | None = None
     limits: ResourceLimits = field(default_factory=ResourceLimits)
@@ -221,18 +224,35 @@ def make_in_process_runner(
 
 
 def _watched(
-    runner: Callable[[TaskMessage, EventSink], None], watch: EventSink
+    runner: Callable[[TaskMessage, EventSink], None],
+    watch: EventSink,
+    show_params: bool = False,
 ) -> Callable[[TaskMessage, EventSink], None]:
-    """``runner``, also handing every event it reports to ``watch`` (the display)."""
+    """``runner``, also handing every event it reports to ``watch`` (the display); with
+    ``show_params``, the display shows the params each task ran with before its output
+    (``tickwork run -E``)."""
 
     def run(message: TaskMessage, report: EventSink) -> None:
         def tee(event: TaskEvent) -> None:
-            watch(event)
+            shown = event
+            if show_params and isinstance(event, TaskFinished):
+                lines = [params_line(message), *event.output_lines]
+                shown = replace(event, output_lines=lines)
+            watch(shown)
             report(event)
 
         runner(message, tee)
 
     return run
+
+
+def params_line(message: TaskMessage) -> str:
+    """``params: {...}`` of a task's message, a secret it uses shown as ``${secret:name}``."""
+    text = json.dumps(message.params, sort_keys=True, default=str)
+    if message.secret_marker:
+        marker = re.escape(message.secret_marker)
+        text = re.sub(marker + r"([A-Za-z0-9_.-]{1,255})" + marker, r"${secret:\1}", text)
+    return f"params: {text}"
 
 
 def run_workflow(
@@ -250,7 +270,8 @@ def run_workflow(
         outcome = create_run_attempt(conn, request, clock.now())
     runner = make_in_process_runner(request.state_dir, engine, request.limits)
     if on_event is not None:
-        dispatcher = InProcessDispatcher(_watched(runner, on_event), request.max_task_threads)
+        watched = _watched(runner, on_event, request.show_params)
+        dispatcher = InProcessDispatcher(watched, request.max_task_threads)
     else:
         dispatcher = InProcessDispatcher(runner, request.max_task_threads)
     executor = WorkflowExecutor(

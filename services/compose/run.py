@@ -104,7 +104,8 @@ def _settings_epilog() -> str:
     "-E",
     "--show-params",
     is_flag=True,
-    help="With --dry-run, show the params each task would see.",
+    help="Show the params each task sees: with --dry-run before anything runs, else with "
+    "each task's output.",
 )
 @click.option(
     "--max-task-threads",
@@ -153,6 +154,7 @@ def run(
             "database that `tickwork executor` uses"
         )
     for first, second, given in (
+        ("-E/--show-params", "--on-executor", show_params and on_executor),
         ("-a/--rerun", "-s/--start", rerun and start_from),
         ("-a/--rerun", "-g/--goal", rerun and goal),
         ("-s/--start", "-g/--goal", start_from and goal),
@@ -169,8 +171,6 @@ def run(
         if raw_session_time
         else default_session_time(definition, utc_now())
     )
-    if show_params and not dry_run:
-        raise click.UsageError("-E/--show-params goes with -d/--dry-run (-dE)")
     if dry_run:
         from tickwork.services.compose.dry_run import dry_run_lines
 
@@ -193,6 +193,7 @@ def run(
         start_from=start_from,
         goal=goal,
         end=end,
+        show_params=show_params,
         max_task_threads=max_task_threads or config.max_task_threads,
         task_timeout_seconds=config.task_timeout_seconds,
         limits=ResourceLimits(

@@ -108,3 +108,11 @@ def test_end_and_goal_run_part_of_a_workflow_and_say_what_they_left_out(
     assert project.lines("out.txt") == ["a hi", "b ann"]
     refused = project.run("wf.dig", "--goal", "+b", "--end", "+c")
     assert refused.exit_code == 2 and "do not work together" in refused.stderr
+
+
+def test_show_params_prints_the_params_each_task_ran_with(project: Project) -> None:
+    run = project.run("wf.dig", "-E", "-P", "params.yml", "-t", "2026-01-04")
+    assert run.exit_code == 0, run.explain()
+    shown = [line for line in run.stdout.splitlines() if "+wf+b: params: {" in line]
+    assert len(shown) == 1 and '"who": {"name": "ann"}' in shown[0]
+    assert '"task_name": "+wf+b"' in shown[0]
