@@ -143,6 +143,12 @@ def replace_secret_references(value: Any, marker: str) -> Any:
     return value
 
 
+def marked_secrets(marker: str) -> re.Pattern[str]:
+    """What :func:`replace_secret_references` left of a ``${secret:name}``: the name
+    between two ``marker``; group 1 is the name."""
+    return re.compile(re.escape(marker) + r"([A-Za-z0-9_.-]{1,255})" + re.escape(marker))
+
+
 def fill_secrets(value: Any, marker: str, values: Mapping[str, str]) -> Any:
     """Inverse of :func:`replace_secret_references`: markers become the secrets' values."""
     if not marker:
@@ -150,8 +156,7 @@ def fill_secrets(value: Any, marker: str, values: Mapping[str, str]) -> Any:
     if isinstance(value, str):
         if marker not in value:
             return value
-        pattern = re.compile(re.escape(marker) + r"([A-Za-z0-9_.-]{1,255})" + re.escape(marker))
-        return pattern.sub(lambda m: values.get(m.group(1), MASK), value)
+        return marked_secrets(marker).sub(lambda m: values.get(m.group(1), MASK), value)
     if isinstance(value, Mapping):
         return {key: fill_secrets(item, marker, values) for key, item in value.items()}
     if isinstance(value, list | tuple):

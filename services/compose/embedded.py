@@ -7,10 +7,9 @@ executor with the in-process dispatcher until the attempt ends.
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -24,7 +23,7 @@ from tickwork.services.agent.operators.base import ResourceLimits
 from tickwork.services.agent.operators.process import terminate_children
 from tickwork.services.agent.runner import TaskRunner
 from tickwork.services.compose.dispatchers import InProcessDispatcher
-from tickwork.services.compose.partial_runs import partial_run
+from tickwork.services.compose.partial_runs import named_task, partial_run, task_names
 from tickwork.services.executor.graph import TaskMove
 from tickwork.services.executor.loop import MAX_TASKS_PER_ATTEMPT, TickReport, WorkflowExecutor
 from tickwork.shared.clock import SystemClock, utc_now
@@ -32,9 +31,10 @@ from tickwork.shared.dispatch.messages import TaskEvent, TaskFinished, TaskMessa
 from tickwork.shared.dispatch.seam import EventSink
 from tickwork.shared.domain.schedule import ScheduleSpec
 from tickwork.shared.domain.states import AttemptState
-from tickwork.shared.domain.workflow import TaskSpec, WorkflowDefinition
+from tickwork.shared.domain.workflow import WorkflowDefinition
 from tickwork.shared.errors import Conflict, InvalidInput, Problem, StoreUnavailable
 from tickwork.shared.runner import IdleBackoff, run_until_stopped
+from tickwork.shared.secrets import marked_secrets
 from tickwork.shared.store import projects as project_store
 from tickwork.shared.store import schedules as schedule_store
 from tickwork.shared.store import sessions as session_store
@@ -42,7 +42,7 @@ from tickwork.shared.store import tasks as task_store
 from tickwork.shared.store.dialects import dialect_of
 from tickwork.shared.store.engine import notify_work, read_only
 from tickwork.shared.store.migrate import open_migrated_store
-from tickwork.shared.store.starts import find_task_named, resumed_before
+from tickwork.shared.store.starts import resumed_before
 from tickwork.shared.store.tables import attempts, projects, sessions
 
 IDLE_WAIT_SECONDS = 0.2
@@ -138,13 +138,13 @@ def create_run_attempt(conn: Connection, request: RunRequest, now: datetime) -> 
                 # Before the goal: the last attempt's; the goal and its subtree: run again.
                 resume_only = resumed_before(conn, resume_from, target)
     if request.start_from is not None:
-        try:
-            check_task_named(definition, request.start_from)
-            if resume_from is not None:  # what comes before it: the last attempt's, as retry --from
+        named_task(task_names(definition), request.start_from, "--start")
+        if resume_from is not None:  # what comes before it: the last attempt's, as retry --from
+            try:
                 resume_only = resumed_before(conn, resume_from, request.start_from)
-        except InvalidInput as exc:
-            problems = [Problem("--start", None, p.message) for p in exc.problems]
-            raise InvalidInput(problems) from None
+            except InvalidInput as exc:
+                problems = [Problem("--start", None, p.message) for p in exc.problems]
+                raise InvalidInput(problems) from None
     attempt_id = session_store.insert_attempt(
         conn,
         session_id=session_id,
@@ -162,20 +162,6 @@ def create_run_attempt(conn: Connection, request: RunRequest, now: datetime) -> 
         raise Conflict(f"another run of this session is starting (attempt run-{len(previous) + 1})")
     notify_work(conn)
     return RunOutcome(attempt_id, session_id, AttemptState.CREATED, resume_from)
-
-
-def check_task_named(definition: WorkflowDefinition, name: str) -> None:
-    """InvalidInput naming ``/from`` unless ``name`` is the full name of one task of the
-    workflow (``+wf+step``) or the end of exactly one (``+step``)."""
-    names = {full: 0 for full in _full_names(definition.root, "")}
-    find_task_named(names, name)
-
-
-def _full_names(spec: TaskSpec, prefix: str) -> Iterator[str]:
-    full = prefix + spec.name
-    yield full
-    for child in spec.children:
-        yield from _full_names(child, full)
 
 
 def last_run_session_time(conn: Connection, project_dir: Path, workflow: str) -> datetime | None:
@@ -250,8 +236,7 @@ def params_line(message: TaskMessage) -> str:
     """``params: {...}`` of a task's message, a secret it uses shown as ``${secret:name}``."""
     text = json.dumps(message.params, sort_keys=True, default=str)
     if message.secret_marker:
-        marker = re.escape(message.secret_marker)
-        text = re.sub(marker + r"([A-Za-z0-9_.-]{1,255})" + marker, r"${secret:\1}", text)
+        text = marked_secrets(message.secret_marker).sub(r"${secret:\1}", text)
     return f"params: {text}"
 
 

@@ -26,10 +26,10 @@ timezone: UTC
 #   daily>: 07:00:00
 
 +hello:
-  echo>: "hello from ${{workflow_name}} for ${{session_date}}"
+  echo>: "hello from ${workflow_name} for ${session_date}"
 
 +shell:
-  sh>: echo "the session time is ${{session_time}}"
+  sh>: echo "the session time is ${session_time}"
 """
 
 README = """\
@@ -57,7 +57,7 @@ def init_command(directory: Path) -> None:
             param_hint="'DIRECTORY'",
         )
     files = {
-        directory / f"{name}.dig": WORKFLOW.format(),
+        directory / f"{name}.dig": WORKFLOW,
         directory / "README.md": README.format(name=name),
         directory / ".gitignore": GITIGNORE,
     }

@@ -7,12 +7,12 @@ subtree run as well, and the rest is skipped. A skipped task is done without run
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from tickwork.shared.domain.workflow import TaskSpec, WorkflowDefinition, sibling_dependencies
 from tickwork.shared.errors import InvalidInput, Problem
-from tickwork.shared.store.starts import find_task_named
+from tickwork.shared.store.starts import match_task_name
 
 
 @dataclass(frozen=True)
@@ -28,11 +28,7 @@ def partial_run(definition: WorkflowDefinition, target: str, option: str) -> Par
     """The plan of ``--goal`` (``option`` ``--goal``) or ``--end`` toward ``target``;
     InvalidInput naming ``option`` when it names no task of the workflow (or several)."""
     nodes = dict(_walk(definition.root, "", None))
-    try:
-        index = {name: position for position, name in enumerate(nodes)}
-        found = list(nodes)[find_task_named(index, target)]
-    except InvalidInput as exc:
-        raise InvalidInput([Problem(option, None, p.message) for p in exc.problems]) from None
+    found = named_task(nodes, target, option)
     chain = _ancestors(nodes, found)
     before: set[str] = set()
     for name in [*chain, found]:
@@ -47,6 +43,20 @@ def partial_run(definition: WorkflowDefinition, target: str, option: str) -> Par
     if option == "--goal":
         kept |= _subtree(nodes, found)
     return PartialRun(frozenset(before), frozenset(set(nodes) - kept))
+
+
+def task_names(definition: WorkflowDefinition) -> list[str]:
+    """The full name of every task of the workflow's tree, in file order."""
+    return [name for name, _ in _walk(definition.root, "", None)]
+
+
+def named_task(names: Iterable[str], target: str, option: str) -> str:
+    """The full name ``target`` names among ``names`` (itself, or the one it ends); the
+    InvalidInput of :func:`match_task_name`, naming ``option``."""
+    try:
+        return match_task_name(names, target)
+    except InvalidInput as exc:
+        raise InvalidInput([Problem(option, None, p.message) for p in exc.problems]) from None
 
 
 @dataclass(frozen=True)

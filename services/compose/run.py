@@ -229,11 +229,14 @@ def _session_time(
 def _last_session_time(
     definition: WorkflowDefinition, project_dir: Path, database_url: str
 ) -> datetime | None:
+    from sqlalchemy import make_url
+
     from tickwork.services.compose.embedded import last_run_session_time
     from tickwork.shared.store.engine import read_only
     from tickwork.shared.store.migrate import open_migrated_store
 
-    if database_url.startswith("sqlite:///") and not Path(database_url[10:]).exists():
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite" and not Path(url.database or "").exists():
         return None  # nothing ran here yet: no store to make
     try:
         engine = open_migrated_store(database_url)

@@ -205,19 +205,24 @@ def _check_declared(reporter: Reporter, spec: OperatorSpec, body: LineMap, where
     value of the wrong kind is a problem; a key the operator does not read, that none of
     the task's own ``${...}`` uses, is a warning (Digdag's "Parameter not used"), unless
     what it runs reads params of its own."""
-    used = " ".join(_templates(plain(body)))
+    used: str | None = None  # the task's ${...} text, read when a key needs it
     for key in body:
         if not isinstance(key, str) or key.startswith("_") or key.endswith(">"):
             continue  # directives and the operator itself
         value, line = body[key], body.line_of(key)
         kind = spec.options.get(key)
         if kind is not None:
-            if spec.name in CHECKED_ON_THEIR_OWN or "${" in repr(plain(value)):
+            if spec.name in CHECKED_ON_THEIR_OWN:
                 continue
-            if not is_kind(plain(value), kind):
+            literal = plain(value)
+            if "${" not in repr(literal) and not is_kind(literal, kind):
                 message = f"'{spec.key}' {key} must be {kind.value}, got {_shown(value)}"
                 reporter.report(where, line, message)
-        elif not spec.takes_params and not re.search(rf"\b{re.escape(key)}\b", used):
+        elif not spec.takes_params:
+            if used is None:
+                used = " ".join(_templates(plain(body)))
+            if re.search(rf"\b{re.escape(key)}\b", used):
+                continue
             hint = suggest(key, spec.options)
             reporter.warn(
                 where,
@@ -241,23 +246,29 @@ def _templates(value: Any) -> Iterator[str]:
 
 def is_kind(value: Any, kind: OptionKind) -> bool:
     """Whether a literal ``value`` is of ``kind``."""
-    text = isinstance(value, str) or (
+    return _KIND_CHECKS[kind](value)
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str) or (
         isinstance(value, int | float) and not isinstance(value, bool)
     )
-    checks: dict[OptionKind, bool] = {
-        OptionKind.ANY: True,
-        OptionKind.TEXT: text,
-        OptionKind.FLAG: isinstance(value, bool) or str(value).lower() in ("true", "false"),
-        OptionKind.NUMBER: not isinstance(value, bool)
-        and (isinstance(value, int | float) or _is_number_text(value)),
-        OptionKind.DURATION: _is_duration(value),
-        OptionKind.MAPPING: isinstance(value, dict),
-        OptionKind.LIST: isinstance(value, list),
-        OptionKind.TEXT_OR_LIST: text or isinstance(value, list),
-        OptionKind.TEXT_OR_MAPPING: text or isinstance(value, dict),
-        OptionKind.LIST_OR_MAPPING: isinstance(value, list | dict),
-    }
-    return checks[kind]
+
+
+_KIND_CHECKS: dict[OptionKind, Callable[[Any], bool]] = {
+    OptionKind.ANY: lambda _value: True,
+    OptionKind.TEXT: _is_text,
+    OptionKind.FLAG: lambda v: isinstance(v, bool) or str(v).lower() in ("true", "false"),
+    OptionKind.NUMBER: lambda v: (
+        not isinstance(v, bool) and (isinstance(v, int | float) or _is_number_text(v))
+    ),
+    OptionKind.DURATION: lambda v: _is_duration(v),
+    OptionKind.MAPPING: lambda v: isinstance(v, dict),
+    OptionKind.LIST: lambda v: isinstance(v, list),
+    OptionKind.TEXT_OR_LIST: lambda v: _is_text(v) or isinstance(v, list),
+    OptionKind.TEXT_OR_MAPPING: lambda v: _is_text(v) or isinstance(v, dict),
+    OptionKind.LIST_OR_MAPPING: lambda v: isinstance(v, list | dict),
+}
 
 
 def _is_number_text(value: Any) -> bool:

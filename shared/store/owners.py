@@ -5,10 +5,10 @@ names the project of the change."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Select, select, true
+from sqlalchemy import BindParameter, ColumnElement, Connection, Select, bindparam, select, true
 
 from tickwork.shared.store.tables import (
     attempts,
@@ -19,54 +19,30 @@ from tickwork.shared.store.tables import (
     workflow_definitions,
 )
 
+_NAME = select(projects.c.name)
+_IN_SESSION = _NAME.join(sessions, sessions.c.project_id == projects.c.id)
+_ID: BindParameter[int] = bindparam("id")
 
-def _of_attempt(attempt_id: int) -> Select[Any]:
-    return (
-        select(projects.c.name)
-        .join(sessions, sessions.c.project_id == projects.c.id)
-        .join(attempts, attempts.c.session_id == sessions.c.id)
-        .where(attempts.c.id == attempt_id)
-    )
-
-
-def _of_session(session_id: int) -> Select[Any]:
-    return (
-        select(projects.c.name)
-        .join(sessions, sessions.c.project_id == projects.c.id)
-        .where(sessions.c.id == session_id)
-    )
-
-
-def _of_schedule(schedule_id: int) -> Select[Any]:
-    return (
-        select(projects.c.name)
-        .join(schedules, schedules.c.project_id == projects.c.id)
-        .where(schedules.c.id == schedule_id)
-    )
-
-
-def _of_workflow(definition_id: int) -> Select[Any]:
-    return (
-        select(projects.c.name)
-        .join(revisions, revisions.c.project_id == projects.c.id)
-        .join(workflow_definitions, workflow_definitions.c.revision_id == revisions.c.id)
-        .where(workflow_definitions.c.id == definition_id)
-    )
-
-
-OWNER_QUERIES: Mapping[str, Callable[[int], Select[Any]]] = {
-    "attempt_id": _of_attempt,
-    "session_id": _of_session,
-    "schedule_id": _of_schedule,
-    "workflow_id": _of_workflow,
+OWNER_QUERIES: Mapping[str, Select[Any]] = {
+    "attempt_id": _IN_SESSION.join(attempts, attempts.c.session_id == sessions.c.id).where(
+        attempts.c.id == _ID
+    ),
+    "session_id": _IN_SESSION.where(sessions.c.id == _ID),
+    "schedule_id": _NAME.join(schedules, schedules.c.project_id == projects.c.id).where(
+        schedules.c.id == _ID
+    ),
+    "workflow_id": _NAME.join(revisions, revisions.c.project_id == projects.c.id)
+    .join(workflow_definitions, workflow_definitions.c.revision_id == revisions.c.id)
+    .where(workflow_definitions.c.id == _ID),
 }
-"""The query of the project's name, by the name of the path argument holding the id."""
+"""The query of the project's name, by the name of the path argument holding the id
+(bound as ``id``); each made once."""
 
 
 def project_of(conn: Connection, argument: str, value: int) -> str | None:
     """The name of the project of the thing whose id ``value`` is given as ``argument``
     (one of :data:`OWNER_QUERIES`); None when there is no such thing."""
-    name = conn.execute(OWNER_QUERIES[argument](value)).scalar_one_or_none()
+    name = conn.execute(OWNER_QUERIES[argument], {"id": value}).scalar_one_or_none()
     return str(name) if name is not None else None
 
 

@@ -355,7 +355,7 @@ def resumed_before(conn: Connection, attempt_id: int, from_task: str) -> list[st
         .where(tasks.c.attempt_id == attempt_id)
     ).all()
     by_name = {str(r.full_name): int(r.id) for r in rows}
-    target = find_task_named(by_name, from_task)
+    target = by_name[match_task_name(by_name, from_task)]
     parent = {int(r.id): r.parent_id for r in rows}
     children: dict[int, list[int]] = {}
     for task_id, parent_id in parent.items():
@@ -371,14 +371,15 @@ def resumed_before(conn: Connection, attempt_id: int, from_task: str) -> list[st
     return sorted(names[i] for i in kept & succeeded)
 
 
-def find_task_named(by_name: dict[str, int], from_task: str) -> int:
-    """The id of the task ``from_task`` names in ``by_name`` (a full name, or the end of
-    exactly one); InvalidInput naming ``/from`` otherwise."""
-    if from_task in by_name:
-        return by_name[from_task]
-    matches = [n for n in by_name if from_task.startswith("+") and n.endswith(from_task)]
+def match_task_name(names: Iterable[str], from_task: str) -> str:
+    """The full name among ``names`` that ``from_task`` names: itself, or the one name
+    ending with it; InvalidInput naming ``/from`` otherwise."""
+    known = list(names)
+    if from_task in known:
+        return from_task
+    matches = [n for n in known if from_task.startswith("+") and n.endswith(from_task)]
     if len(matches) == 1:
-        return by_name[matches[0]]
+        return matches[0]
     detail = (
         f"{from_task!r} names several tasks: {', '.join(sorted(matches))}"
         if matches

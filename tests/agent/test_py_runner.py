@@ -46,12 +46,15 @@ NOT_CALLABLE = 3
 """
 
 
-def call(project: Path, target: str, params: dict[str, Any]) -> tuple[int, dict[str, Any], str]:
-    """Run the child for ``target``: its exit status, its outcome and what it wrote."""
+def call(
+    project: Path, target: str, params: dict[str, Any], python: Any = None
+) -> tuple[int, dict[str, Any], str]:
+    """Run the child for ``target`` (with the ``python`` option's interpreter, if given):
+    its exit status, its outcome and what it wrote."""
     result = project / "result.json"
     request = {"function": target, "params": params, "result_path": str(result)}
     done = subprocess.run(
-        [sys.executable, "-P", str(CHILD_SCRIPT)],
+        python_command(python),
         cwd=project,
         input=json.dumps(request),
         capture_output=True,
@@ -133,20 +136,10 @@ def test_the_python_option_runs_another_interpreter_with_the_project_first(
         f'#!/bin/sh\necho wrapped > "$(dirname "$0")/used"\nexec {sys.executable} "$@"\n'
     )
     wrapper.chmod(0o755)
-    result = project / "result.json"
-    request = {"function": "probe.where", "params": {}, "result_path": str(result)}
-    done = subprocess.run(
-        python_command(["./bin/python", "-X", "utf8"]),
-        cwd=project,
-        input=json.dumps(request),
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    code, outcome, output = call(project, "probe.where", {}, ["./bin/python", "-X", "utf8"])
+    assert code == 0, output
     assert (project / "bin" / "used").read_text() == "wrapped\n"
-    path = json.loads(result.read_text())["store"]["path"]
+    path = outcome["store"]["path"]
     assert path[0] == "." and str(CHILD_SCRIPT.parent) not in path
 
 

@@ -258,8 +258,6 @@ def start(body: StartBody) -> dict[str, Any]:
     """Start a session of a workflow of a project's latest revision by hand."""
     with write_transaction() as conn:
         result = start_from_body(conn, body, utc_now())
-        if not result.created:  # raised inside: the audit row says it failed, not "ok"
-            raise SessionTaken(result)
     return _attempt_json(result.attempt_id)
 
 
@@ -275,9 +273,10 @@ class SessionTaken(Conflict):
 
 
 def start_from_body(conn: Connection, body: StartBody, now: datetime) -> StartResult:
-    """Start what ``body`` asks (``created`` is False when the session had an attempt);
-    InvalidBody naming a member the store cannot use; for a project the request's token
-    does not cover, the 404 of a project that does not exist."""
+    """Start what ``body`` asks; SessionTaken when the session had an attempt (raised in
+    the caller's transaction, so its audit row says the start failed), InvalidBody naming
+    a member the store cannot use, and for a project the request's token does not cover
+    the 404 of a project that does not exist."""
     require_project(body.project, f"no project {body.project!r}")
     session_time = (
         None
@@ -285,7 +284,7 @@ def start_from_body(conn: Connection, body: StartBody, now: datetime) -> StartRe
         else parse_time(body.session_time, None, pointer="/session_time")
     )
     with _member_errors():
-        return start_attempt(
+        result = start_attempt(
             conn,
             project=body.project,
             workflow=body.workflow,
@@ -295,6 +294,9 @@ def start_from_body(conn: Connection, body: StartBody, now: datetime) -> StartRe
             now=now,
             revision=body.revision,
         )
+    if not result.created:
+        raise SessionTaken(result)
+    return result
 
 
 @blueprint.get("/api/attempts/<id:attempt_id>")

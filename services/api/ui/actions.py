@@ -71,8 +71,6 @@ def start(name: str, workflow: str) -> WerkzeugResponse | tuple[str, int]:
         body = model_of(StartBody, values)
         with api_errors(), write_transaction() as conn:
             result = start_from_body(conn, body, utc_now())
-            if not result.created:  # raised inside: the audit row says it failed
-                raise SessionTaken(result)
     except FormInvalid as invalid:
         return _start_page(name, workflow, entered, rows, invalid.errors), 400
     except SessionTaken as taken:
