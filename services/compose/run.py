@@ -214,16 +214,16 @@ def _session_time(
     keyword = raw.strip().lower()
     if keyword not in SESSION_KEYWORDS:
         return parse_session_time(raw, definition.timezone)
-    last = None
-    if keyword == "last":
-        last = _last_session_time(definition, project_dir, database_url)
-        if last is None and definition.schedule is not None:
-            from tickwork.services.compose.embedded import default_session_time
+    if keyword != "last":
+        return session_time_named(keyword, now, definition.timezone)
+    last = _last_session_time(definition, project_dir, database_url)
+    if last is not None:
+        return last
+    if definition.schedule is not None:
+        from tickwork.services.compose.embedded import default_session_time
 
-            last = default_session_time(definition, now)
-        elif last is None:
-            last = session_time_named("daily", now, definition.timezone)
-    return session_time_named(keyword, now, definition.timezone, last)
+        return default_session_time(definition, now)
+    return session_time_named("daily", now, definition.timezone)
 
 
 def _last_session_time(
@@ -240,10 +240,15 @@ def _last_session_time(
         return None  # nothing ran here yet: no store to make
     try:
         engine = open_migrated_store(database_url)
+    except TickworkError as exc:
+        _fail(f"error: {exc}", exc)
+    try:
         with read_only(engine) as conn:
             return last_run_session_time(conn, project_dir, definition.name)
     except TickworkError as exc:
         _fail(f"error: {exc}", exc)
+    finally:
+        engine.dispose()  # the run opens the store again, as it does without -t last
 
 
 def _config() -> EmbeddedConfig:
