@@ -105,6 +105,9 @@ HTTP_OPTIONS: Mapping[str, OptionKind] = MappingProxyType(
         "retry": OptionKind.FLAG,
         "retries": OptionKind.NUMBER,
         "timeout": OptionKind.NUMBER,
+        "follow_redirects": OptionKind.FLAG,
+        "insecure": OptionKind.FLAG,
+        "proxy": OptionKind.MAPPING,
         "http": OptionKind.MAPPING,  # Digdag's nested form of the same options
     }
 )

@@ -1,12 +1,13 @@
 """``http>`` as Digdag's ``http>`` sends a request, against a real HTTP server on a local
 port: which failures are tried again (a POST is not, unless told), headers written as
 Digdag's list of entries, the content formats and their Content-Type, the ``http.*``
-secrets, and what the task stores."""
+secrets, redirects, certificate checks and proxies, and what the task stores."""
 
 from __future__ import annotations
 
 import base64
 import http.server
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from email.message import Message
@@ -17,6 +18,7 @@ from urllib.parse import parse_qs
 import pytest
 
 from tests.support.servers import serve_http
+from tests.support.smtp import self_signed_certificate, server_tls_context
 from tickwork.services.agent.operators import http as http_operator
 from tickwork.services.agent.operators.base import OperatorContext, OperatorFailed
 from tickwork.services.agent.operators.http import run_http
@@ -35,7 +37,8 @@ class Seen:
 
 
 class _Server(http.server.BaseHTTPRequestHandler):
-    """Answers ``/status/N`` with N, ``/ok`` (and anything else) with a JSON 200."""
+    """Answers ``/status/N`` with N, ``/redirect`` with a 302 to ``/ok``, ``/ok`` (and
+    anything else) with a JSON 200."""
 
     seen: ClassVar[list[Seen]] = []
 
@@ -43,6 +46,12 @@ class _Server(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         self.seen.append(Seen(self.command, self.path, self.headers, body))
+        if self.path == "/redirect":
+            self.send_response(302)
+            self.send_header("Location", "/ok")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         status = int(self.path.split("/")[2]) if self.path.startswith("/status/") else 200
         payload = b'{"rows": 7}'
         self.send_response(status)
@@ -255,3 +264,68 @@ class TestStored:
         stored = run(tmp_path, f"{server}/ok", {"store_content": True})
         assert stored == {"http": {"last_status": 200, "last_content": {"rows": 7}}}
         assert sent()[0].body == b""  # no content: no body
+
+
+class TestConnection:
+    def test_a_redirect_is_followed_by_default(self, tmp_path: Path, server: str) -> None:
+        assert run(tmp_path, f"{server}/redirect", {}) == {"http": {"last_status": 200}}
+        assert [seen.path for seen in sent()] == ["/redirect", "/ok"]
+
+    def test_follow_redirects_false_ends_the_task_with_the_redirect(
+        self, tmp_path: Path, server: str
+    ) -> None:
+        stored = run(tmp_path, f"{server}/redirect", {"follow_redirects": False})
+        assert stored == {"http": {"last_status": 302}}
+        assert [seen.path for seen in sent()] == ["/redirect"]
+
+    def test_an_enabled_proxy_carries_the_request(self, tmp_path: Path, server: str) -> None:
+        port = int(server.rsplit(":", 1)[1])
+        proxy = {"enabled": True, "host": "127.0.0.1", "port": port}
+        run(tmp_path, "http://tickwork-target.invalid/ok", {"proxy": proxy})
+        assert [seen.path for seen in sent()] == ["http://tickwork-target.invalid/ok"]
+
+    def test_a_disabled_proxy_is_not_used(self, tmp_path: Path, server: str) -> None:
+        proxy = {"enabled": False, "host": "127.0.0.1", "port": 1}
+        run(tmp_path, f"{server}/ok", {"proxy": proxy})
+        assert [seen.path for seen in sent()] == ["/ok"]
+
+    @pytest.mark.parametrize(
+        ("proxy", "words"),
+        [
+            ({"enabled": True, "port": 3128}, "proxy.host must be a host name"),
+            ({"enabled": True, "host": "p", "port": 0}, "proxy.port must be a port number"),
+            ({"enabled": True, "host": "p", "port": 3128, "tls": True}, "proxy.tls is not"),
+            ({"enabled": "yes", "host": "p", "port": 3128}, "proxy.enabled must be true"),
+            ("p:3128", "proxy must be a mapping"),
+        ],
+    )
+    def test_a_proxy_it_cannot_use_fails_before_sending(
+        self, tmp_path: Path, server: str, proxy: Any, words: str
+    ) -> None:
+        with pytest.raises(OperatorFailed, match=words):
+            run(tmp_path, f"{server}/ok", {"proxy": proxy})
+        assert sent() == []
+
+    def test_an_unknown_certificate_fails_unless_insecure(
+        self, tmp_path: Path, https_server: str
+    ) -> None:
+        with pytest.raises(OperatorFailed, match="CERTIFICATE_VERIFY_FAILED"):
+            run(tmp_path, f"{https_server}/ok", {"retry": False})
+        stored = run(tmp_path, f"{https_server}/ok", {"insecure": True})
+        assert stored == {"http": {"last_status": 200}}
+
+
+@pytest.fixture(scope="module")
+def https_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """An HTTPS server with a certificate no one trusts."""
+    cert, key = self_signed_certificate(tmp_path_factory.mktemp("tls"))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Server)
+    server.socket = server_tls_context(cert, key).wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

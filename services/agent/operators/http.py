@@ -13,7 +13,12 @@ Params (each also read from a nested ``http:`` mapping, as Digdag merges it in):
   only for GET, HEAD, OPTIONS and TRACE (a POST that fails once is not sent again, as in
   Digdag), or when ``retries`` (how many more times: 3) is given; another 4xx never is;
 - ``timeout`` (seconds, 30) and ``store_content`` (the answer's body as
-  ``${http.last_content}``, parsed when it is JSON); ``${http.last_status}`` is always set.
+  ``${http.last_content}``, parsed when it is JSON); ``${http.last_status}`` is always set;
+- ``follow_redirects`` (true: up to 8 redirects are followed; false: a 3xx answer ends the
+  task, successfully, as in Digdag), ``insecure`` (true: an HTTPS server's certificate is
+  not checked), and ``proxy`` (``{enabled: true, host: H, port: P}``: the request goes
+  through that HTTP proxy; without it, the agent's ``http_proxy``/``https_proxy``/
+  ``no_proxy`` environment applies, as in Digdag).
 
 The project's secrets ``http.uri`` (the URL, when it must not be written in the
 workflow), ``http.authorization`` (the ``Authorization`` header) or ``http.user`` and
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 import time
 import urllib.error
 import urllib.parse
@@ -49,6 +55,8 @@ METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS",
 RETRIED_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 """Methods tried again by default: sending them twice changes nothing (Digdag's list)."""
 CONTENT_FORMATS = ("text", "json", "form")
+MAX_REDIRECTS = 8
+"""Redirects followed before the request fails (Digdag's ``config.http.max_redirects``)."""
 
 
 @dataclass(frozen=True)
@@ -114,7 +122,7 @@ def send(context: OperatorContext, key: str, max_bytes: int) -> HttpResponse:
     timeout = _number(_option(params, "timeout", DEFAULT_TIMEOUT_SECONDS), "timeout", key)
     retries = _retries(params, method, key)
     request = _Request(url, method, headers, body, timeout, max_bytes)
-    response = _send(context, request, retries)
+    response = _send(context, request, retries, _opener(params, key))
     if response.status >= 400:
         raise OperatorFailed(f"{method} {url} answered {response.status}")
     return response
@@ -130,14 +138,79 @@ class _Request:
     max_bytes: int
 
 
-def _send(context: OperatorContext, request: _Request, retries: int) -> HttpResponse:
+class _Redirects(urllib.request.HTTPRedirectHandler):
+    """Follows at most :data:`MAX_REDIRECTS` redirects, or none: a 3xx is then the answer."""
+
+    max_redirections = MAX_REDIRECTS
+
+    def __init__(self, follow: bool) -> None:
+        self.follow = follow
+
+    def redirect_request(
+        self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> Any:
+        if not self.follow:
+            return None  # urllib then raises HTTPError with the 3xx, read as the answer
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def _opener(params: dict[str, Any], key: str) -> urllib.request.OpenerDirector:
+    """The opener the options describe: redirects, certificate checks, proxy."""
+    follow = _flag(_option(params, "follow_redirects", True), "follow_redirects", key)
+    handlers: list[urllib.request.BaseHandler] = [_Redirects(follow)]
+    if _flag(_option(params, "insecure", False), "insecure", key):
+        unchecked = ssl.create_default_context()
+        unchecked.check_hostname = False
+        unchecked.verify_mode = ssl.CERT_NONE
+        handlers.append(urllib.request.HTTPSHandler(context=unchecked))
+    proxy = _proxy(_option(params, "proxy"), key)
+    if proxy is not None:
+        handlers.append(urllib.request.ProxyHandler({"http": proxy, "https": proxy}))
+    return urllib.request.build_opener(*handlers)
+
+
+def _proxy(value: Any, key: str) -> str | None:
+    """The ``proxy`` option's URL when it is enabled (Digdag's ``enabled``, ``host``,
+    ``port``); a proxy reached over TLS is refused, as urllib cannot speak TLS to one."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise OperatorFailed(f"'{key}' proxy must be a mapping of enabled, host and port")
+    if not _flag(value.get("enabled", False), "proxy.enabled", key):
+        return None
+    host, port = value.get("host"), value.get("port")
+    if not isinstance(host, str) or not host or any(c in host for c in "/@?# "):
+        raise OperatorFailed(f"'{key}' proxy.host must be a host name, got {host!r}")
+    number = decimal_number(port)
+    if number is None or number != int(number) or not 0 < number < 65536:
+        raise OperatorFailed(f"'{key}' proxy.port must be a port number, got {port!r}")
+    if _flag(value.get("tls", False), "proxy.tls", key):
+        raise OperatorFailed(f"'{key}' proxy.tls is not supported: reach the proxy over plain HTTP")
+    return f"http://{host}:{int(number)}"
+
+
+def _flag(value: Any, name: str, key: str) -> bool:
+    """A true-or-false option, also written as the text ``true``/``false`` (from ``${...}``)."""
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if not isinstance(value, bool):
+        raise OperatorFailed(f"'{key}' {name} must be true or false, got {value!r}")
+    return value
+
+
+def _send(
+    context: OperatorContext,
+    request: _Request,
+    retries: int,
+    opener: urllib.request.OpenerDirector,
+) -> HttpResponse:
     method, url = request.method, request.url
     for attempt in range(retries + 1):
         sent = urllib.request.Request(url, request.body, method=method)
         for name, value in request.headers:
             _add_header(sent, name, value)
         try:
-            with urllib.request.urlopen(sent, timeout=request.timeout) as answer:
+            with opener.open(sent, timeout=request.timeout) as answer:
                 status, headers = answer.status, answer.headers
                 content = answer.read(request.max_bytes + 1)
         except urllib.error.HTTPError as exc:
@@ -292,11 +365,9 @@ def _retries(params: dict[str, Any], method: str, key: str) -> int:
     count = _option(params, "retries")
     if isinstance(retry, int) and not isinstance(retry, bool):
         retry = None  # the built-in ${retry} (the task's retry count), not this option
-    elif isinstance(retry, str) and retry.lower() in ("true", "false"):
-        retry = retry.lower() == "true"  # written as ${...}
-    if retry is not None and not isinstance(retry, bool):
-        raise OperatorFailed(f"'{key}' retry must be true or false, got {retry!r}")
-    if retry is None:
+    if retry is not None:
+        retry = _flag(retry, "retry", key)
+    else:
         retry = method in RETRIED_METHODS or count is not None
     if not retry:
         return 0
