@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tickwork.shared.errors import InvalidConfig, Problem
+from tickwork.shared.redis_url import BadRedisUrl, parse_redis_url
 
 T = TypeVar("T")
 Parser = Callable[[Mapping[str, str], str], Any]
@@ -196,8 +197,10 @@ def one_of(choices: Iterable[str], message: str) -> Callable[[Mapping[str, str],
 def redis_url(values: Mapping[str, str], name: str) -> str:
     """The setting ``name`` as a Redis URL; InvalidConfig naming it otherwise."""
     url = values[name]
-    if not url.startswith(("redis://", "rediss://", "unix://")):
-        raise invalid(name, "expected a redis://, rediss:// or unix:// URL")
+    try:
+        parse_redis_url(url)
+    except BadRedisUrl as exc:
+        raise invalid(name, str(exc)) from None
     return url
 
 

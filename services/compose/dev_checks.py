@@ -122,13 +122,12 @@ def _port_is_free(host: str, port: int) -> bool:
 
 def check_redis(url: str) -> None:
     """Exit with one line unless Redis at ``url`` answers PING."""
-    from redis import Redis
     from redis.exceptions import RedisError
 
+    from tickwork.shared.dispatch.celery_app import redis_client
+
     try:
-        client = Redis.from_url(
-            url, socket_connect_timeout=CHECK_TIMEOUT_SECONDS, socket_timeout=CHECK_TIMEOUT_SECONDS
-        )
+        client = redis_client(url, socket_timeout=CHECK_TIMEOUT_SECONDS)
         with client:
             client.ping()
     except (RedisError, ValueError) as exc:

@@ -20,7 +20,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -390,20 +390,34 @@ class ThrowawayRedis:
 
     @classmethod
     def start(
-        cls, binary: str, port: int | None = None, *, root: Path | None = None
+        cls,
+        binary: str,
+        port: int | None = None,
+        *,
+        root: Path | None = None,
+        extra_args: Sequence[str] = (),
+        config_file: Path | None = None,
+        sentinel: bool = False,
     ) -> ThrowawayRedis:
         """Start redis-server (on ``port``, default a free one) and wait (bounded) until it
-        answers PING; raise on failure. It runs in ``root`` (created; by default a new
-        temporary directory), which :meth:`stop` deletes."""
+        answers PING; raise on failure. It runs in ``root`` (created unless it exists; by
+        default a new temporary directory), which :meth:`stop` deletes. ``config_file``
+        comes first on its command line, ``extra_args`` last; ``sentinel`` runs it as a
+        sentinel (whose ``config_file`` it rewrites)."""
         if root is None:
             root = Path(tempfile.mkdtemp(prefix="tickwork-redis-"))
         else:
-            root.mkdir(parents=True, exist_ok=False)
+            root.mkdir(parents=True, exist_ok=True)
         port = port or find_free_port()
         log = (root / "redis.log").open("wb")
-        settings = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"]
+        settings = ["--bind", "127.0.0.1", "--daemonize", "no"]
+        if sentinel:
+            settings.append("--sentinel")
+        else:
+            settings += ["--save", "", "--appendonly", "no"]
+        config = [str(config_file)] if config_file is not None else []
         process = subprocess.Popen(
-            [binary, "--port", str(port), *settings],
+            [binary, *config, "--port", str(port), *settings, *extra_args],
             cwd=root,
             stdout=log,
             stderr=subprocess.STDOUT,
