@@ -134,9 +134,7 @@ def test_a_sentinel_failover_mid_run_loses_no_task_and_applies_each_result_once(
                     "tasks": TASKS,
                     "ended_before_kill": ended_at_kill,
                     "promoted_after_seconds": round(promoted_after, 2),
-                    "first_completion_after_kill_seconds": round(
-                        finished_after[0] - killed_at, 2
-                    )
+                    "first_completion_after_kill_seconds": round(finished_after[0] - killed_at, 2)
                     if finished_after
                     else None,
                     "started_twice": sum(1 for n in starts.values() if n > 1),

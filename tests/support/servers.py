@@ -15,6 +15,7 @@ import secrets
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -300,8 +301,14 @@ class RespError(Exception):
 class RespClient:
     """A tiny blocking RESP2 client: enough to PING, SCAN and DEL in tests."""
 
-    def __init__(self, address: RedisAddress, timeout_seconds: float = SOCKET_TIMEOUT_SECONDS):
-        self._sock = socket.create_connection((address.host, address.port), timeout=timeout_seconds)
+    def __init__(
+        self,
+        address: RedisAddress,
+        timeout_seconds: float = SOCKET_TIMEOUT_SECONDS,
+        tls: ssl.SSLContext | None = None,
+    ):
+        sock = socket.create_connection((address.host, address.port), timeout=timeout_seconds)
+        self._sock = sock if tls is None else tls.wrap_socket(sock, server_hostname=address.host)
         self._reader = self._sock.makefile("rb")
         if address.password is not None:
             self.command("AUTH", address.password)
@@ -367,10 +374,12 @@ def _glob_escape(text: str) -> str:
     return "".join("\\" + char if char in "*?[]\\" else char for char in text)
 
 
-def redis_answers_ping(url: str, timeout_seconds: float = SOCKET_TIMEOUT_SECONDS) -> bool:
+def redis_answers_ping(
+    url: str, timeout_seconds: float = SOCKET_TIMEOUT_SECONDS, tls: ssl.SSLContext | None = None
+) -> bool:
     """Tell whether the Redis at url answers PING (after AUTH/SELECT) within the timeout."""
     try:
-        with RespClient(RedisAddress.from_url(url), timeout_seconds) as client:
+        with RespClient(RedisAddress.from_url(url), timeout_seconds, tls) as client:
             return client.command("PING") == "PONG"
     except (OSError, RespError, ConnectionError):
         return False
@@ -383,10 +392,16 @@ class ThrowawayRedis:
     process: subprocess.Popen[bytes]
     root: Path
     port: int
+    password: str | None = None
+    tls: ssl.SSLContext | None = None  # a client's context, when the port speaks TLS
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    def client(self, timeout_seconds: float = SOCKET_TIMEOUT_SECONDS) -> RespClient:
+        return RespClient(RedisAddress.from_url(self.url), timeout_seconds, self.tls)
 
     @classmethod
     def start(
@@ -398,12 +413,16 @@ class ThrowawayRedis:
         extra_args: Sequence[str] = (),
         config_file: Path | None = None,
         sentinel: bool = False,
+        password: str | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> ThrowawayRedis:
         """Start redis-server (on ``port``, default a free one) and wait (bounded) until it
         answers PING; raise on failure. It runs in ``root`` (created unless it exists; by
         default a new temporary directory), which :meth:`stop` deletes. ``config_file``
         comes first on its command line, ``extra_args`` last; ``sentinel`` runs it as a
-        sentinel (whose ``config_file`` it rewrites)."""
+        sentinel (whose ``config_file`` it rewrites). ``password`` and ``tls`` (a client's
+        context, for a port that speaks TLS only) are how it is reached; the arguments
+        that make it so are the caller's."""
         if root is None:
             root = Path(tempfile.mkdtemp(prefix="tickwork-redis-"))
         else:
@@ -416,20 +435,21 @@ class ThrowawayRedis:
         else:
             settings += ["--save", "", "--appendonly", "no"]
         config = [str(config_file)] if config_file is not None else []
+        ports = ["--port", "0", "--tls-port", str(port)] if tls else ["--port", str(port)]
         process = subprocess.Popen(
-            [binary, *config, "--port", str(port), *settings, *extra_args],
+            [binary, *config, *ports, *settings, *extra_args],
             cwd=root,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
         )
         log.close()
-        server = cls(process=process, root=root, port=port)
+        server = cls(process=process, root=root, port=port, password=password, tls=tls)
         deadline = time.monotonic() + REDIS_START_TIMEOUT_SECONDS
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 break
-            if redis_answers_ping(server.url, timeout_seconds=0.5):
+            if redis_answers_ping(server.url, timeout_seconds=0.5, tls=tls):
                 return server
             time.sleep(0.05)
         output = (root / "redis.log").read_text(errors="replace")
