@@ -132,6 +132,14 @@ def parse_redis_url(url: str) -> SentinelDeployment | None:
     )
 
 
+def sentinel_deployment(url: str) -> SentinelDeployment | None:
+    """The Sentinel deployment ``url`` names; None for any other URL (left to the client
+    that reads it: redis-py, or kombu's transport for its scheme)."""
+    if url.split("://", 1)[0].lower() not in SENTINEL_SCHEMES:
+        return None
+    return parse_redis_url(url)
+
+
 def _credentials(userinfo: str) -> tuple[str | None, str | None]:
     user, colon, password = userinfo.partition(":")
     return (unquote(user) or None, unquote(password) if colon else None)

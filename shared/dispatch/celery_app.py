@@ -23,7 +23,7 @@ from redis.sentinel import Sentinel
 
 from tickwork.shared.dispatch.kept_client import KEPT_CLIENT_TRANSPORT
 from tickwork.shared.dispatch.messages import DEFAULT_QUEUE
-from tickwork.shared.redis_url import SentinelDeployment, parse_redis_url
+from tickwork.shared.redis_url import SentinelDeployment, sentinel_deployment
 
 TASK_NAME = "tickwork.run_task"
 SOCKET_TIMEOUT_SECONDS = 10.0
@@ -51,7 +51,7 @@ def redis_client(url: str, *, socket_timeout: float = SOCKET_TIMEOUT_SECONDS) ->
     sentinels where the primary is, and a connection that meets a demoted primary
     (``READONLY``) is dropped, so after a failover the next command reaches the promoted
     replica. Commands that meet a connection error are tried again with backoff."""
-    deployment = parse_redis_url(url)
+    deployment = sentinel_deployment(url)
     retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), RETRIES)
     common: dict[str, Any] = {
         "socket_timeout": socket_timeout,
@@ -86,7 +86,7 @@ def make_celery(redis: RedisSettings, *, name: str = "tickwork") -> Celery:
     ``unix://``, sentinels, or any other URL Celery's own variables give the broker) by
     kombu's own transport for their scheme, which reads what the scheme implies (TLS, a
     socket path)."""
-    deployment = parse_redis_url(redis.url)
+    deployment = sentinel_deployment(redis.url)
     broker = redis.url if deployment is None else deployment.kombu_url()
     app = Celery(name, broker=broker, set_as_current=False)
     # Celery's own variables (CELERY_BROKER_URL and the like) may name other URLs.
