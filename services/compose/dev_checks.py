@@ -87,9 +87,11 @@ def database_name(url: str) -> str:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
+    from tickwork.shared.store.urls import multi_host_url
+
     try:
-        return make_url(url).database or ""
-    except ArgumentError:
+        return make_url(multi_host_url(url)).database or ""
+    except (ArgumentError, ValueError):
         return ""
 
 
@@ -175,8 +177,9 @@ def _create_missing_database(url: str) -> bool:
     from sqlalchemy.exc import SQLAlchemyError
 
     from tickwork.shared.store.engine import create_store_engine
+    from tickwork.shared.store.urls import multi_host_url
 
-    target = make_url(url)
+    target = make_url(multi_host_url(url))
     maintenance = create_store_engine(
         target.set(database="postgres").render_as_string(hide_password=False)
     )

@@ -234,8 +234,9 @@ def _last_session_time(
     from tickwork.services.compose.embedded import last_run_session_time
     from tickwork.shared.store.engine import read_only
     from tickwork.shared.store.migrate import open_migrated_store
+    from tickwork.shared.store.urls import multi_host_url
 
-    url = make_url(database_url)
+    url = make_url(multi_host_url(database_url))
     if url.get_backend_name() == "sqlite" and not Path(url.database or "").exists():
         return None  # nothing ran here yet: no store to make
     try:

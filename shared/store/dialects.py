@@ -36,7 +36,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import URL, Dialect
+from sqlalchemy.engine import URL, Dialect, ExceptionContext
 from sqlalchemy.exc import InvalidatePoolError
 from sqlalchemy.pool import ConnectionPoolEntry
 
@@ -218,6 +218,7 @@ class PostgresDialect(StoreDialect):
         )
         event.listen(engine, "connect", _use_utc)
         event.listen(engine, "checkout", partial(_refuse_lost_connection, engine.dialect))
+        event.listen(engine, "handle_error", _drop_read_only_connections)
         return engine
 
     @contextmanager
@@ -554,6 +555,21 @@ def _use_utc(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
     with dbapi_connection.cursor() as cursor:
         cursor.execute("SET TIME ZONE 'UTC'")
     dbapi_connection.commit()
+
+
+READ_ONLY_SQLSTATES = frozenset({"25006"})
+"""``read_only_sql_transaction``: the server is a standby now (its primary was switched)."""
+
+
+def _drop_read_only_connections(context: ExceptionContext) -> None:
+    """A statement refused as read-only went to a server that is no longer the primary (a
+    demoted primary, or a standby a multi-host URL reached before the switch): the pool
+    drops that connection and every other it holds, and new ones find the primary again
+    (``target_session_attrs=read-write``)."""
+    sqlstate = getattr(context.original_exception, "sqlstate", None)
+    if sqlstate in READ_ONLY_SQLSTATES:
+        context.is_disconnect = True
+        context.invalidate_pool_on_disconnect = True
 
 
 def _refuse_lost_connection(

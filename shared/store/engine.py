@@ -14,6 +14,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from tickwork.shared.errors import InvalidStoreUrl
 from tickwork.shared.store.dialects import READ_ONLY_OPTION, dialect_named, dialect_of
+from tickwork.shared.store.urls import multi_host_url, printable_url
 
 __all__ = [
     "READ_ONLY_OPTION",
@@ -28,7 +29,7 @@ __all__ = [
 
 def describe_store_error(url: str, error: SQLAlchemyError) -> str:
     """One line on why a database could not be used, without the URL's password."""
-    safe_url = make_url(url).render_as_string(hide_password=True)
+    safe_url = printable_url(url)
     reason = " ".join(str(getattr(error, "orig", None) or error).split())
     return f"cannot use database {safe_url}: {reason[:300]}"
 
@@ -62,9 +63,9 @@ def create_store_engine(url: str, *, pool_size: int = 5, max_overflow: int = 10)
     kind of database.
     """
     try:
-        parsed = make_url(url)
-    except ArgumentError:
-        raise InvalidStoreUrl(f"cannot read database URL {url!r}") from None
+        parsed = make_url(multi_host_url(url))
+    except (ArgumentError, ValueError):
+        raise InvalidStoreUrl(f"cannot read database URL {printable_url(url)}") from None
     if parsed.get_backend_name() not in ("sqlite", "postgresql", "postgres"):
         raise InvalidStoreUrl(
             f"unsupported database {parsed.get_backend_name()!r}: use sqlite:/// or postgresql://"
@@ -101,4 +102,5 @@ def notify_work(conn: Connection) -> None:
 def libpq_url(url: str) -> str:
     """A ``postgresql+psycopg://...`` SQLAlchemy URL as the ``postgresql://...`` URI that
     psycopg (libpq) itself accepts."""
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    parsed = make_url(multi_host_url(url))
+    return parsed.set(drivername="postgresql").render_as_string(hide_password=False)

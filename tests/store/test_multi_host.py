@@ -1,0 +1,98 @@
+"""A store URL may name several PostgreSQL servers, as libpq does
+(``postgresql://USER@HOST1:PORT1,HOST2:PORT2/DB?target_session_attrs=read-write``): the
+engine connects to the first that accepts writes, and when the server it holds connections
+to stops accepting them (a primary demoted, or a standby reached before a switch), the
+statement that met "read-only" fails once and the pool drops every connection to it.
+
+Two real servers made with ``initdb`` stand for an old and a new primary."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.exc import DBAPIError
+
+from tests.support.servers import (
+    ThrowawayPostgres,
+    find_postgres_binaries,
+    libpq_conninfo,
+)
+from tickwork.shared.store.engine import create_store_engine, libpq_url
+from tickwork.shared.store.urls import multi_host_url, printable_url
+
+pytestmark = [pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def two_servers() -> Iterator[tuple[ThrowawayPostgres, ThrowawayPostgres]]:
+    bin_dir = find_postgres_binaries()
+    if bin_dir is None:
+        pytest.skip("needs PostgreSQL's server binaries (initdb, pg_ctl)")
+    first = ThrowawayPostgres.start(bin_dir)
+    try:
+        second = ThrowawayPostgres.start(bin_dir)
+    except BaseException:
+        first.stop()
+        raise
+    try:
+        for server in (first, second):
+            _admin(server, "CREATE TABLE marks (n int)")
+        yield first, second
+    finally:
+        first.stop()
+        second.stop()
+
+
+def _admin(server: ThrowawayPostgres, statement: str) -> None:
+    with psycopg.connect(libpq_conninfo(server.url), autocommit=True) as conn:
+        conn.execute(statement.encode())
+
+
+def _url(first: ThrowawayPostgres, second: ThrowawayPostgres) -> str:
+    hosts = f"127.0.0.1:{first.port},127.0.0.1:{second.port}"
+    return f"postgresql://postgres@{hosts}/postgres?target_session_attrs=read-write"
+
+
+def _port(conn: sa.Connection) -> int:
+    return int(conn.execute(sa.text("SELECT inet_server_port()")).scalar_one())
+
+
+def test_a_connection_that_meets_read_only_is_dropped_and_the_writable_server_used(
+    two_servers: tuple[ThrowawayPostgres, ThrowawayPostgres],
+) -> None:
+    first, second = two_servers
+    engine = create_store_engine(_url(first, second), pool_size=3)
+    try:
+        # Given a pool of connections to the first server, which accepts writes
+        held = [engine.connect() for _ in range(3)]
+        assert {_port(conn) for conn in held} == {first.port}
+        for conn in held:
+            conn.close()
+        # When it stops accepting them (demoted: read-only by default from now on)
+        _admin(first, "ALTER SYSTEM SET default_transaction_read_only = on")
+        _admin(first, "SELECT pg_reload_conf()")
+        # Then the statement in flight fails as read-only
+        with pytest.raises(DBAPIError, match="read-only transaction"), engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO marks VALUES (1)"))
+        # and every connection after it goes to the writable server
+        for _ in range(3):
+            with engine.begin() as conn:
+                assert _port(conn) == second.port
+                conn.execute(sa.text("INSERT INTO marks VALUES (2)"))
+    finally:
+        engine.dispose()
+        _admin(first, "ALTER SYSTEM RESET default_transaction_read_only")
+        _admin(first, "SELECT pg_reload_conf()")
+
+
+def test_libpq_s_multi_host_form_is_read_as_sqlalchemy_s() -> None:
+    url = "postgresql://app:pw@db-a:5432,db-b:5433/jobs?target_session_attrs=read-write"
+    assert multi_host_url(url) == (
+        "postgresql://app:pw@/jobs?host=db-a,db-b&port=5432,5433&target_session_attrs=read-write"
+    )
+    assert "pw" not in printable_url(url) and "db-a%2Cdb-b" in printable_url(url)
+    assert libpq_url(url).startswith("postgresql://app:pw@/jobs?")
+    assert multi_host_url("postgresql://app@db-a/jobs") == "postgresql://app@db-a/jobs"
