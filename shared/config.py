@@ -208,10 +208,11 @@ REDIS_SETTINGS = (
     Setting(
         "TICKWORK_REDIS_URL",
         "redis://127.0.0.1:6379/0",
-        "Redis for queues, leases, events",
+        "Redis for queues, leases, events: redis://, rediss://, unix://, or its sentinels "
+        "as sentinel://HOST:PORT,.../MASTER/DB (sentinels:// with TLS)",
         redis_url,
         "--redis-url",
-        help="Redis for queues, leases and events",
+        help="Redis for queues, leases and events (or sentinel://HOST:PORT,.../MASTER/DB)",
     ),
     Setting(
         "TICKWORK_REDIS_PREFIX",

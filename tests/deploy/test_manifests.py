@@ -388,7 +388,7 @@ def test_the_network_policy_lets_agents_reach_only_dns_and_redis(overlay: str) -
     assert selector.items() <= agent["spec"]["template"]["metadata"]["labels"].items()
     assert policy["spec"]["policyTypes"] == ["Egress"]
     ports = {(p["protocol"], p["port"]) for rule in policy["spec"]["egress"] for p in rule["ports"]}
-    assert ports == {("UDP", 53), ("TCP", 53), ("TCP", 6379)}
+    assert ports == {("UDP", 53), ("TCP", 53), ("TCP", 6379), ("TCP", 26379)}
 
 
 def test_in_the_dev_cluster_only_database_clients_reach_postgresql() -> None:

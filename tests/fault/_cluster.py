@@ -51,9 +51,10 @@ from tests.support.servers import RedisAddress, RespClient, find_free_port
 from tests.support.waiting import wait_until
 from tickwork.services.compose.embedded import RunRequest, create_run_attempt
 from tickwork.shared.clock import utc_now
+from tickwork.shared.domain.states import TaskState
 from tickwork.shared.dsl.parser import parse_workflow_text
 from tickwork.shared.store.migrate import open_migrated_store
-from tickwork.shared.store.tables import attempts, task_logs
+from tickwork.shared.store.tables import attempts, task_logs, tasks
 from tickwork.shared.store.tasks import TaskRow, list_attempt_tasks
 
 LEASE_TTL_SECONDS = 3
@@ -561,6 +562,31 @@ class Cluster:
         ]
         assert len(found) == 1, f"tasks named {name}: {[t.full_name for t in found]}"
         return found[0]
+
+    def succeeded_tasks(self, attempt_id: int) -> int:
+        """How many operator tasks of the attempt the executor has marked succeeded."""
+        query = sa.select(sa.func.count()).where(
+            tasks.c.attempt_id == attempt_id,
+            tasks.c.is_group.is_(False),
+            tasks.c.state == TaskState.SUCCESS.value,
+        )
+        with self.engine.connect() as conn:
+            return int(conn.execute(query).scalar_one())
+
+    def seconds_to_progress(
+        self, attempt_id: int, since: float, timeout_seconds: float, *, poll: float = 0.05
+    ) -> float:
+        """Seconds from ``since`` (monotonic) until one more task of the attempt succeeded
+        than when called: the executor applied a result again. Fails after the timeout;
+        a store that does not answer yet counts as no progress."""
+        baseline = self.succeeded_tasks(attempt_id)
+        deadline = time.monotonic() + timeout_seconds
+        while time.monotonic() < deadline:
+            with contextlib.suppress(sa.exc.SQLAlchemyError):
+                if self.succeeded_tasks(attempt_id) > baseline:
+                    return time.monotonic() - since
+            time.sleep(poll)
+        raise AssertionError(f"no task succeeded within {timeout_seconds}s\n{self.explain()}")
 
     def applied_results(self, attempt_id: int, name: str) -> list[int]:
         """Lease tokens of the results the executor applied to task ``name``, in order.
