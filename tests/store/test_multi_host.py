@@ -3,20 +3,27 @@
 engine connects to the first that accepts writes, and when the server it holds connections
 to stops accepting them (a primary demoted, or a standby reached before a switch), the
 statement that met "read-only" fails once and the pool drops every connection to it.
+``tickwork db`` commands take the same URLs.
 
 Two real servers made with ``initdb`` stand for an old and a new primary."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
+from tests.e2e._run import tickwork_command
 from tests.support.servers import (
     ThrowawayPostgres,
+    find_free_port,
     find_postgres_binaries,
     libpq_conninfo,
 )
@@ -96,3 +103,27 @@ def test_libpq_s_multi_host_form_is_read_as_sqlalchemy_s() -> None:
     assert "pw" not in printable_url(url) and "db-a%2Cdb-b" in printable_url(url)
     assert libpq_url(url).startswith("postgresql://app:pw@/jobs?")
     assert multi_host_url("postgresql://app@db-a/jobs") == "postgresql://app@db-a/jobs"
+
+
+def test_tickwork_db_commands_take_a_multi_host_url_and_use_the_host_that_answers(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    server = make_url(postgres_url)
+    dead = find_free_port()  # nothing listens there: libpq goes on to the next host
+    url = (
+        f"postgresql://postgres@127.0.0.1:{dead},{server.host}:{server.port}/{server.database}"
+        "?target_session_attrs=read-write"
+    )
+    env = {**os.environ, "TICKWORK_DATABASE_URL": url}
+    for args, said in ((["db", "upgrade"], "revision"), (["db", "check"], "newest")):
+        done = subprocess.run(
+            [*tickwork_command(), *args],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert said in done.stdout + done.stderr
