@@ -4,7 +4,8 @@ When an attempt starts, its deadline is stored with it. A pass (on the executor'
 rescan, every second) claims each RUNNING attempt whose deadline has passed, once across
 all executors, and then:
 
-- ``alert: true`` records an ``sla`` alert (one per attempt);
+- ``alert: true`` records an ``sla`` alert (one per attempt); the project's notification
+  rules told of ``sla_missed`` get a delivery either way;
 - the ``+tasks`` run as the group ``^sla`` under the root task, beside whatever of the
   attempt still runs; the attempt waits for them, and fails if one fails;
 - ``fail: true`` stops the rest of the attempt at once (its unfinished tasks are
@@ -28,6 +29,7 @@ from tickwork.shared.domain.states import TaskState
 from tickwork.shared.domain.workflow import TaskSpec, WorkflowDefinition
 from tickwork.shared.store import sla as sla_store
 from tickwork.shared.store import tasks as task_store
+from tickwork.shared.store.notifications import record_sla_missed
 from tickwork.shared.store.partitions import AttemptSet
 from tickwork.shared.store.projects import load_workflow_definition
 from tickwork.shared.store.sessions import AttemptRow, get_attempt
@@ -80,6 +82,7 @@ def _react(
     log.warning("%s attempt_id=%d", message, attempt.id)
     if sla.alert:
         sla_store.insert_alert(conn, attempt.id, ALERT_KIND, message, now)
+    record_sla_missed(conn, attempt.id, now)
     revoked = sla_store.cancel_unfinished_except(conn, attempt.id, root_id, now) if sla.fail else []
     fail = TaskSpec(SLA_FAIL_TASK_NAME, operator="fail", command=message) if sla.fail else None
     specs = [spec for spec in (sla.tasks, fail) if spec is not None]

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tickwork.shared.domain.notifications import NotificationRule
 from tickwork.shared.domain.workflow import WorkflowDefinition
 from tickwork.shared.dsl.archive_links import link_problem
 from tickwork.shared.dsl.archive_members import (
@@ -34,6 +35,7 @@ from tickwork.shared.dsl.archive_members import (
     refused,
     too_large,
 )
+from tickwork.shared.dsl.notifications import project_rules
 from tickwork.shared.dsl.parser import load_project
 from tickwork.shared.errors import InvalidInput, Problem
 
@@ -68,6 +70,7 @@ class ProjectArchive:
     content: bytes
     workflows: dict[str, WorkflowDefinition]
     files: int
+    notification_rules: tuple[NotificationRule, ...] = ()  # its notifications.yml
 
 
 def archive_digest(content: bytes) -> str:
@@ -131,7 +134,8 @@ def read_project_archive(
     max_files: int = MAX_ARCHIVE_FILES,
     max_unpacked_bytes: int = MAX_UNPACKED_BYTES,
 ) -> ProjectArchive:
-    """Unpack an uploaded archive into a temporary folder and parse every top-level ``*.dig``.
+    """Unpack an uploaded archive into a temporary folder and parse every top-level ``*.dig``
+    and the rules of its ``notifications.yml``, if any.
 
     Raises :class:`ArchiveTooLarge` over a limit, :class:`InvalidInput` for a body that is
     not a safe tar.gz or holds no workflow, and ``InvalidWorkflow`` listing the problems
@@ -146,7 +150,8 @@ def read_project_archive(
                 [Problem(ARCHIVE, None, "the archive holds no workflow file (*.dig) at its top")]
             )
         workflows = load_project(directory)
-    return ProjectArchive(archive_digest(content), content, workflows, files)
+        rules = tuple(project_rules(directory, workflows))
+    return ProjectArchive(archive_digest(content), content, workflows, files, rules)
 
 
 def extract_archive(content: bytes, target: Path, limits: ArchiveLimits | None = None) -> None:

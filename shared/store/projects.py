@@ -19,6 +19,7 @@ from tickwork.shared.dsl.archive import ProjectArchive
 from tickwork.shared.errors import Conflict, InvalidInput, NotFound, Problem
 from tickwork.shared.store.dialects import dialect_of
 from tickwork.shared.store.engine import read_only
+from tickwork.shared.store.notifications import replace_rules
 from tickwork.shared.store.schedules import (
     remove_schedules,
     remove_schedules_except,
@@ -225,6 +226,7 @@ def push_revision(
             schedule_from=schedule_from,
         )
     remove_schedules_except(conn, project_id, list(archive.workflows), now)
+    replace_rules(conn, project_id, archive.notification_rules, now)
     after = _active_schedules(conn, project_id)
     return replace(
         result,

@@ -416,3 +416,46 @@ audit_events = Table(
     Index("ix_audit_events_actor_id", "actor", "id"),
     Index("ix_audit_events_project_id", "project", "id"),
 )
+
+# Notification rules (tickwork.shared.store.notifications): a project's notifications.yml,
+# stored when it is pushed, replaced by the next push.
+notification_rules = Table(
+    "notification_rules",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("project_id", Id, ForeignKey("projects.id"), nullable=False),
+    Column("name", String(64), nullable=False),
+    Column("config", JSON, nullable=False),  # NotificationRule.to_config()
+    Column("updated_at", Timestamp, nullable=False),
+    UniqueConstraint("project_id", "name", name="uq_notification_rules_project_id_name"),
+)
+
+# One row per rule and event (unique): written with the event in one transaction, sent at
+# least once by the one executor that claims it, its outcome kept for the UI and CLI.
+notification_deliveries = Table(
+    "notification_deliveries",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("project_id", Id, nullable=False),
+    Column("rule_name", String(64), nullable=False),
+    Column("event", String(32), nullable=False),
+    Column("event_key", String(128), nullable=False),  # e.g. failed:<attempt id>
+    Column("workflow_name", String(255), nullable=True),
+    Column("attempt_id", Id, nullable=True),
+    Column("payload", JSON, nullable=False),  # what the event says (never a secret)
+    Column("target", JSON, nullable=False),  # the rule's target when the event happened
+    Column("state", String(16), nullable=False),  # pending, sending, sent, failed
+    Column("tries", Integer, nullable=False),
+    Column("next_try_at", Timestamp, nullable=False),
+    Column("claimed_until", Timestamp, nullable=True),
+    Column("last_status", Integer, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("possible_duplicate", Boolean, nullable=False),
+    Column("created_at", Timestamp, nullable=False),
+    Column("sent_at", Timestamp, nullable=True),
+    UniqueConstraint(
+        "project_id", "rule_name", "event_key", name="uq_notification_deliveries_event"
+    ),
+    Index("ix_notification_deliveries_state_next", "state", "next_try_at"),
+    Index("ix_notification_deliveries_project_id", "project_id", "id"),
+)
