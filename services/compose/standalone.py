@@ -29,6 +29,7 @@ from tickwork.services.compose.dispatchers import ControlledDispatcher
 from tickwork.services.compose.embedded import make_in_process_runner
 from tickwork.services.executor.loop import Recovery, WorkflowExecutor
 from tickwork.services.executor.main import run_in_process
+from tickwork.services.executor.notifier import Notifier
 from tickwork.services.scheduler.loop import Scheduler
 from tickwork.services.scheduler.main import run as run_scheduler
 from tickwork.shared.config import LOG_LEVEL
@@ -108,6 +109,7 @@ class Standalone:
             recovery=Recovery(every_seconds=5.0, grace_seconds=2.0),
         )
         self.scheduler = Scheduler(engine)
+        self.notifier = Notifier(engine)  # sends the notification rules' deliveries
         self.stopping = threading.Event()  # ends the executor's loop
         # waitress reads a request whole in its event loop before a thread serves it, so a
         # slow or silent client holds no thread; one silent for CHANNEL_TIMEOUT_SECONDS is
@@ -150,6 +152,7 @@ class Standalone:
         """Start every thread."""
         for thread in self.threads:
             thread.start()
+        self.notifier.start()
 
     def stop(self) -> None:
         """Stop taking requests, stop the loops, kill running tasks, join with a bound.
@@ -167,6 +170,7 @@ class Standalone:
         terminate_children()
         self._join(scheduler, deadline)
         self._join(api, deadline)
+        self.notifier.stop(wait=False)
         closer = threading.Thread(target=self.dispatcher.close, daemon=True)
         closer.start()
         self._join(closer, deadline)

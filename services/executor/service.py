@@ -36,6 +36,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from tickwork.services.executor.config import ExecutorSettings
 from tickwork.services.executor.loop import WorkflowExecutor
 from tickwork.services.executor.metrics import ExecutorMetrics
+from tickwork.services.executor.notifier import Notifier
 from tickwork.services.executor.partitions import (
     REBALANCE_SECONDS,
     PartitionCountConflict,
@@ -154,6 +155,8 @@ class ExecutorService:
 
     def run(self) -> None:
         """Join the live executors, then run the partitions given to this one until stopped."""
+        notifier = Notifier(self.engine, crash_point=self.settings.crash_point)
+        notifier.start()
         try:
             while not self._stop.is_set():
                 with self._member() as lock_conn:
@@ -161,6 +164,7 @@ class ExecutorService:
                         continue
                     self._run_member()
         finally:
+            notifier.stop()
             for listener in self._listeners:
                 listener.stop()
             self.dispatcher.close()

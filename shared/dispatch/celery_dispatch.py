@@ -75,7 +75,9 @@ CRASH_AFTER_COMMIT = "after-commit-before-publish"
 """A fault test's crash point: the tasks' QUEUED state committed, nothing in Redis yet."""
 CRASH_AFTER_MARK = "after-mark-before-send"
 """A fault test's crash point: the tasks' queued marks left in Redis, no message sent."""
-CRASH_POINTS = (CRASH_AFTER_COMMIT, CRASH_AFTER_MARK)
+CRASH_AFTER_NOTIFY = "after-notify-send"
+"""A fault test's crash point: a notification sent, its outcome not recorded yet."""
+CRASH_POINTS = (CRASH_AFTER_COMMIT, CRASH_AFTER_MARK, CRASH_AFTER_NOTIFY)
 PUBLISH_BATCH_SIZE = 500
 """Messages one Redis round trip sends, at most."""
 PRODUCER_WAIT = 10.0

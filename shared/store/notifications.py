@@ -21,7 +21,7 @@ from sqlalchemy import Connection
 
 from tickwork.shared.domain.notifications import Event, NotificationRule
 from tickwork.shared.domain.states import AttemptState, TaskState
-from tickwork.shared.store.dialects import dialect_of
+from tickwork.shared.store.sql import insert_ignoring_conflict
 from tickwork.shared.store.tables import (
     attempts,
     notification_deliveries,
@@ -140,10 +140,10 @@ def record_event(
         )
     if not rows:
         return 0
-    insert = dialect_of(conn).insert_ignoring_conflicts(
-        notification_deliveries, index_elements=["project_id", "rule_name", "event_key"]
+    # One statement per rule (a project has few), each telling whether it was new.
+    return sum(
+        insert_ignoring_conflict(conn, notification_deliveries, row) is not None for row in rows
     )
-    return int(conn.execute(insert, rows).rowcount or 0)
 
 
 def _has_rules(conn: Connection, project_id: int) -> bool:
