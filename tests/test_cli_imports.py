@@ -33,6 +33,7 @@ CLIENT_MODULES = [
     "tickwork.services.cli.schedules",
     "tickwork.services.cli.secrets",
     "tickwork.services.cli.tokens",
+    "tickwork.services.cli.notifications",
 ]
 SERVER_COMMANDS = {
     "run",

@@ -38,6 +38,7 @@ from tickwork.services.api.routes import (
     audit,
     health,
     logs,
+    notifications,
     projects,
     schedules,
     secrets,
@@ -70,6 +71,7 @@ ROUTE_BLUEPRINTS: tuple[Blueprint, ...] = (
     tokens.blueprint,
     tokens.whoami_blueprint,
     audit.blueprint,
+    notifications.blueprint,
 )
 """The REST API's blueprints, registered in this order."""
 

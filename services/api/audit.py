@@ -47,6 +47,7 @@ ACTIONS: dict[str, str] = {
     "attempts.retry": "attempt.retry",
     "tokens.create_token": "token.create",
     "tokens.revoke_token": "token.revoke",
+    "notifications.test_rule": "notification.test",
     "ui_auth.login_submit": "ui.sign_in",
     "ui_auth.logout": "ui.sign_out",
     "ui_schedules.pause": "schedule.pause",

@@ -184,6 +184,31 @@ class ApiClient:
         query = _query(since=since, until=until, actor=actor, action=action, project=project)
         return self._pages("/api/audit", query, limit)
 
+    def list_notifications(
+        self,
+        *,
+        failed: bool = False,
+        project: str | None = None,
+        rule: str | None = None,
+        limit: int | None = None,
+    ) -> Iterator[Json]:
+        """Notification deliveries, newest first."""
+        query = _query(failed="true" if failed else None, project=project, rule=rule)
+        return self._pages("/api/notifications", query, limit)
+
+    def get_notification(self, delivery_id: str) -> Json:
+        """One notification delivery."""
+        return self._json("GET", f"/api/notifications/{_seg(delivery_id)}")
+
+    def list_notification_rules(self, project: str) -> list[Json]:
+        """A project's notification rules."""
+        return _items(self._json("GET", f"/api/projects/{_seg(project)}/notification-rules"))
+
+    def test_notification_rule(self, project: str, rule: str) -> Json:
+        """Send a sample event through one rule; the delivery it made."""
+        path = f"/api/projects/{_seg(project)}/notification-rules/{_seg(rule)}/test"
+        return self._json("POST", path)
+
     def whoami(self) -> Json:
         """The name, role and project globs of the token this client sends."""
         return self._json("GET", "/api/whoami")

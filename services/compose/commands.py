@@ -135,6 +135,11 @@ COMMANDS = lazy_commands(
             "Create, list and revoke named API tokens (an admin token's work).",
         ),
         (
+            "notifications",
+            "tickwork.services.cli.notifications:notifications_group",
+            "List what the notification rules sent, newest first; test a rule.",
+        ),
+        (
             "audit",
             "tickwork.services.cli.tokens:audit_command",
             "List the audit log, newest first: who changed what, from where, and the outcome.",

@@ -28,9 +28,11 @@ from tickwork.services.cli.schedules import preview_lines
 from tickwork.shared.clock import utc_now
 from tickwork.shared.config import EMBEDDED_SETTINGS, EmbeddedConfig
 from tickwork.shared.domain.entries import SESSION_KEYWORDS, session_time_named
+from tickwork.shared.domain.notifications import RULES_FILE, NotificationRule
 from tickwork.shared.domain.schedule import ScheduleSpec, written_timezone
 from tickwork.shared.domain.states import AttemptState, TaskState
 from tickwork.shared.domain.workflow import WorkflowDefinition
+from tickwork.shared.dsl.notifications import read_rules_file
 from tickwork.shared.dsl.parser import parse_workflow_file
 from tickwork.shared.errors import InvalidInput, TickworkError
 from tickwork.shared.logging import configure_logging
@@ -401,9 +403,19 @@ def _session_option(request: RunRequest) -> str:
 )
 @click.option("--project", type=click.Path(exists=True, file_okay=False, path_type=Path))
 def check(workflow_files: tuple[Path, ...], project: Path | None) -> None:
-    """Validate workflow files without running anything."""
+    """Validate workflow files without running anything.
+
+    A project's notifications.yml is checked too: named among the files, or found in the
+    project's folder (``--project``, else each file's own)."""
     now = utc_now()
+    rules_files = {p.resolve() for p in workflow_files if p.name == RULES_FILE}
     for path in workflow_files:
+        found = (project or path.parent) / RULES_FILE
+        if path.name != RULES_FILE and found.is_file():
+            rules_files.add(found.resolve())
+    for path in workflow_files:
+        if path.name == RULES_FILE:
+            continue
         definition = _parse(path, (project or path.parent).resolve())
         tasks = definition.root.count_tasks()
         click.echo(f"{path}: ok ({tasks} tasks, timezone {written_timezone(definition.timezone)})")
@@ -414,3 +426,17 @@ def check(workflow_files: tuple[Path, ...], project: Path | None) -> None:
             click.echo("  next session times:" if lines else "  no session time after now")
             for line in lines:
                 click.echo(f"    {line}")
+    for rules_path in sorted(rules_files):
+        rules = _check_rules(rules_path)
+        plural = "" if len(rules) == 1 else "s"
+        click.echo(f"{rules_path.name}: ok ({len(rules)} notification rule{plural})")
+
+
+def _check_rules(path: Path) -> list[NotificationRule]:
+    """The rules of a notifications.yml, against its project's workflows; exit 2 naming
+    every problem."""
+    workflows = [p.stem for p in path.parent.glob("*.dig") if p.is_file()]
+    try:
+        return read_rules_file(path, workflows)
+    except InvalidInput as exc:
+        _fail(str(exc))

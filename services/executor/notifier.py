@@ -64,7 +64,8 @@ SEND_DEADLINE_SECONDS = 15.0
 """The longest one send may take, connecting and answering included."""
 SOCKET_TIMEOUT_SECONDS = 10.0
 """The longest wait for one read or write of a send (the deadline bounds the whole)."""
-CLAIM_SECONDS = SEND_DEADLINE_SECONDS * 2
+CLAIM_SECONDS = SEND_DEADLINE_SECONDS + 5.0
+"""How long a claimed delivery is a sender's: past it, another may send it again."""
 MAX_BODY_BYTES = 64 * 1024
 MAX_ANSWER_BYTES = 1024
 USER_AGENT = "tickwork-notifications"

@@ -445,6 +445,19 @@ def get_delivery(conn: Connection, delivery_id: int) -> DeliveryRow | None:
     return None if row is None else _row(row)
 
 
+def get_delivery_by_key(
+    conn: Connection, project_id: int, rule_name: str, event_key: str
+) -> DeliveryRow | None:
+    row = conn.execute(
+        _select_deliveries().where(
+            _deliveries.project_id == project_id,
+            _deliveries.rule_name == rule_name,
+            _deliveries.event_key == event_key,
+        )
+    ).first()
+    return None if row is None else _row(row)
+
+
 def prune_deliveries(conn: Connection, before: datetime) -> int:
     """Remove deliveries made before ``before`` that are settled (sent or failed)."""
     done = conn.execute(

@@ -12,6 +12,7 @@ from sqlalchemy import BindParameter, ColumnElement, Connection, Select, bindpar
 
 from tickwork.shared.store.tables import (
     attempts,
+    notification_deliveries,
     projects,
     revisions,
     schedules,
@@ -34,6 +35,9 @@ OWNER_QUERIES: Mapping[str, Select[Any]] = {
     "workflow_id": _NAME.join(revisions, revisions.c.project_id == projects.c.id)
     .join(workflow_definitions, workflow_definitions.c.revision_id == revisions.c.id)
     .where(workflow_definitions.c.id == _ID),
+    "delivery_id": _NAME.join(
+        notification_deliveries, notification_deliveries.c.project_id == projects.c.id
+    ).where(notification_deliveries.c.id == _ID),
 }
 """The query of the project's name, by the name of the path argument holding the id
 (bound as ``id``); each made once."""

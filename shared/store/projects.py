@@ -288,6 +288,13 @@ def _active_schedules(conn: Connection, project_id: int) -> dict[str, tuple[Any,
     return {row.workflow_name: (row.spec, row.timezone) for row in conn.execute(query)}
 
 
+def project_id_named(conn: Connection, name: str) -> int | None:
+    """The id of the live (not deleted) project ``name``; None when there is none."""
+    query = select(projects.c.id).where(projects.c.name == name, projects.c.deleted_at.is_(None))
+    found = conn.execute(query).scalar_one_or_none()
+    return None if found is None else int(found)
+
+
 def delete_project(conn: Connection, name: str, now: datetime) -> None:
     """Soft-delete a project: its schedules are removed, its sessions and revisions kept.
 

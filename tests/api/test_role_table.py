@@ -86,6 +86,10 @@ WHO_MAY: dict[str, str] = {
     "ui_actions.start_form": READ,
     "ui_actions.retry_form": READ,
     "ui_actions.kill_form": READ,
+    "notifications.list_deliveries": READ,
+    "notifications.get_delivery": READ,
+    "notifications.list_rules": READ,
+    "ui_notifications.notifications_page": READ,
     # Operating: start, retry, kill; steer schedules.
     "attempts.start": OPERATE,
     "attempts.kill": OPERATE,
@@ -101,6 +105,7 @@ WHO_MAY: dict[str, str] = {
     "ui_schedules.resume": OPERATE,
     "ui_schedules.skip": OPERATE,
     "ui_schedules.backfill": OPERATE,
+    "notifications.test_rule": OPERATE,
     # Administering: projects, secrets, tokens, the audit log.
     "projects.push_project": ADMIN,
     "projects.remove_project": ADMIN,
@@ -115,7 +120,9 @@ WHO_MAY: dict[str, str] = {
 }
 
 
-PROJECT_BOUND = frozenset({"name", "attempt_id", "session_id", "schedule_id", "workflow_id"})
+PROJECT_BOUND = frozenset(
+    {"name", "attempt_id", "session_id", "schedule_id", "workflow_id", "delivery_id"}
+)
 """Path arguments naming a project or a thing of one (task and log ids come with their
 attempt's)."""
 SAMPLES = {"filename": "ui.css", "workflow": "daily"}

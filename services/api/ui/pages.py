@@ -20,6 +20,7 @@ from tickwork.services.api.ui import (
     audit,
     auth,
     formatting,
+    notifications,
     overview,
     projects,
     runs,
@@ -38,6 +39,7 @@ PAGE_BLUEPRINTS: tuple[Blueprint, ...] = (
     schedules.blueprint,
     actions.blueprint,
     search.blueprint,
+    notifications.blueprint,
     audit.blueprint,
 )
 """The pages' blueprints, registered in this order after the shell's."""
