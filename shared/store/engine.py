@@ -65,7 +65,7 @@ def create_store_engine(url: str, *, pool_size: int = 5, max_overflow: int = 10)
     try:
         parsed = make_url(multi_host_url(url))
     except (ArgumentError, ValueError):
-        raise InvalidStoreUrl(f"cannot read database URL {printable_url(url)}") from None
+        raise InvalidStoreUrl(f"cannot read database URL {url!r}") from None
     if parsed.get_backend_name() not in ("sqlite", "postgresql", "postgres"):
         raise InvalidStoreUrl(
             f"unsupported database {parsed.get_backend_name()!r}: use sqlite:/// or postgresql://"

@@ -11,6 +11,7 @@ marked ``possible_duplicate``.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -458,11 +459,23 @@ def get_delivery_by_key(
     return None if row is None else _row(row)
 
 
-def prune_deliveries(conn: Connection, before: datetime) -> int:
-    """Remove deliveries made before ``before`` that are settled (sent or failed)."""
-    done = conn.execute(
-        sa.delete(notification_deliveries).where(
-            _deliveries.created_at < before, _deliveries.state.in_((SENT, FAILED))
-        )
+def prune_delivery_batch(
+    conn: Connection, cutoff: datetime, project_id: int | None, limit: int
+) -> tuple[Counter[str], bool]:
+    """Delete up to ``limit`` settled deliveries (sent or given up) made before
+    ``cutoff``, oldest first; the count and whether more may be left."""
+    query = (
+        sa.select(_deliveries.id)
+        .where(_deliveries.created_at < cutoff, _deliveries.state.in_((SENT, FAILED)))
+        .order_by(_deliveries.id)
+        .limit(limit)
     )
-    return int(done.rowcount or 0)
+    if project_id is not None:
+        query = query.where(_deliveries.project_id == project_id)
+    ids = [int(i) for i in conn.scalars(query)]
+    if not ids:
+        return Counter(), False
+    removed = conn.execute(
+        sa.delete(notification_deliveries).where(_deliveries.id.in_(ids))
+    ).rowcount
+    return Counter({"notification_deliveries": removed}), len(ids) == limit

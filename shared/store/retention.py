@@ -25,6 +25,7 @@ from tickwork.shared.retention_policy import RetentionPolicy as RetentionPolicy
 from tickwork.shared.retention_policy import parse_duration as parse_duration
 from tickwork.shared.store.audit import SYSTEM_ACTOR, AuditEvent, prune_audit_batch, record
 from tickwork.shared.store.dialects import dialect_of
+from tickwork.shared.store.notifications import prune_delivery_batch
 from tickwork.shared.store.retention_batches import (
     PRUNED_LOGS,
     BatchLimits,
@@ -53,6 +54,7 @@ TABLES = (
     "workflow_configs",
     "project_archives",
     "audit_events",
+    "notification_deliveries",
 )
 """The tables a prune deletes from, in the order it reports them."""
 
@@ -92,7 +94,8 @@ def plan_steps(
     limits: BatchLimits | None = None,
 ) -> list[tuple[str, Step]]:
     """The batches a prune runs, by kind: sessions, then logs, then revisions (a
-    revision is freed once the sessions that used it are gone), then audit events (kept
+    revision is freed once the sessions that used it are gone), then notification
+    deliveries that were settled (as old as the sessions), then audit events (kept
     longer, by their own setting; a prune of one project keeps them all)."""
     limits = limits or BatchLimits()
     steps: list[tuple[str, Step]] = []
@@ -108,6 +111,13 @@ def plan_steps(
         keep = policy.keep_revisions
         steps.append(
             ("revisions", lambda c: prune_revision_batch(c, keep, project_id, limits.revisions))
+        )
+    if policy.history is not None:
+        steps.append(
+            (
+                "notifications",
+                lambda c: prune_delivery_batch(c, cutoff, project_id, limits.audit),
+            )
         )
     if policy.audit is not None and project_id is None:
         audit_cutoff = now - policy.audit
