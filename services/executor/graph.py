@@ -33,6 +33,7 @@ from tickwork.shared.domain.workflow import TaskSpec
 from tickwork.shared.errors import NotFound
 from tickwork.shared.store import tasks as task_store
 from tickwork.shared.store.notifications import record_attempt_end
+from tickwork.shared.store.trigger_firing import fire_after
 from tickwork.shared.store.sessions import AttemptRow, get_attempt, set_attempt_state
 from tickwork.shared.store.tasks import Seen, TaskRow
 
@@ -496,6 +497,8 @@ class TaskGraph:
             log.info("attempt finished attempt_id=%d state=%s", attempt_id, state.value)
             self.finished_attempts.append((attempt_id, state))
             record_attempt_end(self.conn, attempt_id, state, self.now)
+            if state is AttemptState.SUCCESS:
+                fire_after(self.conn, attempt_id, self.now)
 
 
 def _move_of(task: TaskRow, state: TaskState, now: datetime, values: dict[str, Any]) -> TaskMove:

@@ -223,6 +223,7 @@ class WorkflowDefinition:
     timezone: str = "UTC"
     schedule: dict[str, Any] | None = None
     sla: dict[str, Any] | None = None  # the `sla:` as tickwork.shared.domain.sla.SlaSpec stores it
+    trigger: dict[str, Any] | None = None  # the `trigger:` as domain.triggers.TriggerSpec stores it
     # What the parser found worth saying but not refusing (an option no operator reads):
     # shown by `tickwork check` and `run`, never stored.
     warnings: tuple[Problem, ...] = field(default=(), compare=False, repr=False)
@@ -234,6 +235,8 @@ class WorkflowDefinition:
             config["schedule"] = self.schedule
         if self.sla is not None:
             config["sla"] = self.sla
+        if self.trigger is not None:
+            config["trigger"] = self.trigger
         config["root"] = self.root.to_config()
         return config
 
@@ -246,6 +249,7 @@ class WorkflowDefinition:
             timezone=config.get("timezone", "UTC"),
             schedule=config.get("schedule"),
             sla=config.get("sla"),
+            trigger=config.get("trigger"),
         )
 
 

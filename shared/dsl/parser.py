@@ -38,6 +38,7 @@ from tickwork.shared.dsl.operator_options import (
 )
 from tickwork.shared.dsl.reporting import Reporter, Where, describe, line_map, plain
 from tickwork.shared.dsl.schedule_section import read_schedule, read_timezone
+from tickwork.shared.dsl.trigger_section import read_trigger
 from tickwork.shared.dsl.sla import read_sla
 from tickwork.shared.dsl.task_directives import (
     DELAY_DIRECTIVES,
@@ -219,7 +220,10 @@ class _ProjectParser(Reporter):
         timezone = read_timezone(self, data, where)
         schedule = read_schedule(self, data, where, timezone)
         root = self._group(root_name, data, where, TOP_LEVEL_KEYS)
-        return WorkflowDefinition(stem, root, timezone, schedule, self._sla(data, where))
+        trigger = read_trigger(self, data, where)
+        return WorkflowDefinition(
+            stem, root, timezone, schedule, self._sla(data, where), trigger=trigger
+        )
 
     def _sla(self, data: LineMap, where: Where) -> dict[str, Any] | None:
         if "sla" not in data:

@@ -29,6 +29,7 @@ DELAY_DIRECTIVES = ("_delay", "_start_at")
 TOP_LEVEL_KEYS = (
     "timezone",
     "schedule",
+    "trigger",
     "_export",
     "_error",
     "_check",

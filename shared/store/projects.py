@@ -35,6 +35,7 @@ from tickwork.shared.store.tables import (
     workflow_configs,
     workflow_definitions,
 )
+from tickwork.shared.store.triggers import replace_triggers
 
 
 def ensure_project(
@@ -227,6 +228,7 @@ def push_revision(
         )
     remove_schedules_except(conn, project_id, list(archive.workflows), now)
     replace_rules(conn, project_id, archive.notification_rules, now)
+    replace_triggers(conn, project_id, project_name, archive.workflows, now)
     after = _active_schedules(conn, project_id)
     return replace(
         result,

@@ -77,9 +77,10 @@ def start_attempt(
     idempotency_key: str | None,
     now: datetime,
     revision: str | None = None,
+    attempt_name: str = MANUAL_ATTEMPT,
 ) -> StartResult:
     """Start a session of the latest revision of ``workflow`` (or of ``revision``) by
-    hand, and wake executors.
+    hand (or by a trigger: ``attempt_name``), and wake executors.
 
     ``session_time`` defaults to now (the last scheduled time for a scheduled workflow); a
     naive one is read in the workflow's time zone. A session that already has an attempt,
@@ -108,7 +109,7 @@ def start_attempt(
         attempts,
         {
             "session_id": session_id,
-            "name": MANUAL_ATTEMPT,
+            "name": attempt_name,
             "workflow_definition_id": target.definition_id,
             "state": AttemptState.CREATED.value,
             "timezone": target.definition.timezone,

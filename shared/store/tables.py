@@ -459,3 +459,43 @@ notification_deliveries = Table(
     Index("ix_notification_deliveries_state_next", "state", "next_try_at"),
     Index("ix_notification_deliveries_project_id", "project_id", "id"),
 )
+
+# Triggers (tickwork.shared.store.triggers): each workflow's `trigger:`, one row per
+# upstream workflow or webhook, replaced by the next push; paused like schedules.
+triggers = Table(
+    "triggers",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("project_id", Id, ForeignKey("projects.id"), nullable=False),
+    Column("workflow_name", String(255), nullable=False),
+    Column("key", String(400), nullable=False),  # after:PROJECT/WORKFLOW or webhook:NAME
+    Column("kind", String(16), nullable=False),  # after, webhook
+    Column("upstream_project", String(128), nullable=True),
+    Column("upstream_workflow", String(255), nullable=True),
+    Column("hook_name", String(64), nullable=True),
+    Column("config", JSON, nullable=False),
+    Column("paused_at", Timestamp, nullable=True),
+    Column("created_at", Timestamp, nullable=False),
+    Column("fired_count", Integer, nullable=False),
+    Column("last_fired_at", Timestamp, nullable=True),
+    Column("last_attempt_id", Id, nullable=True),
+    Column("last_error", Text, nullable=True),
+    UniqueConstraint(
+        "project_id", "workflow_name", "key", name="uq_triggers_project_id_workflow_name_key"
+    ),
+    Index("ix_triggers_upstream", "upstream_project", "upstream_workflow"),
+)
+
+# One row per trigger and event (an upstream session, a webhook delivery): the unique key
+# that makes a trigger fire once whatever crashes, retries or executors.
+trigger_firings = Table(
+    "trigger_firings",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("trigger_id", Id, nullable=False),
+    Column("event_key", String(200), nullable=False),
+    Column("attempt_id", Id, nullable=True),
+    Column("session_id", Id, nullable=True),
+    Column("fired_at", Timestamp, nullable=False),
+    UniqueConstraint("trigger_id", "event_key", name="uq_trigger_firings_event"),
+)
