@@ -24,7 +24,13 @@ from werkzeug.routing import BaseConverter, ValidationError
 
 from tickwork.services.api.audit import arm_audit, record_unrecorded
 from tickwork.services.api.auth import SECURITY_SCHEME_NAME, SECURITY_SCHEMES, authenticate, is_open
-from tickwork.services.api.body import ARCHIVE_REQUEST_BODY, BINARY_BODY_ATTRIBUTE, check_request
+from tickwork.services.api.body import (
+    ARCHIVE_REQUEST_BODY,
+    BINARY_BODY_ATTRIBUTE,
+    SIGNED_BODY_ATTRIBUTE,
+    SIGNED_REQUEST_BODY,
+    check_request,
+)
 from tickwork.services.api.config import ApiConfig
 from tickwork.services.api.database import ENGINE_KEY, current_engine
 from tickwork.services.api.docs import register_docs
@@ -44,6 +50,7 @@ from tickwork.services.api.routes import (
     secrets,
     sessions,
     tokens,
+    triggers,
     workflows,
 )
 from tickwork.services.api.scope import check_scope
@@ -72,6 +79,7 @@ ROUTE_BLUEPRINTS: tuple[Blueprint, ...] = (
     tokens.whoami_blueprint,
     audit.blueprint,
     notifications.blueprint,
+    triggers.blueprint,
 )
 """The REST API's blueprints, registered in this order."""
 
@@ -221,13 +229,17 @@ def _complete_spec(app: APIFlask, spec: dict[str, Any] | str) -> dict[str, Any] 
     paths = spec.get("paths", {})
     for rule in app.url_map.iter_rules():
         view = app.view_functions.get(rule.endpoint)
-        if not getattr(view, BINARY_BODY_ATTRIBUTE, False):
+        if getattr(view, BINARY_BODY_ATTRIBUTE, False):
+            body = ARCHIVE_REQUEST_BODY
+        elif getattr(view, SIGNED_BODY_ATTRIBUTE, False):
+            body = SIGNED_REQUEST_BODY
+        else:
             continue
         path = RULE_ARGUMENT.sub(r"{\1}", rule.rule)  # /a/<id:x> -> /a/{x}
         for method in rule.methods or ():
             operation = paths.get(path, {}).get(method.lower())
             if isinstance(operation, dict):
-                operation["requestBody"] = ARCHIVE_REQUEST_BODY
+                operation["requestBody"] = body
     spec["security"] = [{SECURITY_SCHEME_NAME: []}]
     for path, operations in paths.items():
         for method, operation in operations.items():

@@ -38,7 +38,8 @@ from tickwork.shared.store.api_tokens import (
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/favicon.ico"})
 # The OpenAPI document and its viewer describe the API and hold no data.
-OPEN_PREFIXES = ("/api/openapi.json", "/api/docs")
+# Webhook triggers are called by other systems: their signature, not a token, says who.
+OPEN_PREFIXES = ("/api/openapi.json", "/api/docs", "/api/hooks/")
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 SECURITY_SCHEME_NAME = "BearerAuth"
 SECURITY_SCHEMES = {

@@ -42,6 +42,21 @@ def binary_body(view: View) -> View:
     return view
 
 
+SIGNED_BODY_ATTRIBUTE = "tickwork_signed_body"
+SIGNED_REQUEST_BODY = {
+    "required": False,
+    "description": "Any JSON (a webhook's call), read as it is: its signature covers its bytes.",
+    "content": {"application/json": {"schema": {"type": "object"}}},
+}
+
+
+def signed_body(view: View) -> View:
+    """Mark a view as reading its body's bytes itself (a signed webhook call), limited to
+    TICKWORK_MAX_JSON_BYTES; the OpenAPI document shows a JSON body."""
+    setattr(view, SIGNED_BODY_ATTRIBUTE, True)
+    return view
+
+
 def check_request() -> None:
     """Refuse a request whose parameters or JSON body cannot be used (4xx, never 500)."""
     if request.routing_exception is not None:  # no such route or method: say that first
@@ -57,6 +72,11 @@ def check_request() -> None:
     check_query_names(view)
     if request.method in BODY_METHODS and getattr(view, BINARY_BODY_ATTRIBUTE, False):
         limit_body(request.environ, current_app.config["MAX_CONTENT_LENGTH"])
+    elif request.method in BODY_METHODS and getattr(view, SIGNED_BODY_ATTRIBUTE, False):
+        max_bytes = current_app.config["TICKWORK_MAX_JSON_BYTES"]
+        if request.content_length is not None and request.content_length > max_bytes:
+            raise ApiProblem(413, f"a body may be at most {max_bytes // 1024} KiB")
+        limit_body(request.environ, max_bytes)
     elif request.method in BODY_METHODS:
         load_json_body(request, current_app.config["TICKWORK_MAX_JSON_BYTES"])
         if _declared_input(view, "json") is None and request.get_json() not in (None, {}):

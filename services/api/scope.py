@@ -49,6 +49,7 @@ MISSING: dict[str, str] = {
     "schedule_id": "schedule {} does not exist",
     "workflow_id": "workflow {} does not exist",
     "delivery_id": "no notification delivery {}",
+    "trigger_id": "trigger {} does not exist",
 }
 """What a route answers (404) for an id of each kind that does not exist, by the name of
 the path argument: a limited token gets the same for another project's."""

@@ -33,9 +33,9 @@ from tickwork.shared.domain.workflow import TaskSpec
 from tickwork.shared.errors import NotFound
 from tickwork.shared.store import tasks as task_store
 from tickwork.shared.store.notifications import record_attempt_end
-from tickwork.shared.store.trigger_firing import fire_after
 from tickwork.shared.store.sessions import AttemptRow, get_attempt, set_attempt_state
 from tickwork.shared.store.tasks import Seen, TaskRow
+from tickwork.shared.store.trigger_firing import fire_after
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,6 @@ from tickwork.shared.dsl.operator_options import (
 )
 from tickwork.shared.dsl.reporting import Reporter, Where, describe, line_map, plain
 from tickwork.shared.dsl.schedule_section import read_schedule, read_timezone
-from tickwork.shared.dsl.trigger_section import read_trigger
 from tickwork.shared.dsl.sla import read_sla
 from tickwork.shared.dsl.task_directives import (
     DELAY_DIRECTIVES,
@@ -58,6 +57,7 @@ from tickwork.shared.dsl.task_directives import (
     read_start,
     read_timeout,
 )
+from tickwork.shared.dsl.trigger_section import read_trigger
 from tickwork.shared.errors import InvalidWorkflow, Problem
 
 __all__ = [

@@ -17,6 +17,7 @@ from tickwork.shared.store.tables import (
     revisions,
     schedules,
     sessions,
+    triggers,
     workflow_definitions,
 )
 
@@ -38,6 +39,9 @@ OWNER_QUERIES: Mapping[str, Select[Any]] = {
     "delivery_id": _NAME.join(
         notification_deliveries, notification_deliveries.c.project_id == projects.c.id
     ).where(notification_deliveries.c.id == _ID),
+    "trigger_id": _NAME.join(triggers, triggers.c.project_id == projects.c.id).where(
+        triggers.c.id == _ID
+    ),
 }
 """The query of the project's name, by the name of the path argument holding the id
 (bound as ``id``); each made once."""

@@ -22,7 +22,7 @@ from sqlalchemy import Connection
 
 from tickwork.shared.domain.triggers import TriggerSpec
 from tickwork.shared.domain.workflow import WorkflowDefinition
-from tickwork.shared.errors import NotFound
+from tickwork.shared.errors import InvalidInput, NotFound, Problem
 from tickwork.shared.store.tables import projects, trigger_firings, triggers
 
 AFTER, WEBHOOK = "after", "webhook"
@@ -56,7 +56,8 @@ def replace_triggers(
     """The project's triggers become those its workflows declare: new ones are added,
     changed ones updated (a paused one stays paused), others removed."""
     wanted: dict[tuple[str, str], dict[str, Any]] = {}
-    for definition in workflows.values():
+    hooks: dict[str, str] = {}
+    for definition in sorted(workflows.values(), key=lambda d: d.name):
         if definition.trigger is None:
             continue
         spec = TriggerSpec.from_config(definition.trigger)
@@ -70,6 +71,18 @@ def replace_triggers(
             }
             wanted[(definition.name, upstream.key(project))] = row
         if spec.webhook is not None:
+            other = hooks.setdefault(spec.webhook.name, definition.name)
+            if other != definition.name:
+                raise InvalidInput(
+                    [
+                        Problem(
+                            f"{definition.name}.dig",
+                            None,
+                            f"webhook {spec.webhook.name!r} is declared by {other}.dig too: "
+                            "a project's webhooks have names of their own",
+                        )
+                    ]
+                )
             row = {
                 "kind": WEBHOOK,
                 "upstream_project": None,

@@ -90,6 +90,9 @@ WHO_MAY: dict[str, str] = {
     "notifications.get_delivery": READ,
     "notifications.list_rules": READ,
     "ui_notifications.notifications_page": READ,
+    "triggers.list_triggers": READ,
+    "triggers.get_trigger": READ,
+    "triggers.receive_hook": OPEN,
     # Operating: start, retry, kill; steer schedules.
     "attempts.start": OPERATE,
     "attempts.kill": OPERATE,
@@ -106,6 +109,8 @@ WHO_MAY: dict[str, str] = {
     "ui_schedules.skip": OPERATE,
     "ui_schedules.backfill": OPERATE,
     "notifications.test_rule": OPERATE,
+    "triggers.pause_trigger": OPERATE,
+    "triggers.resume_trigger": OPERATE,
     # Administering: projects, secrets, tokens, the audit log.
     "projects.push_project": ADMIN,
     "projects.remove_project": ADMIN,
@@ -121,7 +126,7 @@ WHO_MAY: dict[str, str] = {
 
 
 PROJECT_BOUND = frozenset(
-    {"name", "attempt_id", "session_id", "schedule_id", "workflow_id", "delivery_id"}
+    {"name", "attempt_id", "session_id", "schedule_id", "workflow_id", "delivery_id", "trigger_id"}
 )
 """Path arguments naming a project or a thing of one (task and log ids come with their
 attempt's)."""
