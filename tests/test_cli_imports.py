@@ -34,6 +34,7 @@ CLIENT_MODULES = [
     "tickwork.services.cli.secrets",
     "tickwork.services.cli.tokens",
     "tickwork.services.cli.notifications",
+    "tickwork.services.cli.triggers",
 ]
 SERVER_COMMANDS = {
     "run",

@@ -166,7 +166,18 @@ def commands_of(row: Row) -> list[click.Command]:
 
 CLI_ROWS = rows("CLI")
 TICKWORK_ONLY_COMMANDS = frozenset(
-    {"dev", "db", "api", "executor", "agent", "tokens", "audit", "whoami", "notifications"}
+    {
+        "dev",
+        "db",
+        "api",
+        "executor",
+        "agent",
+        "tokens",
+        "audit",
+        "whoami",
+        "notifications",
+        "triggers",
+    }
 )
 """Commands Digdag has no counterpart of (servers, access, notifications)."""
 

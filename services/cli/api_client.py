@@ -209,6 +209,20 @@ class ApiClient:
         path = f"/api/projects/{_seg(project)}/notification-rules/{_seg(rule)}/test"
         return self._json("POST", path)
 
+    def list_triggers(self, project: str | None = None) -> list[Json]:
+        """Triggers, of one project or every one."""
+        return _items(self._json("GET", "/api/triggers", params=_query(project=project)))
+
+    def get_trigger(self, trigger_id: str) -> Json:
+        """One trigger with its latest firings."""
+        return self._json("GET", f"/api/triggers/{_seg(trigger_id)}")
+
+    def pause_trigger(self, trigger_id: str) -> Json:
+        return self._json("POST", f"/api/triggers/{_seg(trigger_id)}/pause")
+
+    def resume_trigger(self, trigger_id: str) -> Json:
+        return self._json("POST", f"/api/triggers/{_seg(trigger_id)}/resume")
+
     def whoami(self) -> Json:
         """The name, role and project globs of the token this client sends."""
         return self._json("GET", "/api/whoami")

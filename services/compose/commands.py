@@ -135,6 +135,11 @@ COMMANDS = lazy_commands(
             "Create, list and revoke named API tokens (an admin token's work).",
         ),
         (
+            "triggers",
+            "tickwork.services.cli.triggers:triggers_group",
+            "List the triggers (another workflow's success, a webhook); show, pause, resume one.",
+        ),
+        (
             "notifications",
             "tickwork.services.cli.notifications:notifications_group",
             "List what the notification rules sent, newest first; test a rule.",
