@@ -51,6 +51,8 @@ ACTIONS: dict[str, str] = {
     "triggers.pause_trigger": "trigger.pause",
     "triggers.resume_trigger": "trigger.resume",
     "triggers.receive_hook": "trigger.webhook",
+    "ui_schedules.pause_trigger": "trigger.pause",
+    "ui_schedules.resume_trigger": "trigger.resume",
     "ui_auth.login_submit": "ui.sign_in",
     "ui_auth.logout": "ui.sign_out",
     "ui_schedules.pause": "schedule.pause",

@@ -111,6 +111,8 @@ WHO_MAY: dict[str, str] = {
     "notifications.test_rule": OPERATE,
     "triggers.pause_trigger": OPERATE,
     "triggers.resume_trigger": OPERATE,
+    "ui_schedules.pause_trigger": OPERATE,
+    "ui_schedules.resume_trigger": OPERATE,
     # Administering: projects, secrets, tokens, the audit log.
     "projects.push_project": ADMIN,
     "projects.remove_project": ADMIN,

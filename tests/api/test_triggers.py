@@ -149,3 +149,18 @@ def test_two_workflows_naming_one_webhook_are_refused_at_push(push: Pusher) -> N
     answer = push("shop", {"deploy.dig": HOOKED, "redeploy.dig": other})
     problem = assert_problem(answer, 422)
     assert "declared by deploy.dig too" in json.dumps(problem)
+
+
+def test_a_limited_token_may_not_push_a_trigger_waiting_for_a_project_it_does_not_cover(
+    api: FlaskClient, api_app: Any, make_archive: Any
+) -> None:
+    made = api.post(
+        "/api/tokens", json={"name": "shop-admin", "role": "admin", "projects": ["shop"]}
+    )
+    limited = api_app.test_client()
+    limited.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {made.get_json()['secret']}"
+    archive = make_archive({"report.dig": "trigger:\n  after: finance/close\n+r:\n  echo>: x\n"})
+    answer = limited.put(
+        "/api/projects/shop", data=archive, headers={"Content-Type": "application/gzip"}
+    )
+    assert "does not cover" in assert_problem(answer, 403)["detail"]

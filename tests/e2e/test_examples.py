@@ -242,7 +242,8 @@ class TestTheExamplesDirectory:
         )
 
         assert checked.returncode == 0, checked.stderr
-        assert checked.stdout.count(": ok (") == len(workflows)
+        assert checked.stdout.count(".dig: ok (") == len(workflows)
+        assert "notifications.yml: ok (1 notification rule)" in checked.stdout
 
     def test_every_example_is_listed_in_the_readme(self) -> None:
         readme = (EXAMPLES_DIR / "README.md").read_text(encoding="utf-8")
@@ -302,6 +303,17 @@ def test_retry_notify_runs_the_call_three_times_then_notifies_and_fails(
     ]
     assert "attempt 1: error" in run.summary
     assert "failed +retry_notify+call_partner_api" in run.summary
+
+
+def test_report_after_etl_runs_by_hand_with_its_own_session_time(
+    run_example: RunExample,
+) -> None:
+    # When the triggered workflow is run by hand (no ${trigger} then)
+    _, run = run_example("report_after_etl.dig")
+
+    # Then it reports on its own session time
+    assert run.exit_code == 0, run.explain()
+    assert any(line.startswith("report for ") for _, line in run.output())
 
 
 class TestFanOut:

@@ -17,10 +17,11 @@ from tickwork.services.api.extensions import api_config
 from tickwork.services.api.models import RequestQuery
 from tickwork.services.api.paging import PageQuery, fetch_page, paged_list
 from tickwork.services.api.routes.workflows import WorkflowDetail, WorkflowList, workflow_item
-from tickwork.services.api.scope import forget_visible, visible_ids
+from tickwork.services.api.scope import forget_visible, limited_identity, visible_ids
 from tickwork.services.api.times import format_time, parse_time
 from tickwork.shared.clock import utc_now
-from tickwork.shared.dsl.archive import read_project_archive
+from tickwork.shared.domain.triggers import TriggerSpec
+from tickwork.shared.dsl.archive import ProjectArchive, read_project_archive
 from tickwork.shared.errors import InvalidInput
 from tickwork.shared.store import catalog
 from tickwork.shared.store.projects import (
@@ -189,6 +190,7 @@ def push_project(name: str, query: PushQuery) -> tuple[dict[str, Any], int]:
         parse_time(query.schedule_from, parameter="schedule_from") if query.schedule_from else None
     )
     archive = read_project_archive(request.get_data(), max_bytes=api_config().max_archive_bytes)
+    _check_trigger_scope(archive)
     with write_transaction() as conn:
         result = push_revision(
             conn,
@@ -201,6 +203,24 @@ def push_project(name: str, query: PushQuery) -> tuple[dict[str, Any], int]:
     forget_visible()  # a new project shows in limited tokens' lists at once here
     warnings = [str(w) for d in archive.workflows.values() for w in d.warnings]
     return {**_pushed(result), "warnings": warnings}, 201 if result.created else 200
+
+
+def _check_trigger_scope(archive: ProjectArchive) -> None:
+    """403 when a token limited to projects pushes a trigger waiting for a project it
+    does not cover: the trigger would read that project's sessions."""
+    identity = limited_identity()
+    if identity is None:
+        return
+    for definition in archive.workflows.values():
+        if definition.trigger is None:
+            continue
+        for upstream in TriggerSpec.from_config(definition.trigger).after:
+            if upstream.project is not None and not identity.covers(upstream.project):
+                raise ApiProblem(
+                    403,
+                    f"{definition.name}.dig: the trigger waits for project "
+                    f"{upstream.project!r}, which token {identity.name} does not cover",
+                )
 
 
 def _revision(row: Any, prefix: str = "revision_") -> dict[str, Any] | None:

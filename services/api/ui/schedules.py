@@ -29,6 +29,7 @@ from tickwork.shared.display import time_text
 from tickwork.shared.domain.schedule_policies import MissedReason
 from tickwork.shared.store import schedule_reads
 from tickwork.shared.store import schedules as schedule_store
+from tickwork.shared.store import triggers as trigger_store
 from tickwork.shared.store.schedule_reads import ScheduleFilters, ScheduleSummary
 from tickwork.shared.store.schedules import ScheduleRow
 
@@ -65,15 +66,37 @@ def schedule_list() -> str:
             conn, filters, after=decode_cursor(cursor) if cursor else None, limit=PAGE_SIZE
         )
         names = schedule_reads.scheduled_project_names(conn, PROJECT_CHOICES, visible)
+        found_triggers = trigger_store.list_triggers(
+            conn, project_ids=None if visible is None else sorted(visible), project=project
+        )
     return render_template(
         "ui/schedules.html",
         items=page.items,
+        triggers=found_triggers,
         project=project,
         q=q,
         paused=paused if paused in PAUSED_CHOICES else "",
         project_names=names,
         cursor=None if page.next_after is None else encode_cursor(page.next_after),
     )
+
+
+@blueprint.post("/triggers/<id:trigger_id>/pause")
+def pause_trigger(trigger_id: int) -> WerkzeugResponse:
+    """Pause a trigger: nothing fires it until it is resumed."""
+    with write_transaction() as conn:
+        row = trigger_store.set_paused(conn, trigger_id, True, utc_now())
+    flash(f"Paused the trigger of {row.project}/{row.workflow}.", "success")
+    return redirect(url_for("ui_schedules.schedule_list") + "#triggers", code=303)
+
+
+@blueprint.post("/triggers/<id:trigger_id>/resume")
+def resume_trigger(trigger_id: int) -> WerkzeugResponse:
+    """Resume a paused trigger."""
+    with write_transaction() as conn:
+        row = trigger_store.set_paused(conn, trigger_id, False, utc_now())
+    flash(f"Resumed the trigger of {row.project}/{row.workflow}.", "success")
+    return redirect(url_for("ui_schedules.schedule_list") + "#triggers", code=303)
 
 
 @blueprint.get("/schedules/<id:schedule_id>")
