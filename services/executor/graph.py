@@ -69,6 +69,7 @@ class TaskGraph:
         self.conn = conn
         self.now = now
         self.finished_attempts: list[tuple[int, AttemptState]] = []
+        self.triggered_attempts = 0  # attempts this pass's successes started (triggers)
         self.ready_groups: list[int] = []  # groups that became READY: start them
         self.ready_operators: list[TaskRow] = []  # operator tasks that became READY, as rows
         self.earliest_wake: datetime | None = None  # soonest not_before this pass set
@@ -498,7 +499,7 @@ class TaskGraph:
             self.finished_attempts.append((attempt_id, state))
             record_attempt_end(self.conn, attempt_id, state, self.now)
             if state is AttemptState.SUCCESS:
-                fire_after(self.conn, attempt_id, self.now)
+                self.triggered_attempts += fire_after(self.conn, attempt_id, self.now)
 
 
 def _move_of(task: TaskRow, state: TaskState, now: datetime, values: dict[str, Any]) -> TaskMove:

@@ -151,6 +151,8 @@ class WorkflowExecutor:
         report = work.report
         report.tasks_dispatched = len(work.messages)
         report.moves = work.graph.moves
+        if work.graph.triggered_attempts:  # start what triggers started, at once
+            self._timers.look_again = True
         report.more_ready = report.more_ready or bool(self._pending) or self._timers.look_again
         for attempt_id, _state in report.finished_attempts:
             self.scope.contexts.forget(attempt_id)
