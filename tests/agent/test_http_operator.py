@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import http.server
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from email.message import Message
@@ -319,13 +318,5 @@ class TestConnection:
 def https_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """An HTTPS server with a certificate no one trusts."""
     cert, key = self_signed_certificate(tmp_path_factory.mktemp("tls"))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Server)
-    server.socket = server_tls_context(cert, key).wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"https://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with serve_http(_Server, server_tls_context(cert, key)) as url:
+        yield url

@@ -36,6 +36,7 @@ import textwrap
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -587,6 +588,17 @@ class Cluster:
                     return time.monotonic() - since
             time.sleep(poll)
         raise AssertionError(f"no task succeeded within {timeout_seconds}s\n{self.explain()}")
+
+    def applied_per_task(self, attempt_id: int) -> Counter[int]:
+        """How many results the executor applied to each operator task of the attempt."""
+        query = (
+            sa.select(task_logs.c.task_id, sa.func.count())
+            .join(tasks, tasks.c.id == task_logs.c.task_id)
+            .where(tasks.c.attempt_id == attempt_id, task_logs.c.ended_at.is_not(None))
+            .group_by(task_logs.c.task_id)
+        )
+        with self.engine.connect() as conn:
+            return Counter({int(task): int(n) for task, n in conn.execute(query)})
 
     def applied_results(self, attempt_id: int, name: str) -> list[int]:
         """Lease tokens of the results the executor applied to task ``name``, in order.

@@ -39,7 +39,7 @@ from tests.support.waiting import wait_until
 from tickwork.shared.clock import utc_now
 from tickwork.shared.dsl.archive import pack_project, read_project_archive
 from tickwork.shared.store.projects import push_revision
-from tickwork.shared.store.tables import attempts, sessions, task_logs, tasks
+from tickwork.shared.store.tables import attempts, sessions
 
 pytestmark = [pytest.mark.slow]
 
@@ -102,17 +102,6 @@ def scheduled_sessions(cluster: Cluster) -> list[tuple[datetime, str]]:
         return [(row[0], str(row[1])) for row in conn.execute(query)]
 
 
-def applied_per_task(cluster: Cluster, attempt_id: int) -> Counter[int]:
-    query = (
-        sa.select(task_logs.c.task_id, sa.func.count())
-        .join(tasks, tasks.c.id == task_logs.c.task_id)
-        .where(tasks.c.attempt_id == attempt_id, task_logs.c.ended_at.is_not(None))
-        .group_by(task_logs.c.task_id)
-    )
-    with cluster.engine.connect() as conn:
-        return Counter({int(task): int(n) for task, n in conn.execute(query)})
-
-
 @pytest.mark.timeout(300)
 def test_a_primary_switch_mid_run_loses_no_task_and_emits_no_session_twice(
     replicated: ReplicatedPostgres, redis_url: str, redis_prefix: str, tmp_path: Path
@@ -149,7 +138,7 @@ def test_a_primary_switch_mid_run_loses_no_task_and_emits_no_session_twice(
         assert ended_at_stop < TASKS, f"the primary stopped after the last task\n{explained}"
         # and each task's result was applied once
         rows = [t for t in cluster.tasks(attempt) if not t.is_group]
-        applied = applied_per_task(cluster, attempt)
+        applied = cluster.applied_per_task(attempt)
         assert sorted(n for t in rows if (n := applied[t.id]) != 1) == [], explained
 
         # and the schedule has one session per minute, none missing, each run to its end

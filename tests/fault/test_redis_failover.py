@@ -31,13 +31,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from tests.fault._cluster import Cluster, workflow_text
 from tests.support.redis_sentinel import SentinelDeployment, start_sentinel_deployment
 from tests.support.servers import ServerUnavailable
 from tests.support.waiting import wait_until
-from tickwork.shared.store.tables import task_logs, tasks
 
 pytestmark = [pytest.mark.slow]
 
@@ -59,18 +57,6 @@ def sentinels(tmp_path: Path) -> Iterator[SentinelDeployment]:
         yield deployment
     finally:
         deployment.stop()
-
-
-def applied_per_task(cluster: Cluster, attempt_id: int) -> Counter[int]:
-    """How many results the executor applied to each operator task of the attempt."""
-    query = (
-        sa.select(task_logs.c.task_id, sa.func.count())
-        .join(tasks, tasks.c.id == task_logs.c.task_id)
-        .where(tasks.c.attempt_id == attempt_id, task_logs.c.ended_at.is_not(None))
-        .group_by(task_logs.c.task_id)
-    )
-    with cluster.engine.connect() as conn:
-        return Counter({int(task): int(n) for task, n in conn.execute(query)})
 
 
 @pytest.mark.timeout(240)
@@ -107,7 +93,7 @@ def test_a_sentinel_failover_mid_run_loses_no_task_and_applies_each_result_once(
 
         # and every task ended, its result applied exactly once
         rows = [t for t in cluster.tasks(attempt) if not t.is_group]
-        applied = applied_per_task(cluster, attempt)
+        applied = cluster.applied_per_task(attempt)
         assert len(rows) == TASKS
         assert sorted(n for t in rows if (n := applied[t.id]) != 1) == [], explained
         ends = Counter(e.task for e in cluster.ledger.ends())

@@ -469,14 +469,20 @@ class ThrowawayRedis:
 
 
 @contextlib.contextmanager
-def serve_http(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+def serve_http(
+    handler: type[http.server.BaseHTTPRequestHandler], tls: ssl.SSLContext | None = None
+) -> Iterator[str]:
     """A real HTTP server on a free loopback port, answering with ``handler`` in threads
-    until the block ends; its base URL (``http://127.0.0.1:PORT``)."""
+    until the block ends; its base URL (``http://127.0.0.1:PORT``, or ``https://`` with
+    ``tls``, a server's context)."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    scheme = "https" if tls is not None else "http"
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"{scheme}://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
