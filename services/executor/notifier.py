@@ -54,6 +54,7 @@ from tickwork.shared.secrets import (
     secret_references,
 )
 from tickwork.shared.store import notifications as store
+from tickwork.shared.store.engine import read_only
 from tickwork.shared.store.secrets import read_encrypted_secrets
 
 log = logging.getLogger(__name__)
@@ -117,10 +118,17 @@ class Notifier:
 
     def run_pass(self, now: datetime) -> int:
         """Record due long-run events, then send what is due; how many were sent."""
+        # Reads first: on SQLite a write transaction takes the store's one writer lock.
         if time.monotonic() - self._long_runs_at >= LONG_RUNS_EVERY_SECONDS:
-            with self.engine.begin() as conn:
-                store.record_long_runs(conn, now)
+            with read_only(self.engine) as conn:
+                watched = store.watches_long_runs(conn)
+            if watched:
+                with self.engine.begin() as conn:
+                    store.record_long_runs(conn, now)
             self._long_runs_at = time.monotonic()
+        with read_only(self.engine) as conn:
+            if not store.has_due(conn, now):
+                return 0
         with self.engine.begin() as conn:
             claimed = store.claim_due(conn, now, CLAIM_SECONDS)
         sent = 0

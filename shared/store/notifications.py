@@ -340,6 +340,23 @@ def _row(row: Any) -> DeliveryRow:
     )
 
 
+def has_due(conn: Connection, now: datetime) -> bool:
+    """Whether a delivery may be claimed now (a read: the sender writes only then)."""
+    free = sa.or_(_deliveries.claimed_until.is_(None), _deliveries.claimed_until < now)
+    query = (
+        sa.select(_deliveries.id)
+        .where(_deliveries.state.in_((PENDING, SENDING)), _deliveries.next_try_at <= now, free)
+        .limit(1)
+    )
+    return conn.execute(query).first() is not None
+
+
+def watches_long_runs(conn: Connection) -> bool:
+    """Whether any rule is told of ``running_longer`` (a read)."""
+    configs = conn.scalars(sa.select(notification_rules.c.config))
+    return any(Event.RUNNING_LONGER.value in (config.get("when") or []) for config in configs)
+
+
 def claim_due(
     conn: Connection, now: datetime, claim_seconds: float, limit: int = 20
 ) -> list[DeliveryRow]:

@@ -285,3 +285,24 @@ def test_a_test_event_goes_to_one_named_rule(engine: Engine, tmp_path: Path, rec
     assert added == 1
     notifier(engine).run_pass(utc_now())
     assert json.loads(_Receiver.got[0].body)["event"] == "test"
+
+
+def test_an_attempt_running_longer_than_the_rule_allows_is_told_once(
+    engine: Engine, tmp_path: Path, receiver: str
+) -> None:
+    rules = (
+        f"rules:\n  - name: slow\n    when: running_longer\n    longer_than: 1m\n"
+        f"    slack:\n      url: {receiver}/ok\n"
+    )
+    attempt_id, _ = start_attempt(engine, tmp_path, rules)
+    now = utc_now()
+    with engine.begin() as conn:
+        conn.execute(
+            sa.update(attempts)
+            .where(attempts.c.id == attempt_id)
+            .values(state="running", created_at=now - timedelta(minutes=2))
+        )
+    assert notifier(engine).run_pass(now) == 1
+    assert notifier(engine).run_pass(now + timedelta(seconds=30)) == 0  # told once
+    (got,) = _Receiver.got
+    assert "is still running" in json.loads(got.body)["text"]
