@@ -293,6 +293,7 @@ class ExecutorService:
         try:
             self.executor.wait(idle_seconds)
         except RedisError as exc:
+            self.dispatcher.note_interruption()
             log.error("cannot read agents' events: %s", _one_line(exc))
             self._stop.wait(STREAM_RETRY_SECONDS)
 
@@ -320,7 +321,11 @@ class _MemberPasses:
 
     def tick(self) -> TickReport | None:
         service = self.service
-        report = service.executor.tick() if service.held else TickReport()
+        try:
+            report = service.executor.tick() if service.held else TickReport()
+        except RedisError:
+            service.dispatcher.note_interruption()  # Redis may have failed over
+            raise
         if service.is_postgres:
             changed = self._looked_at_partitions()
             if changed is None:

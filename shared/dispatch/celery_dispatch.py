@@ -142,6 +142,7 @@ class CeleryDispatcher:
         self._delivered_results: list[tuple[int, int]] = []  # (task id, token) of results
         self._settled_results: list[tuple[int, int]] = []  # committed, not yet marked
         self._confirming: list[tuple[int, int]] = []  # sent, queued mark not yet kept long
+        self._interrupted_at: float | None = None  # wall time of the last Redis failure seen
         self._sending: tuple[list[tuple[int, int]], ...] = ([], [])  # marks in a read's pipe
         self.keyspace = KeyspaceWatch(self.client, redis.prefix, settle_ms)
         self.queues_seen: set[str] = set()
@@ -398,10 +399,28 @@ class CeleryDispatcher:
         self.leases.mark(tasks, CANCELED, CANCELED_MARK_TTL_MS, replace=True)
         self.client.publish(self.kill_channel, json.dumps([task_id for task_id, _ in tasks]))
 
+    def note_interruption(self) -> None:
+        """Redis failed a command: it may have failed over to a replica that lacks its
+        last writes (a message, whose queued mark it has). From now on, a queued mark
+        confirmed before this moment no longer vouches for its message (see
+        :meth:`lease_states`)."""
+        self._interrupted_at = time.time()
+
+    def _from_before_interruption(self, ttl_left_ms: int) -> bool:
+        """Whether a confirmed queued mark with ``ttl_left_ms`` left was confirmed before
+        the last interruption (its age is its full time to live less what is left)."""
+        if self._interrupted_at is None or ttl_left_ms < 0:
+            return False
+        since_ms = (time.time() - self._interrupted_at) * 1000
+        return ttl_left_ms <= QUEUED_MARK_TTL_MS - since_ms
+
     def lease_states(self, task_ids: Sequence[int]) -> dict[int, LeaseState] | None:
         """Each task's lease or mark, and the newest token an agent took; a ``queued`` mark
-        still on its short pending time to live is ``unconfirmed``. None while the keyspace
-        settles after Redis lost its keys: a missing lease means nothing yet."""
+        still on its short pending time to live is ``unconfirmed``, and so is one confirmed
+        before the last Redis failure this executor saw: a failover may have lost its
+        message (or left it with an agent whose connection died), and the reaper sends it
+        again, which the lease makes harmless if the first copy runs after all. None while
+        the keyspace settles after Redis lost its keys: a missing lease means nothing yet."""
         if self.keyspace.settling_ms() > 0:
             return None
         states = self.leases.states(task_ids)
@@ -412,7 +431,7 @@ class CeleryDispatcher:
         for task_id in marked:
             pipe.pttl(self.leases.key(task_id))
         for task_id, left in zip(marked, pipe.execute(), strict=True):
-            if 0 <= int(left) <= PENDING_MARK_TTL_MS:
+            if 0 <= int(left) <= PENDING_MARK_TTL_MS or self._from_before_interruption(int(left)):
                 states[task_id] = dataclasses.replace(states[task_id], unconfirmed=True)
         return states
 

@@ -18,10 +18,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from tests.support.waiting import wait_until
 from tickwork.shared.dispatch.archives import ARCHIVE_TTL_SECONDS, archive_key
 from tickwork.shared.dispatch.celery_app import RedisSettings
-from tickwork.shared.dispatch.celery_dispatch import PENDING_MARK_TTL_MS, CeleryDispatcher
+from tickwork.shared.dispatch.celery_dispatch import (
+    PENDING_MARK_TTL_MS,
+    QUEUED_MARK_TTL_MS,
+    CeleryDispatcher,
+)
 from tickwork.shared.dispatch.events import GROUP, EventStream, stream_key
 from tickwork.shared.dispatch.keyspace import KeyspaceWatch
-from tickwork.shared.dispatch.leases import Lease, LeaseStore
+from tickwork.shared.dispatch.leases import QUEUED, Lease, LeaseStore
 from tickwork.shared.dispatch.messages import (
     Outcome,
     TaskFinished,
@@ -252,3 +256,25 @@ class TestKeyspaceSettling:
         dispatcher.client.delete(dispatcher.keyspace.settling_key)
         states = dispatcher.lease_states([7])
         assert states is not None and states[7].current is None
+
+
+class TestAfterARedisFailure:
+    def test_a_queued_mark_confirmed_before_a_redis_failure_no_longer_vouches_for_its_message(
+        self, dispatcher: CeleryDispatcher, redis_client: Redis, redis_prefix: str
+    ) -> None:
+        # A failover may lose a message whose queued mark the replica has: after a Redis
+        # failure, marks from before it read as unconfirmed, and the reaper sends again.
+        leases = LeaseStore(redis_client, redis_prefix)
+        assert dispatcher.lease_states([7]) is None  # a new keyspace settles first
+        dispatcher.keyspace.settle_ms = SETTLE_MS
+        dispatcher.client.delete(dispatcher.keyspace.settling_key)
+        leases.mark([(7, 1)], QUEUED, QUEUED_MARK_TTL_MS)
+        states = dispatcher.lease_states([7])
+        assert states is not None and not states[7].unconfirmed
+        time.sleep(0.05)
+        dispatcher.note_interruption()
+        time.sleep(0.05)
+        leases.mark([(8, 1)], QUEUED, QUEUED_MARK_TTL_MS)  # sent after the failure
+        states = dispatcher.lease_states([7, 8])
+        assert states is not None
+        assert (states[7].unconfirmed, states[8].unconfirmed) == (True, False)
