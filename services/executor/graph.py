@@ -33,7 +33,12 @@ from tickwork.shared.domain.workflow import TaskSpec
 from tickwork.shared.errors import NotFound
 from tickwork.shared.store import tasks as task_store
 from tickwork.shared.store.notifications import record_attempt_end
-from tickwork.shared.store.sessions import AttemptRow, get_attempt, set_attempt_state
+from tickwork.shared.store.sessions import (
+    AttemptRow,
+    attempt_facts,
+    get_attempt,
+    set_attempt_state,
+)
 from tickwork.shared.store.tasks import Seen, TaskRow
 from tickwork.shared.store.trigger_firing import fire_after
 
@@ -497,9 +502,11 @@ class TaskGraph:
         ):
             log.info("attempt finished attempt_id=%d state=%s", attempt_id, state.value)
             self.finished_attempts.append((attempt_id, state))
-            record_attempt_end(self.conn, attempt_id, state, self.now)
-            if state is AttemptState.SUCCESS:
-                self.triggered_attempts += fire_after(self.conn, attempt_id, self.now)
+            facts = attempt_facts(self.conn, attempt_id)  # one read for both
+            if facts is not None:
+                record_attempt_end(self.conn, facts, state, self.now)
+                if state is AttemptState.SUCCESS:
+                    self.triggered_attempts += fire_after(self.conn, facts, self.now)
 
 
 def _move_of(task: TaskRow, state: TaskState, now: datetime, values: dict[str, Any]) -> TaskMove:

@@ -62,7 +62,7 @@ def redis_client(url: str, *, socket_timeout: float = SOCKET_TIMEOUT_SECONDS) ->
     if deployment is None:
         return Redis.from_url(url, **common)
     sentinel = Sentinel(  # type: ignore[no-untyped-call]
-        [(host, port) for host, port in deployment.sentinels],
+        list(deployment.sentinels),
         sentinel_kwargs=deployment.sentinel_kwargs(socket_timeout),
     )
     node: dict[str, Any] = {"db": deployment.db, **common}

@@ -22,6 +22,7 @@ from sqlalchemy import Connection
 
 from tickwork.shared.domain.notifications import Event, NotificationRule
 from tickwork.shared.domain.states import AttemptState, TaskState
+from tickwork.shared.store.sessions import AttemptFacts, attempt_facts
 from tickwork.shared.store.sql import insert_ignoring_conflict
 from tickwork.shared.store.tables import (
     attempts,
@@ -153,39 +154,17 @@ def _has_rules(conn: Connection, project_id: int) -> bool:
     return conn.execute(query).first() is not None
 
 
-def _attempt_facts(conn: Connection, attempt_id: int) -> dict[str, Any] | None:
-    query = (
-        sa.select(
-            attempts.c.id,
-            attempts.c.name,
-            attempts.c.state,
-            attempts.c.created_at,
-            attempts.c.finished_at,
-            sessions.c.id.label("session_id"),
-            sessions.c.project_id,
-            sessions.c.workflow_name,
-            sessions.c.session_time,
-            projects.c.name.label("project"),
-        )
-        .join(sessions, sessions.c.id == attempts.c.session_id)
-        .join(projects, projects.c.id == sessions.c.project_id)
-        .where(attempts.c.id == attempt_id)
-    )
-    row = conn.execute(query).first()
-    return None if row is None else dict(row._mapping)
-
-
-def attempt_payload(facts: dict[str, Any], event: Event, **extra: Any) -> dict[str, Any]:
+def attempt_payload(facts: AttemptFacts, event: Event, **extra: Any) -> dict[str, Any]:
     """What a delivery says of an attempt's event (no secret: names, ids, times, states)."""
     payload: dict[str, Any] = {
         "event": event.value,
-        "project": facts["project"],
-        "workflow": facts["workflow_name"],
-        "session_id": facts["session_id"],
-        "session_time": facts["session_time"].isoformat(),
-        "attempt_id": facts["id"],
-        "attempt_name": facts["name"],
-        "state": facts["state"],
+        "project": facts.project,
+        "workflow": facts.workflow_name,
+        "session_id": facts.session_id,
+        "session_time": facts.session_time.isoformat(),
+        "attempt_id": facts.id,
+        "attempt_name": facts.name,
+        "state": facts.state,
     }
     payload.update(extra)
     return payload
@@ -211,15 +190,15 @@ def _failed_tasks(conn: Connection, attempt_id: int) -> list[dict[str, Any]]:
 
 
 def record_attempt_end(
-    conn: Connection, attempt_id: int, state: AttemptState, now: datetime
+    conn: Connection, facts: AttemptFacts, state: AttemptState, now: datetime
 ) -> int:
     """Deliveries for an attempt that just ended: ``failed`` when it failed, ``recovered``
     when it succeeded and the workflow's attempt that ended before it had failed."""
     if state not in (AttemptState.ERROR, AttemptState.SUCCESS):
         return 0
-    facts = _attempt_facts(conn, attempt_id)
-    if facts is None or not _has_rules(conn, facts["project_id"]):
+    if not _has_rules(conn, facts.project_id):
         return 0
+    attempt_id = facts.id
     if state is AttemptState.ERROR:
         event = Event.FAILED
         payload = attempt_payload(facts, event, failed_tasks=_failed_tasks(conn, attempt_id))
@@ -228,8 +207,8 @@ def record_attempt_end(
             sa.select(attempts.c.state)
             .join(sessions, sessions.c.id == attempts.c.session_id)
             .where(
-                sessions.c.project_id == facts["project_id"],
-                sessions.c.workflow_name == facts["workflow_name"],
+                sessions.c.project_id == facts.project_id,
+                sessions.c.workflow_name == facts.workflow_name,
                 attempts.c.id != attempt_id,
                 attempts.c.finished_at.is_not(None),
             )
@@ -242,8 +221,8 @@ def record_attempt_end(
         payload = attempt_payload(facts, event)
     return record_event(
         conn,
-        project_id=facts["project_id"],
-        workflow_name=facts["workflow_name"],
+        project_id=facts.project_id,
+        workflow_name=facts.workflow_name,
         event=event,
         event_key=f"{event.value}:{attempt_id}",
         payload=payload,
@@ -254,13 +233,13 @@ def record_attempt_end(
 
 def record_sla_missed(conn: Connection, attempt_id: int, now: datetime) -> int:
     """Deliveries for an attempt whose SLA fired."""
-    facts = _attempt_facts(conn, attempt_id)
-    if facts is None or not _has_rules(conn, facts["project_id"]):
+    facts = attempt_facts(conn, attempt_id)
+    if facts is None or not _has_rules(conn, facts.project_id):
         return 0
     return record_event(
         conn,
-        project_id=facts["project_id"],
-        workflow_name=facts["workflow_name"],
+        project_id=facts.project_id,
+        workflow_name=facts.workflow_name,
         event=Event.SLA_MISSED,
         event_key=f"{Event.SLA_MISSED.value}:{attempt_id}",
         payload=attempt_payload(facts, Event.SLA_MISSED),
@@ -290,7 +269,7 @@ def record_long_runs(conn: Connection, now: datetime) -> int:
         if rule.workflows is not None:
             query = query.where(sessions.c.workflow_name.in_(rule.workflows))
         for attempt_id in conn.scalars(query).all():
-            facts = _attempt_facts(conn, attempt_id)
+            facts = attempt_facts(conn, attempt_id)
             if facts is None:
                 continue
             payload = attempt_payload(
@@ -299,7 +278,7 @@ def record_long_runs(conn: Connection, now: datetime) -> int:
             found += record_event(
                 conn,
                 project_id=project_id,
-                workflow_name=facts["workflow_name"],
+                workflow_name=facts.workflow_name,
                 event=Event.RUNNING_LONGER,
                 event_key=f"{Event.RUNNING_LONGER.value}:{attempt_id}",
                 payload=payload,

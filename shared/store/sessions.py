@@ -14,7 +14,7 @@ from tickwork.shared.domain.states import KILLABLE_ATTEMPT_STATES, AttemptState
 from tickwork.shared.errors import NotFound
 from tickwork.shared.store.partitions import AttemptSet, restrict
 from tickwork.shared.store.sql import insert_ignoring_conflict
-from tickwork.shared.store.tables import attempts, sessions
+from tickwork.shared.store.tables import attempts, projects, sessions
 
 
 @dataclass(frozen=True)
@@ -256,3 +256,39 @@ def last_executed_session_time(
     )
     found: datetime | None = conn.execute(query).scalar_one_or_none()
     return found
+
+
+@dataclass(frozen=True)
+class AttemptFacts:
+    """What notifications and triggers say of an attempt: it, its session and project."""
+
+    id: int
+    name: str
+    state: str
+    session_id: int
+    project_id: int
+    project: str
+    workflow_name: str
+    session_time: datetime
+
+
+_FACTS = (
+    select(
+        attempts.c.id,
+        attempts.c.name,
+        attempts.c.state,
+        sessions.c.id.label("session_id"),
+        sessions.c.project_id,
+        projects.c.name.label("project"),
+        sessions.c.workflow_name,
+        sessions.c.session_time,
+    )
+    .join(sessions, sessions.c.id == attempts.c.session_id)
+    .join(projects, projects.c.id == sessions.c.project_id)
+)
+
+
+def attempt_facts(conn: Connection, attempt_id: int) -> AttemptFacts | None:
+    """The attempt, its session and its project's name, in one read; None if missing."""
+    row = conn.execute(_FACTS.where(attempts.c.id == attempt_id)).first()
+    return None if row is None else AttemptFacts(**row._mapping)

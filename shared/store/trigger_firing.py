@@ -10,9 +10,10 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 
 from tickwork.shared.errors import Conflict, InvalidInput, NotFound, TickworkError
+from tickwork.shared.store.sessions import AttemptFacts
 from tickwork.shared.store.sql import insert_ignoring_conflict
 from tickwork.shared.store.starts import StartResult, start_attempt
-from tickwork.shared.store.tables import attempts, projects, sessions, trigger_firings, triggers
+from tickwork.shared.store.tables import projects, trigger_firings, triggers
 from tickwork.shared.store.triggers import AFTER, TriggerRow, select_triggers, trigger_row
 
 TRIGGERED_ATTEMPT = "trigger"
@@ -21,27 +22,13 @@ MAX_ERROR_CHARS = 500
 _t = triggers.c
 
 
-def fire_after(conn: Connection, attempt_id: int, now: datetime) -> int:
+def fire_after(conn: Connection, upstream: AttemptFacts, now: datetime) -> int:
     """Start the sessions of the workflows waiting for the succeeded attempt's workflow;
     how many started. A trigger that cannot start (its workflow is gone) records why."""
-    upstream = conn.execute(
-        sa.select(
-            sessions.c.id,
-            sessions.c.workflow_name,
-            sessions.c.session_time,
-            projects.c.name,
-            attempts.c.name.label("attempt_name"),
-        )
-        .join(sessions, sessions.c.id == attempts.c.session_id)
-        .join(projects, projects.c.id == sessions.c.project_id)
-        .where(attempts.c.id == attempt_id)
-    ).first()
-    if upstream is None:
-        return 0
     waiting = conn.execute(
         select_triggers().where(
             _t.kind == AFTER,
-            _t.upstream_project == upstream.name,
+            _t.upstream_project == upstream.project,
             _t.upstream_workflow == upstream.workflow_name,
             _t.paused_at.is_(None),
             projects.c.deleted_at.is_(None),
@@ -53,17 +40,17 @@ def fire_after(conn: Connection, attempt_id: int, now: datetime) -> int:
         params = {
             "trigger": {
                 "kind": AFTER,
-                "project": upstream.name,
+                "project": upstream.project,
                 "workflow": upstream.workflow_name,
-                "session_id": int(upstream.id),
+                "session_id": upstream.session_id,
                 "session_time": upstream.session_time.isoformat(),
-                "attempt_id": attempt_id,
+                "attempt_id": upstream.id,
             }
         }
         result = fire(
             conn,
             trigger,
-            event_key=f"session:{upstream.id}",
+            event_key=f"session:{upstream.session_id}",
             session_time=upstream.session_time,
             params=params,
             now=now,

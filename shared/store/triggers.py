@@ -32,6 +32,7 @@ _t = triggers.c
 @dataclass(frozen=True)
 class TriggerRow:
     id: int
+    project_id: int
     project: str
     workflow: str
     kind: str
@@ -128,6 +129,7 @@ def trigger_row(row: Any) -> TriggerRow:
     m = row._mapping
     return TriggerRow(
         int(m["id"]),
+        int(m["project_id"]),
         m["project"],
         m["workflow_name"],
         m["kind"],

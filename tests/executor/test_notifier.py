@@ -33,6 +33,7 @@ from tickwork.shared.dsl.parser import parse_workflow_text
 from tickwork.shared.secrets import SecretBox
 from tickwork.shared.store import notifications as store
 from tickwork.shared.store import secrets as secret_store
+from tickwork.shared.store.sessions import AttemptFacts, attempt_facts
 from tickwork.shared.store.tables import attempts, notification_deliveries, sessions
 
 KEY = Fernet.generate_key().decode()
@@ -133,7 +134,13 @@ def end_attempt(engine: Engine, attempt_id: int, state: AttemptState, at: dateti
             .where(attempts.c.id == attempt_id)
             .values(state=state.value, finished_at=at)
         )
-        return store.record_attempt_end(conn, attempt_id, state, at)
+        return store.record_attempt_end(conn, facts_of(conn, attempt_id), state, at)
+
+
+def facts_of(conn: sa.Connection, attempt_id: int) -> AttemptFacts:
+    facts = attempt_facts(conn, attempt_id)
+    assert facts is not None
+    return facts
 
 
 def deliveries(engine: Engine) -> list[store.DeliveryRow]:
@@ -152,7 +159,8 @@ def test_a_failed_attempt_sends_one_webhook_signed_with_the_rule_s_secret(
     assert end_attempt(engine, attempt_id, AttemptState.ERROR, utc_now()) == 1
     # the same event recorded again (a retried transaction, a second executor) adds nothing
     with engine.begin() as conn:
-        assert store.record_attempt_end(conn, attempt_id, AttemptState.ERROR, utc_now()) == 0
+        facts = facts_of(conn, attempt_id)
+        assert store.record_attempt_end(conn, facts, AttemptState.ERROR, utc_now()) == 0
 
     assert notifier(engine).run_pass(utc_now()) == 1
     assert notifier(engine).run_pass(utc_now()) == 0

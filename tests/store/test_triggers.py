@@ -15,6 +15,7 @@ from tickwork.shared.clock import utc_now
 from tickwork.shared.dsl.archive import pack_project, read_project_archive
 from tickwork.shared.errors import InvalidWorkflow
 from tickwork.shared.store.projects import push_revision
+from tickwork.shared.store.sessions import AttemptFacts, attempt_facts
 from tickwork.shared.store.starts import start_attempt
 from tickwork.shared.store.tables import attempts, sessions
 from tickwork.shared.store.trigger_firing import fire_after
@@ -79,8 +80,14 @@ def succeed_upstream(engine: Engine, *, retry_of: int | None = None) -> int:
             .where(attempts.c.id == attempt_id)
             .values(state="success", finished_at=now)
         )
-        fire_after(conn, attempt_id, now)
+        fire_after(conn, upstream_facts(conn, attempt_id), now)
     return attempt_id
+
+
+def upstream_facts(conn: sa.Connection, attempt_id: int) -> AttemptFacts:
+    facts = attempt_facts(conn, attempt_id)
+    assert facts is not None
+    return facts
 
 
 def downstream_sessions(engine: Engine) -> list[tuple[object, dict[str, object]]]:
@@ -131,7 +138,7 @@ def test_a_retry_of_the_upstream_session_that_succeeds_starts_nothing_more(
 ) -> None:
     first = succeed_upstream(engine)
     with engine.begin() as conn:  # the same success recorded again (a retried transaction)
-        fire_after(conn, first, utc_now())
+        fire_after(conn, upstream_facts(conn, first), utc_now())
     succeed_upstream(engine, retry_of=first)
     assert len(downstream_sessions(engine)) == 1
 

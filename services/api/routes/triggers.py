@@ -33,7 +33,6 @@ from tickwork.shared.domain.triggers import TriggerSpec
 from tickwork.shared.errors import NotFound
 from tickwork.shared.secrets import SecretBox, SecretKeyError
 from tickwork.shared.store import triggers as store
-from tickwork.shared.store.projects import project_id_named
 from tickwork.shared.store.secrets import read_encrypted_secrets
 from tickwork.shared.store.trigger_firing import fire
 
@@ -231,9 +230,7 @@ def _signing_key(conn: Any, trigger: store.TriggerRow | None) -> str:
     spec = TriggerSpec.from_config(trigger.config)
     if spec.webhook is None:
         return ""
-    project_id = project_id_named(conn, trigger.project)
-    encrypted = read_encrypted_secrets(conn, project_id) if project_id is not None else {}
-    cipher = encrypted.get(spec.webhook.secret)
+    cipher = read_encrypted_secrets(conn, trigger.project_id).get(spec.webhook.secret)
     if cipher is None:
         return ""
     try:
