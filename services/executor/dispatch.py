@@ -30,9 +30,11 @@ from tickwork.shared.domain.control import (
 )
 from tickwork.shared.domain.expressions import escape, render
 from tickwork.shared.domain.operators import control_operators, executor_operators
+from tickwork.shared.domain.pools import ready_since
 from tickwork.shared.domain.states import AttemptState, TaskState
 from tickwork.shared.domain.workflow import TaskSpec
 from tickwork.shared.errors import InvalidExpression
+from tickwork.shared.store import pools as pool_store
 from tickwork.shared.store import sessions as session_store
 from tickwork.shared.store import tasks as task_store
 from tickwork.shared.store.projects import load_workflow_definition
@@ -99,11 +101,12 @@ def start_and_dispatch(work: Pass, scope: Scope) -> bool:
     scan = work.plan.scan_ready
     full = False
     for _ in range(MAX_ROUNDS):  # each round goes one level deeper into new subtrees
-        if not (scan or graph.ready_groups or graph.ready_operators):
+        pools = _slots_may_have_freed(work, scope)
+        if not (scan or pools or graph.ready_groups or graph.ready_operators):
             break
         report.groups_started += _start_ready_groups(work, scope, scan)
         graph.settle()
-        if scan or graph.ready_operators:
+        if scan or pools or graph.ready_operators:
             room = scope.dispatch_batch_size - len(dispatched)
             batch = _dispatch_ready_operators(work, scope, room, scan)
             dispatched += batch
@@ -180,22 +183,28 @@ def _dispatch_ready_operators(
     work: Pass, scope: Scope, limit: int, scan: bool
 ) -> list[TaskMessage]:
     """Queue READY operator tasks: those this pass made READY, or with ``scan`` every
-    one in the store (work other passes or processes left)."""
+    one in the store (work other passes or processes left), lowest rank first. A task of
+    a pool is queued only into a free slot of it (see :func:`_admit_pooled`)."""
     conn, graph = work.conn, work.graph
     if scan:
         graph.ready_operators = []
-        ready = task_store.select_tasks_due(
-            conn,
-            TaskState.READY,
-            work.now,
-            limit=limit,
-            is_group=False,
-            attempt_ids=scope.attempt_ids,
+        ready = task_store.select_ready_operators(
+            conn, work.now, limit, attempt_ids=scope.attempt_ids
         )
+        scope.pools_waiting = pool_store.pools_waited_for(conn, scope.attempt_ids)
+        look_at_pools = bool(scope.pools_waiting)
     else:
-        ready = graph.take_ready_operators(limit)
+        taken = graph.take_ready_operators(limit)
+        ready = [task for task in taken if task.pool is None]
+        held = {task.pool for task in taken if task.pool is not None}
+        look_at_pools = bool(held) or _slots_may_have_freed(work, scope)
+        scope.pools_waiting |= held
+    if look_at_pools and scope.pools_waiting and len(ready) < limit:
+        ready += _admit_pooled(work, scope, limit - len(ready))
+        work.pools_looked = True
     if not ready:
         return []
+    ready.sort(key=_rank)
     stored = graph.stored_params(ready)
     drafts: dict[int, TaskMessage] = {}
     for task in ready:
@@ -229,9 +238,50 @@ def _dispatch_ready_operators(
     for task_id, token in tokens.items():
         graph.record(task_id, drafts[task_id].full_name, TaskState.QUEUED)
         scope.runs.queued(rows[task_id], token, stored[task_id], work.now)
+        _note_wait(work, rows[task_id])
     return [
         dataclasses.replace(drafts[task_id], lease_token=token) for task_id, token in tokens.items()
     ]
+
+
+def _slots_may_have_freed(work: Pass, scope: Scope) -> bool:
+    """Whether tasks of this executor wait for pools and the pass, not having admitted
+    any yet, applied what may have given a slot back (a result, a run given up)."""
+    if work.pools_looked or not scope.pools_waiting:
+        return False
+    return bool(work.report.events_applied or work.report.requeued or work.revoked)
+
+
+def _admit_pooled(work: Pass, scope: Scope, room: int) -> list[TaskRow]:
+    """READY tasks of the pools this executor's tasks wait for, as many as each pool has
+    free slots (and ``room`` allows), lowest rank first. The pools' rows stay locked
+    until the pass commits, so that no other executor counts their slots meanwhile."""
+    admitted: list[TaskRow] = []
+    free = pool_store.lock_free_slots(work.conn, scope.pools_waiting)
+    for name, slots in free.items():
+        take = min(slots, room - len(admitted))
+        if take <= 0:
+            continue
+        found = task_store.select_ready_operators(
+            work.conn, work.now, take, pool=name, attempt_ids=scope.attempt_ids
+        )
+        admitted += found
+        if len(found) < take:  # none of this executor's tasks wait for it any more
+            scope.pools_waiting.discard(name)
+    return admitted
+
+
+def _rank(task: TaskRow) -> float:
+    """The order ready tasks are handed out in: lowest first (a task READY from before
+    ranks existed goes first)."""
+    return task.ready_rank if task.ready_rank is not None else 0.0
+
+
+def _note_wait(work: Pass, task: TaskRow) -> None:
+    """Report how long ``task``, queued now, was ready, by its priority."""
+    if task.ready_rank is not None:
+        waited = (work.now - ready_since(task.ready_rank, task.priority)).total_seconds()
+        work.report.ready_waits.append((task.priority, max(0.0, waited)))
 
 
 @dataclass(frozen=True)

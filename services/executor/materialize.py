@@ -9,11 +9,15 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
+from tickwork.shared.domain.operators import agent_operators
 from tickwork.shared.domain.params import merge_params
 from tickwork.shared.domain.states import TaskState
 from tickwork.shared.domain.workflow import TaskSpec, sibling_dependencies
 from tickwork.shared.store.tables import attempts, tasks
 from tickwork.shared.store.tasks import insert_dependencies, insert_tasks
+
+AGENT_OPERATORS = agent_operators()
+"""Operators an agent runs: only their tasks take a slot of their ``_pool``."""
 
 SKIPPED: dict[str, Any] = {"skipped": True}
 """The result of a task done without running (``tickwork run --end``/``--goal``)."""
@@ -102,6 +106,8 @@ def _row(
         "retry_count": 0,
         "lease_token": 0,
         "not_before": None,
+        "pool": spec.pool if spec.operator in AGENT_OPERATORS else None,
+        "priority": spec.priority or 0,
         "params": None,
         "result": {**(result or {}), "resumed": True} if done else None,
         "output_params": output,

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from tickwork.services.executor.report import TickReport
+from tickwork.shared.domain.pools import PoolUsage
 from tickwork.shared.health import LoopHealth, serve_health
 
 
@@ -63,6 +66,29 @@ class ExecutorMetrics:
             "tickwork_queued_tasks", "Tasks queued and not yet started.", registry=r
         )
         self.running_tasks = Gauge("tickwork_running_tasks", "Tasks running.", registry=r)
+        self.ready_wait = Histogram(
+            "tickwork_task_ready_wait_seconds",
+            "How long operator tasks waited READY (for a pool's slot, behind higher "
+            "priorities, for a pass) before they were queued, by _priority.",
+            ["priority"],
+            buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600),
+            registry=r,
+        )
+        self.pool_slots = Gauge(
+            "tickwork_pool_slots", "Slots of a pool (tickwork pools set).", ["pool"], registry=r
+        )
+        self.pool_slots_used = Gauge(
+            "tickwork_pool_slots_used",
+            "Tasks of a pool in flight (queued or running).",
+            ["pool"],
+            registry=r,
+        )
+        self.pool_waiting = Gauge(
+            "tickwork_pool_waiting_tasks",
+            "Tasks of a pool READY and waiting for a slot.",
+            ["pool"],
+            registry=r,
+        )
         self.active = Gauge(
             "tickwork_executor_active",
             "1 while this executor holds at least one partition of the attempts.",
@@ -86,6 +112,18 @@ class ExecutorMetrics:
         self.republished.inc(report.republished)
         self.attempts_killed.inc(report.attempts_killed)
         self.sla_missed.inc(report.slas_missed)
+        for priority, seconds in report.ready_waits:
+            self.ready_wait.labels(priority=str(priority)).observe(seconds)
+
+    def record_pools(self, usage: Sequence[PoolUsage]) -> None:
+        """Set the pool gauges (a pool no longer listed drops out of them)."""
+        for gauge in (self.pool_slots, self.pool_slots_used, self.pool_waiting):
+            gauge.clear()
+        for pool in usage:
+            if pool.slots is not None:
+                self.pool_slots.labels(pool=pool.name).set(pool.slots)
+            self.pool_slots_used.labels(pool=pool.name).set(pool.used)
+            self.pool_waiting.labels(pool=pool.name).set(pool.waiting)
 
     def serve(self, port: int, health: LoopHealth, address: str = "0.0.0.0") -> None:
         """Serve ``/metrics`` and the probes over HTTP in a background thread."""

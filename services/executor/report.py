@@ -54,6 +54,8 @@ class TickReport:
     slas_missed: int = 0  # attempts whose sla: deadline passed, reacted to by this pass
     log_bytes_stored: int = 0  # of log chunks agents streamed, as text
     more_ready: bool = False  # a batch limit was hit: tick again without waiting
+    # (priority, seconds ready) of each task queued: how long it waited to be handed out
+    ready_waits: list[tuple[int, float]] = field(default_factory=list)
     finished_attempts: list[tuple[int, AttemptState]] = field(default_factory=list)
     moves: list[TaskMove] = field(default_factory=list)  # in the order the pass made them
 
@@ -97,6 +99,7 @@ class Pass:
     ended_logs: list[dict[str, Any]] = field(default_factory=list)  # logs results described
     logged_runs: set[tuple[int, int]] = field(default_factory=set)  # (task, token) indexed
     log_attempts: set[int] = field(default_factory=set)  # whose logs the pass stored chunks of
+    pools_looked: bool = False  # the pass admitted tasks to pools after what it applied
 
 
 @dataclass

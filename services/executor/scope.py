@@ -158,6 +158,9 @@ class Scope:
     task_timeout_seconds: float | None = None
     max_tasks_per_attempt: int = MAX_TASKS_PER_ATTEMPT
     dispatch_batch_size: int = 1000
+    # The pools that READY tasks of these attempts wait for (as of the last scan, and
+    # since): a pass that may have freed a slot admits their tasks.
+    pools_waiting: set[str] = field(default_factory=set)
     contexts: AttemptContexts = field(default_factory=AttemptContexts)
     runs: QueuedRuns = field(default_factory=QueuedRuns)
 

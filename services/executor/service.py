@@ -48,6 +48,7 @@ from tickwork.shared.dispatch.messages import DEFAULT_QUEUE
 from tickwork.shared.errors import StoreUnavailable
 from tickwork.shared.health import LoopHealth
 from tickwork.shared.runner import IdleBackoff, Retry, run_until_stopped
+from tickwork.shared.store import pools as pool_store
 from tickwork.shared.store import tasks as task_store
 from tickwork.shared.store.dialects import dialect_of
 from tickwork.shared.store.engine import (
@@ -301,6 +302,8 @@ class ExecutorService:
         """Set the in-flight and queue-depth gauges from the store and Redis."""
         with read_only(self.engine) as conn:
             counts = task_store.count_in_flight(conn)
+            pools = pool_store.list_pools(conn)
+        self.metrics.record_pools(pools)
         self.metrics.queued_tasks.set(counts.get("queued", 0))
         self.metrics.running_tasks.set(counts.get("running", 0))
         queues = sorted(self.dispatcher.queues_seen | {DEFAULT_QUEUE})

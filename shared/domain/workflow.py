@@ -18,6 +18,9 @@ QUEUE_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 """What a ``_queue`` (and an agent's ``--queues``) may be called."""
 
 
+INHERITED = ("queue", "pool", "priority")
+"""Directives a group passes on to every task under it that sets none of its own."""
+
 MAX_INTERVAL_SECONDS = 7 * 24 * 3600
 """The longest wait between retries: an exponential interval stops growing here."""
 
@@ -89,6 +92,8 @@ class TaskSpec:
     after: tuple[str, ...] = ()
     background: bool = False
     queue: str | None = None  # the agents' queue an operator task is routed to
+    pool: str | None = None  # the pool whose slot an operator task takes (_pool)
+    priority: int | None = None  # _priority: handed out before lower ones (None: 0)
     timeout_seconds: int | None = None  # an operator task's own time limit (_timeout)
     env: dict[str, Any] = field(default_factory=dict)  # _env: variables for its processes
     retry: RetryPolicy | None = None
@@ -120,6 +125,8 @@ class TaskSpec:
             "after": list(self.after),
             "background": self.background,
             "queue": self.queue,
+            "pool": self.pool,
+            "priority": self.priority,
             "timeout": self.timeout_seconds,
             "env": self.env,
         }
@@ -163,6 +170,8 @@ class TaskSpec:
             after=tuple(config.get("after", ())),
             background=bool(config.get("background", False)),
             queue=config.get("queue"),
+            pool=config.get("pool"),
+            priority=config.get("priority"),
             timeout_seconds=config.get("timeout"),
             env=dict(config.get("env", {})),
             retry=None if retry is None else RetryPolicy.from_config(retry),
@@ -175,23 +184,29 @@ class TaskSpec:
             else_do=sub("else_do"),
         )
 
-    def routed_to(self, queue: str) -> TaskSpec:
-        """This subtree with ``queue`` on every task that names none (a group's ``_queue``)."""
-        if self.queue is not None and self.operator is not None:
+    def inheriting(self, **values: Any) -> TaskSpec:
+        """This subtree with each of ``values`` (of :data:`INHERITED`: a group's ``_queue``,
+        ``_pool``, ``_priority``) on every task that sets none of its own."""
+        own = {name: getattr(self, name) for name in values}
+        if self.operator is not None and None not in own.values():
             return self
 
-        def route(spec: TaskSpec | None) -> TaskSpec | None:
-            return None if spec is None else spec.routed_to(queue)
+        def sub(spec: TaskSpec | None) -> TaskSpec | None:
+            return None if spec is None else spec.inheriting(**values)
 
         return replace(
             self,
-            queue=self.queue or queue,
-            children=tuple(child.routed_to(queue) for child in self.children),
-            error=route(self.error),
-            check=route(self.check),
-            do=route(self.do),
-            else_do=route(self.else_do),
+            **{name: value if own[name] is None else own[name] for name, value in values.items()},
+            children=tuple(child.inheriting(**values) for child in self.children),
+            error=sub(self.error),
+            check=sub(self.check),
+            do=sub(self.do),
+            else_do=sub(self.else_do),
         )
+
+    def inherited(self) -> dict[str, Any]:
+        """What this task passes on to its subtree (:data:`INHERITED` it sets)."""
+        return {name: getattr(self, name) for name in INHERITED if getattr(self, name) is not None}
 
     def with_env(self, env: dict[str, Any]) -> TaskSpec:
         """This subtree with ``env`` under every task's own ``_env`` (a group's ``_env``)."""

@@ -10,7 +10,7 @@ registry by :mod:`tickwork.shared.dsl.operator_options`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,8 @@ from tickwork.shared.dsl.task_directives import (
     read_env,
     read_export,
     read_parallel,
+    read_pool,
+    read_priority,
     read_queue,
     read_retry,
     read_start,
@@ -133,6 +135,18 @@ def load_project(project_dir: Path) -> dict[str, WorkflowDefinition]:
                 workflows[definition.name] = replace(definition, warnings=found)
     parser.raise_problems()
     return workflows
+
+
+PLAIN_DIRECTIVES: dict[str, tuple[str, Callable[[Reporter, LineMap, Where], Any]]] = {
+    "_background": ("background", read_background),
+    "_after": ("after", read_after),
+    "_queue": ("queue", read_queue),
+    "_pool": ("pool", read_pool),
+    "_priority": ("priority", read_priority),
+    "_timeout": ("timeout_seconds", read_timeout),
+}
+"""Directives read by one reader each into one TaskSpec field, where the task's kind
+allows them: the key, the field and the reader."""
 
 
 class _ProjectParser(Reporter):
@@ -293,7 +307,8 @@ class _ProjectParser(Reporter):
         )
         if group.env:
             group = group.with_env(group.env)
-        return group if group.queue is None else group.routed_to(group.queue)
+        inherited = group.inherited()
+        return group.inheriting(**inherited) if inherited else group
 
     def _child(self, key: str, value: Any, parent: LineMap, where: Where) -> TaskSpec | None:
         line = parent.line_of(key)
@@ -428,14 +443,9 @@ class _ProjectParser(Reporter):
             self.report(where, body.line_of("_check"), message)
         elif "_check" in body:
             common["check"] = self._body("^check", "_check", body, outside)
-        if "_background" in body and "_background" in allowed:
-            common["background"] = read_background(self, body, where)
-        if "_after" in body and "_after" in allowed:
-            common["after"] = read_after(self, body, where)
-        if "_queue" in body and "_queue" in allowed:
-            common["queue"] = read_queue(self, body, where)
-        if "_timeout" in body and "_timeout" in allowed:
-            common["timeout_seconds"] = read_timeout(self, body, where)
+        for key, (field_name, read) in PLAIN_DIRECTIVES.items():
+            if key in body and key in allowed:
+                common[field_name] = read(self, body, where)
         if "_env" in body:
             common["env"] = read_env(self, body, where)
         return common

@@ -11,6 +11,7 @@ from typing import Any
 
 from tickwork.shared.domain.delays import StartRule
 from tickwork.shared.domain.durations import BadDuration, parse_duration
+from tickwork.shared.domain.pools import MAX_PRIORITY, MIN_PRIORITY, POOL_NAME
 from tickwork.shared.domain.schedule import suggest
 from tickwork.shared.domain.workflow import QUEUE_NAME, RetryPolicy, TaskSpec
 from tickwork.shared.dsl.directives import (
@@ -36,6 +37,8 @@ TOP_LEVEL_KEYS = (
     "_retry",
     "_parallel",
     "_queue",
+    "_pool",
+    "_priority",
     "_workdir",
     "sla",
     *DELAY_DIRECTIVES,
@@ -49,6 +52,8 @@ GROUP_DIRECTIVES = (
     "_retry",
     "_export",
     "_queue",
+    "_pool",
+    "_priority",
     "_env",
     "_disable",
     "_workdir",
@@ -113,6 +118,36 @@ def read_queue(reporter: Reporter, body: LineMap, where: Where) -> str | None:
         reporter.report(where, line, message)
     else:
         return value
+    return None
+
+
+def read_pool(reporter: Reporter, body: LineMap, where: Where) -> str | None:
+    """``_pool``: a literal pool name (the pool itself is made with ``tickwork pools set``)."""
+    value = body["_pool"]
+    line = body.line_of("_pool")
+    if isinstance(value, str) and "${" in value:
+        reporter.report(where, line, "'_pool' cannot use ${...} expressions")
+    elif not isinstance(value, str) or not POOL_NAME.fullmatch(value):
+        message = (
+            "'_pool' must be a pool name (a letter or digit, then letters, digits, "
+            f"'_', '.' or '-'; up to 64), got {value!r}"
+        )
+        reporter.report(where, line, message)
+    else:
+        return value
+    return None
+
+
+def read_priority(reporter: Reporter, body: LineMap, where: Where) -> int | None:
+    """``_priority``: a literal whole number from -100 to 100 (higher is handed out first)."""
+    value = body["_priority"]
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    if whole and MIN_PRIORITY <= value <= MAX_PRIORITY:
+        return int(value)
+    message = (
+        f"'_priority' must be a whole number from {MIN_PRIORITY} to {MAX_PRIORITY}, got {value!r}"
+    )
+    reporter.report(where, body.line_of("_priority"), message)
     return None
 
 

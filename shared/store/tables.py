@@ -11,6 +11,7 @@ from sqlalchemy import (
     Boolean,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -259,6 +260,11 @@ tasks = Table(
     # Times an agent lost the task's lease without a result (it died or stalled).
     Column("lost_count", Integer, nullable=False, default=0, server_default="0"),
     Column("not_before", Timestamp),
+    Column("pool", String(64)),  # the pool whose slot it takes while in flight (_pool)
+    Column("priority", Integer, nullable=False, default=0, server_default="0"),  # _priority
+    # While READY: when it became ready (seconds) less its priority's head start; the
+    # executor hands out ready tasks lowest rank first (see shared.domain.pools).
+    Column("ready_rank", Float),
     Column("params", JSON),  # stored params visible when the task started
     Column("result", JSON),  # what the operator returned (stored params, output)
     Column("output_params", JSON),  # params visible to the tasks after this one
@@ -273,6 +279,8 @@ tasks = Table(
     Index("ix_tasks_state_not_before", "state", "not_before"),
     # The reaper's in-flight tasks unchanged since its grace.
     Index("ix_tasks_state_updated_at", "state", "updated_at"),
+    # Ready tasks in rank order (of a pool, or of none); a pool's tasks in flight.
+    Index("ix_tasks_state_pool_rank", "state", "pool", "ready_rank"),
     # Ids are never reused: a deleted task's id coming back would restart its fencing token.
     sqlite_autoincrement=True,
 )
@@ -462,6 +470,18 @@ notification_deliveries = Table(
 
 # Triggers (tickwork.shared.store.triggers): each workflow's `trigger:`, one row per
 # upstream workflow or webhook, replaced by the next push; paused like schedules.
+# Named numbers of slots every project shares: a task with `_pool: NAME` is in flight
+# (QUEUED or RUNNING) only while its pool has a slot for it.
+pools = Table(
+    "pools",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("slots", Integer, nullable=False),
+    Column("description", Text),
+    Column("created_at", Timestamp, nullable=False),
+    Column("updated_at", Timestamp, nullable=False),
+)
+
 triggers = Table(
     "triggers",
     metadata,

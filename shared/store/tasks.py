@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import (
     Connection,
+    Float,
     bindparam,
     case,
     column,
@@ -31,6 +32,7 @@ from sqlalchemy.sql import Update
 from sqlalchemy.sql.elements import BindParameter
 
 from tickwork.shared.domain.choices import parse_choice
+from tickwork.shared.domain.pools import PRIORITY_STEP_SECONDS, rank_seconds
 from tickwork.shared.domain.states import TERMINAL_TASK_STATES, TaskState
 from tickwork.shared.errors import NotFound
 from tickwork.shared.store.dialects import dialect_of, postgres_upsert_from
@@ -64,6 +66,9 @@ class TaskRow:
     started_at: datetime | None
     finished_at: datetime | None
     updated_at: datetime
+    pool: str | None = None  # the pool whose slot it takes in flight (_pool)
+    priority: int = 0  # _priority
+    ready_rank: float | None = None  # while READY: handed out lowest first
 
 
 _TASK_COLUMNS = tuple(tasks.c[name] for name in TaskRow.__dataclass_fields__)
@@ -76,6 +81,8 @@ _STATES: BindParameter[str] = bindparam("states", expanding=True)
 _HAS_CHILD_IN = select(
     exists().where(tasks.c.parent_id == bindparam("parent_id"), tasks.c.state.in_(_STATES))
 )
+# A task made READY: its ready time less its priority's head start (shared.domain.pools).
+_READY_RANK = bindparam("rank_now", type_=Float) - tasks.c.priority * PRIORITY_STEP_SECONDS
 # The "start" key of a task's config is its _delay/_start_at (TaskSpec.to_config).
 _HAS_NO_START_RULE = tasks.c.config["start"].as_string().is_(None)
 
@@ -208,6 +215,7 @@ def _succeed_values(
         "runs": list(runs),
         "passing_ids": list(passing) or [0],
         "now": now,
+        "rank_now": rank_seconds(now),
     }
 
 
@@ -288,6 +296,40 @@ def _due_query(by_kind: bool, by_attempt: bool) -> Any:
     return query.order_by(tasks.c.id).limit(bindparam("limit"))
 
 
+def select_ready_operators(
+    conn: Connection,
+    now: datetime,
+    limit: int,
+    *,
+    pool: str | None = None,
+    attempt_ids: AttemptSet = None,
+) -> list[TaskRow]:
+    """READY operator tasks due by ``now`` in the order they are handed out (lowest
+    rank first: see :mod:`tickwork.shared.domain.pools`): those of ``pool``, or with
+    None those of no pool (a pooled task waits for its pool's slot, not for a scan)."""
+    values: dict[str, Any] = {"now": now, "limit": limit, "pool": pool}
+    by_ids = attempt_ids is not None and not isinstance(attempt_ids, AttemptFilter)
+    if by_ids:
+        values["attempt_ids"] = list(attempt_ids)  # type: ignore[arg-type]
+    query = _ready_query(pool is not None, by_ids)
+    if isinstance(attempt_ids, AttemptFilter):
+        query = restrict(query, tasks.c.attempt_id, attempt_ids)
+    return [_task_from_row(row) for row in conn.execute(query, values)]
+
+
+@lru_cache(maxsize=4)
+def _ready_query(pooled: bool, by_attempt: bool) -> Any:
+    query = select(*_TASK_COLUMNS).where(
+        tasks.c.state == TaskState.READY.value,
+        tasks.c.pool == bindparam("pool") if pooled else tasks.c.pool.is_(None),
+        tasks.c.is_group.is_(False),
+        (tasks.c.not_before.is_(None)) | (tasks.c.not_before <= bindparam("now")),
+    )
+    if by_attempt:
+        query = query.where(tasks.c.attempt_id.in_(bindparam("attempt_ids", expanding=True)))
+    return query.order_by(tasks.c.ready_rank, tasks.c.id).limit(bindparam("limit"))
+
+
 def earliest_not_before(
     conn: Connection,
     states: Iterable[TaskState],
@@ -346,6 +388,7 @@ def update_tasks_state(
         "from_states": _states(from_states),
         "to_state": state.value,
         "now": now,
+        "rank_now": rank_seconds(now),
     }
     return [(int(row.id), bool(row.is_group)) for row in conn.execute(_STATE_UPDATE, values)]
 
@@ -363,7 +406,12 @@ def make_ready(
     tasks with a ``_delay``/``_start_at`` where they are: their time is worked out first."""
     if not task_ids:
         return []
-    values = {"ids": list(task_ids), "from_state": from_state.value, "now": now}
+    values = {
+        "ids": list(task_ids),
+        "from_state": from_state.value,
+        "now": now,
+        "rank_now": rank_seconds(now),
+    }
     return [_task_from_row(row) for row in conn.execute(_make_ready(skip_delayed), values)]
 
 
@@ -372,7 +420,7 @@ def _make_ready(skip_delayed: bool) -> Any:
     statement = (
         tasks.update()
         .where(tasks.c.id.in_(_IDS), tasks.c.state == bindparam("from_state"))
-        .values(state=TaskState.READY.value, updated_at=bindparam("now"))
+        .values(state=TaskState.READY.value, updated_at=bindparam("now"), ready_rank=_READY_RANK)
         .returning(*_TASK_COLUMNS)
     )
     return statement.where(_HAS_NO_START_RULE) if skip_delayed else statement
@@ -384,7 +432,7 @@ _STATE_UPDATE = (
         tasks.c.id.in_(_IDS),
         tasks.c.state.in_(bindparam("from_states", expanding=True)),
     )
-    .values(state=bindparam("to_state"), updated_at=bindparam("now"))
+    .values(state=bindparam("to_state"), updated_at=bindparam("now"), ready_rank=_READY_RANK)
     .returning(tasks.c.id, tasks.c.is_group)
 )
 
@@ -592,7 +640,7 @@ _MAKE_DOWNSTREAM_READY = (
         func.coalesce(tasks.c.state, "") == TaskState.BLOCKED.value,
         _all_upstreams_succeeded(),
     )
-    .values(state=TaskState.READY.value, updated_at=bindparam("now"))
+    .values(state=TaskState.READY.value, updated_at=bindparam("now"), ready_rank=_READY_RANK)
     .returning(*_TASK_COLUMNS)
 )
 
@@ -670,7 +718,7 @@ def make_downstream_ready(
     would), by id; elsewhere that is empty."""
     if not task_ids:
         return [], {}
-    values = {"ids": list(task_ids), "now": now}
+    values = {"ids": list(task_ids), "now": now, "rank_now": rank_seconds(now)}
     if not dialect_of(conn).orders_aggregates:
         rows = conn.execute(_MAKE_DOWNSTREAM_READY, values)
         return [_task_from_row(row) for row in rows], {}
@@ -702,7 +750,7 @@ _PROMOTED = (
             _UPSTREAM.c.id.not_in(select(_ENDED.c.id)),
         ),
     )
-    .values(state=TaskState.READY.value, updated_at=bindparam("now"))
+    .values(state=TaskState.READY.value, updated_at=bindparam("now"), ready_rank=_READY_RANK)
     .returning(*_TASK_COLUMNS, *_seen_columns(_ENDED))
     .cte("promoted")
 )

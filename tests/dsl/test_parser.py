@@ -938,3 +938,56 @@ class TestQueue:
             "digits, '_', '.' or '-'; up to 64), got 'no way'",
             "wf.dig:5: '_queue' cannot use ${...} expressions",
         ]
+
+
+class TestPoolAndPriority:
+    def test_a_groups_pool_and_priority_pass_to_every_task_inside_that_sets_none(
+        self, tmp_path: Path
+    ) -> None:
+        definition = parse(
+            tmp_path,
+            """
+            _pool: warehouse
+            _priority: 5
+            +a:
+              echo>: a
+            +g:
+              _pool: api
+              +b:
+                echo>: b
+              +c:
+                _priority: -3
+                _pool: gpu
+                echo>: c
+            """,
+        )
+        root = definition.root
+        g = child(root, "+g")
+        a, b, c = child(root, "+a"), child(g, "+b"), child(g, "+c")
+        assert [(t.pool, t.priority) for t in (a, b, c)] == [
+            ("warehouse", 5),
+            ("api", 5),
+            ("gpu", -3),
+        ]
+        assert TaskSpec.from_config(root.to_config()) == root
+
+    def test_a_task_without_them_has_no_pool_and_no_priority(self, tmp_path: Path) -> None:
+        a = child(parse(tmp_path, "+a:\n  echo>: a\n").root, "+a")
+        assert (a.pool, a.priority) == (None, None)
+
+    def test_a_bad_pool_or_priority_is_reported_at_its_line(self, tmp_path: Path) -> None:
+        text = (
+            "+a:\n  _pool: no way\n  echo>: a\n"
+            "+b:\n  _pool: ${p}\n  echo>: b\n"
+            "+c:\n  _priority: 101\n  echo>: c\n"
+            "+d:\n  _priority: high\n  echo>: d\n"
+            "+e:\n  _priority: true\n  echo>: e\n"
+        )
+        assert problems(tmp_path, text) == [
+            "wf.dig:2: '_pool' must be a pool name (a letter or digit, then letters, "
+            "digits, '_', '.' or '-'; up to 64), got 'no way'",
+            "wf.dig:5: '_pool' cannot use ${...} expressions",
+            "wf.dig:8: '_priority' must be a whole number from -100 to 100, got 101",
+            "wf.dig:11: '_priority' must be a whole number from -100 to 100, got 'high'",
+            "wf.dig:14: '_priority' must be a whole number from -100 to 100, got True",
+        ]
