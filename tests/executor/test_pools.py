@@ -127,9 +127,7 @@ class TestSlots:
 
 
 class TestPriority:
-    def test_higher_priorities_are_handed_out_first_and_ties_in_order(
-        self, run: Scenario
-    ) -> None:
+    def test_higher_priorities_are_handed_out_first_and_ties_in_order(self, run: Scenario) -> None:
         set_pool(run.engine, "one", 1)
         run.start("""
             _parallel: true
@@ -179,9 +177,7 @@ class TestPriority:
         run.succeed("+wf+busy")
         return run.step()
 
-    def test_a_newer_task_of_higher_priority_goes_before_an_older_one(
-        self, run: Scenario
-    ) -> None:
+    def test_a_newer_task_of_higher_priority_goes_before_an_older_one(self, run: Scenario) -> None:
         assert self._low_then_high_after(run, 4 * PRIORITY_STEP_SECONDS) == ["+wf+later+high"]
 
     def test_a_low_priority_that_waited_longer_than_the_difference_goes_first(
