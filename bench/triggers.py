@@ -34,9 +34,7 @@ from datetime import datetime
 from pathlib import Path
 
 import sqlalchemy as sa
-from rich.console import Console
-
-from bench._services import (
+from _services import (
     free_port,
     redis_prefix,
     run_guarded,
@@ -45,7 +43,9 @@ from bench._services import (
     start_service,
     wait_until,
 )
-from bench._stores import percentile, throwaway_database
+from _stores import percentile, throwaway_database
+from rich.console import Console
+
 from tickwork.shared.clock import utc_now
 from tickwork.shared.dsl.archive import pack_project, read_project_archive
 from tickwork.shared.store.migrate import open_migrated_store
