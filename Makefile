@@ -77,10 +77,11 @@ bench: install
 	done
 
 # The API on :8765 (docs at /api/docs; `make run API_PORT=N` for another port), the
-# scheduler, the executor and agents in one process on SQLite, with the examples pushed;
+# scheduler, the executor and agents in one process on SQLite, with the examples pushed
+# (and the pool their pools.dig takes);
 # `tickwork run examples/hello.dig` runs one workflow.
 run: install-runtime
-	$(BIN)/tickwork standalone --project examples $(if $(API_PORT),--bind 127.0.0.1:$(API_PORT))
+	$(BIN)/tickwork standalone --project examples --pool warehouse=2 $(if $(API_PORT),--bind 127.0.0.1:$(API_PORT))
 
 # Each service as its own process on the local PostgreSQL (database tickwork_dev) and Redis,
 # the API on :8765 or the first free port after it (`make cluster API_PORT=N` to choose),

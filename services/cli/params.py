@@ -124,3 +124,34 @@ PARAM_OPTION = click.option(  # run, start and retry: one spelling of --param
     metavar="KEY=VALUE",
     help="A session parameter; repeatable; a.b=v sets a nested key.",
 )
+
+
+def parse_pools(raw: tuple[str, ...]) -> dict[str, int]:
+    """``--pool NAME=SLOTS`` values as ``{name: slots}`` (BadParameter naming the one wrong)."""
+    from tickwork.shared.domain.pools import MAX_SLOTS, POOL_NAME
+
+    pools: dict[str, int] = {}
+    for item in raw:
+        name, sep, slots = item.partition("=")
+        if not sep or not POOL_NAME.fullmatch(name):
+            raise click.BadParameter(
+                f"{item!r} is not NAME=SLOTS with a pool name (a letter or digit, then "
+                "letters, digits, '_', '.' or '-'; up to 64)",
+                param_hint="'--pool'",
+            )
+        if not slots.strip().isdigit() or int(slots) > MAX_SLOTS:
+            raise click.BadParameter(
+                f"{item!r}: SLOTS must be a whole number from 0 to {MAX_SLOTS}",
+                param_hint="'--pool'",
+            )
+        pools[name] = int(slots)
+    return pools
+
+
+POOL_OPTION = click.option(  # run and standalone: pools set in their store before they start
+    "--pool",
+    "raw_pools",
+    multiple=True,
+    metavar="NAME=SLOTS",
+    help="Set pool NAME to SLOTS slots in the store first (as `tickwork pools set`); repeatable.",
+)

@@ -35,6 +35,7 @@ from tickwork.shared.domain.workflow import WorkflowDefinition
 from tickwork.shared.errors import Conflict, InvalidInput, Problem, StoreUnavailable
 from tickwork.shared.runner import IdleBackoff, run_until_stopped
 from tickwork.shared.secrets import marked_secrets
+from tickwork.shared.store import pools as pool_store
 from tickwork.shared.store import projects as project_store
 from tickwork.shared.store import schedules as schedule_store
 from tickwork.shared.store import sessions as session_store
@@ -75,6 +76,7 @@ class RunRequest:
     task_timeout_seconds: float | None = None
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     max_tasks_per_attempt: int = MAX_TASKS_PER_ATTEMPT
+    pools: dict[str, int] = field(default_factory=dict)  # --pool NAME=SLOTS, set first
 
 
 @dataclass
@@ -240,6 +242,30 @@ def params_line(message: TaskMessage) -> str:
     return f"params: {text}"
 
 
+def set_pools(conn: Connection, request: RunRequest, now: datetime, *, must_exist: bool) -> None:
+    """Set the pools ``--pool`` gives; with ``must_exist``, refuse a workflow naming a pool
+    the store lacks (in this process nothing else could make it, and its tasks would wait
+    for ever)."""
+    for name, slots in request.pools.items():
+        pool_store.set_pool(conn, name, slots, None, now)
+    if not must_exist:
+        return
+    known = {usage.name for usage in pool_store.list_pools(conn) if usage.slots is not None}
+    missing = sorted(request.definition.root.pools_named() - known)
+    if missing:
+        given = " ".join(f"--pool {name}=SLOTS" for name in missing)
+        message = (
+            f"its tasks take slots of {_names(missing)}, which this store does not have: "
+            f"give {given}"
+        )
+        raise InvalidInput([Problem(f"{request.definition.name}.dig", None, message)])
+
+
+def _names(pools: list[str]) -> str:
+    listed = ", ".join(repr(name) for name in pools)
+    return f"pool {listed}" if len(pools) == 1 else f"pools {listed}"
+
+
 def run_workflow(
     request: RunRequest,
     *,
@@ -252,6 +278,7 @@ def run_workflow(
     clock = SystemClock()
     engine = engine or open_migrated_store(request.database_url)
     with engine.begin() as conn:
+        set_pools(conn, request, clock.now(), must_exist=True)
         outcome = create_run_attempt(conn, request, clock.now())
     runner = make_in_process_runner(request.state_dir, engine, request.limits)
     if on_event is not None:
@@ -301,6 +328,7 @@ def follow_on_executor(
             "that `tickwork executor` uses"
         )
     with engine.begin() as conn:
+        set_pools(conn, request, utc_now(), must_exist=False)
         outcome = create_run_attempt(conn, request, utc_now())
     while True:
         with read_only(engine) as conn:

@@ -21,7 +21,9 @@ from tickwork.services.cli.failures import failure_lines
 from tickwork.services.cli.params import (
     PARAM_OPTION,
     PARAMS_FILE_OPTION,
+    POOL_OPTION,
     build_params,
+    parse_pools,
     parse_session_time,
 )
 from tickwork.services.cli.schedules import preview_lines
@@ -115,6 +117,7 @@ def _settings_epilog() -> str:
     metavar="N",
     help="Tasks run at once (default: TICKWORK_MAX_TASK_THREADS, else 8).",
 )
+@POOL_OPTION
 @click.option("-q", "--quiet", is_flag=True, help="Print only the summary.")
 @click.option(
     "--on-executor",
@@ -135,6 +138,7 @@ def run(
     dry_run: bool,
     show_params: bool,
     max_task_threads: int | None,
+    raw_pools: tuple[str, ...],
     quiet: bool,
     on_executor: bool,
 ) -> None:
@@ -166,6 +170,7 @@ def run(
             raise click.UsageError(f"{first} and {second} do not work together (as in Digdag)")
     definition = _parse(path, project_dir)
     params = build_params(raw_params, params_file)
+    pools = parse_pools(raw_pools)
     state_dir = config.state_dir or project_dir / ".tickwork"
     database_url = config.database_url or f"sqlite:///{state_dir / 'tickwork.db'}"
     session_time = (
@@ -202,6 +207,7 @@ def run(
             config.task_max_memory_mb, config.task_max_open_files, config.task_max_cpu_seconds
         ),
         max_tasks_per_attempt=config.max_tasks_per_attempt,
+        pools=pools,
     )
     sys.exit(_run(request, quiet, on_executor))
 

@@ -25,6 +25,7 @@ from sqlalchemy import Engine, event
 from tickwork.services.agent.operators.base import ResourceLimits
 from tickwork.services.agent.operators.process import terminate_children
 from tickwork.services.cli.errors import fail
+from tickwork.services.cli.params import POOL_OPTION, parse_pools
 from tickwork.services.compose.dispatchers import ControlledDispatcher
 from tickwork.services.compose.embedded import make_in_process_runner
 from tickwork.services.executor.loop import Recovery, WorkflowExecutor
@@ -32,10 +33,12 @@ from tickwork.services.executor.main import run_in_process
 from tickwork.services.executor.notifier import Notifier
 from tickwork.services.scheduler.loop import Scheduler
 from tickwork.services.scheduler.main import run as run_scheduler
+from tickwork.shared.clock import utc_now
 from tickwork.shared.config import LOG_LEVEL
 from tickwork.shared.config_options import passed_on_option
 from tickwork.shared.errors import TickworkError
 from tickwork.shared.runner import stop_on_signals
+from tickwork.shared.store import pools as pool_store
 from tickwork.shared.store.migrate import open_migrated_store
 from tickwork.shared.store.urls import printable_url
 
@@ -59,6 +62,7 @@ class StandaloneSettings:
     project_name: str | None = None
     limits: ResourceLimits = dataclasses.field(default_factory=ResourceLimits)
     task_timeout_seconds: float | None = None
+    pools: dict[str, int] = dataclasses.field(default_factory=dict)  # --pool NAME=SLOTS
 
 
 def parse_bind(raw: str) -> tuple[str, int]:
@@ -339,6 +343,7 @@ def _banner(settings: StandaloneSettings, port: int, auth: bool, pushed: list[st
     show_default=True,
     help="Tasks run at once, each on a thread (env TICKWORK_MAX_TASK_THREADS).",
 )
+@POOL_OPTION
 @passed_on_option(LOG_LEVEL)
 def standalone_command(
     state_dir: Path,
@@ -347,6 +352,7 @@ def standalone_command(
     project_dir: Path | None,
     project_name: str | None,
     agents: int,
+    raw_pools: tuple[str, ...],
     log_level: str,
 ) -> None:
     """Run the API, the scheduler, the executor and agents in this process until SIGTERM.
@@ -367,6 +373,7 @@ def standalone_command(
         agents=agents,
         project_dir=project_dir.resolve() if project_dir else None,
         project_name=project_name,
+        pools=parse_pools(raw_pools),
     )
     try:
         standalone, auth, pushed = _assemble(settings)
@@ -395,6 +402,9 @@ def _assemble(settings: StandaloneSettings) -> tuple[Standalone, bool, list[str]
         max_follow_streams=min(config.max_follow_streams, FOLLOW_STREAMS),
     )
     engine = open_migrated_store(settings.database_url)
+    with engine.begin() as conn:
+        for pool, slots in settings.pools.items():
+            pool_store.set_pool(conn, pool, slots, None, utc_now())
     pushed: list[str] = []
     if settings.project_dir is not None:
         name = settings.project_name or settings.project_dir.name

@@ -224,6 +224,15 @@ class TaskSpec:
             else_do=sub(self.else_do),
         )
 
+    def pools_named(self) -> set[str]:
+        """The pools tasks of this subtree name (embedded ``call>`` targets included)."""
+        subtrees = (*self.children, self.error, self.check, self.called, self.do, self.else_do)
+        found = {self.pool} if self.pool is not None else set()
+        for spec in subtrees:
+            if spec is not None:
+                found |= spec.pools_named()
+        return found
+
     def count_tasks(self) -> int:
         """How many task rows the static tree of this spec materializes into."""
         return 1 + sum(child.count_tasks() for child in self.children)

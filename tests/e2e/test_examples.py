@@ -108,6 +108,30 @@ class TestParallelLimit:
         assert "success: 6" in run.summary
 
 
+class TestPools:
+    def test_pools_example_runs_two_loads_at_most_urgent_first_backfills_last(
+        self, examples: Project
+    ) -> None:
+        run = examples.run("pools.dig", "-t", SESSION, "--pool", "warehouse=2")
+
+        assert run.exit_code == 0, run.explain()
+        notes = examples.notes("pools")
+        assert max_running_at_once(notes) == 2, notes
+        starts = [n.removeprefix("start ") for n in notes if n.startswith("start")]
+        assert sorted(starts[:2]) == ["daily", "urgent_fix"], notes
+        assert sorted(starts[2:]) == ["backfill_1", "backfill_2"], notes
+        assert notes[-1] == "publish"
+
+    def test_without_the_pool_the_run_says_which_to_give_and_runs_nothing(
+        self, examples: Project
+    ) -> None:
+        run = examples.run("pools.dig", "-t", SESSION)
+
+        assert run.exit_code == 2, run.explain()
+        assert "give --pool warehouse=SLOTS" in run.stderr
+        assert examples.notes("pools") == []
+
+
 class TestLoops:
     def test_loops_example_runs_each_region_loop_index_and_the_true_branch_once(
         self, run_example: RunExample
