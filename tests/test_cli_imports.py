@@ -35,6 +35,7 @@ CLIENT_MODULES = [
     "tickwork.services.cli.tokens",
     "tickwork.services.cli.notifications",
     "tickwork.services.cli.triggers",
+    "tickwork.services.cli.pools",
 ]
 SERVER_COMMANDS = {
     "run",

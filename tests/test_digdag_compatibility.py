@@ -184,9 +184,10 @@ TICKWORK_ONLY_COMMANDS = frozenset(
         "whoami",
         "notifications",
         "triggers",
+        "pools",
     }
 )
-"""Commands Digdag has no counterpart of (servers, access, notifications)."""
+"""Commands Digdag has no counterpart of (servers, access, notifications, pools)."""
 
 
 @pytest.mark.parametrize("row", CLI_ROWS, ids=lambda row: row.name)

@@ -45,6 +45,7 @@ from tickwork.services.api.routes import (
     health,
     logs,
     notifications,
+    pools,
     projects,
     schedules,
     secrets,
@@ -80,6 +81,7 @@ ROUTE_BLUEPRINTS: tuple[Blueprint, ...] = (
     audit.blueprint,
     notifications.blueprint,
     triggers.blueprint,
+    pools.blueprint,
 )
 """The REST API's blueprints, registered in this order."""
 

@@ -51,6 +51,10 @@ ACTIONS: dict[str, str] = {
     "triggers.pause_trigger": "trigger.pause",
     "triggers.resume_trigger": "trigger.resume",
     "triggers.receive_hook": "trigger.webhook",
+    "pools.set_pool": "pool.set",
+    "pools.delete_pool": "pool.delete",
+    "ui_pools.set_pool": "pool.set",
+    "ui_pools.delete_pool": "pool.delete",
     "ui_schedules.pause_trigger": "trigger.pause",
     "ui_schedules.resume_trigger": "trigger.resume",
     "ui_auth.login_submit": "ui.sign_in",
@@ -175,6 +179,8 @@ def _target(conn: Any, body: Mapping[str, Any]) -> tuple[str, str | None]:
         return f"token {args.get('name') or body.get('name', '?')}", None
     if endpoint.startswith("ui_auth."):
         return "web UI", None
+    if endpoint.startswith(("pools.", "ui_pools.")):  # every project's: none of them
+        return f"pool {args.get('pool') or _form_member('name') or '?'}", None
     if "key" in args:
         return f"secret {args['key']}", str(args["name"])
     if "workflow" in args:
@@ -185,6 +191,21 @@ def _target(conn: Any, body: Mapping[str, Any]) -> tuple[str, str | None]:
     if isinstance(project, str) and isinstance(workflow, str):
         return f"workflow {workflow}", project
     return request.path, None
+
+
+def _form_member(name: str) -> str | None:
+    """A member of the page's form (a small one, once the route has run: a refused
+    request's body is never read), else None."""
+    small = (request.content_length or 0) <= MAX_READ_BYTES
+    if not g.get(ARMED_KEY) or not small:
+        return None
+    if request.mimetype != "application/x-www-form-urlencoded":
+        return None
+    try:
+        value = request.form.get(name)
+    except HTTPException:
+        return None
+    return value[:MAX_TEXT] if value else None
 
 
 def _json_body() -> dict[str, Any]:

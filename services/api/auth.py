@@ -8,7 +8,7 @@ SHA-256 of what was given, and a process trusts what it read for a second
 (:data:`VERIFIED_SECONDS`), so a revoked or expired one stops working within a second on
 every replica. Roles (:func:`required_role`): ``read`` may GET; ``operate`` may also start,
 retry and kill attempts and pause, resume, skip and backfill schedules; ``admin`` may
-also push and delete projects and manage secrets and tokens.
+also push and delete projects, manage secrets and tokens, and set and delete pools.
 """
 
 from __future__ import annotations
@@ -58,9 +58,18 @@ ROLE_RANK: dict[Role, int] = {"read": 0, "operate": 1, "admin": 2}
 ADMIN_BLUEPRINTS = frozenset({"secrets", "tokens", "audit"})
 """Blueprints of which every route, reads included, is an admin's."""
 ADMIN_ENDPOINTS = frozenset(
-    {"projects.push_project", "projects.remove_project", "ui_audit.audit_page"}
+    {
+        "projects.push_project",
+        "projects.remove_project",
+        "ui_audit.audit_page",
+        "pools.set_pool",
+        "pools.delete_pool",
+        "ui_pools.set_pool",
+        "ui_pools.delete_pool",
+    }
 )
-"""Other routes only an admin may use: pushing and deleting projects, the audit page."""
+"""Other routes only an admin may use: pushing and deleting projects, the audit page,
+setting and deleting pools."""
 
 
 VERIFIED_SECONDS = 1.0

@@ -14,7 +14,8 @@ GLOB``) may see and change, on every REST route and every page.
 - Lists, counts and searches ask :func:`visible_projects` and show only the rows of the
   projects it holds.
 - Managing tokens needs an admin token without globs (:func:`check_scope`, 403): a limited
-  admin could otherwise make itself an unlimited token.
+  admin could otherwise make itself an unlimited token. So does changing a pool: every
+  project shares it, so a limited admin would steer other projects' tasks.
 
 A token without globs, an environment token, and a server without tokens see everything;
 they cost nothing here.
@@ -42,6 +43,10 @@ VISIBLE_SECONDS = 1.0
 """How long a process keeps which projects a set of globs covers."""
 VISIBLE_CACHE_MAX = 1024
 TOKEN_BLUEPRINTS = frozenset({"tokens"})
+SHARED_ENDPOINTS = frozenset(
+    {"pools.set_pool", "pools.delete_pool", "ui_pools.set_pool", "ui_pools.delete_pool"}
+)
+"""Routes that change what every project shares (pools): a token without globs's only."""
 
 MISSING: dict[str, str] = {
     "attempt_id": "no attempt {}",
@@ -135,8 +140,8 @@ def require_project(name: str, missing: str) -> None:
 
 def check_scope() -> None:
     """Before a route: 404 for a project, or a thing of a project, that the request's
-    token does not cover; 403 for a limited token managing tokens or pushing a project it
-    does not cover."""
+    token does not cover; 403 for a limited token managing tokens, changing a pool or
+    pushing a project it does not cover."""
     identity = limited_identity()
     if identity is None:
         return
@@ -155,6 +160,13 @@ def _check_path(identity: Identity) -> None:
             f"token {identity.name} is limited to projects "
             f"({', '.join(identity.projects)}): only an admin token without project globs "
             "may manage tokens",
+        )
+    if endpoint in SHARED_ENDPOINTS:
+        raise ApiProblem(
+            403,
+            f"token {identity.name} is limited to projects "
+            f"({', '.join(identity.projects)}): only an admin token without project globs "
+            "may change pools, which every project shares",
         )
     args = request.view_args or {}
     name = args.get("name")

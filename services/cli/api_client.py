@@ -223,6 +223,25 @@ class ApiClient:
     def resume_trigger(self, trigger_id: str) -> Json:
         return self._json("POST", f"/api/triggers/{_seg(trigger_id)}/resume")
 
+    def list_pools(self) -> list[Json]:
+        """Every pool, and every name tasks give that no pool has (``slots`` None)."""
+        return _items(self._json("GET", "/api/pools"))
+
+    def get_pool(self, name: str) -> Json:
+        """One pool: its slots, those in use, the tasks waiting for one."""
+        return self._json("GET", f"/api/pools/{_seg(name)}")
+
+    def set_pool(self, name: str, slots: int, description: str | None = None) -> Json:
+        """Create pool ``name`` or change its slots (and description, when given)."""
+        body: Json = {"slots": slots}
+        if description is not None:
+            body["description"] = description
+        return self._json("PUT", f"/api/pools/{_seg(name)}", json=body)
+
+    def delete_pool(self, name: str) -> None:
+        """Delete pool ``name``: its tasks wait until a pool of that name is set again."""
+        self._send("DELETE", f"/api/pools/{_seg(name)}")
+
     def whoami(self) -> Json:
         """The name, role and project globs of the token this client sends."""
         return self._json("GET", "/api/whoami")

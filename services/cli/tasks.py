@@ -1,8 +1,9 @@
 """``tickwork tasks``: the task tree of an attempt, through the API.
 
-Each task is shown under its parent, indented by its depth, with its own name, its state,
-when it first started, how long it took, how many times it was retried, and its error
-while it is in error (a task that succeeded on a retry shows none).
+Each task is shown under its parent, indented by its depth, with its own name, its state
+(with the pool a ready one waits for), when it first started, how long it took, how many
+times it was retried, and its error while it is in error (a task that succeeded on a
+retry shows none).
 """
 
 from __future__ import annotations
@@ -66,13 +67,20 @@ def current_error(task: Json) -> str | None:
     return error_message(task).splitlines()[0] if task.get("error") else None
 
 
+def state_text(task: Json) -> str:
+    """The task's state; for a ready task of a pool, the pool it waits for."""
+    state = text(task.get("state"))
+    pool = task.get("pool")
+    return f"{state} (waiting for pool {pool})" if state == "ready" and pool else state
+
+
 def task_row(depth: int, task: Json) -> list[str]:
     """The cells of one task's line of the tree."""
     name = task.get("name") or task.get("full_name")
     return [
         text(task.get("id")),
         INDENT * depth + text(name),
-        text(task.get("state")),
+        state_text(task),
         text(task.get("started_at")),
         duration_text(task.get("duration_seconds")),
         text(task.get("retry_count") or 0),

@@ -140,6 +140,11 @@ COMMANDS = lazy_commands(
             "List the triggers (another workflow's success, a webhook); show, pause, resume one.",
         ),
         (
+            "pools",
+            "tickwork.services.cli.pools:pools_group",
+            "List the pools tasks share (slots, used, waiting); set or delete one.",
+        ),
+        (
             "notifications",
             "tickwork.services.cli.notifications:notifications_group",
             "List what the notification rules sent, newest first; test a rule.",

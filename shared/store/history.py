@@ -23,7 +23,7 @@ from sqlalchemy.orm import aliased
 
 from tickwork.shared.display import elapsed_seconds
 from tickwork.shared.domain.choices import parse_choice
-from tickwork.shared.domain.states import CURRENT_ERROR_STATES, AttemptState
+from tickwork.shared.domain.states import CURRENT_ERROR_STATES, AttemptState, TaskState
 from tickwork.shared.errors import NotFound
 from tickwork.shared.store.paging import fetch_statement_page, keyset_statement
 from tickwork.shared.store.tables import (
@@ -133,6 +133,8 @@ class TaskSummary(NamedTuple):
     """The state a page shows: read as the task's own; the attempt read model
     (services/api/reads/attempts.py) gives a group that has not ended the most active
     state among its descendants."""
+    waiting_for_pool: str | None = None
+    """The pool (``_pool``) of a READY task: it waits for one of its slots; else None."""
 
     @property
     def duration_seconds(self) -> float | None:
@@ -516,13 +518,14 @@ _SUMMARY_QUERY = select(
         (tasks.c.state.in_(CURRENT_ERROR_STATES), tasks.c.error["message"].as_string()),
         else_=null(),
     ),
+    case((tasks.c.state == TaskState.READY.value, tasks.c.pool), else_=null()),
 )
 
 
 def list_task_summaries(conn: Connection, attempt_id: int) -> list[TaskSummary]:
-    """Every task of an attempt in creation order, each with its upstream task ids and
-    the message of its current error, without the JSON columns a page does not show
-    (none for an unknown attempt).
+    """Every task of an attempt in creation order, each with its upstream task ids, the
+    message of its current error and the pool a ready one waits for, without the JSON
+    columns a page does not show (none for an unknown attempt).
 
     The rows are turned into summaries as they are read (a parent comes before its
     children: its id is smaller), so thousands of rows are never held at once."""
@@ -531,7 +534,7 @@ def list_task_summaries(conn: Connection, attempt_id: int) -> list[TaskSummary]:
     full_names: dict[int, str] = {}
     found: list[TaskSummary] = []
     next_edge = 0
-    for task_id, parent_id, full_name, *values, message in conn.execute(query):
+    for task_id, parent_id, full_name, *values, message, pool in conn.execute(query):
         while next_edge < len(edges) and edges[next_edge][0] < task_id:
             next_edge += 1
         first_edge = next_edge
@@ -555,6 +558,7 @@ def list_task_summaries(conn: Connection, attempt_id: int) -> list[TaskSummary]:
                 error_message=message,
                 upstream_ids=tuple(up for _, up in edges[first_edge:next_edge]),
                 display_state=state,
+                waiting_for_pool=pool,
             )
         )
     return found

@@ -3,7 +3,8 @@ below (none left out), and a token of each role, sent to each route, is refused 
 exactly when its role is below the route's. A token limited to other projects is refused
 the same, and on a route whose path names a project or a thing of one (the arguments of
 :data:`PROJECT_BOUND`) it finds nothing (404; 403 to push), while a token limited to that
-project answers as an unlimited one does."""
+project answers as an unlimited one does; on the routes that manage tokens or change
+pools (:func:`unlimited_only`) any limited token is refused."""
 
 from __future__ import annotations
 
@@ -93,6 +94,9 @@ WHO_MAY: dict[str, str] = {
     "triggers.list_triggers": READ,
     "triggers.get_trigger": READ,
     "triggers.receive_hook": OPEN,
+    "pools.list_pools": READ,
+    "pools.get_pool": READ,
+    "ui_pools.pools_page": READ,
     # Operating: start, retry, kill; steer schedules.
     "attempts.start": OPERATE,
     "attempts.kill": OPERATE,
@@ -113,7 +117,7 @@ WHO_MAY: dict[str, str] = {
     "triggers.resume_trigger": OPERATE,
     "ui_schedules.pause_trigger": OPERATE,
     "ui_schedules.resume_trigger": OPERATE,
-    # Administering: projects, secrets, tokens, the audit log.
+    # Administering: projects, secrets, tokens, the audit log, pools.
     "projects.push_project": ADMIN,
     "projects.remove_project": ADMIN,
     "secrets.list_secrets": ADMIN,
@@ -124,6 +128,10 @@ WHO_MAY: dict[str, str] = {
     "tokens.revoke_token": ADMIN,
     "audit.list_audit": ADMIN,
     "ui_audit.audit_page": ADMIN,
+    "pools.set_pool": ADMIN,
+    "pools.delete_pool": ADMIN,
+    "ui_pools.set_pool": ADMIN,
+    "ui_pools.delete_pool": ADMIN,
 }
 
 
@@ -132,6 +140,18 @@ PROJECT_BOUND = frozenset(
 )
 """Path arguments naming a project or a thing of one (task and log ids come with their
 attempt's)."""
+UNLIMITED_ONLY = frozenset(
+    {"pools.set_pool", "pools.delete_pool", "ui_pools.set_pool", "ui_pools.delete_pool"}
+)
+"""Routes besides the tokens' that a token limited to projects may never use (403, its
+role whatever): they change what every project shares."""
+
+
+def unlimited_only(endpoint: str) -> bool:
+    """Whether only a token without project globs may use ``endpoint``."""
+    return endpoint.startswith("tokens.") or endpoint in UNLIMITED_ONLY
+
+
 SAMPLES = {"filename": "ui.css", "workflow": "daily"}
 
 
@@ -190,13 +210,11 @@ def test_a_token_limited_to_other_projects_is_refused_or_finds_nothing_where_the
         if needed == OPEN:
             continue
         path = sample_path(rule)
-        bound = bool(PROJECT_BOUND & set(rule.arguments)) and not rule.endpoint.startswith(
-            "tokens."
-        )
+        bound = bool(PROJECT_BOUND & set(rule.arguments)) and not unlimited_only(rule.endpoint)
         for method in sorted(set(rule.methods or ()) - {"HEAD", "OPTIONS"}):
             for role in (READ, OPERATE, ADMIN):
                 status = _send(api_app, method, path, outside[role]).status_code
-                if RANK[role] < RANK[needed] or rule.endpoint.startswith("tokens."):
+                if RANK[role] < RANK[needed] or unlimited_only(rule.endpoint):
                     expected = 403
                 elif bound:
                     expected = 403 if rule.endpoint == "projects.push_project" else 404
@@ -204,7 +222,7 @@ def test_a_token_limited_to_other_projects_is_refused_or_finds_nothing_where_the
                     expected = _send(api_app, method, path, role_tokens[role]).status_code
                 if status != expected:
                     wrong.append(f"{method} {path} as {role} outside: {status}, not {expected}")
-                if method == "GET" and not rule.endpoint.startswith("tokens."):
+                if method == "GET" and not unlimited_only(rule.endpoint):
                     mine = _send(api_app, method, path, inside[role]).status_code
                     everyone = _send(api_app, method, path, role_tokens[role]).status_code
                     if mine != everyone:

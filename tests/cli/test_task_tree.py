@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tickwork.services.cli.tasks import current_error, tree_order
+from tickwork.services.cli.tasks import current_error, state_text, tree_order
 from tickwork.shared.display import duration_text
 
 
@@ -42,6 +42,15 @@ class TestCurrentError:
 
     def test_a_failed_task_shows_its_error(self) -> None:
         assert current_error({"state": "error", "error": {"message": "exit 3"}}) == "exit 3"
+
+
+class TestStateText:
+    def test_a_ready_task_of_a_pool_says_which_pool_it_waits_for(self) -> None:
+        assert state_text({"state": "ready", "pool": "db"}) == "ready (waiting for pool db)"
+
+    def test_a_task_in_flight_or_of_no_pool_shows_its_state_alone(self) -> None:
+        assert state_text({"state": "running", "pool": "db"}) == "running"
+        assert state_text({"state": "ready", "pool": None}) == "ready"
 
 
 def test_durations_read_in_seconds_minutes_and_hours_as_the_web_ui_shows_them() -> None:

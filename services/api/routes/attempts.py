@@ -159,6 +159,11 @@ class TaskOut(BaseModel):
         "the most active of its tasks' (a group whose task runs shows `running`)."
     )
     retry_count: int = Field(description="How many times it failed and was retried.")
+    pool: str | None = Field(
+        description="The pool (`_pool`) whose slot it takes while queued or running: a "
+        "`ready` task with one waits for a free slot."
+    )
+    priority: int = Field(description="Its `_priority` (-100 to 100; higher goes first).")
     config: dict[str, Any]
     params: dict[str, Any] | None
     output_params: dict[str, Any] | None
@@ -396,6 +401,8 @@ def tasks(attempt_id: int) -> dict[str, Any]:
             "state": node.task.state.value,
             "display_state": shown[node.task.id],
             "retry_count": node.task.retry_count,
+            "pool": node.task.pool,
+            "priority": node.task.priority,
             "config": node.task.config,
             "params": node.task.params,
             "output_params": node.task.output_params,

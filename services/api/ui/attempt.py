@@ -175,9 +175,9 @@ def graph_json(ordered: list[tuple[int, TaskView]]) -> Markup:
     inside a script element: each task in tree order with its display ``state`` (``own``:
     its own state where that differs, as for a group whose child runs), ``group`` only on
     groups, ``full_name`` only where it is not the parent's followed by ``name``, and only
-    where they apply ``retries``, ``started``/``finished`` (Unix seconds) and ``error``
-    (its message, cut at :data:`ERROR_CHARS`); then the upstream edges as
-    ``[upstream, downstream]``."""
+    where they apply ``retries``, ``started``/``finished`` (Unix seconds), ``error``
+    (its message, cut at :data:`ERROR_CHARS`) and ``pool`` (the pool a ready task waits
+    for); then the upstream edges as ``[upstream, downstream]``."""
     items = []
     for _, task in ordered:
         item: dict[str, Any] = {"id": task.id, "name": task.name, "state": task.display_state}
@@ -206,6 +206,8 @@ def _put_optional(item: dict[str, Any], task: TaskView) -> None:
         item["finished"] = _epoch(task.finished_at)
     if task.error_message and task.state in CURRENT_ERROR_STATES:
         item["error"] = task.error_message[:ERROR_CHARS]
+    if task.waiting_for_pool is not None:
+        item["pool"] = task.waiting_for_pool
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from tickwork.services.api.ui import (
     formatting,
     notifications,
     overview,
+    pools,
     projects,
     runs,
     schedules,
@@ -40,6 +41,7 @@ PAGE_BLUEPRINTS: tuple[Blueprint, ...] = (
     actions.blueprint,
     search.blueprint,
     notifications.blueprint,
+    pools.blueprint,
     audit.blueprint,
 )
 """The pages' blueprints, registered in this order after the shell's."""

@@ -268,6 +268,7 @@
       if (task.group) name.append(" ", element("span", "muted", `group (${tasks.kids(task.id).length})`));
       const state = element("td");
       state.append(element("span", `state state-${task.state}`, task.state));
+      if (task.pool) state.append(" ", element("span", "muted waiting-pool", `waiting for pool ${task.pool}`));
       const retries = element("td", "", task.retries ? String(task.retries) : "");
       const started = element("td", "when");
       if (task.started !== undefined) {
