@@ -62,8 +62,10 @@ log = logging.getLogger(__name__)
 STARTED_COALESCE_SECONDS = 0.005
 """After only "started" events arrived, how long to wait for the matching results, so a
 short task costs one pass instead of two."""
-RESULT_BATCH_BACKLOG = 100
-"""Runs queued here and not yet started, from which results wait for one another."""
+RESULT_BATCH_BACKLOG = 32
+"""Runs queued here and not yet started, from which results wait for one another (low
+enough that a pool's fan-out, with at most its slots queued, is applied in batches too:
+bench/pools.py)."""
 RESULT_BATCH_SECONDS = 0.02
 """How long results wait for others while agents have that many runs still to start."""
 
