@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from operator import attrgetter
 from typing import Any
 
 from sqlalchemy import Connection
@@ -204,7 +205,7 @@ def _dispatch_ready_operators(
         work.pools_looked = True
     if not ready:
         return []
-    ready.sort(key=_rank)
+    ready.sort(key=attrgetter("rank"))
     stored = graph.stored_params(ready)
     drafts: dict[int, TaskMessage] = {}
     for task in ready:
@@ -239,8 +240,10 @@ def _dispatch_ready_operators(
         graph.record(task_id, drafts[task_id].full_name, TaskState.QUEUED)
         scope.runs.queued(rows[task_id], token, stored[task_id], work.now)
         _note_wait(work, rows[task_id])
-    return [
-        dataclasses.replace(drafts[task_id], lease_token=token) for task_id, token in tokens.items()
+    return [  # in rank order: the broker's queue keeps it
+        dataclasses.replace(draft, lease_token=tokens[task_id])
+        for task_id, draft in drafts.items()
+        if task_id in tokens
     ]
 
 
@@ -269,12 +272,6 @@ def _admit_pooled(work: Pass, scope: Scope, room: int) -> list[TaskRow]:
         if len(found) < take:  # none of this executor's tasks wait for it any more
             scope.pools_waiting.discard(name)
     return admitted
-
-
-def _rank(task: TaskRow) -> float:
-    """The order ready tasks are handed out in: lowest first (a task READY from before
-    ranks existed goes first)."""
-    return task.ready_rank if task.ready_rank is not None else 0.0
 
 
 def _note_wait(work: Pass, task: TaskRow) -> None:

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from operator import attrgetter
 from typing import Any
 
 from sqlalchemy import Connection
@@ -196,7 +197,9 @@ class TaskGraph:
         return groups
 
     def take_ready_operators(self, limit: int) -> list[TaskRow]:
-        """Up to ``limit`` operator tasks that became READY; the rest stay listed."""
+        """Up to ``limit`` operator tasks that became READY, lowest rank (highest priority)
+        first; the rest stay listed."""
+        self.ready_operators.sort(key=attrgetter("rank"))
         taken = self.ready_operators[:limit]
         del self.ready_operators[:limit]
         return taken

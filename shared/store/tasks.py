@@ -70,6 +70,12 @@ class TaskRow:
     priority: int = 0  # _priority
     ready_rank: float | None = None  # while READY: handed out lowest first
 
+    @property
+    def rank(self) -> float:
+        """Its place among ready tasks, lowest handed out first (see
+        :mod:`tickwork.shared.domain.pools`); a task ready from before ranks existed is 0."""
+        return self.ready_rank if self.ready_rank is not None else 0.0
+
 
 _TASK_COLUMNS = tuple(tasks.c[name] for name in TaskRow.__dataclass_fields__)
 

@@ -8,9 +8,11 @@ from sqlalchemy import Engine
 
 from tests.executor.scenario import START, Scenario
 from tickwork.services.executor.report import RESCAN_SECONDS
+from tickwork.shared.dispatch.messages import WorkCommitted
 from tickwork.shared.domain.pools import PRIORITY_STEP_SECONDS
 from tickwork.shared.domain.states import AttemptState, TaskState
 from tickwork.shared.store import pools as pool_store
+from tickwork.shared.store import sessions as session_store
 
 FIVE_IN_A_POOL = """
     _parallel: true
@@ -149,6 +151,39 @@ class TestPriority:
                 run.succeed(name)
             order += run.step()
         assert order == ["+wf+high", "+wf+mid", "+wf+low", "+wf+low2"]
+
+    def test_tasks_of_no_pool_are_handed_out_by_priority_when_more_are_ready_than_a_pass_takes(
+        self, run: Scenario
+    ) -> None:
+        run.executor.scope.dispatch_batch_size = 2
+        run.start("""
+            _parallel: true
+            +a:
+              echo>: a
+            +b:
+              _priority: 1
+              echo>: b
+            +c:
+              _priority: 9
+              echo>: c
+            +d:
+              echo>: d
+        """)
+        assert run.tick() == ["+wf+c", "+wf+b"]
+        assert run.tick() == ["+wf+a", "+wf+d"]
+
+    def test_a_killed_attempt_gives_its_tasks_slots_back(self, run: Scenario) -> None:
+        set_pool(run.engine, "db", 2)
+        run.start(FIVE_IN_A_POOL)
+        run.step()
+        first = run.attempt_id
+        with run.engine.begin() as conn:
+            session_store.request_kill(conn, first, START)
+        run.agent.report(WorkCommitted())
+        run.step()
+        assert run.in_flight() == []
+        run.start(FIVE_IN_A_POOL)
+        assert run.step() == ["+wf+t1", "+wf+t2"]
 
     def _low_then_high_after(self, run: Scenario, seconds: float) -> list[str]:
         """A slot busy, a priority-0 task ready now and a priority-5 one ready
