@@ -94,28 +94,34 @@ def start_created_attempts(work: Pass, scope: Scope) -> int:
 
 
 def start_and_dispatch(work: Pass, scope: Scope) -> bool:
-    """Start ready groups and dispatch ready operators until nothing new became ready;
-    the messages go to ``work.messages``. True when the dispatch batch filled up (more
-    READY tasks may wait in the store)."""
+    """Start ready groups and dispatch ready operators until nothing new became ready,
+    then admit tasks waiting for pools (once per pass: one lock of their rows, in name
+    order); the messages go to ``work.messages``. True when the dispatch batch filled up
+    (more READY tasks may wait in the store)."""
     graph, report = work.graph, work.report
     dispatched: list[TaskMessage] = []
     scan = work.plan.scan_ready
     full = False
     for _ in range(MAX_ROUNDS):  # each round goes one level deeper into new subtrees
-        pools = _slots_may_have_freed(work, scope)
-        if not (scan or pools or graph.ready_groups or graph.ready_operators):
+        if not (scan or graph.ready_groups or graph.ready_operators):
             break
         report.groups_started += _start_ready_groups(work, scope, scan)
         graph.settle()
-        if scan or pools or graph.ready_operators:
+        if scan or graph.ready_operators:
             room = scope.dispatch_batch_size - len(dispatched)
-            batch = _dispatch_ready_operators(work, scope, room, scan)
+            batch = _queue_tasks(work, scope, _ready_of_no_pool(work, scope, room, scan))
             dispatched += batch
             graph.settle()
             if len(batch) >= room:
                 full = True
                 break
         scan = False
+    if not full and _slots_may_be_taken(work, scope):
+        room = scope.dispatch_batch_size - len(dispatched)
+        batch = _queue_tasks(work, scope, _admit_pooled(work, scope, room))
+        dispatched += batch
+        graph.settle()  # a task that could not be queued may have failed, and woken others
+        full = len(batch) >= room or bool(graph.ready_groups or graph.ready_operators)
     work.messages += dispatched
     return full
 
@@ -180,29 +186,29 @@ def _start_ready_groups(work: Pass, scope: Scope, scan: bool) -> int:
     return started
 
 
-def _dispatch_ready_operators(
-    work: Pass, scope: Scope, limit: int, scan: bool
-) -> list[TaskMessage]:
-    """Queue READY operator tasks: those this pass made READY, or with ``scan`` every
-    one in the store (work other passes or processes left), lowest rank first. A task of
-    a pool is queued only into a free slot of it (see :func:`_admit_pooled`)."""
+def _ready_of_no_pool(work: Pass, scope: Scope, limit: int, scan: bool) -> list[TaskRow]:
+    """READY operator tasks of no pool to queue: those this pass made READY, or with
+    ``scan`` every one in the store (work other passes or processes left). The pools that
+    ready tasks wait for are noted in ``scope.pools_waiting`` (rebuilt by a scan)."""
     conn, graph = work.conn, work.graph
     if scan:
         graph.ready_operators = []
-        ready = task_store.select_ready_operators(
+        scope.pools_waiting = pool_store.pools_waited_for(conn, scope.attempt_ids)
+        return task_store.select_ready_operators(
             conn, work.now, limit, attempt_ids=scope.attempt_ids
         )
-        scope.pools_waiting = pool_store.pools_waited_for(conn, scope.attempt_ids)
-        look_at_pools = bool(scope.pools_waiting)
-    else:
-        taken = graph.take_ready_operators(limit)
-        ready = [task for task in taken if task.pool is None]
-        held = {task.pool for task in taken if task.pool is not None}
-        look_at_pools = bool(held) or _slots_may_have_freed(work, scope)
+    taken = graph.take_ready_operators(limit)
+    held = {task.pool for task in taken if task.pool is not None}
+    if held:
         scope.pools_waiting |= held
-    if look_at_pools and scope.pools_waiting and len(ready) < limit:
-        ready += _admit_pooled(work, scope, limit - len(ready))
-        work.pools_looked = True
+        work.pooled_ready = True
+    return [task for task in taken if task.pool is None]
+
+
+def _queue_tasks(work: Pass, scope: Scope, ready: list[TaskRow]) -> list[TaskMessage]:
+    """Queue ``ready`` (READY operator tasks) in rank order: the executor runs its own
+    operators here; the others are marked QUEUED and their messages returned."""
+    conn, graph = work.conn, work.graph
     if not ready:
         return []
     ready.sort(key=attrgetter("rank"))
@@ -247,30 +253,31 @@ def _dispatch_ready_operators(
     ]
 
 
-def _slots_may_have_freed(work: Pass, scope: Scope) -> bool:
-    """Whether tasks of this executor wait for pools and the pass, not having admitted
-    any yet, applied what may have given a slot back (a result, a run given up)."""
-    if work.pools_looked or not scope.pools_waiting:
+def _slots_may_be_taken(work: Pass, scope: Scope) -> bool:
+    """Whether tasks of this executor wait for pools and the pass may find a slot for
+    them: a scan, pooled tasks it made ready, or what may have given a slot back (a
+    result applied, a run given up)."""
+    if not scope.pools_waiting:
         return False
-    return bool(work.report.events_applied or work.report.requeued or work.revoked)
+    freed = work.report.events_applied or work.report.requeued or work.revoked
+    return bool(work.plan.scan_ready or work.pooled_ready or freed)
 
 
 def _admit_pooled(work: Pass, scope: Scope, room: int) -> list[TaskRow]:
     """READY tasks of the pools this executor's tasks wait for, as many as each pool has
-    free slots (and ``room`` allows), lowest rank first. The pools' rows stay locked
-    until the pass commits, so that no other executor counts their slots meanwhile."""
+    free slots (and ``room`` allows). Of each pool, the best-ranked ready tasks of every
+    executor are chosen, and this one takes those it runs: a slot it freed goes to a
+    better task of another executor, which takes it in its next pass, rather than to its
+    own. The pools' rows stay locked until the pass commits, so that no other executor
+    counts their slots meanwhile."""
     admitted: list[TaskRow] = []
     free = pool_store.lock_free_slots(work.conn, scope.pools_waiting)
     for name, slots in free.items():
         take = min(slots, room - len(admitted))
-        if take <= 0:
-            continue
-        found = task_store.select_ready_operators(
-            work.conn, work.now, take, pool=name, attempt_ids=scope.attempt_ids
-        )
-        admitted += found
-        if len(found) < take:  # none of this executor's tasks wait for it any more
-            scope.pools_waiting.discard(name)
+        if take > 0:
+            admitted += task_store.select_ready_operators(
+                work.conn, work.now, take, pool=name, attempt_ids=scope.attempt_ids
+            )
     return admitted
 
 

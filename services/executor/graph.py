@@ -23,6 +23,7 @@ from tickwork.services.executor.materialize import Placement, materialize_childr
 from tickwork.shared.domain.delays import StartRule
 from tickwork.shared.domain.expressions import escape
 from tickwork.shared.domain.params import merge_outputs, merge_params
+from tickwork.shared.domain.pools import ready_rank
 from tickwork.shared.domain.states import (
     ACTIVE_TASK_STATES,
     AttemptState,
@@ -152,6 +153,7 @@ class TaskGraph:
             start = StartRule.from_config(rule)
             not_before = start.not_before(self.now, attempt.session_time, attempt.timezone)
             target = TaskState.DELAYED if not_before > self.now else TaskState.READY
+            rank = ready_rank(self.now, task.priority)
             # Guarded on its state alone: a task another executor delayed stays delayed.
             if not task_store.update_task(
                 self.conn,
@@ -160,10 +162,13 @@ class TaskGraph:
                 state=target,
                 not_before=not_before,
                 updated_at=self.now,
+                ready_rank=rank,
             ):
                 continue
             if target is TaskState.READY:
-                ready = replace(task, state=target, not_before=not_before, updated_at=self.now)
+                ready = replace(
+                    task, state=target, not_before=not_before, updated_at=self.now, ready_rank=rank
+                )
                 started.append(ready)
             else:
                 self.moves.append(_move_of(task, target, self.now, {"not_before": not_before}))

@@ -99,7 +99,7 @@ class Pass:
     ended_logs: list[dict[str, Any]] = field(default_factory=list)  # logs results described
     logged_runs: set[tuple[int, int]] = field(default_factory=set)  # (task, token) indexed
     log_attempts: set[int] = field(default_factory=set)  # whose logs the pass stored chunks of
-    pools_looked: bool = False  # the pass admitted tasks to pools after what it applied
+    pooled_ready: bool = False  # the pass made tasks of a pool READY
 
 
 @dataclass

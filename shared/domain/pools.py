@@ -46,6 +46,12 @@ def rank_seconds(now: datetime) -> float:
     return (now - EPOCH).total_seconds()
 
 
+def ready_rank(now: datetime, priority: int) -> float:
+    """The rank of a task of ``priority`` made READY at ``now`` (the store's statements
+    compute the same in SQL)."""
+    return rank_seconds(now) - priority * PRIORITY_STEP_SECONDS
+
+
 def ready_since(rank: float, priority: int) -> datetime:
     """When a task of ``rank`` and ``priority`` became ready."""
     return EPOCH + timedelta(seconds=rank + priority * PRIORITY_STEP_SECONDS)

@@ -311,8 +311,12 @@ def select_ready_operators(
     attempt_ids: AttemptSet = None,
 ) -> list[TaskRow]:
     """READY operator tasks due by ``now`` in the order they are handed out (lowest
-    rank first: see :mod:`tickwork.shared.domain.pools`): those of ``pool``, or with
-    None those of no pool (a pooled task waits for its pool's slot, not for a scan)."""
+    rank first: see :mod:`tickwork.shared.domain.pools`), of ``attempt_ids``.
+
+    With ``pool`` None, up to ``limit`` tasks of no pool (a pooled task waits for its
+    pool's slot, not for a scan). With a ``pool``, those of ``attempt_ids`` among the
+    pool's ``limit`` best-ranked ready tasks of any attempt: a slot goes to the best task
+    waiting for it, whichever executor runs it."""
     values: dict[str, Any] = {"now": now, "limit": limit, "pool": pool}
     by_ids = attempt_ids is not None and not isinstance(attempt_ids, AttemptFilter)
     if by_ids:
@@ -325,15 +329,22 @@ def select_ready_operators(
 
 @lru_cache(maxsize=4)
 def _ready_query(pooled: bool, by_attempt: bool) -> Any:
-    query = select(*_TASK_COLUMNS).where(
+    due = (
         tasks.c.state == TaskState.READY.value,
         tasks.c.pool == bindparam("pool") if pooled else tasks.c.pool.is_(None),
         tasks.c.is_group.is_(False),
         (tasks.c.not_before.is_(None)) | (tasks.c.not_before <= bindparam("now")),
     )
+    query = select(*_TASK_COLUMNS)
+    if pooled:
+        best = select(tasks.c.id).where(*due).order_by(tasks.c.ready_rank, tasks.c.id)
+        query = query.where(tasks.c.id.in_(best.limit(bindparam("limit")).scalar_subquery()))
+    else:
+        query = query.where(*due)
     if by_attempt:
         query = query.where(tasks.c.attempt_id.in_(bindparam("attempt_ids", expanding=True)))
-    return query.order_by(tasks.c.ready_rank, tasks.c.id).limit(bindparam("limit"))
+    query = query.order_by(tasks.c.ready_rank, tasks.c.id)
+    return query if pooled else query.limit(bindparam("limit"))
 
 
 def earliest_not_before(

@@ -4,6 +4,8 @@ highest priority first, with waiting counted against priority (ageing)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sqlalchemy import Engine
 
 from tests.executor.scenario import START, Scenario
@@ -238,3 +240,52 @@ class TestPriority:
         run.succeed("+wf+a")
         run.tick(30)
         assert run.report.ready_waits == [(0, 30.0)]
+
+
+class TestManyExecutors:
+    def test_a_slot_one_executor_frees_goes_to_a_better_task_another_runs(
+        self, engine: Engine, tmp_path: Path
+    ) -> None:
+        set_pool(engine, "one", 1)
+        (tmp_path / "a").mkdir()
+        (tmp_path / "b").mkdir()
+        low, high = Scenario(engine, tmp_path / "b"), Scenario(engine, tmp_path / "a")
+        low.start("""
+            _parallel: true
+            _pool: one
+            _priority: -5
+            +x1:
+              echo>: 1
+            +x2:
+              echo>: 2
+        """)
+        low.executor.scope.attempt_ids = frozenset({low.attempt_id})
+        assert low.step() == ["+wf+x1"]
+        high.start("""
+            +hi:
+              _pool: one
+              _priority: 5
+              echo>: hi
+        """)
+        high.executor.scope.attempt_ids = frozenset({high.attempt_id})
+        assert high.step() == []
+        low.succeed("+wf+x1")
+        assert low.step() == []
+        assert high.step(RESCAN_SECONDS) == ["+wf+hi"]
+
+
+class TestRanks:
+    def test_a_task_whose_start_time_has_passed_is_ranked_when_it_becomes_ready(
+        self, run: Scenario
+    ) -> None:
+        set_pool(run.engine, "one", 0)
+        run.start("""
+            +first:
+              _pool: one
+              _start_at: "00:00"
+              echo>: first
+        """)
+        run.step()
+        task = run.task("+wf+first")
+        assert task.state is TaskState.READY
+        assert task.ready_rank is not None
