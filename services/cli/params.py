@@ -3,6 +3,7 @@ keywords), ``--param`` and ``--database-url`` options."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -139,7 +140,7 @@ def parse_pools(raw: tuple[str, ...]) -> dict[str, int]:
                 "letters, digits, '_', '.' or '-'; up to 64)",
                 param_hint="'--pool'",
             )
-        if not slots.strip().isdigit() or int(slots) > MAX_SLOTS:
+        if not re.fullmatch(r"[0-9]{1,6}", slots) or int(slots) > MAX_SLOTS:
             raise click.BadParameter(
                 f"{item!r}: SLOTS must be a whole number from 0 to {MAX_SLOTS}",
                 param_hint="'--pool'",

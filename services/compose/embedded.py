@@ -250,13 +250,13 @@ def set_pools(conn: Connection, request: RunRequest, now: datetime, *, must_exis
         pool_store.set_pool(conn, name, slots, None, now)
     if not must_exist:
         return
-    known = {usage.name for usage in pool_store.list_pools(conn) if usage.slots is not None}
+    known = {usage.name for usage in pool_store.list_pools(conn) if usage.slots}
     missing = sorted(request.definition.root.pools_named() - known)
     if missing:
         given = " ".join(f"--pool {name}=SLOTS" for name in missing)
         message = (
-            f"its tasks take slots of {_names(missing)}, which this store does not have: "
-            f"give {given}"
+            f"its tasks take slots of {_names(missing)}, which this store does not have "
+            f"(or has with no slots): give {given}"
         )
         raise InvalidInput([Problem(f"{request.definition.name}.dig", None, message)])
 

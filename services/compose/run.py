@@ -159,6 +159,11 @@ def run(
             "error: --on-executor needs TICKWORK_DATABASE_URL to name the PostgreSQL "
             "database that `tickwork executor` uses"
         )
+    if raw_pools and on_executor:
+        raise click.UsageError(
+            "--pool and --on-executor do not work together: the executor's pools are every "
+            "project's; change them with `tickwork pools set`"
+        )
     for first, second, given in (
         ("-E/--show-params", "--on-executor", show_params and on_executor),
         ("-a/--rerun", "-s/--start", rerun and start_from),

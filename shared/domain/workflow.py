@@ -186,22 +186,22 @@ class TaskSpec:
 
     def inheriting(self, **values: Any) -> TaskSpec:
         """This subtree with each of ``values`` (of :data:`INHERITED`: a group's ``_queue``,
-        ``_pool``, ``_priority``) on every task that sets none of its own."""
-        own = {name: getattr(self, name) for name in values}
-        if self.operator is not None and None not in own.values():
-            return self
+        ``_pool``, ``_priority``) on every task that sets none of its own. What a task
+        generates (a loop's ``_do``, ``if>``'s branches) and its children take what it has
+        then; its ``_error`` and ``_check`` take ``values``, as its siblings do."""
+        merged = {**values, **self.inherited()}
 
-        def sub(spec: TaskSpec | None) -> TaskSpec | None:
-            return None if spec is None else spec.inheriting(**values)
+        def sub(spec: TaskSpec | None, given: dict[str, Any]) -> TaskSpec | None:
+            return None if spec is None or not given else spec.inheriting(**given)
 
         return replace(
             self,
-            **{name: value if own[name] is None else own[name] for name, value in values.items()},
-            children=tuple(child.inheriting(**values) for child in self.children),
-            error=sub(self.error),
-            check=sub(self.check),
-            do=sub(self.do),
-            else_do=sub(self.else_do),
+            **merged,
+            children=tuple(child.inheriting(**merged) for child in self.children),
+            error=sub(self.error, values),
+            check=sub(self.check, values),
+            do=sub(self.do, merged),
+            else_do=sub(self.else_do, merged),
         )
 
     def inherited(self) -> dict[str, Any]:

@@ -349,9 +349,12 @@ class _ProjectParser(Reporter):
         if spec is not None and spec.control is not None:
             control = read_control(self, spec, spec.control, name, body, where, self._body)
             common.update(control)
-        return TaskSpec(
+        task = TaskSpec(
             name, operator=operator, command=command, params=params, called=called, **common
         )
+        # A loop's or if>'s _pool, _priority and _queue pass to what it generates.
+        inherited = task.inherited()
+        return task.inheriting(**inherited) if inherited and (task.do or task.else_do) else task
 
     def _operator(self, name: str, body: LineMap, where: Where) -> tuple[str, Any, TaskSpec | None]:
         """The operator, its command, and for ``call>`` the root of the called workflow."""

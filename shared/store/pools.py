@@ -19,6 +19,7 @@ from sqlalchemy import Connection, delete, func, select
 from tickwork.shared.domain.pools import PoolUsage
 from tickwork.shared.domain.states import TaskState
 from tickwork.shared.errors import NotFound
+from tickwork.shared.store.dialects import dialect_of
 from tickwork.shared.store.partitions import AttemptSet, restrict
 from tickwork.shared.store.tables import pools, tasks
 
@@ -73,13 +74,13 @@ def set_pool(
     """Create the pool or change its slots (and description, when given); True when it
     was created. Fewer slots than are in use takes none back: no new task is admitted
     until enough of them end."""
-    row = conn.execute(select(pools.c.name).where(pools.c.name == name).with_for_update()).first()
-    if row is None:
-        conn.execute(
-            pools.insert().values(
-                name=name, slots=slots, description=description, created_at=now, updated_at=now
-            )
-        )
+    insert = dialect_of(conn).insert_ignoring_conflicts(pools, index_elements=["name"])
+    created = conn.execute(
+        insert.values(
+            name=name, slots=slots, description=description, created_at=now, updated_at=now
+        ).returning(pools.c.name)
+    ).first()
+    if created is not None:
         return True
     values: dict[str, object] = {"slots": slots, "updated_at": now}
     if description is not None:

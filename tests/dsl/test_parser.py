@@ -971,6 +971,32 @@ class TestPoolAndPriority:
         ]
         assert TaskSpec.from_config(root.to_config()) == root
 
+    def test_what_a_loop_generates_takes_the_loops_own_pool_and_priority(
+        self, tmp_path: Path
+    ) -> None:
+        definition = parse(
+            tmp_path,
+            """
+            +g:
+              _pool: outer
+              +each:
+                for_each>: {x: [1, 2]}
+                _pool: inner
+                _priority: 7
+                _do:
+                  echo>: ${x}
+            +top:
+              for_each>: {x: [1]}
+              _pool: own
+              _do:
+                echo>: ${x}
+            """,
+        )
+        each = child(child(definition.root, "+g"), "+each")
+        top = child(definition.root, "+top")
+        assert each.do is not None and (each.do.pool, each.do.priority) == ("inner", 7)
+        assert top.do is not None and top.do.pool == "own"
+
     def test_a_task_without_them_has_no_pool_and_no_priority(self, tmp_path: Path) -> None:
         a = child(parse(tmp_path, "+a:\n  echo>: a\n").root, "+a")
         assert (a.pool, a.priority) == (None, None)
