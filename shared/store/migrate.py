@@ -15,7 +15,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from tickwork.shared.errors import StoreUnavailable
@@ -56,6 +56,11 @@ def upgrade_database(engine: Engine, revision: str = "head") -> bool:
         current = MigrationContext.configure(connection).get_current_revision()
         if current is not None and current not in _known_revisions():
             return False
+        if current not in (None, head_revision()) and dialect_of(connection).serves_many_processes:
+            # Every migration runs in this one transaction. One that alters `tasks` after an
+            # earlier one took a weaker lock on it (a foreign key to it) would deadlock with
+            # a running executor, which reads tasks and then writes them: take it first.
+            connection.execute(text("LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE"))
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
     return True

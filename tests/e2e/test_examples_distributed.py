@@ -31,6 +31,7 @@ from tickwork.services.compose.embedded import RunRequest, create_run_attempt
 from tickwork.shared.clock import utc_now
 from tickwork.shared.dsl.parser import parse_workflow_text
 from tickwork.shared.secrets import SecretBox
+from tickwork.shared.store import pools as pool_store
 from tickwork.shared.store import secrets as secret_store
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -80,8 +81,9 @@ SEQUENTIAL_NOTES: dict[str, list[str]] = {
 }
 """What the examples whose tasks run one at a time note, exactly, in order."""
 
-PARALLEL_LIMITS = {"parallel_limit": 2, "fan_out": 3}
-"""Examples with a ``_parallel: {limit: N}`` window: never more than N at once."""
+PARALLEL_LIMITS = {"parallel_limit": 2, "fan_out": 3, "pools": 2}
+"""Examples with a ``_parallel: {limit: N}`` window or a pool of N slots (``pools``, set
+to 2 here): never more than N at once."""
 
 
 @pytest.fixture
@@ -160,6 +162,8 @@ def test_every_example_runs_on_an_executor_and_two_agents(
         dirs_exist_ok=True,
     )
     set_secrets(cluster, pg_secrets(orders_database))
+    with cluster.engine.begin() as conn:  # as `tickwork pools set warehouse 2`
+        pool_store.set_pool(conn, "warehouse", 2, None, utc_now())
     cluster.start_executor()
     key = {"TICKWORK_SECRET_KEY": SECRET_KEY}
     cluster.start_agent("agent-1", concurrency=4, env=key)
