@@ -11,7 +11,7 @@ from typing import Any
 
 from tickwork.shared.domain.delays import StartRule
 from tickwork.shared.domain.durations import BadDuration, parse_duration
-from tickwork.shared.domain.pools import MAX_PRIORITY, MIN_PRIORITY, POOL_NAME
+from tickwork.shared.domain.pools import MAX_PRIORITY, MIN_PRIORITY
 from tickwork.shared.domain.schedule import suggest
 from tickwork.shared.domain.workflow import QUEUE_NAME, RetryPolicy, TaskSpec
 from tickwork.shared.dsl.directives import (
@@ -106,30 +106,23 @@ def read_timeout(reporter: Reporter, body: LineMap, where: Where) -> int | None:
 
 def read_queue(reporter: Reporter, body: LineMap, where: Where) -> str | None:
     """``_queue``: a literal queue name."""
-    value = body["_queue"]
-    line = body.line_of("_queue")
-    if isinstance(value, str) and "${" in value:
-        reporter.report(where, line, "'_queue' cannot use ${...} expressions")
-    elif not isinstance(value, str) or not QUEUE_NAME.fullmatch(value):
-        message = (
-            "'_queue' must be a queue name (a letter or digit, then letters, digits, "
-            f"'_', '.' or '-'; up to 64), got {value!r}"
-        )
-        reporter.report(where, line, message)
-    else:
-        return value
-    return None
+    return _read_name(reporter, body, where, "_queue", "queue")
 
 
 def read_pool(reporter: Reporter, body: LineMap, where: Where) -> str | None:
     """``_pool``: a literal pool name (the pool itself is made with ``tickwork pools set``)."""
-    value = body["_pool"]
-    line = body.line_of("_pool")
+    return _read_name(reporter, body, where, "_pool", "pool")
+
+
+def _read_name(reporter: Reporter, body: LineMap, where: Where, key: str, kind: str) -> str | None:
+    """A literal ``kind`` name under ``key`` (queues and pools are named alike)."""
+    value = body[key]
+    line = body.line_of(key)
     if isinstance(value, str) and "${" in value:
-        reporter.report(where, line, "'_pool' cannot use ${...} expressions")
-    elif not isinstance(value, str) or not POOL_NAME.fullmatch(value):
+        reporter.report(where, line, f"'{key}' cannot use ${{...}} expressions")
+    elif not isinstance(value, str) or not QUEUE_NAME.fullmatch(value):
         message = (
-            "'_pool' must be a pool name (a letter or digit, then letters, digits, "
+            f"'{key}' must be a {kind} name (a letter or digit, then letters, digits, "
             f"'_', '.' or '-'; up to 64), got {value!r}"
         )
         reporter.report(where, line, message)
