@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -280,20 +280,36 @@ def select_tasks_due(
     values: dict[str, Any] = {"state": state.value, "now": now, "limit": limit}
     if is_group is not None:
         values["is_group"] = is_group
+    by_kind = is_group is not None
+    return _rows_in(conn, lambda by_ids: _due_query(by_kind, by_ids), values, attempt_ids)
+
+
+def _rows_in(
+    conn: Connection,
+    query_for: Callable[[bool], Any],
+    values: dict[str, Any],
+    attempt_ids: AttemptSet,
+) -> list[TaskRow]:
+    """The rows of ``query_for(by_ids)`` (a cached statement) kept to ``attempt_ids``: a
+    set of ids is bound as ``attempt_ids``, a partition filter added as a clause."""
     by_ids = attempt_ids is not None and not isinstance(attempt_ids, AttemptFilter)
     if by_ids:
-        values["attempt_ids"] = list(attempt_ids)  # type: ignore[arg-type]
-    query = _due_query(is_group is not None, by_ids)
+        values = {**values, "attempt_ids": list(attempt_ids)}  # type: ignore[arg-type]
+    query = query_for(by_ids)
     if isinstance(attempt_ids, AttemptFilter):
         query = restrict(query, tasks.c.attempt_id, attempt_ids)
     return [_task_from_row(row) for row in conn.execute(query, values)]
+
+
+_DUE_BY_NOW = tasks.c.not_before.is_(None) | (tasks.c.not_before <= bindparam("now"))
+"""A task without a ``not_before``, or whose ``not_before`` has passed by ``now``."""
 
 
 @lru_cache(maxsize=8)
 def _due_query(by_kind: bool, by_attempt: bool) -> Any:
     query = select(*_TASK_COLUMNS).where(
         tasks.c.state == bindparam("state"),
-        (tasks.c.not_before.is_(None)) | (tasks.c.not_before <= bindparam("now")),
+        _DUE_BY_NOW,
     )
     if by_kind:
         query = query.where(tasks.c.is_group == bindparam("is_group"))
@@ -318,13 +334,8 @@ def select_ready_operators(
     pool's ``limit`` best-ranked ready tasks of any attempt: a slot goes to the best task
     waiting for it, whichever executor runs it."""
     values: dict[str, Any] = {"now": now, "limit": limit, "pool": pool}
-    by_ids = attempt_ids is not None and not isinstance(attempt_ids, AttemptFilter)
-    if by_ids:
-        values["attempt_ids"] = list(attempt_ids)  # type: ignore[arg-type]
-    query = _ready_query(pool is not None, by_ids)
-    if isinstance(attempt_ids, AttemptFilter):
-        query = restrict(query, tasks.c.attempt_id, attempt_ids)
-    return [_task_from_row(row) for row in conn.execute(query, values)]
+    pooled = pool is not None
+    return _rows_in(conn, lambda by_ids: _ready_query(pooled, by_ids), values, attempt_ids)
 
 
 @lru_cache(maxsize=4)
@@ -333,7 +344,7 @@ def _ready_query(pooled: bool, by_attempt: bool) -> Any:
         tasks.c.state == TaskState.READY.value,
         tasks.c.pool == bindparam("pool") if pooled else tasks.c.pool.is_(None),
         tasks.c.is_group.is_(False),
-        (tasks.c.not_before.is_(None)) | (tasks.c.not_before <= bindparam("now")),
+        _DUE_BY_NOW,
     )
     query = select(*_TASK_COLUMNS)
     if pooled:
