@@ -235,8 +235,8 @@ class TestPriority:
             +b:
               echo>: b
         """)
-        run.step()
-        assert run.report.ready_waits == [] or run.report.ready_waits[0][0] == 3
+        assert run.tick() == ["+wf+a"]
+        assert run.report.ready_waits == [(3, 0.0)]
         run.succeed("+wf+a")
         run.tick(30)
         assert run.report.ready_waits == [(0, 30.0)]
