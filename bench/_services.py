@@ -13,6 +13,7 @@ import secrets
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -101,6 +102,37 @@ def start_service(
             start_new_session=True,
         )
     return Service(name, process, log_path, metrics_port)
+
+
+def start_executors_and_agents(
+    services: list[Service],
+    database_url: str,
+    redis_url: str,
+    prefix: str,
+    work_dir: Path,
+    *,
+    executors: int = 1,
+    agents: int = 2,
+) -> None:
+    """Start ``executors`` ``tickwork executor`` processes on ``database_url`` and
+    ``agents`` ``tickwork agent --concurrency 1`` processes (no database URL), all under the
+    Redis key ``prefix``, logging into ``work_dir``; each is appended to ``services`` as it
+    starts, so that it is stopped whatever happens next."""
+    common = {"TICKWORK_REDIS_URL": redis_url, "TICKWORK_REDIS_PREFIX": prefix}
+    tickwork = str(Path(sys.executable).parent / "tickwork")
+    for index in range(1, executors + 1):
+        port = free_port()
+        env = service_env(
+            **common, TICKWORK_DATABASE_URL=database_url, TICKWORK_METRICS_PORT=str(port)
+        )
+        command = [tickwork, "executor", "--metrics-port", str(port)]
+        name = "executor" if executors == 1 else f"executor-{index}"
+        services.append(start_service(name, command, env, work_dir, work_dir, port))
+    for index in range(1, agents + 1):
+        port = free_port()
+        env = service_env(**common, TICKWORK_METRICS_PORT=str(port))
+        command = [tickwork, "agent", "--concurrency", "1", "--metrics-port", str(port)]
+        services.append(start_service(f"agent-{index}", command, env, work_dir, work_dir, port))
 
 
 def stop_services(services: Sequence[Service]) -> None:

@@ -94,13 +94,13 @@ from _event_tap import AgentTimes, EventTap
 from _services import (
     BenchFailed,
     Service,
-    free_port,
     metric_total,
     read_metrics,
     redis_prefix,
     run_guarded,
     running,
     service_env,
+    start_executors_and_agents,
     start_service,
     stop_services,
     wait_until,
@@ -330,23 +330,9 @@ class Tickwork:
         """Migrate the database, then start ``executors`` ``tickwork executor`` processes
         and the agents, appending each to ``services`` as it starts."""
         engine = open_migrated_store(url)
-        common = {"TICKWORK_REDIS_URL": redis_url, "TICKWORK_REDIS_PREFIX": prefix}
-        tickwork = str(BIN_DIR / "tickwork")
-        for index in range(1, executors + 1):
-            port = free_port()
-            env = service_env(
-                **common,
-                TICKWORK_DATABASE_URL=url,
-                TICKWORK_METRICS_PORT=str(port),
-            )
-            command = [tickwork, "executor", "--metrics-port", str(port)]
-            name = "executor" if executors == 1 else f"executor-{index}"
-            services.append(start_service(name, command, env, work_dir, work_dir, port))
-        for index in range(1, AGENTS + 1):
-            port = free_port()
-            env = service_env(**common, TICKWORK_METRICS_PORT=str(port))  # no database URL
-            command = [tickwork, "agent", "--concurrency", "1", "--metrics-port", str(port)]
-            services.append(start_service(f"agent-{index}", command, env, work_dir, work_dir, port))
+        start_executors_and_agents(
+            services, url, redis_url, prefix, work_dir, executors=executors, agents=AGENTS
+        )
         project_dir = work_dir / "project"
         project_dir.mkdir()
         return cls(engine, project_dir, services, (redis_url, prefix), executors)

@@ -32,12 +32,10 @@ from pathlib import Path
 import sqlalchemy as sa
 from _services import (
     BenchFailed,
-    free_port,
     redis_prefix,
     run_guarded,
     running,
-    service_env,
-    start_service,
+    start_executors_and_agents,
 )
 from _stores import noop_workflow_text, run_request, throwaway_database
 from dispatch import services_cpu_seconds
@@ -51,7 +49,6 @@ from tickwork.shared.store.tables import attempts, tasks
 
 DEFAULT_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-BIN_DIR = Path(sys.executable).parent
 TASKS = 2000
 SLOTS = 50
 ROUNDS = 3
@@ -131,18 +128,7 @@ def run(
         with engine.begin() as conn:
             pool_store.set_pool(conn, "bench", SLOTS, "bench/pools.py", utc_now())
         services = stack.enter_context(running([]))
-        common = {"TICKWORK_REDIS_URL": redis_url, "TICKWORK_REDIS_PREFIX": prefix}
-        tickwork = str(BIN_DIR / "tickwork")
-        port = free_port()
-        env = service_env(**common, TICKWORK_DATABASE_URL=url, TICKWORK_METRICS_PORT=str(port))
-        services.append(
-            start_service("executor", [tickwork, "executor"], env, work_dir, work_dir, port)
-        )
-        for index in range(1, AGENTS + 1):
-            port = free_port()
-            env = service_env(**common, TICKWORK_METRICS_PORT=str(port))
-            command = [tickwork, "agent", "--concurrency", "1", "--metrics-port", str(port)]
-            services.append(start_service(f"agent-{index}", command, env, work_dir, work_dir, port))
+        start_executors_and_agents(services, url, redis_url, prefix, work_dir, agents=AGENTS)
         one_case(engine, url, work_dir, services, pooled=True, tasks_n=20)  # warm-up
         results: dict[str, list[dict[str, float]]] = {"plain": [], "pooled": []}
         for index in range(rounds):

@@ -35,12 +35,10 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from _services import (
-    free_port,
     redis_prefix,
     run_guarded,
     running,
-    service_env,
-    start_service,
+    start_executors_and_agents,
     wait_until,
 )
 from _stores import percentile, throwaway_database
@@ -55,7 +53,6 @@ from tickwork.shared.store.tables import attempts, sessions, tasks
 
 DEFAULT_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-BIN_DIR = Path(sys.executable).parent
 RUNS = 100
 AGENTS = 2
 TARGET_RATIO = 1.5
@@ -126,18 +123,7 @@ def run(server_url: str, redis_url: str, runs: int, err: Console) -> dict[str, o
                 now=utc_now(),
             )
         services = stack.enter_context(running([]))
-        common = {"TICKWORK_REDIS_URL": redis_url, "TICKWORK_REDIS_PREFIX": prefix}
-        tickwork = str(BIN_DIR / "tickwork")
-        port = free_port()
-        env = service_env(**common, TICKWORK_DATABASE_URL=url, TICKWORK_METRICS_PORT=str(port))
-        services.append(
-            start_service("executor", [tickwork, "executor"], env, work_dir, work_dir, port)
-        )
-        for index in range(1, AGENTS + 1):
-            port = free_port()
-            env = service_env(**common, TICKWORK_METRICS_PORT=str(port))
-            command = [tickwork, "agent", "--concurrency", "1", "--metrics-port", str(port)]
-            services.append(start_service(f"agent-{index}", command, env, work_dir, work_dir, port))
+        start_executors_and_agents(services, url, redis_url, prefix, work_dir, agents=AGENTS)
         # warm up: a manual start runs to its end
         _, warm, _ = start(engine, "manual")
         settle("the warm-up run", lambda: first_task_started(engine, warm), services)
