@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,6 +68,25 @@ def _port(conn: sa.Connection) -> int:
     return int(conn.execute(sa.text("SELECT inet_server_port()")).scalar_one())
 
 
+def _wait_until_every_pooled_session_is_read_only(engine: sa.Engine) -> None:
+    """pg_reload_conf() only signals: the postmaster and then each session take the new
+    setting in their own time (a session idle at the wire between its next two commands)."""
+    deadline = time.monotonic() + 10
+    while True:
+        held = [engine.connect() for _ in range(3)]
+        try:
+            seen = {
+                c.execute(sa.text("SHOW default_transaction_read_only")).scalar_one() for c in held
+            }
+        finally:
+            for conn in held:
+                conn.close()
+        if seen == {"on"}:
+            return
+        assert time.monotonic() < deadline, f"the pooled sessions still say {seen}"
+        time.sleep(0.05)
+
+
 def test_a_connection_that_meets_read_only_is_dropped_and_the_writable_server_used(
     two_servers: tuple[ThrowawayPostgres, ThrowawayPostgres],
 ) -> None:
@@ -81,6 +101,7 @@ def test_a_connection_that_meets_read_only_is_dropped_and_the_writable_server_us
         # When it stops accepting them (demoted: read-only by default from now on)
         _admin(first, "ALTER SYSTEM SET default_transaction_read_only = on")
         _admin(first, "SELECT pg_reload_conf()")
+        _wait_until_every_pooled_session_is_read_only(engine)
         # Then the statement in flight fails as read-only
         with pytest.raises(DBAPIError, match="read-only transaction"), engine.begin() as conn:
             conn.execute(sa.text("INSERT INTO marks VALUES (1)"))
