@@ -12,7 +12,12 @@ level.
 
 As a script it sends ``--warmup`` tasks and waits for them, then ``--rounds`` times sends
 ``--tasks`` tasks and waits for every result. The clock runs from the first send to the
-last result. It prints one JSON object: each round's publish and wall seconds.
+last result. With ``--chain N`` it then runs a chain of ``--chain-warmup`` links, and one
+of N links (:func:`chain_link`): each link, in the worker, sends the next one when its
+no-op has ended, as tickwork's executor sends a chain's next task once it has the result
+of the one before; no canvas, nothing precomputed. Each link returns its start and end
+(``time.time()`` in the worker's pool process) as its result. It prints one JSON object:
+each round's publish and wall seconds, and the chain's times per link and wall seconds.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import argparse
 import json
 import os
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -61,9 +67,31 @@ def noop(index: int) -> int:
     return index
 
 
+def link_id(chain_id: str, index: int) -> str:
+    """The task id of a chain's link ``index``: known in advance, to read its result."""
+    return f"{chain_id}.{index}"
+
+
+def chain_link(chain_id: str, index: int, links: int) -> list[float]:
+    """A no-op link of a chain of ``links``: send the next link, return [start, end].
+
+    The end is taken when the no-op is done, just before the next link is sent, so that
+    one link's end to the next one's covers what tickwork's hop does: sending, the
+    broker, a worker taking the message, and the next no-op.
+    """
+    started = time.time()
+    ended = time.time()
+    if index + 1 < links:
+        chain_link_task.apply_async(
+            (chain_id, index + 1, links), task_id=link_id(chain_id, index + 1)
+        )
+    return [started, ended]
+
+
 # Registered without decorators, which Celery leaves untyped.
 worker_ready.connect(note_ready)
 noop_task: Any = app.task(name="bench.noop")(noop)
+chain_link_task: Any = app.task(name="bench.chain_link")(chain_link)
 
 
 def send_and_wait(count: int, timeout_seconds: float) -> tuple[float, float]:
@@ -78,17 +106,38 @@ def send_and_wait(count: int, timeout_seconds: float) -> tuple[float, float]:
     return published - started, ended - started
 
 
+def run_chain(links: int, timeout_seconds: float) -> tuple[list[list[float]], float]:
+    """Send a chain's first link, wait for its last; (each link's [start, end], wall s)."""
+    chain_id = uuid.uuid4().hex
+    ids = [link_id(chain_id, index) for index in range(links)]
+    started = time.perf_counter()
+    chain_link_task.apply_async((chain_id, 0, links), task_id=ids[0])
+    app.AsyncResult(ids[-1]).get(timeout=timeout_seconds)
+    ended = time.perf_counter()
+    results = ResultSet([app.AsyncResult(task_id) for task_id in ids])
+    times: list[list[float]] = results.join_native(timeout=timeout_seconds, propagate=True)
+    return times, ended - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=2000)
+    parser.add_argument("--tasks", type=int, default=2000, help="fan-out size; 0: none")
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--chain", type=int, default=0, help="chain length; 0: no chain")
+    parser.add_argument("--chain-warmup", type=int, default=10)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per batch")
     args = parser.parse_args()
-    if args.warmup:
-        send_and_wait(args.warmup, args.timeout)
-    rounds = [send_and_wait(args.tasks, args.timeout) for _ in range(max(1, args.rounds))]
-    print(json.dumps({"tasks": args.tasks, "rounds": rounds}))
+    found: dict[str, Any] = {"tasks": args.tasks, "rounds": []}
+    if args.tasks:
+        if args.warmup:
+            send_and_wait(args.warmup, args.timeout)
+        found["rounds"] = [send_and_wait(args.tasks, args.timeout) for _ in range(args.rounds)]
+    if args.chain:
+        if args.chain_warmup > 1:
+            run_chain(args.chain_warmup, args.timeout)
+        found["chain_times"], found["chain_wall_seconds"] = run_chain(args.chain, args.timeout)
+    print(json.dumps(found))
 
 
 if __name__ == "__main__":

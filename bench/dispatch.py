@@ -1,18 +1,31 @@
 """Distributed dispatch: no-op tasks through the executor, Celery and agents, and raw Celery.
 
-Three parts, one after another so that none takes CPU from another while it is timed:
+Four parts, one after another so that none takes CPU from another while it is timed.
+Two are tickwork's, two are the raw Celery baseline's, on two ``celery worker`` processes
+(prefork, one worker process each) with the settings of tickwork's agents (JSON only,
+``task_acks_late``, prefetch 1, no remote control, no events, no gossip, mingle or
+heartbeat) and a Redis result backend (bench/_raw_celery.py runs them):
 
-(b) raw Celery: 2,000 no-op tasks sent with ``delay()`` to two ``celery worker`` processes
-    (prefork, one worker process each) with the settings of tickwork's agents (JSON only,
-    ``task_acks_late``, prefetch 1, no remote control, no events, no gossip, mingle or
-    heartbeat), and waited for through a Redis result backend. The clock runs from the
-    first send to the last result (bench/_raw_celery_app.py, run as a child process);
 (a) fan-out: one group with ``_parallel: true`` and 2,000 ``echo>: x`` tasks through a
     real ``tickwork executor`` and two ``tickwork agent --concurrency 1`` processes. The
     clock runs from just before the transaction that creates the attempt until this
     process sees the attempt in ``success`` in the store (polled every 10 ms);
+(b) raw Celery fan-out: 2,000 no-op tasks sent with ``delay()`` and waited for through
+    the result backend. The clock runs from the first send to the last result
+    (bench/_raw_celery_app.py, run as a child process);
 (c) chain: one group of 200 ``echo>: x`` tasks, each waiting for the one before, on the
-    same services. The figure is the per-hop latency; see below.
+    same services. The figure is the per-hop latency; see below;
+(e) raw Celery chain: 200 no-op links, each of which sends the next from inside its worker
+    once its no-op has ended (``apply_async`` in the task's body, not a canvas chain), as
+    the executor sends a chain's next task once the result of the one before is in. The
+    figure is its hop, measured as tickwork's (below), to which tickwork's is compared.
+
+A round runs the four parts, tickwork's and raw Celery's alternately: (a) (b) (c) (e) in
+odd rounds, (b) (a) (e) (c) in even ones, so that the machine's drift through a run weighs
+on both sides alike. ``--repeat N`` runs N rounds (default :data:`DEFAULT_ROUNDS`); every
+figure is the median of its rounds' values, and each ratio the median of the rounds' own
+ratios (each taken between runs a few seconds apart). Both sides' services stay up,
+idle, while the other side runs.
 
 **How a hop is measured.** ``tasks.started_at`` is stamped when the executor queues a task
 (READY -> QUEUED, before it publishes the message) and ``finished_at`` when it applies
@@ -29,6 +42,15 @@ the no-op's run time. The
 largest ``started_at[n+1] - finished_at[n]`` is reported too (``hop_queue_gap_max_ms``);
 it is 0 when each next task is queued in the pass that saw its upstream end.
 
+The raw Celery chain's hop is the same span: from the moment one link's end is known where
+the next link is sent from, to the same moment of the next link. Each link takes its end
+(``time.time()``) when its no-op is done, just before it sends the next, and returns it
+with its start as its result; the hop is ``end[n+1] - end[n]``: sending, the broker, the
+other worker taking the message, and the next no-op. In tickwork the result also has to
+travel back to the executor, which sends the next task; in raw Celery the link that ended
+sends it itself, so nothing comes back. ``celery_chain_dispatch_mean_ms`` is the mean of
+``start[n+1] - end[n]``, to set beside tickwork's dispatch part.
+
 To show where a hop goes, the chain runs with a tap on the agents' event stream
 (bench/_event_tap.py): the agents' own start and end of each task split the hop into
 dispatch (executor pass, publish, broker, agent pick-up), run (the no-op) and report
@@ -37,7 +59,8 @@ start on the agents is reported as ``hop_agent_gap_*``.
 
 Before the clock starts, warm-up attempts of 10 tasks run until both agents have run a
 task (seen on their metrics endpoints), so that start-up is not timed. The raw workers
-are likewise waited for (their ``worker_ready`` signal) and warmed up with 20 tasks.
+are likewise waited for (their ``worker_ready`` signal), and each raw client warms them
+up first: 20 tasks before a fan-out, a chain of 10 links before a chain.
 
 Everything runs in a throwaway database ``tickwork_bench_<hex>`` on
 TICKWORK_BENCH_DATABASE_URL (default: the local server), dropped at the end, and under a
@@ -51,9 +74,9 @@ process group (read from ``/proc/<pid>/stat``, all threads included, plus what i
 children had used once reaped). For the fan-out and the chain it is read just before the
 transaction that creates the attempt and again when the attempt is seen in ``success``,
 and divided by the attempt's tasks. For the raw workers it is read before the raw client
-starts and after it ends, and divided by every task it sent (warm-up and all rounds).
+starts and after it ends, and divided by every task it sent (its warm-up included).
 
-**More executors** (``--executors 1,2,3``, off by default). After the three parts, for
+**More executors** (``--executors 1,2,3``, off by default). After the rounds, for
 each count N: a fresh set of N ``tickwork executor`` processes (sharing the attempts'
 partitions) and the same two agents runs the fan-out's tasks spread over
 :data:`SPREAD_ATTEMPTS` attempts (one per partition: a single attempt is one partition,
@@ -67,8 +90,7 @@ file per task. After each attempt (outside its timing) the benchmark checks that
 run's log is whole in the store (:func:`check_attempt`).
 
 Progress goes to stderr (a bar on a terminal, one line per part
-otherwise); the last stdout line is one JSON object of figures. ``--repeat N`` runs each
-part N times and keeps the run with the median wall time of each.
+otherwise); the last stdout line is one JSON object of figures.
 """
 
 from __future__ import annotations
@@ -80,17 +102,17 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from _event_tap import AgentTimes, EventTap
+from _raw_celery import RawCelery, RawChain, RawResult, services_cpu_seconds
 from _services import (
     BenchFailed,
     Service,
@@ -99,9 +121,7 @@ from _services import (
     redis_prefix,
     run_guarded,
     running,
-    service_env,
     start_executors_and_agents,
-    start_service,
     stop_services,
     wait_until,
 )
@@ -130,136 +150,19 @@ CHAIN_TASKS = 200
 AGENTS = 2  # each with --concurrency 1, as the raw workers
 WARMUP_TASKS = 10
 WARMUP_ROUNDS = 5  # warm-up attempts at most, until every agent has run a task
-RAW_WARMUP_TASKS = 20
+DEFAULT_ROUNDS = 3  # rounds of the four parts; `make bench` runs these (about a minute)
 ATTEMPT_POLL_SECONDS = 0.01
 START_TIMEOUT_SECONDS = 60.0  # a service up, a worker ready, a warm-up attempt done
 ATTEMPT_TIMEOUT_SECONDS = 300.0  # a timed attempt, or the raw client's batch
-BENCH_DIR = Path(__file__).resolve().parent
-BIN_DIR = Path(sys.executable).parent
 
-# Targets; see bench/README.md.
+# Targets; see bench/README.md. The hop's are ratios to raw Celery's chain in the same run.
 TARGET_WALL_TIME_RATIO = 1.2
-TARGET_HOP_P50_MS = 5.0
-TARGET_HOP_P99_MS = 15.0
+TARGET_HOP_RATIO_TO_CELERY = 2.0  # both the p50 and the p99
 TARGET_EXECUTOR_CPU_MS_PER_TASK = 1.0
 SPREAD_ATTEMPTS = 16  # the executors' default partition count: one attempt per partition
 
 
 # --- processes and stores: bench/_services.py ----------------------------------------------
-
-
-# --- (b) raw Celery ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RawResult:
-    """The raw-Celery run: how long sending took and how long until the last result."""
-
-    tasks: int
-    publish_seconds: float
-    wall_seconds: float
-    worker_cpu_ms_per_task: float  # both workers' process groups, over every task sent
-
-    @property
-    def tasks_per_s(self) -> float:
-        return self.tasks / self.wall_seconds
-
-
-def group_cpu_seconds(pgid: int) -> float:
-    """User and system CPU seconds of the live processes in process group ``pgid``, with
-    what their reaped children had used."""
-    total_ticks = 0
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:  # the process has gone
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # from the state on: field 3 is [0]
-        if int(fields[2]) == pgid:
-            total_ticks += sum(int(value) for value in fields[11:15])  # utime .. cstime
-    return total_ticks / os.sysconf("SC_CLK_TCK")
-
-
-def services_cpu_seconds(services: Sequence[Service]) -> float:
-    """The summed CPU seconds of the services' process groups."""
-    return sum(group_cpu_seconds(service.process.pid) for service in services)
-
-
-def run_raw_celery(
-    tasks: int, rounds: int, redis_url: str, prefix: str, work_dir: Path
-) -> list[RawResult]:
-    """``rounds`` runs on two prefork workers of one process each, from a child process."""
-    ready_dir = work_dir / "raw-ready"
-    ready_dir.mkdir()
-    pythonpath = os.pathsep.join(p for p in (str(BENCH_DIR), os.environ.get("PYTHONPATH")) if p)
-    env = service_env(
-        TICKWORK_REDIS_URL=redis_url,
-        TICKWORK_REDIS_PREFIX=prefix,
-        TICKWORK_BENCH_READY_DIR=str(ready_dir),
-        PYTHONPATH=pythonpath,
-    )
-    with running([]) as services:
-        for index in range(1, AGENTS + 1):
-            command = [
-                str(BIN_DIR / "celery"),
-                "--app",
-                "_raw_celery_app",
-                "worker",
-                "--pool",
-                "prefork",
-                "--concurrency",
-                "1",
-                "--prefetch-multiplier",
-                "1",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-                "--hostname",
-                f"raw{index}@%h",
-                "--loglevel",
-                "WARNING",
-            ]
-            services.append(start_service(f"raw-worker-{index}", command, env, work_dir, work_dir))
-        wait_until(
-            lambda: len(list(ready_dir.iterdir())) >= AGENTS,
-            START_TIMEOUT_SECONDS,
-            "the raw Celery workers to be ready",
-            services,
-        )
-        client = [
-            sys.executable,
-            str(BENCH_DIR / "_raw_celery_app.py"),
-            "--tasks",
-            str(tasks),
-            "--warmup",
-            str(RAW_WARMUP_TASKS),
-            "--rounds",
-            str(rounds),
-            "--timeout",
-            str(ATTEMPT_TIMEOUT_SECONDS),
-        ]
-        cpu_before = services_cpu_seconds(services)
-        try:
-            done = subprocess.run(
-                client,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=(rounds + 1) * ATTEMPT_TIMEOUT_SECONDS,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise BenchFailed("the raw Celery client did not finish in time") from None
-        if done.returncode != 0:
-            raise BenchFailed(f"the raw Celery client failed: {done.stderr.strip()[-800:]}")
-        cpu_seconds = services_cpu_seconds(services) - cpu_before
-        for service in services:
-            service.check_alive()
-    found = json.loads(done.stdout.strip().splitlines()[-1])
-    cpu_ms = 1000 * cpu_seconds / (RAW_WARMUP_TASKS + rounds * found["tasks"])
-    return [RawResult(found["tasks"], publish, wall, cpu_ms) for publish, wall in found["rounds"]]
 
 
 # --- (a) and (c) tickwork ----------------------------------------------------------------
@@ -649,32 +552,59 @@ def publish_to_start_mean_ms(run: AttemptRun) -> float | None:
 # --- the whole run -----------------------------------------------------------------------
 
 
-_Timed = TypeVar("_Timed", RawResult, AttemptRun)
+_Tickwork = TypeVar("_Tickwork")
+_Raw = TypeVar("_Raw")
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round: each of the four parts once."""
+
+    raw: RawResult
+    parallel: AttemptRun
+    raw_chain: RawChain
+    chain: AttemptRun
 
 
 @dataclass(frozen=True)
 class Results:
-    """The run of each part that counts."""
+    """Every round, and the spread fan-outs of ``--executors``."""
 
-    raw: RawResult
-    parallel: AttemptRun
-    chain: AttemptRun
-    spread: list[SpreadRun] = dataclasses.field(default_factory=list)  # --executors
+    rounds: list[Round]
+    spread: list[SpreadRun] = dataclasses.field(default_factory=list)
+
+
+class Steps:
+    """The progress bar on a terminal, and one line per part on stderr."""
+
+    def __init__(self, progress: Progress, total: int) -> None:
+        self.progress = progress
+        self.bar = progress.add_task("starting", total=total)
+
+    def start(self, description: str) -> None:
+        self.progress.update(self.bar, description=description)
+
+    def end(self, line: str) -> None:
+        self.say(line)
+        self.progress.advance(self.bar)
+
+    def say(self, line: str) -> None:
+        self.progress.console.print(line, highlight=False, soft_wrap=True)
 
 
 def run_all(
     server_url: str,
     redis_url: str,
     sizes: tuple[int, int],
-    repeat: int,
+    rounds: int,
     err: Console,
     executor_counts: Sequence[int] = (),
 ) -> Results:
-    """Run the three parts (and one spread fan-out per executor count) in a temporary
+    """Run the rounds (and one spread fan-out per executor count) in a temporary
     directory, kept (with the logs) after a failure."""
     work_dir = Path(tempfile.mkdtemp(prefix="tickwork-bench-dispatch-"))
     try:
-        results = run_parts(server_url, redis_url, sizes, repeat, work_dir, err, executor_counts)
+        results = run_parts(server_url, redis_url, sizes, rounds, work_dir, err, executor_counts)
     except BenchFailed:
         err.print(f"service logs kept in {work_dir}", highlight=False, soft_wrap=True)
         raise
@@ -685,95 +615,114 @@ def run_all(
     return results
 
 
-def median_by_wall(runs: Sequence[_Timed]) -> _Timed:
-    """The run with the median wall time (the only run when there is one)."""
-    return sorted(runs, key=lambda run: run.wall_seconds)[(len(runs) - 1) // 2]
-
-
 def run_parts(
     server_url: str,
     redis_url: str,
     sizes: tuple[int, int],
-    repeat: int,
+    rounds: int,
     work_dir: Path,
     err: Console,
     executor_counts: Sequence[int] = (),
 ) -> Results:
-    """Raw Celery first, then tickwork's services for the fan-out and the chain; each part
-    ``repeat`` times, of which the run with the median wall time counts; then the spread
-    fan-out with each of ``executor_counts`` executors."""
-    tasks, chain = sizes
+    """Start tickwork's services and the raw workers, run ``rounds`` rounds of the four
+    parts, then the spread fan-out with each of ``executor_counts`` executors."""
     columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
     with ExitStack() as stack:
         progress = stack.enter_context(
             Progress(*columns, console=err, disable=not err.is_terminal, refresh_per_second=4)
         )
-
-        def say(line: str) -> None:
-            progress.console.print(line, highlight=False, soft_wrap=True)
-
-        bar = progress.add_task("starting", total=2 + 2 * repeat)
+        steps = Steps(progress, total=1 + 4 * rounds)
         prefix = stack.enter_context(redis_prefix(redis_url))
         url = stack.enter_context(throwaway_database(server_url))  # fails early if unreachable
 
-        progress.update(bar, description=f"(b) raw Celery, {tasks:,} tasks x {repeat}")
-        raws = run_raw_celery(tasks, repeat, redis_url, f"{prefix}raw:", work_dir)
-        for raw in raws:
-            say(describe_raw(raw))
-        progress.advance(bar)
-
-        progress.update(bar, description="starting the executor and agents")
+        steps.start("starting the executor, the agents and the raw workers")
         services = stack.enter_context(running([]))
         tickwork = Tickwork.start(services, url, redis_url, f"{prefix}tw:", work_dir)
         stack.callback(tickwork.close)
+        workers = stack.enter_context(running([]))
+        raw = RawCelery.start(
+            workers, redis_url, f"{prefix}raw:", work_dir, ATTEMPT_TIMEOUT_SECONDS
+        )
         tickwork.warm_up(err)
-        say(f"services ready: an executor and {AGENTS} agents")
-        progress.advance(bar)
+        steps.end(f"services ready: an executor, {AGENTS} agents and {AGENTS} raw workers")
 
-        raw = median_by_wall(raws)
-        parallels: list[AttemptRun] = []
-        for round_number in range(1, repeat + 1):
-            progress.update(bar, description=f"(a) tickwork fan-out ({round_number}/{repeat})")
-            run = tickwork.run_attempt(
-                f"parallel_{round_number}", tasks, True, ATTEMPT_TIMEOUT_SECONDS
-            )
-            parallels.append(run)
-            say(describe_parallel(run, raw))
-            progress.advance(bar)
-
-        chains: list[AttemptRun] = []
-        for round_number in range(1, repeat + 1):
-            progress.update(bar, description=f"(c) tickwork chain ({round_number}/{repeat})")
-            run = tickwork.run_attempt(
-                f"chain_{round_number}", chain, False, ATTEMPT_TIMEOUT_SECONDS, tap=True
-            )
-            chains.append(run)
-            say(describe_chain(run))
-            progress.advance(bar)
+        done = [run_round(number, sizes, tickwork, raw, steps) for number in range(1, rounds + 1)]
         spread: list[SpreadRun] = []
         if executor_counts:
-            stop_services(services)  # nothing else runs while the executor counts are timed
+            stop_services([*services, *workers])  # nothing else runs while these are timed
             services.clear()
-            progress.update(bar, description=f"(d) executors {executor_counts}")
+            workers.clear()
+            steps.start(f"(d) executors {executor_counts}")
             spread = run_executor_counts(
-                executor_counts, url, redis_url, tasks, work_dir, progress.console
+                executor_counts, url, redis_url, sizes[0], work_dir, progress.console
             )
-    return Results(raw, median_by_wall(parallels), median_by_wall(chains), spread)
+    return Results(done, spread)
+
+
+def run_round(
+    number: int, sizes: tuple[int, int], tickwork: Tickwork, raw: RawCelery, steps: Steps
+) -> Round:
+    """The four parts: tickwork's fan-out and chain before raw Celery's in odd rounds,
+    after them in even rounds."""
+    tasks, links = sizes
+
+    def tickwork_fanout() -> AttemptRun:
+        steps.start(f"(a) tickwork fan-out, round {number}")
+        run = tickwork.run_attempt(f"parallel_{number}", tasks, True, ATTEMPT_TIMEOUT_SECONDS)
+        steps.end(describe_parallel(run))
+        return run
+
+    def raw_fanout() -> RawResult:
+        steps.start(f"(b) raw Celery fan-out, round {number}")
+        run = raw.run_fanout(tasks)
+        steps.end(describe_raw(run))
+        return run
+
+    def tickwork_chain() -> AttemptRun:
+        steps.start(f"(c) tickwork chain, round {number}")
+        run = tickwork.run_attempt(
+            f"chain_{number}", links, False, ATTEMPT_TIMEOUT_SECONDS, tap=True
+        )
+        steps.end(describe_chain(run))
+        return run
+
+    def raw_chain() -> RawChain:
+        steps.start(f"(e) raw Celery chain, round {number}")
+        run = raw.run_chain(links)
+        steps.end(describe_raw_chain(run))
+        return run
+
+    tickwork_first = number % 2 == 1
+    parallel, fanout = alternated(tickwork_first, tickwork_fanout, raw_fanout)
+    chain, celery_chain = alternated(tickwork_first, tickwork_chain, raw_chain)
+    done = Round(fanout, parallel, celery_chain, chain)
+    steps.say(describe_round(number, round_figures(done)))
+    return done
+
+
+def alternated(
+    tickwork_first: bool, tickwork: Callable[[], _Tickwork], raw: Callable[[], _Raw]
+) -> tuple[_Tickwork, _Raw]:
+    """Run both, tickwork's first when ``tickwork_first``; (tickwork's run, raw's run)."""
+    if tickwork_first:
+        ran = tickwork()
+        return ran, raw()
+    ran_raw = raw()
+    return tickwork(), ran_raw
 
 
 def describe_raw(raw: RawResult) -> str:
     return (
-        f"(b) raw Celery: {raw.tasks:,} tasks in {raw.wall_seconds:.2f} s "
+        f"(b) raw Celery fan-out: {raw.tasks:,} tasks in {raw.wall_seconds:.2f} s "
         f"({raw.tasks_per_s:,.0f} tasks/s; sending took {raw.publish_seconds:.2f} s)"
     )
 
 
-def describe_parallel(run: AttemptRun, raw: RawResult) -> str:
+def describe_parallel(run: AttemptRun) -> str:
     return (
         f"(a) tickwork fan-out: {run.tasks:,} tasks in {run.wall_seconds:.2f} s "
-        f"({run.tasks_per_s:,.0f} tasks/s, {run.wall_seconds / raw.wall_seconds:.2f}x raw "
-        f"Celery's time; first task queued {run.pickup_ms:.0f} ms after the attempt; "
-        f"CPU per task: executor {run.executor_cpu_ms_per_task:.2f} ms, agents "
+        f"({run.tasks_per_s:,.0f} tasks/s; first task queued {run.pickup_ms:.0f} ms after "
+        f"the attempt; CPU per task: executor {run.executor_cpu_ms_per_task:.2f} ms, agents "
         f"{run.agent_cpu_ms_per_task:.2f} ms)"
     )
 
@@ -794,35 +743,108 @@ def describe_chain(run: AttemptRun) -> str:
     )
 
 
+def describe_raw_chain(run: RawChain) -> str:
+    hops = run.hops()
+    return (
+        f"(e) raw Celery chain: {len(run.links):,} links in {run.wall_seconds:.2f} s, hop "
+        f"p50 {1000 * percentile(hops, 0.5):.1f} ms, p99 {1000 * percentile(hops, 0.99):.1f} ms"
+        f"; mean end to next start {1000 * statistics.fmean(run.dispatch()):.1f} ms"
+    )
+
+
+def describe_round(number: int, out: dict[str, Any]) -> str:
+    return (
+        f"round {number}: wall_time_ratio {out['wall_time_ratio']:g}, hop p50 "
+        f"{out['hop_p50_ratio_to_celery']:g}x and p99 {out['hop_p99_ratio_to_celery']:g}x "
+        "raw Celery's chain"
+    )
+
+
+# The figures listed for each round under "per_round" when there is more than one.
+PER_ROUND_KEYS = (
+    "wall_time_ratio",
+    "hop_p50_ratio_to_celery",
+    "hop_p99_ratio_to_celery",
+    "hop_p50_ms",
+    "hop_p99_ms",
+    "celery_chain_hop_p50_ms",
+    "celery_chain_hop_p99_ms",
+    "tickwork_tasks_per_s",
+    "raw_celery_tasks_per_s",
+    "executor_cpu_ms_per_task",
+)
+
+
 def figures(results: Results) -> dict[str, Any]:
-    """The JSON figures: the five headline ones first, then what supports them."""
-    raw, parallel, chain = results.raw, results.parallel, results.chain
+    """The JSON figures, each the median of its rounds' values (a ratio: of the rounds'
+    ratios), the headline ones first; with more than one round, some of each round's."""
+    rounds = [round_figures(one) for one in results.rounds]
+    keys = dict.fromkeys(key for one in rounds for key in one)  # a tap may miss a round
+    out: dict[str, Any] = {
+        key: median_figure([one[key] for one in rounds if key in one]) for key in keys
+    }
+    out["rounds"] = len(rounds)
+    if len(rounds) > 1:
+        out["per_round"] = {key: [one.get(key) for one in rounds] for key in PER_ROUND_KEYS}
+    out.update(spread_figures(results.spread))
+    out["meets_targets"] = all(met for *_, met in target_checks(out))
+    return out
+
+
+def median_figure(values: Sequence[float]) -> float:
+    """The median; of counts, the lower middle one (a count, for an even number of rounds)."""
+    if all(isinstance(value, int) for value in values):
+        return statistics.median_low(values)
+    return round(statistics.median(values), 3)
+
+
+def round_figures(one: Round) -> dict[str, Any]:
+    """One round's figures: the headline ones first, then what supports them."""
+    raw, parallel, chain, raw_chain = one.raw, one.parallel, one.chain, one.raw_chain
     hops, gaps = chain_hops(chain.rows)
-    ratio = parallel.wall_seconds / raw.wall_seconds
+    celery_hops = raw_chain.hops()
     p50_ms, p99_ms = 1000 * percentile(hops, 0.5), 1000 * percentile(hops, 0.99)
+    celery_p50_ms = 1000 * percentile(celery_hops, 0.5)
+    celery_p99_ms = 1000 * percentile(celery_hops, 0.99)
     out: dict[str, Any] = {
         "tickwork_tasks_per_s": round(parallel.tasks_per_s, 1),
         "raw_celery_tasks_per_s": round(raw.tasks_per_s, 1),
-        "wall_time_ratio": round(ratio, 3),
+        "wall_time_ratio": round(parallel.wall_seconds / raw.wall_seconds, 3),
         "hop_p50_ms": round(p50_ms, 2),
         "hop_p99_ms": round(p99_ms, 2),
+        "celery_chain_hop_p50_ms": round(celery_p50_ms, 2),
+        "celery_chain_hop_p99_ms": round(celery_p99_ms, 2),
+        "hop_p50_ratio_to_celery": round(p50_ms / celery_p50_ms, 3),
+        "hop_p99_ratio_to_celery": round(p99_ms / celery_p99_ms, 3),
         "hop_max_ms": round(1000 * max(hops), 2),
         "hop_queue_gap_max_ms": round(1000 * max(gaps), 2),
+        "celery_chain_hop_max_ms": round(1000 * max(celery_hops), 2),
         "tickwork_wall_seconds": round(parallel.wall_seconds, 3),
         "tickwork_pickup_ms": round(parallel.pickup_ms, 1),
         "raw_celery_wall_seconds": round(raw.wall_seconds, 3),
         "raw_celery_publish_seconds": round(raw.publish_seconds, 3),
         "chain_wall_seconds": round(chain.wall_seconds, 3),
         "chain_pickup_ms": round(chain.pickup_ms, 1),
+        "celery_chain_wall_seconds": round(raw_chain.wall_seconds, 3),
         "tasks": parallel.tasks,
         "chain_tasks": chain.tasks,
+        "hop_mean_ms": round(1000 * statistics.fmean(hops), 2),
+        "celery_chain_hop_mean_ms": round(1000 * statistics.fmean(celery_hops), 2),
+        "celery_chain_dispatch_mean_ms": round(1000 * statistics.fmean(raw_chain.dispatch()), 2),
+        "executor_cpu_ms_per_task": round(parallel.executor_cpu_ms_per_task, 2),
+        "agent_cpu_ms_per_task": round(parallel.agent_cpu_ms_per_task, 2),
+        "celery_worker_cpu_ms_per_task": round(raw.worker_cpu_ms_per_task, 2),
+        "chain_executor_cpu_ms_per_task": round(chain.executor_cpu_ms_per_task, 2),
+        "chain_agent_cpu_ms_per_task": round(chain.agent_cpu_ms_per_task, 2),
+        "celery_chain_worker_cpu_ms_per_link": round(raw_chain.worker_cpu_ms_per_link, 2),
     }
-    out["hop_mean_ms"] = round(1000 * statistics.fmean(hops), 2)
-    out["executor_cpu_ms_per_task"] = round(parallel.executor_cpu_ms_per_task, 2)
-    out["agent_cpu_ms_per_task"] = round(parallel.agent_cpu_ms_per_task, 2)
-    out["celery_worker_cpu_ms_per_task"] = round(raw.worker_cpu_ms_per_task, 2)
-    out["chain_executor_cpu_ms_per_task"] = round(chain.executor_cpu_ms_per_task, 2)
-    out["chain_agent_cpu_ms_per_task"] = round(chain.agent_cpu_ms_per_task, 2)
+    out.update(hop_part_figures(chain))
+    return out
+
+
+def hop_part_figures(chain: AttemptRun) -> dict[str, Any]:
+    """Where tickwork's hop goes: its parts from the event tap, and the agents' pick-up."""
+    out: dict[str, Any] = {}
     parts = hop_parts(chain)
     if parts is not None:
         out["hop_agent_gap_p50_ms"] = round(1000 * percentile(parts.agent_gap, 0.5), 2)
@@ -834,32 +856,25 @@ def figures(results: Results) -> dict[str, Any]:
     mean_ms = publish_to_start_mean_ms(chain)  # in the fan-out it is mostly time queued
     if mean_ms is not None:
         out["chain_publish_to_start_mean_ms"] = round(mean_ms, 2)
-    out.update(spread_figures(results.spread))
-    out["meets_targets"] = all(met for *_, met in target_checks(out))
     return out
 
 
-def target_checks(out: dict[str, Any]) -> list[tuple[str, str, float, float, str, bool]]:
-    """``(key, operator, target, value, unit, met)`` for each target."""
+def target_checks(out: dict[str, Any]) -> list[tuple[str, float, float, bool]]:
+    """``(key, target, value, met)`` for each target: the value at most the target."""
     checks = (
-        ("wall_time_ratio", "<=", TARGET_WALL_TIME_RATIO, ""),
-        ("hop_p50_ms", "<", TARGET_HOP_P50_MS, " ms"),
-        ("hop_p99_ms", "<", TARGET_HOP_P99_MS, " ms"),
-        ("executor_cpu_ms_per_task", "<=", TARGET_EXECUTOR_CPU_MS_PER_TASK, " ms"),
+        ("wall_time_ratio", TARGET_WALL_TIME_RATIO),
+        ("hop_p50_ratio_to_celery", TARGET_HOP_RATIO_TO_CELERY),
+        ("hop_p99_ratio_to_celery", TARGET_HOP_RATIO_TO_CELERY),
+        ("executor_cpu_ms_per_task", TARGET_EXECUTOR_CPU_MS_PER_TASK),
     )
-    return [
-        (key, op, target, out[key], unit, out[key] <= target if op == "<=" else out[key] < target)
-        for key, op, target, unit in checks
-    ]
+    return [(key, target, out[key], out[key] <= target) for key, target in checks]
 
 
 def report_targets(out: dict[str, Any], err: Console) -> None:
     """One line per target on stderr: met or missed."""
-    for key, op, target, value, unit, met in target_checks(out):
+    for key, target, value, met in target_checks(out):
         verdict = "met" if met else "MISSED"
-        err.print(
-            f"target {key} {op} {target:g}{unit}: {value:g}{unit}, {verdict}", highlight=False
-        )
+        err.print(f"target {key} <= {target:g}: {value:g}, {verdict}", highlight=False)
 
 
 def executor_counts(text: str) -> tuple[int, ...]:
@@ -877,7 +892,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=PARALLEL_TASKS, help="fan-out size")
     parser.add_argument("--chain", type=int, default=CHAIN_TASKS, help="chain length")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per part; the median counts")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=DEFAULT_ROUNDS,
+        help="rounds of the four parts, tickwork's and raw Celery's alternated; figures are "
+        f"the rounds' medians (default {DEFAULT_ROUNDS})",
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument(
         "--executors",
