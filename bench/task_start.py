@@ -1,60 +1,134 @@
-"""What the supervisor adds to each task's start: ``true`` run N times, bare and supervised.
+"""What a supervised start costs a task: ``true`` run bare, and started as ``run_child`` does.
 
-Each run goes through ``subprocess.run`` in its own process group, as ``run_child`` starts a
-task; ``supervised`` adds the supervisor of services/agent/operators/supervisor.py (a Python
-start-up, its prctl calls, one fork, and its sweep once ``true`` exits). Progress goes to
-stderr; the last stdout line is one JSON object of figures: wall and CPU milliseconds per
-run (the CPU time of the children, which other work on the machine inflates less).
+Three ways of starting ``true`` and waiting for its end, each in a process group of its own:
+
+- ``bare``: ``subprocess.run`` (a vfork and an exec), the floor;
+- ``started``: through this process's task starter, which forks the task's supervisor
+  from a warm process (services/agent/operators/starter.py), as every ``sh>`` and ``py>``
+  task starts;
+- ``interpreter``: the supervisor started as a new Python interpreter per task
+  (``python -I -S supervisor.py``), as tasks started before the task starter, for context.
+
+They alternate in rounds of ``--batch`` runs (A B C A B C ...); the figures are the medians
+over the rounds, wall and CPU milliseconds per run. CPU counts this process and every
+process it waited for, and for ``started`` the task starter and the supervisors it reaped
+too. Progress goes to stderr; the last stdout line is one JSON object of figures.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable
+from pathlib import Path
 
 from tickwork.services.agent.operators.base import ResourceLimits
-from tickwork.services.agent.operators.process import supervised
+from tickwork.services.agent.operators.process import (
+    KILL_GRACE_SECONDS,
+    SUPERVISOR,
+    TaskStarter,
+)
+from tickwork.services.agent.operators.supervisor import format_limits
 
 COMMAND = ["true"]
+TARGET_STARTED_TO_BARE = 3.0
+"""A supervised start costs at most this many times a bare fork and exec of the command."""
 
 
-def milliseconds_per_run(argv: Sequence[str], runs: int) -> tuple[float, float]:
-    """The mean wall and CPU time of one ``argv`` run to its exit, over ``runs`` runs."""
-    cpu_before = _children_cpu_seconds()
-    started = time.perf_counter()
+def run_bare() -> None:
+    subprocess.run(COMMAND, check=True, process_group=0, stdin=subprocess.DEVNULL)
+
+
+def run_started() -> None:
+    child = TaskStarter.start_task(
+        COMMAND,
+        cwd=os.getcwd(),
+        env=os.environ,
+        limits=ResourceLimits(),
+        output=sys.stderr.fileno(),
+        given_input=None,
+    )
+    if child.wait(timeout=10) != 0:
+        raise SystemExit("error: a supervised `true` failed")
+
+
+def run_interpreter() -> None:
+    argv = [
+        sys.executable,
+        "-I",
+        "-S",
+        str(SUPERVISOR),
+        format_limits({}),
+        str(os.getpid()),
+        f"{KILL_GRACE_SECONDS:g}",
+        *COMMAND,
+    ]
+    subprocess.run(argv, check=True, process_group=0, stdin=subprocess.DEVNULL)
+
+
+def cpu_seconds() -> float:
+    """This process's CPU, its reaped children's, and the task starter's with its own."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    starter = TaskStarter._current
+    if starter is not None:
+        fields = Path(f"/proc/{starter.process.pid}/stat").read_text().rpartition(")")[2].split()
+        # utime, stime, cutime, cstime: fields 14 to 17 of stat(5), after pid and comm.
+        total += sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def one_round(run: Callable[[], None], runs: int) -> tuple[float, float]:
+    """Wall and CPU milliseconds per run of ``runs`` runs."""
+    cpu_before, started = cpu_seconds(), time.perf_counter()
     for _ in range(runs):
-        subprocess.run(argv, check=True, process_group=0, stdin=subprocess.DEVNULL)
+        run()
     wall = time.perf_counter() - started
-    return wall * 1000 / runs, (_children_cpu_seconds() - cpu_before) * 1000 / runs
-
-
-def _children_cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+    return wall * 1000 / runs, (cpu_seconds() - cpu_before) * 1000 / runs
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=1000, help="runs of each (default 1000)")
-    runs = parser.parse_args().runs
-    bare, bare_cpu = milliseconds_per_run(COMMAND, runs)
-    print(f"bare: {bare:.2f} ms per run ({bare_cpu:.2f} ms CPU)", file=sys.stderr)
-    wrapped, wrapped_cpu = milliseconds_per_run(supervised(COMMAND, ResourceLimits()), runs)
-    print(f"supervised: {wrapped:.2f} ms per run ({wrapped_cpu:.2f} ms CPU)", file=sys.stderr)
-    figures = {
-        "runs": runs,
-        "bare_ms": round(bare, 2),
-        "supervised_ms": round(wrapped, 2),
-        "added_ms": round(wrapped - bare, 2),
-        "bare_cpu_ms": round(bare_cpu, 2),
-        "supervised_cpu_ms": round(wrapped_cpu, 2),
-        "added_cpu_ms": round(wrapped_cpu - bare_cpu, 2),
-    }
+    parser.add_argument("--rounds", type=int, default=10, help="rounds of each (default 10)")
+    parser.add_argument("--batch", type=int, default=100, help="runs per round (default 100)")
+    args = parser.parse_args()
+    ways = {"bare": run_bare, "started": run_started, "interpreter": run_interpreter}
+    run_started()  # the task starter starts once per agent process, not per task
+    walls: dict[str, list[float]] = {name: [] for name in ways}
+    cpus: dict[str, list[float]] = {name: [] for name in ways}
+    for number in range(1, args.rounds + 1):
+        for name, run in ways.items():
+            wall, cpu = one_round(run, args.batch)
+            walls[name].append(wall)
+            cpus[name].append(cpu)
+        print(
+            f"round {number}/{args.rounds}: "
+            + ", ".join(f"{name} {walls[name][-1]:.2f} ms" for name in ways),
+            file=sys.stderr,
+        )
+    figures: dict[str, object] = {"runs_per_way": args.rounds * args.batch}
+    for name in ways:
+        figures[f"{name}_ms"] = round(statistics.median(walls[name]), 2)
+        figures[f"{name}_cpu_ms"] = round(statistics.median(cpus[name]), 2)
+    ratio = statistics.median(s / b for s, b in zip(walls["started"], walls["bare"], strict=True))
+    cpu_ratio = statistics.median(s / b for s, b in zip(cpus["started"], cpus["bare"], strict=True))
+    figures["started_to_bare"] = round(ratio, 2)
+    figures["started_to_bare_cpu"] = round(cpu_ratio, 2)
+    figures["target_started_to_bare"] = TARGET_STARTED_TO_BARE
+    figures["meets_targets"] = ratio <= TARGET_STARTED_TO_BARE
+    print(
+        f"started/bare {ratio:.2f} (target at most {TARGET_STARTED_TO_BARE:g}), "
+        f"CPU {cpu_ratio:.2f}",
+        file=sys.stderr,
+    )
     print(json.dumps(figures))
 
 

@@ -26,6 +26,7 @@ from tickwork.services.agent.operators.base import OperatorContext, OperatorFail
 from tickwork.services.agent.operators.process import (
     KILL_GRACE_SECONDS,
     SUPERVISOR,
+    TaskStarter,
     run_child,
     task_environment,
     terminate_children,
@@ -40,6 +41,16 @@ from tickwork.shared.dispatch.messages import TaskMessage
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 GONE_WITHIN_SECONDS = 2.0
+PRIVATE_SIGNALS = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGCHLD,
+    signal.SIGUSR1,
+    signal.SIGPIPE,
+    signal.SIGXFSZ,
+)
+"""Signals the starter ignores or handles, the supervisor takes, or Python ignores."""
 
 # A process that double-forks into a session of its own (out of the task's process group)
 # and notes its pid; and one that notes the pid of a process it leaves running.
@@ -59,20 +70,9 @@ def pids_in(directory: Path, *names: str) -> list[int]:
 
 @pytest.fixture
 def context(tmp_path: Path) -> Iterator[OperatorContext]:
-    message = TaskMessage(
-        task_id=7,
-        attempt_id=3,
-        lease_token=1,
-        full_name="+wf+task",
-        operator="sh",
-        command="",
-        params={},
-        project_dir=str(tmp_path),
-        timeout_seconds=60,
-    )
     log_path = tmp_path / "task.log"
     with log_path.open("w") as log_file:
-        yield OperatorContext(message, log_file, log_path)
+        yield OperatorContext(_message(tmp_path), log_file, log_path)
 
 
 @pytest.fixture
@@ -276,6 +276,92 @@ class TestWhatTheCommandSees:
         assert "cannot start /no/such/program" in context.log_path.read_text()
 
 
+class TestTheTaskStarter:
+    """Each agent process forks its tasks' supervisors from one warm process of its own."""
+
+    def test_a_command_starts_with_no_signal_ignored_or_blocked_and_only_its_own_files(
+        self, context: OperatorContext, tmp_path: Path
+    ) -> None:
+        # Given another task running meanwhile (its files must not reach this one)
+        other = run_in_thread(context, "sleep 30")
+        try:
+            # When a command looks at what it was given
+            code = sh(context, "exec grep -E '^Sig(Ign|Blk)' /proc/self/status > signals")
+            listed = sh(context, "exec ls -l /proc/self/fd > fds")
+
+            # Then it ignores none of the signals the starter, the supervisor or Python do,
+            # blocks none, and holds no socket or pipe of the starter's or another task's
+            assert code == listed == 0
+            masks = dict(
+                line.split(":") for line in (tmp_path / "signals").read_text().splitlines()
+            )
+            ignored, blocked = int(masks["SigIgn"], 16), int(masks["SigBlk"], 16)
+            assert not [s.name for s in PRIVATE_SIGNALS if ignored & 1 << (s - 1)]
+            assert blocked == 0
+            held = (tmp_path / "fds").read_text()
+            assert "socket:" not in held and "pipe:" not in held, held
+        finally:
+            context.control.stop("killed")
+            other.join(timeout=KILL_GRACE_SECONDS + 5)
+
+    def test_tasks_started_from_many_threads_at_once_each_get_their_own_status(
+        self, tmp_path: Path
+    ) -> None:
+        codes: dict[int, int] = {}
+
+        def run(n: int) -> None:
+            with (tmp_path / f"{n}.log").open("w") as log:
+                context = OperatorContext(_message(tmp_path), log, tmp_path / f"{n}.log")
+                codes[n] = sh(context, f"echo {n}; exit {n}")
+
+        threads = [threading.Thread(target=run, args=(n,)) for n in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=20)
+
+        assert codes == {n: n for n in range(16)}
+        assert all((tmp_path / f"{n}.log").read_text() == f"{n}\n" for n in range(16))
+
+    def test_a_starter_that_died_is_replaced_at_the_next_task(
+        self, context: OperatorContext
+    ) -> None:
+        assert sh(context, "true") == 0
+        starter = TaskStarter._current
+        assert starter is not None
+        starter.process.kill()
+        starter.process.wait(timeout=5)
+
+        assert sh(context, "exit 4") == 4
+        assert TaskStarter._current is not starter
+
+    def test_a_task_s_environment_is_the_one_it_was_given(
+        self, context: OperatorContext, tmp_path: Path
+    ) -> None:
+        env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "ONLY": "this"}
+        (tmp_path / "found-on-path").write_text("#!/bin/sh\nenv | sort > seen\n")
+        (tmp_path / "found-on-path").chmod(0o755)
+
+        assert run_child(context, ["found-on-path"], env) == 0
+        seen = (tmp_path / "seen").read_text()
+        assert "ONLY=this\n" in seen and "TICKWORK_TASK_ID=7\n" in seen
+        assert not [line for line in seen.splitlines() if line.startswith("PYTHON")]
+
+
+def _message(tmp_path: Path) -> TaskMessage:
+    return TaskMessage(
+        task_id=7,
+        attempt_id=3,
+        lease_token=1,
+        full_name="+wf+task",
+        operator="sh",
+        command="",
+        params={},
+        project_dir=str(tmp_path),
+        timeout_seconds=60,
+    )
+
+
 def test_limits_reach_the_supervisor_as_they_were_given() -> None:
     limits = ResourceLimits(max_memory_mb=100, max_open_files=64).as_rlimits()
     assert parse_limits(format_limits(limits)) == limits
@@ -293,12 +379,15 @@ def start_agent(
     """A process that starts ``command`` as a task would be (from a thread that ends
     0.5 s later, if asked), then waits to be killed."""
     code = (
-        "import subprocess, sys, threading, time\n"
+        "import os, sys, threading, time\n"
         "from tickwork.services.agent.operators.base import ResourceLimits\n"
-        "from tickwork.services.agent.operators.process import supervised\n"
-        "argv = supervised(['/bin/sh', '-c', sys.argv[1]], ResourceLimits())\n"
+        "from tickwork.services.agent.operators.process import TaskStarter\n"
+        "argv = ['/bin/sh', '-c', sys.argv[1]]\n"
+        "def start():\n"
+        "    TaskStarter.start_task(argv, cwd='.', env=os.environ, limits=ResourceLimits(),\n"
+        "                           output=1, given_input=None)\n"
         # The thread outlives the supervisor's start-up (its prctl), then ends.
-        "start = lambda: (subprocess.Popen(argv, process_group=0), time.sleep(0.5))\n"
+        "    time.sleep(0.5)\n"
         f"if {from_thread}:\n"
         "    thread = threading.Thread(target=start)\n"
         "    thread.start()\n"

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -12,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tickwork.services.agent.operators.base import OperatorContext, OperatorFailed, ResourceLimits
-from tickwork.services.agent.operators.supervisor import format_limits
+from tickwork.services.agent.operators.starter import HEADER_BYTES
 
 KILL_GRACE_SECONDS = 5.0
 """How long a stopped task's processes have between SIGTERM and SIGKILL."""
@@ -20,26 +23,7 @@ SUPERVISOR_MARGIN_SECONDS = 2.0
 """How much longer than the grace the agent waits for a stopped task's supervisor before
 it kills the process group itself (a supervisor that does not answer)."""
 SUPERVISOR = Path(__file__).with_name("supervisor.py")
-
-
-def supervised(argv: Sequence[str], limits: ResourceLimits) -> list[str]:
-    """``argv`` run by the supervisor (see :mod:`tickwork.services.agent.operators.supervisor`):
-    under ``limits``, and ended with everything it started when the task ends or when
-    this process dies.
-
-    The limits are set by the supervisor in the child it forks, not by ``preexec_fn``,
-    which is unsafe in a threaded agent.
-    """
-    return [
-        sys.executable,
-        "-I",
-        "-S",
-        str(SUPERVISOR),
-        format_limits(limits.as_rlimits()),
-        str(os.getpid()),
-        f"{KILL_GRACE_SECONDS:g}",
-        *argv,
-    ]
+STARTER = Path(__file__).with_name("starter.py")
 
 
 def task_identity(context: OperatorContext) -> dict[str, str]:
@@ -52,7 +36,145 @@ def task_identity(context: OperatorContext) -> dict[str, str]:
     }
 
 
-_running: set[subprocess.Popen[str]] = set()
+class TaskProcess:
+    """A task's supervisor, forked by this process's task starter: the part of
+    ``subprocess.Popen`` a task needs. Its end and the command's status come over the
+    status socket the supervisor writes to (it is the starter's child, not ours)."""
+
+    def __init__(self, pid: int, status: socket.socket) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._status = status
+        self._lock = threading.Lock()
+
+    def poll(self) -> int | None:
+        """The command's exit code (minus the signal that killed it) once it ended."""
+        return self._collect(0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the end; ``subprocess.TimeoutExpired`` if ``timeout`` passes first."""
+        code = self._collect(timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
+        return code
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.pid, signum)
+
+    def _collect(self, timeout: float | None) -> int | None:
+        if self.returncode is None:
+            poller = select.poll()
+            poller.register(self._status, select.POLLIN)
+            readable = poller.poll(None if timeout is None else timeout * 1000)
+            with self._lock:
+                if readable and self.returncode is None:
+                    self.returncode = _exit_code(self._status)
+                    self._status.close()
+        return self.returncode
+
+
+def _exit_code(status: socket.socket) -> int:
+    """What the supervisor wrote: the command's wait status as an exit code; a supervisor
+    that ended without a word (killed) counts as killed."""
+    text = b""
+    with contextlib.suppress(OSError):
+        while chunk := status.recv(64):
+            text += chunk
+    return os.waitstatus_to_exitcode(int(text)) if text.strip().isdigit() else -signal.SIGKILL
+
+
+class TaskStarter:
+    """This process's task starter (see :mod:`tickwork.services.agent.operators.starter`):
+    started at the first task, again if it died. Threads share it; a process forked from
+    this one (Celery's pool) starts its own."""
+
+    _lock = threading.Lock()
+    _current: TaskStarter | None = None
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair()
+        with theirs:
+            self.process = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(STARTER), str(os.getpid()), str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+            )
+        self.owner = os.getpid()
+        self.channel = ours
+        self.broken = False
+
+    @classmethod
+    def start_task(
+        cls,
+        argv: Sequence[str],
+        *,
+        cwd: str | Path,
+        env: Mapping[str, str],
+        limits: ResourceLimits,
+        output: int,
+        given_input: int | None,
+    ) -> TaskProcess:
+        """Fork ``argv``'s supervisor; ``OSError`` when that cannot be done."""
+        request = {
+            "argv": list(argv),
+            "cwd": str(cwd),
+            "env": dict(env),
+            "limits": limits.as_rlimits(),
+            "grace": KILL_GRACE_SECONDS,
+        }
+        payload = json.dumps(request).encode()
+        ours, theirs = socket.socketpair()
+        try:
+            with theirs, cls._lock:
+                fds = [output, theirs.fileno(), *([] if given_input is None else [given_input])]
+                pid = cls._ask(payload, fds)
+        except BaseException:
+            ours.close()
+            raise
+        return TaskProcess(pid, ours)
+
+    @classmethod
+    def _ask(cls, payload: bytes, fds: list[int]) -> int:
+        for last_try in (False, True):
+            starter = cls._current
+            if starter is None or starter.broken or starter.owner != os.getpid():
+                starter = cls._current = TaskStarter()
+            try:
+                pid = starter.ask(payload, fds)
+            except OSError:
+                starter.close()
+                if last_try:
+                    raise
+                continue
+            if pid < 0:
+                raise OSError(-pid, os.strerror(-pid))  # the fork failed: out of processes
+            return pid
+        raise AssertionError("unreachable")
+
+    def ask(self, payload: bytes, fds: list[int]) -> int:
+        """One request; the supervisor's pid, or minus the ``errno`` of a failed fork."""
+        header = len(payload).to_bytes(HEADER_BYTES, "big")
+        socket.send_fds(self.channel, [header], fds)
+        self.channel.sendall(payload)
+        answer = b""
+        while len(answer) < HEADER_BYTES:
+            chunk = self.channel.recv(HEADER_BYTES - len(answer))
+            if not chunk:
+                raise ConnectionResetError("the task starter exited")
+            answer += chunk
+        return int.from_bytes(answer, "big", signed=True)
+
+    def close(self) -> None:
+        """Let it go (it exits when its socket closes)."""
+        self.broken = True
+        self.channel.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=0)
+
+
+_running: set[TaskProcess] = set()
 _running_lock = threading.Lock()
 
 
@@ -78,31 +200,34 @@ def run_child(
     context.child_wrote = True
     if context.control.reason is not None:
         raise OperatorFailed(f"stopped before it started: {context.control.reason}")
-    cwd = context.working_dir
     masking = MaskedOutput(context) if context.masker else None
+    given_input = os.pipe() if stdin_text is not None else None
     try:
-        child = subprocess.Popen(
-            supervised(argv, context.limits),
-            cwd=cwd,
+        child = TaskStarter.start_task(
+            argv,
+            cwd=context.working_dir,
             env={**env, **context.message.env, **task_identity(context)},
-            stdin=subprocess.PIPE if stdin_text is not None else subprocess.DEVNULL,
-            stdout=context.log_file if masking is None else masking.write_end,
-            stderr=subprocess.STDOUT,
-            process_group=0,
-            text=True,
+            limits=context.limits,
+            output=context.log_file.fileno() if masking is None else masking.write_end,
+            given_input=None if given_input is None else given_input[0],
         )
     except OSError as exc:
         if masking is not None:
             masking.close()
         raise OperatorFailed(f"cannot start {argv[0]}: {exc}") from exc
+    finally:
+        if given_input is not None:
+            os.close(given_input[0])
     if masking is not None:
         masking.start()
+    if given_input is not None:
+        _write_in_background(given_input[1], stdin_text or "")
     with _running_lock:
         _running.add(child)
     if not context.control.attach(lambda: _stop(child), lambda: _has_exited(child)):
         _stop(child)
     try:
-        child.communicate(stdin_text, timeout=timeout)
+        code = child.wait(timeout)
     except subprocess.TimeoutExpired:
         _stop(child)
         raise OperatorFailed(f"timed out after {timeout:g}s") from None
@@ -120,7 +245,7 @@ def run_child(
             masking.close()
     if context.control.reason is not None:
         raise OperatorFailed(f"stopped: {context.control.reason}")
-    return child.returncode
+    return code
 
 
 class MaskedOutput:
@@ -159,14 +284,20 @@ class MaskedOutput:
 MASKED_LINE_BYTES = 1024 * 1024
 
 
-def _has_exited(child: subprocess.Popen[str]) -> bool:
-    """Whether the child exited, without reaping it (the thread running it does that)."""
-    if child.returncode is not None:
-        return True
-    try:
-        return os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True  # already reaped
+def _write_in_background(fd: int, text: str) -> None:
+    """Write ``text`` to the pipe ``fd`` and close it, in a thread: a command that reads
+    nothing must not stop the task from being waited for."""
+
+    def write() -> None:
+        with open(fd, "w", encoding="utf-8") as pipe, contextlib.suppress(BrokenPipeError):
+            pipe.write(text)
+
+    threading.Thread(target=write, name="task-input", daemon=True).start()
+
+
+def _has_exited(child: TaskProcess) -> bool:
+    """Whether the child exited (the thread running it collects the status too)."""
+    return child.poll() is not None
 
 
 def terminate_children() -> None:
@@ -177,7 +308,7 @@ def terminate_children() -> None:
         child.send_signal(signal.SIGUSR1)  # the supervisor kills its descendants
 
 
-def _stop(child: subprocess.Popen[str]) -> None:
+def _stop(child: TaskProcess) -> None:
     """SIGTERM to the supervisor, which forwards it and kills what is left after the
     grace; the group is killed here only if the supervisor has not exited by then."""
     child.send_signal(signal.SIGTERM)
@@ -188,6 +319,6 @@ def _stop(child: subprocess.Popen[str]) -> None:
         child.wait()
 
 
-def _signal_group(child: subprocess.Popen[str], signum: int) -> None:
+def _signal_group(child: TaskProcess, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(child.pid, signum)

@@ -1,14 +1,15 @@
 """The parent of every task command: it makes the command, and all it starts, end with the task.
 
-Run by path in isolated mode (``python -I -S supervisor.py LIMITS PARENT GRACE ARGV...``,
-LIMITS as :func:`format_limits` writes them),
+Forked for each task by the agent's task starter (:mod:`starter`, a warm process, so no
+task waits for an interpreter to start), or run by path in isolated mode (``python -I -S
+supervisor.py LIMITS PARENT GRACE ARGV...``, LIMITS as :func:`format_limits` writes them),
 with nothing but the standard library, as the leader of the task's process group. It
 
 1. becomes a *child subreaper* (Linux ``PR_SET_CHILD_SUBREAPER``): a descendant orphaned by
    its parent, even one that double-forked and ``setsid()``-ed out of the process group,
    is re-parented to the supervisor instead of to init, so it is always found;
 2. asks for ``SIGHUP`` when its parent dies (``PR_SET_PDEATHSIG``), and checks that the
-   parent (the agent, pid ``PARENT``) did not die before that;
+   parent (the task starter, or the agent: pid ``PARENT``) did not die before that;
 3. forks the command, which gets the resource limits ``LIMITS`` and execs ``ARGV``; the
    supervisor itself runs unlimited, so a tight memory limit cannot break it;
 4. waits, handling signals synchronously (they are blocked and taken with sigwaitinfo):
@@ -29,16 +30,23 @@ with nothing but the standard library, as the leader of the task's process group
 
 Why a supervisor and not a cgroup or a PID namespace: both need privileges an agent
 running as non-root in a Kubernetes pod does not have, and ``PR_SET_PDEATHSIG`` alone is
-cleared in every process the command forks. The cost is one small Python process per task.
+cleared in every process the command forks. The cost is one fork of a small Python process
+per task.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import signal
 import sys
 import time
+
+TYPE_CHECKING = False  # not imported from typing: every task waited for that import
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any, NoReturn
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -101,8 +109,16 @@ class Supervisor:
         self.status: int | None = None  # the command's wait status, once reaped
         self.kill_at: float | None = None  # when a stopped command's grace ends
 
-    def start(self, argv: list[str], limits: dict[str, int]) -> None:
-        """Fork the command under ``limits``; in the child, exec ``argv`` or exit 127."""
+    def start(
+        self, argv: list[str], limits: dict[str, int], env: dict[str, str] | None = None
+    ) -> None:
+        """Start the command under ``limits``, with ``env`` (or this process's environment):
+        a fork that execs ``argv`` or exits 127. Without limits it is ``posix_spawn``, which
+        copies nothing of this process (a fork of a Python process copies its page tables,
+        and then every page either side writes to before the exec)."""
+        if not limits:
+            self.command = self.spawn(argv, os.environ if env is None else env)
+            return
         pid = os.fork()
         if pid:
             self.command = pid
@@ -113,11 +129,26 @@ class Supervisor:
             for ignored_by_python in (signal.SIGPIPE, signal.SIGXFSZ):
                 signal.signal(ignored_by_python, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, ())
-            os.execvp(argv[0], argv)
+            os.execvpe(argv[0], argv, os.environ if env is None else env)
         except (OSError, ValueError) as exc:
             os.write(2, f"cannot start {argv[0]}: {exc}\n".encode())
         finally:
             os._exit(CANNOT_START_STATUS)
+
+    def spawn(self, argv: list[str], env: Mapping[str, str]) -> int:
+        """``posix_spawnp`` ``argv``, found on ``env``'s PATH, with the signals Python
+        ignores back at their defaults and none blocked; 0 if it cannot start (said on
+        stderr, and the status is 127)."""
+        if "PATH" in env:
+            os.environ["PATH"] = env["PATH"]  # posix_spawnp searches this process's PATH
+        try:
+            return os.posix_spawnp(
+                argv[0], argv, env, setsigmask=(), setsigdef=(signal.SIGPIPE, signal.SIGXFSZ)
+            )
+        except (OSError, ValueError) as exc:
+            os.write(2, f"cannot start {argv[0]}: {exc}\n".encode())
+            self.status = CANNOT_START_STATUS << 8
+            return 0
 
     def run(self) -> int:
         """Handle signals until the command has exited; its wait status."""
@@ -215,11 +246,15 @@ def _send(pid: int, signum: int) -> None:
         return  # gone meanwhile
 
 
-def _prctl(option: int, value: int) -> None:
+_libc: list[Any] = []  # loaded once: the supervisors a starter forks find it loaded
+
+
+def prctl(option: int, value: int) -> None:
     import ctypes
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(option, value, 0, 0, 0) != 0:
+    if not _libc:
+        _libc.append(ctypes.CDLL(None, use_errno=True))
+    if _libc[0].prctl(option, value, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
 
 
@@ -235,7 +270,7 @@ def parse_limits(text: str) -> dict[str, int]:
     return {name: int(value) for name, _, value in pairs}
 
 
-def exit_like(status: int) -> None:
+def exit_like(status: int) -> NoReturn:
     """Exit as a process with wait status ``status`` did: the same code or signal."""
     if os.WIFSIGNALED(status):
         signum = os.WTERMSIG(status)
@@ -248,20 +283,42 @@ def exit_like(status: int) -> None:
     os._exit(os.waitstatus_to_exitcode(status))
 
 
-def main(args: list[str]) -> None:
-    """``LIMITS PARENT GRACE ARGV...``: run ARGV under the supervisor; never returns."""
-    limits, parent, argv = parse_limits(args[0]), int(args[1]), args[3:]
-    # Blocked before anything can send them; the command gets the mask cleared.
+def supervise(
+    argv: list[str],
+    limits: dict[str, int],
+    parent: int,
+    grace_seconds: float,
+    *,
+    env: dict[str, str] | None = None,
+    status_fd: int = -1,
+) -> NoReturn:
+    """Run ``argv`` under a supervisor in this process, which must be a child of ``parent``
+    (the agent, or its task starter); never returns. The command's wait status is written
+    to ``status_fd`` (as decimal digits and a newline), if given, before the exit."""
+    # Blocked before anything can send them; the command gets the mask cleared. As a fork
+    # of the task starter this process also inherited its handlers: back to the defaults,
+    # or the command would inherit ignored signals.
     signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+    for signum in HANDLED:
+        signal.signal(signum, signal.SIG_DFL)
     if sys.platform == "linux":
-        _prctl(PR_SET_CHILD_SUBREAPER, 1)
-        _prctl(PR_SET_PDEATHSIG, PARENT_DEATH_SIGNAL)
+        prctl(PR_SET_CHILD_SUBREAPER, 1)
+        prctl(PR_SET_PDEATHSIG, PARENT_DEATH_SIGNAL)
     if os.getppid() != parent:
         os._exit(PARENT_GONE_STATUS)  # the parent died before it could have told us
-    supervisor = Supervisor(parent, grace_seconds=float(args[2]))
-    supervisor.start(argv, limits)
+    supervisor = Supervisor(parent, grace_seconds)
+    supervisor.start(argv, limits, env)
     os.close(0)  # the command's input is the command's: a pipe must see it go away
-    exit_like(supervisor.run())
+    status = supervisor.run()
+    if status_fd >= 0:
+        with contextlib.suppress(OSError):  # the agent is gone: nobody to tell
+            os.write(status_fd, b"%d\n" % status)
+    exit_like(status)
+
+
+def main(args: list[str]) -> None:
+    """``LIMITS PARENT GRACE ARGV...``: run ARGV under the supervisor; never returns."""
+    supervise(args[3:], parse_limits(args[0]), int(args[1]), float(args[2]))
 
 
 if __name__ == "__main__":
