@@ -27,14 +27,19 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import assert_never
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from tickwork.services.scheduler.ahead import ahead_pass
+from tickwork.services.scheduler.listing import PASS_BATCHES, DueList, counts_to_apply
 from tickwork.services.scheduler.metrics import SchedulerMetrics
+from tickwork.services.scheduler.report import Emission, TickReport, Written
+
+__all__ = ["PREPARE_SECONDS", "Scheduler", "TickReport"]
 from tickwork.shared.clock import Clock, SystemClock
 from tickwork.shared.domain.catchup import MissedRange, Pass, Span, plan_pass
 from tickwork.shared.domain.schedule import DEFAULT_MAX_ACTIVE, ScheduleSpec
@@ -54,13 +59,6 @@ log = logging.getLogger(__name__)
 BATCH_SCHEDULES = 1000
 """Schedules claimed per transaction."""
 
-LEAD_FRACTION = 4
-"""A pass's first batch on each worker holds this fraction of :data:`BATCH_SCHEDULES`
-schedules, so that the first sessions of a busy minute commit sooner."""
-
-PASS_BATCHES = 100
-"""Batches one pass lists at most; what is due beyond them waits for the next pass."""
-
 TIMES_PER_PASS = 1000
 """Session times one schedule emits per batch: a long catch-up yields to other schedules
 between batches instead of holding them up."""
@@ -76,44 +74,11 @@ IDLE_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 300.0
 """The longest a failing schedule waits before it is tried again."""
 
-
-@dataclass
-class TickReport:
-    """What one tick did."""
-
-    due: int = 0
-    schedules: int = 0
-    emitted: int = 0
-    duplicates: int = 0
-    missed: int = 0
-    failures: int = 0
-    started_waiting: int = 0
-    lags: list[float] = field(default_factory=list)
-    more_ready: bool = False  # a tick drains everything due: never more right away
-
-    @property
-    def did_work(self) -> bool:
-        """Whether the tick emitted, missed or started anything."""
-        return bool(self.emitted or self.missed or self.started_waiting)
-
-    def add(self, other: TickReport) -> None:
-        """Count in what another worker of the same tick did."""
-        self.schedules += other.schedules
-        self.emitted += other.emitted
-        self.duplicates += other.duplicates
-        self.missed += other.missed
-        self.failures += other.failures
-        self.lags.extend(other.lags)
-
-
-@dataclass
-class _Emission:
-    """One schedule's share of a batch."""
-
-    row: ScheduleRow
-    plan: Pass
-    new: list[NewSession] = field(default_factory=list)
-    missed: list[MissedRange] = field(default_factory=list)
+PREPARE_SECONDS = 2.0
+"""How long before the soonest due time a pass starts on its sessions (PostgreSQL): it
+claims, plans and inserts them in transactions that commit once the database's clock has
+reached that time, so that a busy minute's sessions appear as it begins, not over the
+seconds after. A change to one of the schedules it holds waits for that commit."""
 
 
 class Scheduler:
@@ -128,6 +93,7 @@ class Scheduler:
         batch_size: int = BATCH_SCHEDULES,
         times_per_pass: int = TIMES_PER_PASS,
         workers: int = WORKERS,
+        prepare_seconds: float = PREPARE_SECONDS,
         health: LoopHealth | None = None,
     ) -> None:
         self.engine = engine
@@ -138,6 +104,8 @@ class Scheduler:
         self.times_per_pass = times_per_pass
         # SQLite has one writer at a time: a second worker would only wait for the first.
         self.workers = workers if dialect_of(engine).concurrent_writers else 1
+        # ... and a transaction held open for seconds would hold every other writer.
+        self.prepare_seconds = prepare_seconds if dialect_of(engine).concurrent_writers else 0.0
         self.stopping = threading.Event()  # set by stop(): the runner's stop event
         self._connections_open = False
 
@@ -148,7 +116,9 @@ class Scheduler:
         return emission_store.database_now(conn) or SystemClock().now()
 
     def tick(self, now: datetime | None = None) -> TickReport:
-        """Emit everything due (at ``now``, default the database's clock), pass by pass."""
+        """Emit everything due (at ``now``, default the database's clock), pass by pass;
+        on the database's clock, then the soonest due time's sessions ahead of it (see
+        :data:`PREPARE_SECONDS`), returning once that time has come."""
         started = time.perf_counter()
         report = TickReport()
         # A pass handles each schedule due when it began once: a long catch-up yields to
@@ -158,7 +128,12 @@ class Scheduler:
             pass
         self.metrics.due_schedules.set(report.due)
         report.started_waiting = self._start_waiting()
-        self.metrics.tick_duration.observe(time.perf_counter() - started)
+        held_seconds = None
+        if now is None and self.clock is None and self.prepare_seconds > 0:
+            held_seconds = ahead_pass(self, report)
+        # What a pass ahead had no time to prepare, or could not write, is due now.
+        report.more_ready = held_seconds is not None
+        self.metrics.tick_duration.observe(time.perf_counter() - started - (held_seconds or 0.0))
         return report
 
     def _pass(self, now: datetime | None, report: TickReport) -> bool:
@@ -181,8 +156,8 @@ class Scheduler:
                 # they have claimed and planned: their sessions commit that much sooner.
                 # Read after the list: a schedule emitted in between shows a new
                 # checkpoint when it is claimed, and is counted again (see _counts).
-                counts = pool.submit(self._active_counts)
-            listing = _DueList(due, counts, self.batch_size, workers)
+                counts = pool.submit(self.active_counts)
+            listing = DueList(due, counts, self.batch_size, workers)
             parts = [TickReport() for _ in range(workers)]
             drained = [pool.submit(self._drain, now, listing, part) for part in parts]
             claimed = sum(done.result() for done in drained)
@@ -190,12 +165,12 @@ class Scheduler:
             report.add(part)
         return len(due) == limit and claimed > 0
 
-    def _active_counts(self) -> dict[int, tuple[int, int]]:
+    def active_counts(self) -> dict[int, tuple[int, int]]:
         """Running and waiting attempts of every schedule that has any."""
         with self.engine.connect() as conn:
             return emission_store.active_counts(conn, None)
 
-    def _drain(self, now: datetime | None, listing: _DueList, report: TickReport) -> int:
+    def _drain(self, now: datetime | None, listing: DueList, report: TickReport) -> int:
         """Handle the listing's batches until none is left; how many schedules were claimed."""
         claimed = 0
         while not self.stopping.is_set() and (batch := listing.next_batch()):
@@ -203,7 +178,7 @@ class Scheduler:
         return claimed
 
     def _batch(
-        self, now: datetime | None, batch: list[int], listing: _DueList, report: TickReport
+        self, now: datetime | None, batch: list[int], listing: DueList, report: TickReport
     ) -> int:
         """Claim and handle one batch of listed schedules; returns how many were claimed."""
         rows: list[ScheduleRow] = []
@@ -211,7 +186,8 @@ class Scheduler:
             with self.engine.begin() as conn:
                 at = now or self.now(conn)
                 rows = emission_store.claim_listed(conn, batch, at)
-                self._emit(conn, rows, at, report, listing)
+                written = self.emit(conn, rows, at, report, listing)
+            self.count(written, _emitted_at(at, written), report)
             return len(rows)
         except SQLAlchemyError as exc:
             if not rows:
@@ -226,24 +202,26 @@ class Scheduler:
         for schedule_id in ids:
             try:
                 with self.engine.begin() as conn:
-                    self._emit(conn, _claim_one(conn, schedule_id, at), at, report)
+                    written = self.emit(conn, _claim_one(conn, schedule_id, at), at, report)
+                self.count(written, _emitted_at(at, written), report)
             except SQLAlchemyError as exc:
                 self._fail(schedule_id, at, str(exc).splitlines()[0], report)
         return len(ids)
 
-    def _emit(
+    def emit(
         self,
         conn: Connection,
         rows: Sequence[ScheduleRow],
         now: datetime,
         report: TickReport,
-        listing: _DueList | None = None,
-    ) -> None:
-        """Plan every claimed schedule and write the outcome in the caller's transaction."""
+        listing: DueList | None = None,
+    ) -> Written:
+        """Plan every claimed schedule and write the outcome in the caller's transaction;
+        what it wrote is for :meth:`count` once that has committed."""
         started = time.perf_counter()
         report.schedules += len(rows)
         spans = emission_store.inactive_spans(conn, [row.id for row in rows])
-        emissions: list[_Emission] = []
+        emissions: list[Emission] = []
         plans: dict[tuple[ScheduleSpec, datetime], Pass] = {}
         for row in rows:
             try:
@@ -251,7 +229,7 @@ class Scheduler:
             except Exception as exc:
                 log.exception("schedule %s/%s failed", row.project_name, row.workflow_name)
                 self._record_failure(conn, row.id, now, f"{type(exc).__name__}: {exc}", report)
-        counts = _counts(conn, [e.row for e in emissions if e.plan.emit], listing)
+        counts = counts_to_apply(conn, [e.row for e in emissions if e.plan.emit], listing)
         for emission in emissions:
             _apply_overlap(emission, counts.get(emission.row.id, (0, 0)))
         new = [item for emission in emissions for item in emission.new]
@@ -263,9 +241,7 @@ class Scheduler:
                 conn, emission.row.id, emission.missed, now
             )
         emission_store.save_progress(conn, [_progress(e) for e in emissions], now)
-        # Lag counts the batch's own work too: ``now`` was read before it started.
-        emitted_at = now + timedelta(seconds=time.perf_counter() - started)
-        self._count(emissions, new, len(created), emitted_at, report)
+        return Written(emissions, new, len(created), started)
 
     def _plan(
         self,
@@ -273,7 +249,7 @@ class Scheduler:
         now: datetime,
         spans: list[Span],
         plans: dict[tuple[ScheduleSpec, datetime], Pass],
-    ) -> _Emission:
+    ) -> Emission:
         """The schedule's pass; ``plans`` holds those of its batch to share (read-only)."""
         spec = row.schedule
         checkpoint = row.last_session_time or now
@@ -289,21 +265,17 @@ class Scheduler:
             )
             if key is not None:
                 plans[key] = plan
-        return _Emission(row, plan, missed=list(plan.missed))
+        return Emission(row, plan, missed=list(plan.missed))
 
-    def _count(
-        self,
-        emissions: Sequence[_Emission],
-        new: Sequence[NewSession],
-        created: int,
-        emitted_at: datetime,
-        report: TickReport,
-    ) -> None:
+    def count(self, written: Written, emitted_at: datetime, report: TickReport) -> None:
+        """Count what a committed batch wrote; its sessions' lag is ``emitted_at`` (when
+        the batch committed) minus their run time."""
+        created, new = written.created, written.new
         report.emitted += created
         report.duplicates += len(new) - created
         self.metrics.sessions_emitted.inc(created)
         self.metrics.duplicates_suppressed.inc(len(new) - created)
-        for emission in emissions:
+        for emission in written.emissions:
             spec = emission.row.schedule
             for missed in emission.missed:
                 self.metrics.missed.labels(missed.reason).inc(missed.count or 1)
@@ -356,13 +328,16 @@ class Scheduler:
         self.stopping.set()
 
     def seconds_until_due(self) -> float:
-        """How long to sleep: until the soonest due schedule, at most :data:`IDLE_SECONDS`."""
+        """How long to sleep: until the soonest due schedule (less
+        :data:`PREPARE_SECONDS`), at most :data:`IDLE_SECONDS`."""
         with self.engine.connect() as conn:
             due = emission_store.earliest_due(conn)
             now = self.now(conn)
         if due is None:
             return IDLE_SECONDS
-        return min(max((due - now).total_seconds(), 0.0), IDLE_SECONDS)
+        # A pass ahead starts on a due time that close before it.
+        ahead = (due - now).total_seconds() - self.prepare_seconds
+        return min(max(ahead, 0.0), IDLE_SECONDS)
 
     def wait(self, _idle_seconds: float) -> None:
         """Sleep until the soonest due schedule (the runner's wait; at most
@@ -381,6 +356,11 @@ class Scheduler:
         self._connections_open = True
 
 
+def _emitted_at(now: datetime, written: Written) -> datetime:
+    """When a batch that began at ``now`` committed: its lag counts its own work too."""
+    return now + timedelta(seconds=time.perf_counter() - written.started)
+
+
 def _claim_one(conn: Connection, schedule_id: int, now: datetime) -> list[ScheduleRow]:
     if not emission_store.lock_rows(conn, schedules, [schedule_id]):
         return []  # another replica has it
@@ -389,60 +369,7 @@ def _claim_one(conn: Connection, schedule_id: int, now: datetime) -> list[Schedu
     return [row] if due else []
 
 
-class _DueList:
-    """What one pass handles: the due schedules it listed, in batches handed out to its
-    workers, with the checkpoints they had and the attempts running or waiting then."""
-
-    def __init__(
-        self,
-        due: Sequence[emission_store.DueSchedule],
-        counts: Future[dict[int, tuple[int, int]]],
-        batch_size: int,
-        workers: int = 1,
-    ) -> None:
-        self.checkpoints = {item.schedule_id: item.checkpoint for item in due}
-        self._counts = counts
-        ids = [item.schedule_id for item in due]
-        # Each worker's first batch is a quarter of the others when there are more
-        # schedules than workers would claim in one round: its sessions commit sooner.
-        lead = max(batch_size // LEAD_FRACTION, 1) if len(ids) > batch_size * workers else 0
-        cut = lead * workers
-        self._batches = [ids[i : i + lead] for i in range(0, cut, lead)] if lead else []
-        self._batches += [ids[i : i + batch_size] for i in range(cut, len(ids), batch_size)]
-        self._lock = threading.Lock()
-
-    @property
-    def counts(self) -> dict[int, tuple[int, int]]:
-        """(active, waiting) attempts of each schedule when the pass began (waits for
-        the count under way)."""
-        return self._counts.result()
-
-    def next_batch(self) -> list[int]:
-        """The next batch's schedule ids; empty once every batch is handed out."""
-        with self._lock:
-            return self._batches.pop(0) if self._batches else []
-
-
-def _counts(
-    conn: Connection, rows: Sequence[ScheduleRow], listing: _DueList | None
-) -> dict[int, tuple[int, int]]:
-    """(active, waiting) attempts of each schedule about to emit.
-
-    Counting a batch's schedules alone still reads every running attempt (attempts do
-    not name their schedule), so a pass counts them once, for all. A schedule whose
-    checkpoint moved since (another batch or replica emitted for it) is counted again.
-    """
-    if listing is None:
-        return emission_store.active_counts(conn, [row.id for row in rows])
-    counts = {row.id: listing.counts.get(row.id, (0, 0)) for row in rows}
-    moved = [row.id for row in rows if listing.checkpoints.get(row.id) != row.last_session_time]
-    if moved:
-        fresh = emission_store.active_counts(conn, moved)
-        counts.update({schedule_id: fresh.get(schedule_id, (0, 0)) for schedule_id in moved})
-    return counts
-
-
-def _apply_overlap(emission: _Emission, counts: tuple[int, int]) -> None:
+def _apply_overlap(emission: Emission, counts: tuple[int, int]) -> None:
     """Decide each due time: start it, let it wait, or record it as missed."""
     row, spec = emission.row, emission.row.schedule
     active, waiting = counts
@@ -475,7 +402,7 @@ def _ranges(times: Sequence[datetime], reason: MissedReason) -> list[MissedRange
     return [MissedRange(t, t, 1, reason) for t in times]
 
 
-def _progress(emission: _Emission) -> Progress:
+def _progress(emission: Emission) -> Progress:
     plan = emission.plan
     return Progress(emission.row.id, plan.checkpoint, plan.next_session_time, plan.next_run_time)
 
