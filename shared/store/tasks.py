@@ -35,7 +35,13 @@ from tickwork.shared.domain.choices import parse_choice
 from tickwork.shared.domain.pools import PRIORITY_STEP_SECONDS, rank_seconds
 from tickwork.shared.domain.states import TERMINAL_TASK_STATES, TaskState
 from tickwork.shared.errors import NotFound
-from tickwork.shared.store.dialects import dialect_of, postgres_upsert_from
+from tickwork.shared.store.dialects import (
+    StoreDialect,
+    TableQualified,
+    dialect_named,
+    dialect_of,
+    postgres_upsert_from,
+)
 from tickwork.shared.store.partitions import AttemptFilter, AttemptSet, restrict
 from tickwork.shared.store.sql import insert_rows
 from tickwork.shared.store.tables import task_dependencies, task_logs, tasks
@@ -166,25 +172,35 @@ def mark_tasks_running(
 # its lease token, and a late result of its old run must not end it.
 _IN_FLIGHT = [TaskState.QUEUED.value, TaskState.RUNNING.value]
 _JSON_NONE = bindparam("json_none", None, type_=tasks.c.result.type)
-_SUCCEED_RUNS = (
-    tasks.update()
-    .where(
-        tasks.c.id.in_(_IDS),
-        _IN_RUNS,
-        tasks.c.state.in_(_IN_FLIGHT),
+
+
+@lru_cache(maxsize=4)
+def _succeed_runs_of(dialect: StoreDialect) -> Update:
+    """The UPDATE of :func:`succeed_runs` on ``dialect``: built once, its text the same
+    for any number of runs (see :meth:`StoreDialect.in_bound_ids`)."""
+    return (
+        tasks.update()
+        .where(
+            dialect.in_bound_ids(tasks.c.id, "ids"),
+            dialect.in_bound_pairs((tasks.c.id, tasks.c.lease_token), "runs"),
+            # In a function: no planner (SQLite's would) reads the state index instead of
+            # the ids.
+            func.coalesce(tasks.c.state, "").in_([literal(state) for state in _IN_FLIGHT]),
+        )
+        .values(
+            state=TaskState.SUCCESS.value,
+            result=_JSON_NONE,
+            output_params=case(
+                (dialect.in_bound_ids(tasks.c.id, "passing_ids"), tasks.c.params),
+                else_=_JSON_NONE,
+            ),
+            finished_at=bindparam("now"),
+            updated_at=bindparam("now"),
+        )
+        .returning(tasks.c.id)
     )
-    .values(
-        state=TaskState.SUCCESS.value,
-        result=_JSON_NONE,
-        output_params=case(
-            (tasks.c.id.in_(bindparam("passing_ids", expanding=True)), tasks.c.params),
-            else_=_JSON_NONE,
-        ),
-        finished_at=bindparam("now"),
-        updated_at=bindparam("now"),
-    )
-    .returning(tasks.c.id)
-)
+
+
 _FAIL_RUNS = (
     tasks.update()
     .where(tasks.c.id.in_(_IDS), _IN_RUNS, tasks.c.state.in_(_IN_FLIGHT))
@@ -209,13 +225,14 @@ def succeed_runs(
     if not runs:
         return set()
     values = _succeed_values(runs, passing, now)
-    return {int(i) for i in conn.execute(_SUCCEED_RUNS, values).scalars()}
+    statement = _succeed_runs_of(dialect_of(conn))
+    return {int(i) for i in conn.execute(statement, values).scalars()}
 
 
 def _succeed_values(
     runs: Sequence[tuple[int, int]], passing: Collection[int], now: datetime
 ) -> dict[str, Any]:
-    """The parameters of :data:`_SUCCEED_RUNS`, alone or in a statement around it."""
+    """The parameters of :func:`_succeed_runs_of`, alone or in a statement around it."""
     return {
         "ids": [i for i, _ in runs],
         "runs": list(runs),
@@ -465,20 +482,26 @@ _STATE_UPDATE = (
 )
 
 
-_MARK_QUEUED = (
-    tasks.update()
-    .where(tasks.c.id.in_(_IDS), tasks.c.state == TaskState.READY.value)
-    .values(
-        state=TaskState.QUEUED.value,
-        lease_token=tasks.c.lease_token + 1,
-        params=bindparam("params", type_=tasks.c.params.type),
-        started_at=func.coalesce(
-            tasks.c.started_at, bindparam("now", type_=tasks.c.started_at.type)
-        ),
-        updated_at=bindparam("now", type_=tasks.c.updated_at.type),
+@lru_cache(maxsize=4)
+def _mark_queued_of(dialect: StoreDialect) -> Update:
+    """The UPDATE of :func:`mark_tasks_queued` on ``dialect``, built once."""
+    return (
+        tasks.update()
+        .where(
+            dialect.in_bound_ids(tasks.c.id, "ids"),
+            func.coalesce(tasks.c.state, "") == TaskState.READY.value,  # the ids, not the state
+        )
+        .values(
+            state=TaskState.QUEUED.value,
+            lease_token=tasks.c.lease_token + 1,
+            params=bindparam("params", type_=tasks.c.params.type),
+            started_at=func.coalesce(
+                tasks.c.started_at, bindparam("now", type_=tasks.c.started_at.type)
+            ),
+            updated_at=bindparam("now", type_=tasks.c.updated_at.type),
+        )
+        .returning(tasks.c.id, tasks.c.lease_token)
     )
-    .returning(tasks.c.id, tasks.c.lease_token)
-)
 
 
 def mark_tasks_queued(
@@ -517,7 +540,8 @@ def mark_tasks_queued_logging(
     for task_id, params in params_by_id.items():
         key = json.dumps(params, sort_keys=True, default=str)
         groups.setdefault(key, (params, []))[1].append(task_id)
-    folded = dialect_of(conn).chains_inserts and bool(logs.started or logs.ended)
+    dialect = dialect_of(conn)
+    folded = dialect.chains_inserts and bool(logs.started or logs.ended)
     started = {row["task_id"]: row for row in logs.started} if folded else {}
     ended = logs.ended if folded else []
     tokens: dict[int, int] = {}
@@ -525,7 +549,7 @@ def mark_tasks_queued_logging(
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
             values: dict[str, Any] = {"ids": chunk, "params": params, "now": now}
-            statement = _MARK_QUEUED
+            statement = _mark_queued_of(dialect)
             chunk_started = [started[i] for i in chunk if i in started]
             if chunk_started or ended:
                 values |= _log_json(_log_rows(chunk_started, ended))
@@ -661,16 +685,20 @@ _STARTABLE_DOWNSTREAM = (
 )
 
 
-_MAKE_DOWNSTREAM_READY = (
-    tasks.update()
-    .where(
-        tasks.c.id.in_(select(_EDGE.c.downstream_id).where(_EDGE.c.upstream_id.in_(_IDS))),
-        func.coalesce(tasks.c.state, "") == TaskState.BLOCKED.value,
-        _all_upstreams_succeeded(),
+def _make_downstream_ready_of(dialect: StoreDialect) -> Update:
+    """BLOCKED tasks waiting for the tasks of the bound ``ids`` whose upstreams all
+    succeeded -> READY, on ``dialect``."""
+    waited_for = dialect.in_bound_ids(_EDGE.c.upstream_id, "ids")
+    return (
+        tasks.update()
+        .where(
+            tasks.c.id.in_(select(_EDGE.c.downstream_id).where(waited_for)),
+            func.coalesce(tasks.c.state, "") == TaskState.BLOCKED.value,
+            _all_upstreams_succeeded(),
+        )
+        .values(state=TaskState.READY.value, updated_at=bindparam("now"), ready_rank=_READY_RANK)
+        .returning(*_TASK_COLUMNS)
     )
-    .values(state=TaskState.READY.value, updated_at=bindparam("now"), ready_rank=_READY_RANK)
-    .returning(*_TASK_COLUMNS)
-)
 
 
 @dataclass(frozen=True)
@@ -688,11 +716,13 @@ _SEEN_EDGE = aliased(task_dependencies, name="seen_edge")
 _SEEN_UPSTREAM = aliased(tasks, name="seen_upstream")
 
 
-def _seen_columns(ended: Any | None = None) -> list[Any]:
+def _seen_columns(dialect: StoreDialect, ended: Any | None = None) -> list[Any]:
     """What a task being made READY sees, as columns of its RETURNING: its parent's
-    output and params and its upstreams' outputs in definition order; with ``ended``
-    (the runs the same statement ends), those upstreams' outputs as that statement
-    leaves them, not as its snapshot has them."""
+    output and params and its upstreams' outputs in definition order (read with
+    :func:`_ready_and_seen`); with ``ended`` (the runs the same statement ends, on
+    PostgreSQL), those upstreams' outputs as that statement leaves them, not as its
+    snapshot has them. Nothing such a statement changes is among what it reads: a task
+    made READY is neither a parent nor an upstream of another it makes READY."""
     output: Any = _SEEN_UPSTREAM.c.output_params
     joined: Any = _SEEN_EDGE.join(_SEEN_UPSTREAM, _SEEN_UPSTREAM.c.id == _SEEN_EDGE.c.upstream_id)
     if ended is not None:
@@ -701,39 +731,44 @@ def _seen_columns(ended: Any | None = None) -> list[Any]:
     parent = select(_PARENT.c.output_params, _PARENT.c.params).where(
         _PARENT.c.id == tasks.c.parent_id
     )
-    return [
-        parent.with_only_columns(_PARENT.c.output_params).scalar_subquery().label("parent_output"),
-        parent.with_only_columns(_PARENT.c.params).scalar_subquery().label("parent_params"),
-        select(
-            func.json_agg(
-                postgresql.aggregate_order_by(
-                    output, _SEEN_UPSTREAM.c.position, _SEEN_UPSTREAM.c.id
-                ),
-                type_=postgresql.JSON,
-            )
-        )
+    in_order = dialect.json_list_in_order(output, [_SEEN_UPSTREAM.c.position, _SEEN_UPSTREAM.c.id])
+    upstream = (
+        select(in_order)
         .select_from(joined)
         .where(_SEEN_EDGE.c.downstream_id == tasks.c.id, output.is_not(None))
         .scalar_subquery()
-        .label("upstream_outputs"),
+    )
+    return [
+        TableQualified(parent.with_only_columns(_PARENT.c.output_params).scalar_subquery()).label(
+            "parent_output"
+        ),
+        TableQualified(parent.with_only_columns(_PARENT.c.params).scalar_subquery()).label(
+            "parent_params"
+        ),
+        TableQualified(upstream).label("upstream_outputs"),
     ]
 
 
-def _ready_and_seen(rows: Iterable[dict[str, Any]]) -> tuple[list[TaskRow], dict[int, Seen]]:
+def _ready_and_seen(
+    dialect: StoreDialect, rows: Iterable[dict[str, Any]]
+) -> tuple[list[TaskRow], dict[int, Seen]]:
     """The tasks and what each sees, from rows of their columns and :func:`_seen_columns`."""
     ready: list[TaskRow] = []
     seen: dict[int, Seen] = {}
     for columns in rows:
         parent_output, parent_params = columns.pop("parent_output"), columns.pop("parent_params")
-        upstream = [output for output in columns.pop("upstream_outputs") or () if output]
+        found = dialect.read_json_list(columns.pop("upstream_outputs"))
+        upstream = [output for output in found if output]
         task = _task_from_values(columns)
         ready.append(task)
         seen[task.id] = Seen(parent_output or parent_params, upstream)
     return ready, seen
 
 
-# Where aggregates take an order (PostgreSQL; SQLite 3.40 reads what tasks see afterwards).
-_MAKE_DOWNSTREAM_READY_SEEING = _MAKE_DOWNSTREAM_READY.returning(*_seen_columns())
+@lru_cache(maxsize=4)
+def _make_downstream_ready_seeing(dialect: StoreDialect) -> Update:
+    """:func:`_make_downstream_ready_of`, also saying what each task it makes READY sees."""
+    return _make_downstream_ready_of(dialect).returning(*_seen_columns(dialect))
 
 
 def make_downstream_ready(
@@ -741,17 +776,15 @@ def make_downstream_ready(
 ) -> tuple[list[TaskRow], dict[int, Seen]]:
     """BLOCKED tasks that wait for any of ``task_ids`` and whose upstreams all succeeded
     -> READY, in one statement; their rows as they are now. Those with a start rule
-    (``_delay``/``_start_at``) are READY too: the caller works out their time. On
-    PostgreSQL the same statement says what each sees (as :func:`parent_and_upstream_outputs`
-    would), by id; elsewhere that is empty."""
+    (``_delay``/``_start_at``) are READY too: the caller works out their time. The same
+    statement says what each sees (as :func:`parent_and_upstream_outputs` would), by id:
+    a chain's next task costs no read before it is queued."""
     if not task_ids:
         return [], {}
     values = {"ids": list(task_ids), "now": now, "rank_now": rank_seconds(now)}
-    if not dialect_of(conn).orders_aggregates:
-        rows = conn.execute(_MAKE_DOWNSTREAM_READY, values)
-        return [_task_from_row(row) for row in rows], {}
-    rows = conn.execute(_MAKE_DOWNSTREAM_READY_SEEING, values)
-    return _ready_and_seen(dict(row._mapping) for row in rows)
+    dialect = dialect_of(conn)
+    rows = conn.execute(_make_downstream_ready_seeing(dialect), values)
+    return _ready_and_seen(dialect, (dict(row._mapping) for row in rows))
 
 
 # One statement that ends runs in SUCCESS and makes READY what waited for them (where the
@@ -759,7 +792,8 @@ def make_downstream_ready(
 # snapshot the statement began with, so the promotion counts the runs it ends as
 # succeeded and reads their outputs from what ends them. Its one row at least carries the
 # ids that moved; each READY task adds a row.
-_ENDED = _SUCCEED_RUNS.returning(tasks.c.output_params).cte("ended")
+_POSTGRESQL = dialect_named("postgresql")
+_ENDED = _succeed_runs_of(_POSTGRESQL).returning(tasks.c.output_params).cte("ended")
 _PROMOTED = (
     tasks.update()
     .where(
@@ -779,7 +813,7 @@ _PROMOTED = (
         ),
     )
     .values(state=TaskState.READY.value, updated_at=bindparam("now"), ready_rank=_READY_RANK)
-    .returning(*_TASK_COLUMNS, *_seen_columns(_ENDED))
+    .returning(*_TASK_COLUMNS, *_seen_columns(_POSTGRESQL, _ENDED))
     .cte("promoted")
 )
 _ONE_ROW = select(literal(1).label("one")).subquery("one_row")
@@ -802,7 +836,7 @@ def succeed_runs_promoting(
     if not runs:
         return set(), [], {}
     dialect = dialect_of(conn)
-    if not (looked and dialect.chains_inserts and dialect.orders_aggregates):
+    if not (looked and dialect.chains_inserts):
         moved = succeed_runs(conn, runs, passing, now)
         ready, seen = make_downstream_ready(conn, [i for i in looked if i in moved], now)
         return moved, ready, seen
@@ -814,7 +848,7 @@ def succeed_runs_promoting(
         ended.update(int(i) for i in columns.pop("moved") or ())
         if columns["id"] is not None:
             promoted.append(columns)
-    ready, seen = _ready_and_seen(promoted)
+    ready, seen = _ready_and_seen(dialect, promoted)
     return ended, ready, seen
 
 
@@ -1005,12 +1039,12 @@ _LOG_ROW_NAMES = (*_LOG_COLUMNS, "truncated_bytes", "ended_at")
 
 
 def _queued_and_logged() -> Any:
-    """:data:`_MARK_QUEUED` with an upsert of log rows (given as one JSON array) in the
+    """:func:`_mark_queued_of` with an upsert of log rows (given as one JSON array) in the
     same statement, for PostgreSQL: a started row (no ``ended_at``) goes in only
     if its task is queued under the row's token by this statement, an ended row always;
     a row meeting one of the same run sets what :func:`write_task_logs` would (the same
     upsert, from these rows)."""
-    queued = _MARK_QUEUED.cte("queued")
+    queued = _mark_queued_of(_POSTGRESQL).cte("queued")
     columns = [column(name, task_logs.c[name].type) for name in _LOG_ROW_NAMES]
     given = bindparam("log_rows", type_=postgresql.JSON)
     rows = (
