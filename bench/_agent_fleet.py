@@ -422,6 +422,7 @@ class Fleet:
     idle: Memory = field(default_factory=Memory)
     idle_pool_processes: int = 0
     killed: list[Service] = field(default_factory=list)
+    memory_available_kib: int = 0  # before the first agent started
 
     def sample(self) -> Sample:
         return Sample(
@@ -475,6 +476,7 @@ def start_fleet(
     """The executor, one agent whose idle memory says how many fit, then the rest; each
     agent consuming before the function returns."""
     redis_url, prefix = redis_at
+    available = available_memory_kib()
     start_executors_and_agents(services, database_url, redis_url, prefix, work_dir, agents=0)
     executor = services[0]
     lease_args = [
@@ -505,7 +507,9 @@ def start_fleet(
         agents=len(agents),
     )
     client = redis.Redis.from_url(redis_url, socket_timeout=10)
-    return Fleet(services, executor, agents, scale, redis_at, client)
+    fleet = Fleet(services, executor, agents, scale, redis_at, client)
+    fleet.memory_available_kib = available
+    return fleet
 
 
 def fit_to_memory(wanted: Scale, probe: Service, reporter: Reporter) -> Scale:

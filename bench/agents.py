@@ -495,10 +495,12 @@ def idle_figures(
     return {
         "idle_agent_rss_mib": round(fleet.idle.rss_kib / 1024 / agents, 1),
         "idle_agent_pss_mib": round(fleet.idle.pss_kib / 1024 / agents, 1),
-        "idle_pool_process_pss_mib": round(
+        "idle_pss_mib_per_process": round(
             fleet.idle.pss_kib / 1024 / (agents + fleet.idle_pool_processes), 1
         ),
         "idle_processes_per_agent": round(fleet.idle.processes / agents, 1),
+        "memory_available_gib_at_start": round(fleet.memory_available_kib / 1024**2, 1),
+        "redis_clients_before_agents": baseline.clients,
         "redis_clients_per_idle_agent": round((before.clients - baseline.clients) / agents, 2),
         "redis_idle_calls_per_s": round(sum(after.calls_since(before).values()) / seconds, 1),
         "redis_idle_cpu_ms_per_s": round(
@@ -554,6 +556,8 @@ def figures(
         out["requested"] = {"agents": wanted.agents, "tasks": wanted.tasks, "kill": wanted.kill}
     out.update(idle)
     out.update({f"steady_{k}": v for k, v in steady_figures(steady, scale, fleet.idle).items()})
+    clients = out["steady_redis_clients_most"] - out["redis_clients_before_agents"]
+    out["redis_clients_per_slot_under_load"] = round(clients / scale.slots, 2)
     if killed is not None:
         out.update({f"kill_{k}": v for k, v in kill_figures(killed, scale).items()})
     out["targets"] = target_checks(out)
