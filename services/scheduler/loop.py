@@ -15,6 +15,10 @@ checkpoint moved since (another replica emitted for it) is counted again in its 
 attempts that finished since only make the policy hold back a session that
 ``_start_waiting`` then releases at the end of the tick.
 
+On PostgreSQL a tick then writes the sessions of the soonest due time, if it is at most
+:data:`PREPARE_SECONDS` away, ahead of it, and commits them when it comes
+(:mod:`tickwork.services.scheduler.ahead`): a busy minute's sessions appear as it begins.
+
 Looping, waiting and back-off are the shared runner's (:mod:`tickwork.shared.runner`, driven by
 :mod:`tickwork.services.scheduler.main`).
 """
@@ -74,7 +78,7 @@ IDLE_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 300.0
 """The longest a failing schedule waits before it is tried again."""
 
-PREPARE_SECONDS = 2.0
+PREPARE_SECONDS = 3.0
 """How long before the soonest due time a pass starts on its sessions (PostgreSQL): it
 claims, plans and inserts them in transactions that commit once the database's clock has
 reached that time, so that a busy minute's sessions appear as it begins, not over the
