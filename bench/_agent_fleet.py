@@ -431,6 +431,20 @@ class Fleet:
             RedisReading.read(self.redis_client),
         )
 
+    def lease_marks(self, task_ids: Sequence[int]) -> dict[str, int]:
+        """How many of the tasks have each lease value, run ids left out (``1:queued``,
+        ``2:running``...: what the reaper sees of them)."""
+        prefix = self.redis_at[1]
+        if not task_ids:
+            return {}
+        values: Any = self.redis_client.mget([f"{prefix}lease:{i}" for i in task_ids])
+        counts: dict[str, int] = {}
+        for value in values:
+            token, _, holder = (value or b"none").decode().partition(":")
+            mark = f"{token}:{holder if holder.isalpha() else 'held'}" if holder else token
+            counts[mark] = counts.get(mark, 0) + 1
+        return counts
+
     def lease_owners(self, task_ids: Sequence[int]) -> dict[tuple[int, int], int]:
         """``(task id, token) -> pid`` of the pool process holding each task's lease now
         (marks such as ``queued`` or ``done`` name no process and are left out)."""
@@ -574,13 +588,12 @@ class Kill:
     orphans: int = 0  # processes of killed runs still alive a few seconds later
 
 
-def read_load(fleet: Fleet, at_least: int = 0) -> tuple[Memory, int] | None:
-    """The agents' memory with everything they started, and how many runs' processes it
-    covers; None (and no memory read) while that is under ``at_least``."""
+def agent_processes(fleet: Fleet) -> tuple[list[int], int]:
+    """The pids of the live agents and of everything they started, and how many runs
+    those processes belong to (the task processes name their run in their environment)."""
     tree = ProcessTree.read()
     pids = [p for a in fleet.agents for p in (a.process.pid, *tree.descendants(a.process.pid))]
-    runs = len(set(task_ids_in(pids).values()))
-    return None if runs < at_least else (memory_of(pids), runs)
+    return pids, len(set(task_ids_in(pids).values()))
 
 
 def kill_agents(fleet: Fleet, count: int, task_ids: Sequence[int]) -> Kill:

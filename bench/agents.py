@@ -38,7 +38,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +59,10 @@ from _agent_fleet import (
     RunTap,
     Sample,
     Scale,
+    agent_processes,
     kill_agents,
     measure_idle,
-    read_load,
+    memory_of,
     start_fleet,
     start_private_redis,
     task_ids_in,
@@ -87,6 +88,7 @@ REDIS_SERVER = shutil.which("redis-server")
 MAX_TASKS = 9999  # the executor's default attempt limit (10,000) less the group
 TARGET_WALL_RATIO = 1.5  # end-to-end at most 1.5 x the ideal
 
+STALL_SECONDS = 30.0  # nothing started or ended for this long: the rest will not run
 CONNECTIONS_SECONDS = 5.0  # between counts of the database's connections
 SAMPLE_SECONDS = 1.0  # executor CPU and Redis counters, between readings
 FULL_FRACTION = 0.9  # the slots count as full from this share of the peak of runs
@@ -122,6 +124,7 @@ class FanOut:
     load: Memory | None = None
     load_running: int = 0  # runs whose processes the load reading counted
     kill: Kill | None = None
+    stalled_marks: dict[str, int] = field(default_factory=dict)  # unfinished tasks' leases
 
     @property
     def wall_seconds(self) -> float:
@@ -178,6 +181,9 @@ def run_fanout(
                 samples.append(fleet.sample())
                 fleet.check()
             watch.step((server_url, database))
+            if watch.stalled():
+                reporter.event(f"{name}: nothing ran for {STALL_SECONDS:g} s; stopped waiting")
+                break
             time.sleep(0.2)
         ended_at = time.time()
         samples.append(fleet.sample())
@@ -190,6 +196,8 @@ def run_fanout(
         rows = [r for r in list_attempt_tasks(conn, attempt_id) if not r.is_group]
         logs = list_run_logs(conn, attempt_id)
         state = get_attempt_state(conn, attempt_id)
+    stalled = [row for row in rows if not row.state.is_terminal]
+    marks = fleet.lease_marks([row.id for row in stalled])
     if state is not AttemptState.SUCCESS:
         reporter.event(f"the {name} attempt ended in {state.value}")
     ended_logs: dict[int, int] = {}
@@ -215,6 +223,7 @@ def run_fanout(
         load=watch.load,
         load_running=watch.load_running,
         kill=watch.kill,
+        stalled_marks=marks,
     )
 
 
@@ -240,7 +249,12 @@ class Watch:
     load_running: int = 0
     most_connections: int = 0
     peak: int = 0
+    running: int = 0
+    most_runs: int = 0  # runs with processes, at the most (read every sample)
+    events_seen: int = 0
+    last_event_at: float = field(default_factory=time.time)
     _connections_read: float = 0.0
+    _next_count: float = 0.0
 
     def step(self, database: tuple[str, str]) -> None:
         """Look once: read what is due, kill or read the load when it is time, say how
@@ -249,6 +263,9 @@ class Watch:
         running = running_count(self.tap, killed)
         self.peak = max(self.peak, running)
         started, finished = len(self.tap.starts), len(self.tap.finishes)
+        if started + finished != self.events_seen:
+            self.events_seen, self.last_event_at = started + finished, time.time()
+        self.running = running
         tasks, slots = self.fleet.scale.tasks, len(self.fleet.agents) * self.fleet.scale.concurrency
         if time.monotonic() - self._connections_read >= CONNECTIONS_SECONDS:
             self._connections_read = time.monotonic()
@@ -256,8 +273,8 @@ class Watch:
             self.most_connections = max(self.most_connections, found)
         if self.kill_count and self.kill is None and started >= tasks // 2:
             self._kill()
-        if not self.kill_count and self.load is None and (running >= slots or finished):
-            self._read_load(running, bool(finished))
+        if not self.kill_count and self.load is None and started:
+            self._read_load(slots)
         self.reporter.status(
             f"{self.name}: {started:,}/{tasks:,} started, {finished:,} finished, "
             f"{running:,}/{slots:,} running (peak {self.peak:,})",
@@ -266,6 +283,16 @@ class Watch:
             finished=finished,
             running=running,
         )
+
+    def stalled(self) -> bool:
+        """Whether the tasks left will not run: none runs, no run started or ended for
+        :data:`STALL_SECONDS`, and any kill is that long past its takeover bound (its
+        agents' tasks have been given out again if they ever will be)."""
+        now = time.time()
+        if self.running or now - self.last_event_at < STALL_SECONDS:
+            return False
+        bound = self.fleet.scale.takeover_bound_seconds
+        return self.kill is None or now - self.kill.at > bound + STALL_SECONDS
 
     def _kill(self) -> None:
         with self.engine.connect() as conn:
@@ -279,18 +306,22 @@ class Watch:
             killed_runs=len(self.kill.runs),
         )
 
-    def _read_load(self, running: int, any_finished: bool) -> None:
-        """Read the memory under load once the runs' processes are there (a run's
-        processes start a little after the event saying it started), or once a run
-        has ended (the slots may never all be full at once)."""
-        found = read_load(self.fleet, at_least=0 if any_finished else int(0.9 * running))
-        if found is None:
+    def _read_load(self, slots: int) -> None:
+        """Read the memory under load once, at about the most runs: when 90 % of the
+        slots have their run's processes (they start a little after the event saying the
+        run started, later on a busy machine), or, should that never be, as soon as the
+        runs with processes fall below 90 % of the most seen."""
+        if time.monotonic() < self._next_count:
             return
-        load, self.load_running = found
-        self.load = load
+        self._next_count = time.monotonic() + SAMPLE_SECONDS
+        pids, runs = agent_processes(self.fleet)
+        self.most_runs = max(self.most_runs, runs)
+        if runs < FULL_FRACTION * slots and runs >= FULL_FRACTION * self.most_runs:
+            return
+        load = self.load = memory_of(pids)
+        self.load_running = runs
         self.reporter.event(
-            f"{self.name}: under load, {self.load_running} runs: "
-            f"{load.rss_kib / 1024**2:.2f} GiB RSS, "
+            f"{self.name}: under load, {runs} runs: {load.rss_kib / 1024**2:.2f} GiB RSS, "
             f"{load.pss_kib / 1024**2:.2f} GiB PSS in {load.processes} processes",
         )
 
@@ -475,6 +506,8 @@ def kill_figures(fanout: FanOut, scale: Scale) -> dict[str, Any]:
         "unexpected_tokens": sum(row.lease_token != expected_token[row.id] for row in fanout.rows),
         "survivors_runs_disturbed": len(disturbed),
         "orphan_processes": kill.orphans,
+        "tasks_never_ended": sum(fanout.stalled_marks.values()),
+        "never_ended_lease_marks": fanout.stalled_marks,
         "takeover_seen": len(takeovers),
         "requeue_seconds_max": round(max(requeues), 2) if requeues else None,
         "takeover_seconds_min": round(min(takeovers), 2) if takeovers else None,
