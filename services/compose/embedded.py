@@ -40,6 +40,7 @@ from tickwork.shared.store import projects as project_store
 from tickwork.shared.store import schedules as schedule_store
 from tickwork.shared.store import sessions as session_store
 from tickwork.shared.store import tasks as task_store
+from tickwork.shared.store.checkpoints import LogCheckpointer
 from tickwork.shared.store.dialects import dialect_of
 from tickwork.shared.store.engine import notify_work, read_only
 from tickwork.shared.store.migrate import open_migrated_store
@@ -294,6 +295,8 @@ def run_workflow(
         attempt_ids={outcome.attempt_id},
         max_tasks_per_attempt=request.max_tasks_per_attempt,
     )
+    checkpointer = LogCheckpointer(engine)  # the log's copies and syncs off the passes' path
+    checkpointer.start()
     try:
         run = _AttemptRun(executor, outcome.attempt_id, engine, on_progress, on_moves)
         outcome.state = _drive(run)
@@ -307,6 +310,7 @@ def run_workflow(
     finally:
         dispatcher.close()
         runner.close()
+        checkpointer.close()
     return outcome
 
 

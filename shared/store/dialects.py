@@ -24,7 +24,9 @@ from sqlalchemy import (
     Insert,
     Row,
     Select,
+    String,
     Table,
+    TypeDecorator,
     and_,
     any_,
     bindparam,
@@ -212,6 +214,12 @@ class StoreDialect(ABC):
         """Rewrite the whole database to give every free page back, outside any
         transaction; whether this database needs that (PostgreSQL's autovacuum does not)."""
 
+    @abstractmethod
+    def checkpoint(self, engine: Engine) -> bool:
+        """Copy the commits a write-ahead log holds into the database file, outside any
+        transaction, without waiting for (or blocking) readers and writers; whether this
+        database leaves that to its clients (PostgreSQL's own checkpointer does it)."""
+
 
 class PostgresDialect(StoreDialect):
     """PostgreSQL through psycopg 3: the distributed services' database."""
@@ -371,6 +379,9 @@ class PostgresDialect(StoreDialect):
     def vacuum(self, engine: Engine) -> bool:
         return False
 
+    def checkpoint(self, engine: Engine) -> bool:
+        return False
+
 
 class SqliteDialect(StoreDialect):
     """SQLite: the embedded mode's one file, written by one transaction at a time."""
@@ -476,13 +487,13 @@ class SqliteDialect(StoreDialect):
     # the same whatever the list's length, where an expanding IN would have SQLAlchemy
     # rewrite it on every run (a tenth of a millisecond for a chain's hop).
     def in_bound_ids(self, column: ColumnElement[Any], name: str) -> ColumnElement[bool]:
-        bound = func.json_each(bindparam(name, type_=JSON)).table_valued("value")
+        bound = func.json_each(bindparam(name, type_=_JsonNumbers())).table_valued("value")
         return column.in_(select(bound.c.value))
 
     def in_bound_pairs(
         self, columns: tuple[ColumnElement[Any], ColumnElement[Any]], name: str
     ) -> ColumnElement[bool]:
-        bound = func.json_each(bindparam(name, type_=JSON)).table_valued("value")
+        bound = func.json_each(bindparam(name, type_=_JsonNumbers())).table_valued("value")
         first = func.json_extract(bound.c.value, "$[0]")
         second = func.json_extract(bound.c.value, "$[1]")
         return tuple_(*columns).in_(select(first, second))
@@ -528,6 +539,15 @@ class SqliteDialect(StoreDialect):
             raw = conn.connection.driver_connection
             assert raw is not None
             raw.execute("VACUUM")  # outside SQLAlchemy's transaction: VACUUM cannot run in one
+        return True
+
+    def checkpoint(self, engine: Engine) -> bool:
+        # PASSIVE: copies what no reader still needs, takes no lock a writer waits for.
+        # Outside SQLAlchemy's transaction, whose BEGIN IMMEDIATE would take the write lock.
+        with engine.connect() as conn:
+            raw = conn.connection.driver_connection
+            assert raw is not None
+            raw.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         return True
 
 
@@ -681,6 +701,23 @@ def _has_input(fd: int | None) -> bool:
     finally:
         probe.detach()  # the descriptor stays libpq's
     return True
+
+
+class _JsonNumbers(TypeDecorator[Sequence[Any]]):
+    """A list of whole numbers, or of pairs of them, bound as the text of a JSON array
+    (written here: ``json.dumps`` costs more for so simple a value)."""
+
+    impl = String
+    cache_ok = True
+
+    def process_bind_param(self, value: Sequence[Any] | None, dialect: Dialect) -> str | None:
+        if value is None:
+            return None
+        items = (
+            f"[{int(item[0])},{int(item[1])}]" if isinstance(item, tuple | list) else str(int(item))
+            for item in value
+        )
+        return "[" + ",".join(items) + "]"
 
 
 class TableQualified(ColumnElement[Any]):
