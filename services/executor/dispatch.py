@@ -228,11 +228,11 @@ def _queue_tasks(work: Pass, scope: Scope, ready: list[TaskRow]) -> list[TaskMes
     # The runs' log rows, and those of the results applied so far, go in with the queueing
     # (where the store can): the token each run gets is its task's next one.
     rows = {task.id: task for task in ready}
-    next_runs = [
-        dataclasses.replace(draft, lease_token=rows[task_id].lease_token + 1)
+    next_runs = {
+        task_id: dataclasses.replace(draft, lease_token=rows[task_id].lease_token + 1)
         for task_id, draft in drafts.items()
-    ]
-    started = [_started_log(run, work.now) for run in next_runs]
+    }
+    started = [_started_log(run, work.now) for run in next_runs.values()]
     tokens, left = task_store.mark_tasks_queued_logging(
         conn,
         {task_id: stored[task_id] for task_id in drafts},
@@ -247,8 +247,10 @@ def _queue_tasks(work: Pass, scope: Scope, ready: list[TaskRow]) -> list[TaskMes
         scope.runs.queued(rows[task_id], token, stored[task_id], work.now)
         _note_wait(work, rows[task_id])
     return [  # in rank order: the broker's queue keeps it
-        dataclasses.replace(draft, lease_token=tokens[task_id])
-        for task_id, draft in drafts.items()
+        run
+        if run.lease_token == tokens[task_id]
+        else dataclasses.replace(run, lease_token=tokens[task_id])
+        for task_id, run in next_runs.items()
         if task_id in tokens
     ]
 

@@ -6,6 +6,7 @@ import json
 import secrets as random_tokens
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from tickwork.shared.dispatch.messages import DEFAULT_QUEUE, TaskMessage
@@ -35,6 +36,12 @@ class AttemptContext:
     archive_digest: str | None = None  # the pushed archive whose files the tasks run in
     # The project's secrets by name, encrypted: read when the attempt's context is made.
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @cached_property
+    def escaped_builtins(self) -> dict[str, Any]:
+        """``builtins`` escaped as data (see :func:`escape`), once for all its tasks."""
+        escaped: dict[str, Any] = escape(self.builtins)
+        return escaped
 
     @classmethod
     def of(
@@ -104,9 +111,11 @@ def build_task_message(
         inherited_export=task.inherited_export,
         stored=escape(stored),
         own_export=config.get("export"),
-        builtins=escape(
-            {**context.builtins, "task_name": task.full_name, "retry": task.retry_count}
-        ),
+        builtins={
+            **context.escaped_builtins,
+            "task_name": escape(task.full_name),
+            "retry": task.retry_count,
+        },
         local=uses.local,
     )
     rendered = render(params, params)
