@@ -7,9 +7,10 @@ import logging
 from datetime import timedelta
 
 from tickwork.services.executor.events import message_of, requeue
+from tickwork.services.executor.messages import queue_of
 from tickwork.services.executor.report import Pass, Recovery
 from tickwork.services.executor.scope import Scope
-from tickwork.shared.dispatch.leases import LeaseState
+from tickwork.shared.dispatch.leases import QUEUED, LeaseState
 from tickwork.shared.dispatch.seam import Dispatcher
 from tickwork.shared.domain.states import AttemptState, TaskState
 from tickwork.shared.store import sessions as session_store
@@ -20,6 +21,13 @@ log = logging.getLogger(__name__)
 
 REAP_BATCH = 5000
 """In-flight tasks one reaper pass looks at, at most."""
+
+TAKEN_OFF_QUEUE_SECONDS = 10.0
+"""How long a queued task's message may be off its queue, with the queue empty and its
+lease not taken, before it counts as lost with the agent that took it. An agent takes a
+message only for a free slot and takes the lease at once: only an agent that died (or
+hangs) in between leaves it so long. A live one that was merely slow meets a second copy
+of the same token, which the lease turns away."""
 
 KILLS_PER_PASS = 100
 """Attempts being killed one pass ends, at most."""
@@ -39,9 +47,14 @@ def reap(work: Pass, scope: Scope, recovery: Recovery, dispatcher: Dispatcher) -
     if not candidates or states is None:
         return
     lost: dict[int, InFlightRun] = {}  # not held: their message or their agent was lost
+    marked: list[InFlightRun] = []  # their message is in a queue, or with an agent
     for run in candidates:
-        if not _still_held(run, states[run.id]):  # else queued, running, or reporting
+        state = states[run.id]
+        if not _still_held(run, state):  # else queued, running, or reporting
             lost[run.id] = run
+        elif _marked_queued(run, state):
+            marked.append(run)
+    lost.update((run.id, run) for run in _taken_off_their_queues(work, scope, dispatcher, marked))
     republished: list[int] = []
     for task in task_store.get_tasks(work.conn, lost):
         run = lost[task.id]
@@ -67,6 +80,69 @@ def _still_held(task: InFlightRun, state: LeaseState) -> bool:
     lease = state.current
     unsent = state.unconfirmed and lease is not None and lease.token == task.lease_token
     return lease is not None and lease.token >= task.lease_token and not unsent
+
+
+def _marked_queued(task: InFlightRun, state: LeaseState) -> bool:
+    """Whether the task is queued under a confirmed ``queued`` mark of its token that no
+    agent took: its message is in its queue, or an agent took it off but not the lease."""
+    lease = state.current
+    return (
+        task.state is TaskState.QUEUED
+        and lease is not None
+        and lease.owner == QUEUED
+        and lease.token == task.lease_token
+        and state.taken < task.lease_token
+    )
+
+
+def _taken_off_their_queues(
+    work: Pass, scope: Scope, dispatcher: Dispatcher, marked: list[InFlightRun]
+) -> list[InFlightRun]:
+    """The runs among ``marked`` whose queue has been empty for
+    :data:`TAKEN_OFF_QUEUE_SECONDS` while no agent took their lease: an agent took the
+    message and died before taking the lease (Celery holds a message an agent took in
+    its unacknowledged set for an hour, or loses it if the agent dies in between). They
+    are published again under the same token; the lease refuses the first copy if it
+    ever comes back."""
+    since = scope.taken_off_queue_since
+    if not marked:
+        since.clear()
+        return []
+    queues = _queues_of(work, scope, marked)
+    depths = dispatcher.queue_depths(sorted(set(queues.values())))
+    now, overdue = work.now, []
+    keys = set()
+    for run in marked:
+        key = (run.id, run.lease_token)
+        if depths.get(queues[run.id], 1) > 0:
+            continue  # it may still be waiting in the queue
+        keys.add(key)
+        first_seen = since.setdefault(key, now)
+        if (now - first_seen).total_seconds() >= TAKEN_OFF_QUEUE_SECONDS:
+            overdue.append(run)
+    for key in [k for k in since if k not in keys]:
+        del since[key]
+    if overdue:
+        log.warning(
+            "publishing again %d queued tasks whose message an agent took and never started",
+            len(overdue),
+        )
+    return overdue
+
+
+def _queues_of(work: Pass, scope: Scope, runs: list[InFlightRun]) -> dict[int, str]:
+    """The queue of each run: from the rows this executor kept, else from the store."""
+    queues: dict[int, str] = {}
+    unknown = []
+    for run in runs:
+        row = scope.runs.get(run.id, run.lease_token)
+        if row is None:
+            unknown.append(run.id)
+        else:
+            queues[run.id] = queue_of(row)
+    for task in task_store.get_tasks(work.conn, unknown):
+        queues[task.id] = queue_of(task)
+    return queues
 
 
 def _lost_agent(work: Pass, scope: Scope, recovery: Recovery, task: TaskRow) -> None:

@@ -28,7 +28,9 @@ class Recovery:
     took lost its message and is published again under the same token. One that an agent
     took (RUNNING, or QUEUED with the agent's note that it took it: the agent died before
     its start was reported) lost its agent and is requeued under a new token, or fails
-    once that happened ``max_lost`` times.
+    once that happened ``max_lost`` times. A queued one whose message an agent took off
+    its queue and never started (see recovery.TAKEN_OFF_QUEUE_SECONDS) is published
+    again under the same token.
     """
 
     every_seconds: float = 5.0

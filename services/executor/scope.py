@@ -163,6 +163,9 @@ class Scope:
     pools_waiting: set[str] = field(default_factory=set)
     contexts: AttemptContexts = field(default_factory=AttemptContexts)
     runs: QueuedRuns = field(default_factory=QueuedRuns)
+    # (task id, token) of queued runs under a confirmed mark, no lease taken, whose queue
+    # the reaper found empty: since when (see recovery.TAKEN_OFF_QUEUE_SECONDS).
+    taken_off_queue_since: dict[tuple[int, int], datetime] = field(default_factory=dict)
 
 
 def over_task_limit(

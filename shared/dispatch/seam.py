@@ -39,5 +39,9 @@ class Dispatcher(Protocol):
     def lease_states(self, task_ids: Sequence[int]) -> dict[int, LeaseState] | None:
         """What the leases say of each task, for the reaper; None when there are none."""
 
+    def queue_depths(self, queues: Sequence[str]) -> dict[str, int]:
+        """Messages waiting in each queue (not yet taken by an agent); a queue left out is
+        not known to be empty."""
+
     def close(self) -> None:
         """Stop taking work and release resources."""

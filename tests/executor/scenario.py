@@ -52,6 +52,7 @@ class AgentStub:
         self.leases: dict[int, Lease | None] | None = None  # None: no leases (in-process)
         self.taken: dict[int, int] = {}  # task id -> newest token an agent took
         self.unconfirmed: set[int] = set()  # queued marks whose publisher never confirmed
+        self.off_queue: set[int] = set()  # tasks whose message an agent took off its queue
         self._events: list[TaskEvent] = []
 
     def publish(self, messages: Sequence[TaskMessage]) -> None:
@@ -77,6 +78,17 @@ class AgentStub:
             i: LeaseState(self.leases.get(i), self.taken.get(i, 0), i in self.unconfirmed)
             for i in task_ids
         }
+
+    def queue_depths(self, queues: Sequence[str]) -> dict[str, int]:
+        """The newest message of each task is in its queue until an agent takes it (its
+        lease, or the message alone: ``off_queue``)."""
+        newest = {m.task_id: m for m in self.published}
+        depths = dict.fromkeys(queues, 0)
+        for message in newest.values():
+            gone = message.task_id in self.taken or message.task_id in self.off_queue
+            if message.queue in depths and not gone:
+                depths[message.queue] += 1
+        return depths
 
     def close(self) -> None:
         pass

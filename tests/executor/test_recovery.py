@@ -13,6 +13,7 @@ import pytest
 
 from tests.executor.scenario import Scenario, finished
 from tickwork.services.executor.loop import Recovery
+from tickwork.services.executor.recovery import TAKEN_OFF_QUEUE_SECONDS
 from tickwork.shared.dispatch.leases import CANCELED, DONE, QUEUED, Lease, LeaseState
 from tickwork.shared.dispatch.messages import TaskReleased, TaskStarted
 from tickwork.shared.domain.states import AttemptState, TaskState
@@ -86,6 +87,38 @@ class TestLostMessages:
         assert reaping.agent.leases is not None
         reaping.agent.leases[message.task_id] = Lease(message.task_id, message.lease_token, QUEUED)
         assert reaping.step(after_seconds=60) == []
+
+    def test_a_message_an_agent_took_off_its_queue_and_never_started_is_sent_again(
+        self, reaping: Scenario
+    ) -> None:
+        # An agent took the message off the queue and died before taking the lease: its
+        # confirmed queued mark stays, and the queue is empty.
+        reaping.start(ONE_TASK)
+        (first,) = [reaping.open[n] for n in reaping.step()]
+        assert reaping.agent.leases is not None
+        reaping.agent.leases[first.task_id] = Lease(first.task_id, first.lease_token, QUEUED)
+        reaping.agent.off_queue.add(first.task_id)
+        assert reaping.step(after_seconds=3) == []  # first seen off its queue
+        assert reaping.step(after_seconds=TAKEN_OFF_QUEUE_SECONDS - 1) == []
+        assert reaping.tick(after_seconds=2) == ["+wf+a"]
+        (again,) = reaping.messages_for("+wf+a")[1:]
+        assert again.lease_token == first.lease_token
+        assert reaping.report.republished == 1
+
+    def test_a_message_off_its_queue_is_left_alone_while_its_queue_holds_others(
+        self, reaping: Scenario
+    ) -> None:
+        # A backlog on the queue: the message may be among those waiting.
+        reaping.start(TWO_THEN_ONE)
+        opened = [reaping.open[n] for n in reaping.step()]
+        assert reaping.agent.leases is not None
+        for message in opened:
+            reaping.agent.leases[message.task_id] = Lease(
+                message.task_id, message.lease_token, QUEUED
+            )
+        reaping.agent.off_queue.add(opened[0].task_id)
+        assert reaping.step(after_seconds=3) == []
+        assert reaping.step(after_seconds=TAKEN_OFF_QUEUE_SECONDS * 3) == []
 
     def test_a_queued_mark_never_confirmed_is_published_again_after_the_grace(
         self, reaping: Scenario

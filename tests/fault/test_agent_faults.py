@@ -17,6 +17,7 @@ import json
 import time
 
 import pytest
+from redis import Redis
 
 from tests.fault._cluster import (
     LEASE_TTL_SECONDS,
@@ -27,6 +28,8 @@ from tests.fault._cluster import (
     workflow_text,
 )
 from tests.support.waiting import wait_until
+from tickwork.services.executor.recovery import TAKEN_OFF_QUEUE_SECONDS
+from tickwork.shared.dispatch.messages import DEFAULT_QUEUE
 from tickwork.shared.domain.states import TaskState
 
 pytestmark = [pytest.mark.slow]
@@ -209,3 +212,31 @@ def test_an_agent_whose_grace_runs_out_gives_its_task_back_to_run_elsewhere_at_o
     task = cluster.task(attempt, "work")
     assert (task.lease_token, task.lost_count) == (second.token, 0), cluster.explain(attempt)
     assert [end.token for end in cluster.ledger.ends("work")] == [second.token]
+
+
+@pytest.mark.timeout(90)
+def test_a_message_an_agent_took_and_died_with_before_starting_it_is_sent_again(
+    cluster: Cluster,
+) -> None:
+    # Given a task published while no agent runs
+    cluster.start_executor()
+    work = cluster.ledger.task("work")
+    attempt = cluster.submit("taken_and_lost", workflow_text({"work": work}))
+    queue = f"{cluster.redis_prefix}{DEFAULT_QUEUE}"
+    client = Redis.from_url(cluster.redis_url)
+    try:
+        wait_until("the message is queued", lambda: client.llen(queue) == 1, FIRST_START_SECONDS)
+        # When an agent takes it off the queue and dies before taking its lease (Celery's
+        # worker holds it, or loses it on the way: either way it never comes back)
+        assert client.rpop(queue) is not None
+    finally:
+        client.close()
+    cluster.start_agent("agent-a")
+
+    # Then the reaper sends it again once its queue stayed empty, under the same token,
+    # and it runs once
+    state = cluster.wait_for_attempt_end(attempt, TAKEN_OFF_QUEUE_SECONDS + 40)
+    explained = cluster.explain(attempt)
+    assert state == "success", explained
+    assert [start.token for start in cluster.ledger.starts("work")] == [1], explained
+    assert cluster.applied_results(attempt, "work") == [1], explained
