@@ -26,6 +26,7 @@ under ``<work dir>/projects/<digest>`` (see :mod:`tickwork.services.agent.archiv
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -312,9 +313,18 @@ def build_app(
         health.beat(reason="consuming")
         sender.timer.call_repeatedly(BEAT_SECONDS, health.beat, kwargs={"reason": "consuming"})
 
+    celery_signals.worker_init.connect(_freeze_before_the_pool_forks, weak=False)
     celery_signals.worker_process_init.connect(on_process_init, weak=False)
     celery_signals.worker_ready.connect(on_ready, weak=False)
     return app
+
+
+def _freeze_before_the_pool_forks(**_kwargs: Any) -> None:
+    """Move what the main process has loaded out of the garbage collector's sight before
+    Celery forks its pool: a collection in a pool process would otherwise write to every
+    object's header, and so copy into each process the pages it shares with the others."""
+    gc.collect()
+    gc.freeze()
 
 
 def _install_grace(consumer: Any, grace_seconds: float, health: LoopHealth) -> None:
