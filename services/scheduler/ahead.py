@@ -13,7 +13,9 @@ them commit together or not at all; the claimed rows stay locked until then, so 
 replica skips them (and, once they commit, finds them no longer due); the sessions'
 idempotency key refuses a second copy. A crash or a stop before the commit rolls it all
 back, and the passes after the due time emit what is left, as they do what a worker had
-no time to prepare.
+no time to prepare. A schedule whose ``overlap: skip`` or ``buffer_one`` would record its
+time as missed because an attempt still runs is left to the pass at the due time too: the
+attempt may end before it.
 """
 
 from __future__ import annotations
@@ -126,7 +128,7 @@ def _prepare_batch(
     try:
         with conn.begin_nested():
             rows = emission_store.claim_listed(conn, batch, target.due_at)
-            return [scheduler.emit(conn, rows, target.due_at, report, listing)]
+            return [scheduler.emit(conn, rows, target.due_at, report, listing, ahead=True)]
     except SQLAlchemyError as exc:
         log.warning("scheduler batch failed ahead of its due time (%s); retried when due", exc)
         return []

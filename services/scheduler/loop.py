@@ -219,9 +219,14 @@ class Scheduler:
         now: datetime,
         report: TickReport,
         listing: DueList | None = None,
+        *,
+        ahead: bool = False,
     ) -> Written:
         """Plan every claimed schedule and write the outcome in the caller's transaction;
-        what it wrote is for :meth:`count` once that has committed."""
+        what it wrote is for :meth:`count` once that has committed. ``ahead`` (a pass
+        ahead of the due time) leaves out the schedules whose overlap policy would record
+        a time as missed: an attempt may end before the due time comes, so the pass at it
+        decides them."""
         started = time.perf_counter()
         report.schedules += len(rows)
         spans = emission_store.inactive_spans(conn, [row.id for row in rows])
@@ -234,6 +239,8 @@ class Scheduler:
                 log.exception("schedule %s/%s failed", row.project_name, row.workflow_name)
                 self._record_failure(conn, row.id, now, f"{type(exc).__name__}: {exc}", report)
         counts = counts_to_apply(conn, [e.row for e in emissions if e.plan.emit], listing)
+        if ahead:
+            emissions = [e for e in emissions if not _may_miss(e, counts.get(e.row.id, (0, 0)))]
         for emission in emissions:
             _apply_overlap(emission, counts.get(emission.row.id, (0, 0)))
         new = [item for emission in emissions for item in emission.new]
@@ -371,6 +378,12 @@ def _claim_one(conn: Connection, schedule_id: int, now: datetime) -> list[Schedu
     row = schedule_store.get_schedule(conn, schedule_id)
     due = row.next_run_time is not None and row.next_run_time <= now
     return [row] if due else []
+
+
+def _may_miss(emission: Emission, counts: tuple[int, int]) -> bool:
+    """Whether the overlap policy could record one of the times as missed because of the
+    attempts counted (active, waiting): ``skip`` and ``buffer_one`` with any of them."""
+    return emission.row.schedule.overlap is not Overlap.ALLOW and counts != (0, 0)
 
 
 def _apply_overlap(emission: Emission, counts: tuple[int, int]) -> None:

@@ -48,11 +48,11 @@ def start_of_a_second(engine: Engine) -> datetime:
     return database_now(engine)
 
 
-def push_every_second(store: Store, name: str) -> datetime:
+def push_every_second(store: Store, name: str, text: str = EVERY_SECOND) -> datetime:
     """Push an every-second schedule and let a pass start it; its next due time (most
     of a second away: the push waits for a second to begin)."""
     pushed = start_of_a_second(store.engine)
-    store.push(EVERY_SECOND, now=pushed, name=name)
+    store.push(text, now=pushed, name=name)
     Scheduler(store.engine).tick(pushed)  # a new schedule starts after its push
     due_at = store.schedule(name).next_run_time
     assert due_at is not None and due_at > pushed
@@ -160,6 +160,31 @@ class TestPassAhead:
         # and the next scheduler's pass emits it once
         assert Scheduler(store.engine).tick(due_at).emitted == 1
         assert session_rows(store.engine) == [("wf", due_at)]
+
+    @pytest.mark.timeout(30)
+    def test_a_skip_schedule_whose_attempt_runs_is_left_to_the_pass_at_its_due_time(
+        self, store: Store, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # Given an every-second schedule with overlap: skip, its first attempt running
+        first = push_every_second(store, "wf", f"{EVERY_SECOND}\noverlap: skip")
+        scheduler = Scheduler(store.engine)
+        assert scheduler.tick().emitted == 1
+        second = store.schedule("wf").next_run_time
+        assert second is not None and second > first
+        wait_for = ahead._wait_for
+
+        def finish_first(s: Scheduler, conn: Connection, target: Any) -> bool:
+            store.finish_all()  # the attempt ends before the next due time
+            return wait_for(s, conn, target)
+
+        monkeypatch.setattr(ahead, "_wait_for", finish_first)
+        # When the next time's pass ahead meets the running attempt, and it ends meanwhile
+        scheduler.tick()
+        monkeypatch.setattr(ahead, "_wait_for", wait_for)
+        scheduler.tick(second)
+        # Then that time was started at its due time, not recorded as missed
+        assert [t for name, t in session_rows(store.engine) if t <= second] == [first, second]
+        assert store.missed() == []
 
     def test_the_idle_wait_ends_a_pass_ahead_before_the_due_time(self, store: Store) -> None:
         # Given a schedule due in about a minute
