@@ -1,6 +1,7 @@
-"""JSON answers serialised in one step by pydantic-core, for the lists that must be fast.
+"""JSON answers serialised in one step by pydantic-core, for the routes that must be fast
+(the lists, and starting an attempt).
 
-A list route builds its items as plain dicts of the shapes its response model documents
+Such a route builds its answer as plain dicts of the shapes its response model documents
 (``@output(Model)`` keeps the OpenAPI schema) and hands them here: they are written
 straight to JSON, without building and re-validating the model on every request. The
 formats are the model's own (pydantic-core writes both): a datetime as ISO 8601 with its

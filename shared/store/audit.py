@@ -58,21 +58,26 @@ class AuditFilters:
     the events of no project, such as tokens'); None: every event."""
 
 
+_INSERT_EVENT = insert(audit_events)
+"""Made once: each event binds its values to it, so it is not built again per change."""
+
+
 def record(conn: Connection, event: AuditEvent) -> None:
     """Append ``event`` to the log."""
     conn.execute(
-        insert(audit_events).values(
-            at=event.at,
-            actor=event.actor[:80],
-            action=event.action[:64],
-            target=event.target[:MAX_TARGET],
-            project=event.project[:255] if event.project is not None else None,
-            params=event.params,
-            client_address=(event.client_address or None) and event.client_address[:64],
-            user_agent=(event.user_agent or None) and event.user_agent[:MAX_USER_AGENT],
-            status=event.status,
-            outcome=event.outcome,
-        )
+        _INSERT_EVENT,
+        {
+            "at": event.at,
+            "actor": event.actor[:80],
+            "action": event.action[:64],
+            "target": event.target[:MAX_TARGET],
+            "project": event.project[:255] if event.project is not None else None,
+            "params": event.params,
+            "client_address": (event.client_address or None) and event.client_address[:64],
+            "user_agent": (event.user_agent or None) and event.user_agent[:MAX_USER_AGENT],
+            "status": event.status,
+            "outcome": event.outcome,
+        },
     )
 
 

@@ -180,7 +180,7 @@ _STATE_INDEX = AttemptView._fields.index("state")
 _ATTEMPT_STATES = {state.value: state for state in AttemptState}
 
 
-def _attempt_state(value: str, attempt_id: int) -> AttemptState:
+def attempt_state(value: str, attempt_id: int) -> AttemptState:
     """A stored attempt state as its member: a dict lookup, as each row of a page needs;
     UnknownValue naming the attempt for a value that is none."""
     found = _ATTEMPT_STATES.get(value)
@@ -192,7 +192,7 @@ def _attempt_state(value: str, attempt_id: int) -> AttemptState:
 def _attempt_view(row: Any) -> AttemptView:
     # The query's columns are the view's fields, in its order (_ATTEMPT_COLUMNS).
     values = list(row)
-    values[_STATE_INDEX] = _attempt_state(values[_STATE_INDEX], values[0])
+    values[_STATE_INDEX] = attempt_state(values[_STATE_INDEX], values[0])
     return AttemptView._make(values)
 
 
@@ -318,10 +318,11 @@ def _session_page_statement(filters: frozenset[str], after: bool) -> Select[Any]
 # ix_attempts_session_id per session row, and one round trip for the whole page.
 _LATEST = aliased(attempts, name="latest")
 _LATEST_PREFIX = "latest_"
+# The attempt's own columns but its session's id, which the session's row gives.
 _LATEST_COLUMNS = tuple(
     _LATEST.c[column.key].label(_LATEST_PREFIX + column.key)
     for column in _ATTEMPT_COLUMNS
-    if column.table is attempts
+    if column.table is attempts and column.key != "session_id"
 )
 
 
@@ -359,27 +360,31 @@ def _sessions_in_state() -> Select[Any]:
 
 
 _SESSION_WIDTH = len(_SESSION_COLUMNS)
+_new_tuple = tuple.__new__
 
 
 def _session_view(row: Any) -> SessionView:
-    # By position: this runs once per row of every page, so it avoids the mapping view.
-    # The session's first six columns are the attempt's session_id to workflow_name.
+    # By position, each view made straight from its values: this runs once per row of
+    # every page. The session's first six columns are the attempt's session_id to
+    # workflow_name; the latest attempt's follow (_LATEST_COLUMNS, without session_id).
     values = tuple(row)
-    session, latest = values[:_SESSION_WIDTH], values[_SESSION_WIDTH:]
+    attempt_id = values[_SESSION_WIDTH]
     last = None
-    if latest[0] is not None:
-        attempt_id, name, _, definition_id, state, *rest = latest
-        last = AttemptView._make(
+    if attempt_id is not None:
+        state = values[_SESSION_WIDTH + 3]
+        member = _ATTEMPT_STATES.get(state) or attempt_state(state, attempt_id)
+        last = _new_tuple(
+            AttemptView,
             (
                 attempt_id,
-                name,
-                *session[:6],
-                definition_id,
-                _attempt_state(state, attempt_id),
-                *rest,
-            )
+                values[_SESSION_WIDTH + 1],
+                *values[:6],
+                values[_SESSION_WIDTH + 2],
+                member,
+                *values[_SESSION_WIDTH + 4 :],
+            ),
         )
-    return SessionView._make((*session, last))
+    return _new_tuple(SessionView, (*values[:_SESSION_WIDTH], last))
 
 
 def get_session(conn: Connection, session_id: int) -> SessionView:

@@ -5,13 +5,17 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, Select, bindparam, func, select
 
 from tickwork.shared.domain.choices import parse_choice
 from tickwork.shared.domain.states import KILLABLE_ATTEMPT_STATES, AttemptState
 from tickwork.shared.errors import NotFound
+from tickwork.shared.store.dialects import StoreDialect, dialect_of
+from tickwork.shared.store.engine import WORK_CHANNEL
+from tickwork.shared.store.history import AttemptView, attempt_state
 from tickwork.shared.store.partitions import AttemptSet, restrict
 from tickwork.shared.store.sql import insert_ignoring_conflict
 from tickwork.shared.store.tables import attempts, projects, sessions
@@ -152,6 +156,136 @@ def insert_attempt(
             "created_at": now,
         },
     )
+
+
+def create_session_with_attempt(
+    conn: Connection,
+    *,
+    project_id: int,
+    project_name: str,
+    workflow_name: str,
+    session_time: datetime,
+    attempt: dict[str, Any],
+    now: datetime,
+) -> AttemptView | None:
+    """PostgreSQL (a dialect that ``chains_inserts``): a new session with its first attempt
+    in one statement that also wakes executors, as :func:`claim_session`,
+    :func:`insert_attempt` and ``notify_work`` would in three. ``attempt`` gives the
+    attempt's ``name``, ``workflow_definition_id``, ``timezone``, ``params`` and
+    ``idempotency_key``; it is created in state ``created``.
+
+    The new attempt as stored (the values the insert returned: what reading it back would
+    give); None when no attempt was created, and nothing signalled: the session existed,
+    or the attempt would break a unique key (its idempotency key was just taken; the new
+    session then stays without an attempt, as :func:`claim_session`'s would).
+    """
+    values = {
+        "project_id": project_id,
+        "workflow_name": workflow_name,
+        "session_time": session_time,
+        "session_uuid": str(uuid.uuid4()),
+        "now": now,
+        "state": AttemptState.CREATED.value,
+        "channel": WORK_CHANNEL,
+        **{f"attempt_{name}": value for name, value in attempt.items()},
+    }
+    row = conn.execute(_session_with_attempt_statement(dialect_of(conn)), values).first()
+    if row is None:
+        return None
+    # The columns are AttemptView's in its order but the project's name, and the signal.
+    attempt_id, name, session_id, uuid_text, stored_time, stored_project, *rest = row[:-1]
+    workflow, definition_id, state, *after_state = rest
+    return AttemptView(
+        attempt_id,
+        name,
+        session_id,
+        uuid_text,
+        stored_time,
+        stored_project,
+        project_name,
+        workflow,
+        definition_id,
+        attempt_state(state, attempt_id),
+        *after_state,
+    )
+
+
+_NEW_ATTEMPT_COLUMNS = ("name", "workflow_definition_id", "timezone", "params", "idempotency_key")
+
+
+@lru_cache(maxsize=4)
+def _session_with_attempt_statement(dialect: StoreDialect) -> Select[Any]:
+    """``WITH new_session AS (INSERT INTO sessions ... ON CONFLICT DO NOTHING RETURNING
+    ...), new_attempt AS (INSERT INTO attempts SELECT ... FROM new_session ON CONFLICT DO
+    NOTHING RETURNING ...) SELECT ..., pg_notify(...) FROM new_attempt JOIN new_session``,
+    made once per dialect with bound parameters. pg_notify runs once per row returned: only
+    when an attempt was created, and like any NOTIFY it is sent when the transaction
+    commits."""
+    now = bindparam("now", type_=sessions.c.created_at.type)
+    new_session = (
+        dialect.insert_ignoring_conflicts(sessions)
+        .values(
+            project_id=bindparam("project_id", type_=sessions.c.project_id.type),
+            workflow_name=bindparam("workflow_name", type_=sessions.c.workflow_name.type),
+            session_time=bindparam("session_time", type_=sessions.c.session_time.type),
+            session_uuid=bindparam("session_uuid", type_=sessions.c.session_uuid.type),
+            created_at=now,
+        )
+        .returning(
+            sessions.c.id,
+            sessions.c.session_uuid,
+            sessions.c.session_time,
+            sessions.c.project_id,
+            sessions.c.workflow_name,
+        )
+        .cte("new_session")
+    )
+    given = [
+        bindparam(f"attempt_{name}", type_=attempts.c[name].type) for name in _NEW_ATTEMPT_COLUMNS
+    ]
+    state = bindparam("state", type_=attempts.c.state.type)
+    new_attempt = (
+        dialect.insert_ignoring_conflicts(attempts)
+        .from_select(
+            ["session_id", *_NEW_ATTEMPT_COLUMNS, "state", "created_at"],
+            select(new_session.c.id, *given, state, now),
+        )
+        .returning(
+            attempts.c.id,
+            attempts.c.name,
+            attempts.c.session_id,
+            attempts.c.workflow_definition_id,
+            attempts.c.state,
+            attempts.c.timezone,
+            attempts.c.params,
+            attempts.c.resume_from_attempt_id,
+            attempts.c.resume_only,
+            attempts.c.idempotency_key,
+            attempts.c.created_at,
+            attempts.c.finished_at,
+        )
+        .cte("new_attempt")
+    )
+    a, s = new_attempt.c, new_session.c
+    return select(
+        a.id,
+        a.name,
+        a.session_id,
+        s.session_uuid,
+        s.session_time,
+        s.project_id,
+        s.workflow_name,
+        a.workflow_definition_id,
+        a.state,
+        a.timezone,
+        a.params,
+        a.resume_from_attempt_id,
+        a.resume_only,
+        a.idempotency_key,
+        a.created_at,
+        a.finished_at,
+        func.pg_notify(bindparam("channel"), ""),
+    ).select_from(new_attempt.join(new_session, s.id == a.session_id))
 
 
 def get_attempt(conn: Connection, attempt_id: int) -> AttemptRow:

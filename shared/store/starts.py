@@ -18,11 +18,14 @@ from tickwork.shared.domain.schedule import ScheduleSpec
 from tickwork.shared.domain.states import AttemptState, TaskState
 from tickwork.shared.domain.workflow import WorkflowDefinition
 from tickwork.shared.errors import Conflict, InvalidInput, NotFound, Problem
+from tickwork.shared.store.dialects import dialect_of
 from tickwork.shared.store.engine import notify_work
+from tickwork.shared.store.history import AttemptView
 from tickwork.shared.store.projects import load_workflow_definition
 from tickwork.shared.store.sessions import (
     AttemptRow,
     claim_session,
+    create_session_with_attempt,
     get_attempt,
     list_session_attempts,
     request_kill,
@@ -52,11 +55,14 @@ class RetryMode(StrEnum):
 
 @dataclass(frozen=True)
 class StartResult:
-    """The attempt a start names; ``created`` is False when it already existed."""
+    """The attempt a start names; ``created`` is False when it already existed.
+    ``attempt`` is the new attempt as stored when the start wrote it in one statement
+    (PostgreSQL, a new session); None otherwise: read it with ``get_attempt_view``."""
 
     attempt_id: int
     session_id: int
     created: bool
+    attempt: AttemptView | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,26 @@ def start_attempt(
         else _revision_workflow(conn, project, workflow, revision)
     )
     when = _session_time(target.definition, session_time, now)
+    attempt = {
+        "name": attempt_name,
+        "workflow_definition_id": target.definition_id,
+        "timezone": target.definition.timezone,
+        "params": merge_params(target.default_params, params),
+        "idempotency_key": idempotency_key,
+    }
+    if dialect_of(conn).chains_inserts:
+        created = create_session_with_attempt(
+            conn,
+            project_id=target.project_id,
+            project_name=project,  # the name the project was found by: the same text
+            workflow_name=workflow,
+            session_time=when,
+            attempt=attempt,
+            now=now,
+        )
+        if created is not None:
+            return StartResult(created.id, created.session_id, created=True, attempt=created)
+        # The session exists, or the key was just taken: the steps below say which.
     session_id, new_session = claim_session(
         conn, project_id=target.project_id, workflow_name=workflow, session_time=when, now=now
     )
@@ -108,14 +134,10 @@ def start_attempt(
         conn,
         attempts,
         {
+            **attempt,
             "session_id": session_id,
-            "name": attempt_name,
-            "workflow_definition_id": target.definition_id,
             "state": AttemptState.CREATED.value,
-            "timezone": target.definition.timezone,
-            "params": merge_params(target.default_params, params),
             "created_at": now,
-            "idempotency_key": idempotency_key,
         },
     )
     if attempt_id is None:  # a concurrent start won the race: name its attempt

@@ -7,18 +7,24 @@ from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func, select
 
 from tests.api._seed import NOW, THREE_STEPS, add_project, set_state
+from tests.support.statements import StatementLog
 from tickwork.shared.domain.states import AttemptState
+from tickwork.shared.store.engine import WORK_CHANNEL
+from tickwork.shared.store.sessions import claim_session
 from tickwork.shared.store.sla import insert_alert
-from tickwork.shared.store.tables import task_dependencies, tasks
+from tickwork.shared.store.tables import sessions, task_dependencies, tasks
+
+TOKYO_STEPS = THREE_STEPS.replace("timezone: UTC", "timezone: Asia/Tokyo")
 
 
 @pytest.fixture
 def project(engine: Engine) -> int:
     with engine.begin() as conn:
-        return add_project(conn, "etl", {"steps": THREE_STEPS}, default_params={"region": "eu"})
+        workflows = {"steps": THREE_STEPS, "tokyo": TOKYO_STEPS}
+        return add_project(conn, "etl", workflows, default_params={"region": "eu"})
 
 
 def start(api: FlaskClient, **body: Any) -> Any:
@@ -40,6 +46,71 @@ class TestStart:
         assert attempt["params"] == {"region": "eu", "x": 1}
         assert attempt["session_time"] == "2026-01-01T00:00:00Z"
         assert api.get(f"/api/attempts/{attempt['id']}").json == {**attempt, "alerts": []}
+
+    @pytest.mark.parametrize(
+        "body",
+        [
+            {"workflow": "tokyo", "session_time": "2026-01-01T00:00:00"},
+            {"workflow": "tokyo", "session_time": "2026-01-01T09:30:00.123456-05:00"},
+            {"session_time": "2026-01-01T00:00:00Z", "idempotency_key": "key-1"},
+            {
+                "params": {
+                    "name": "caf\u00e9 \u65e5\u672c",
+                    "big": 2**62,
+                    "ratio": 0.1,
+                    "deep": [{}],
+                }
+            },
+        ],
+    )
+    def test_a_start_answers_the_attempt_as_reading_it_back_shows_it(
+        self, api: FlaskClient, project: int, body: dict[str, Any]
+    ) -> None:
+        # Given a start's answer, when the attempt is read back, then both say the same
+        response = start(api, **body)
+        assert response.status_code == 201, response.json
+        attempt = response.json
+        assert api.get(f"/api/attempts/{attempt['id']}").json == {**attempt, "alerts": []}
+        listed = api.get("/api/sessions").json["items"]
+        assert [item["last_attempt"] for item in listed] == [attempt]
+
+    def test_a_start_of_a_session_that_has_no_attempt_gives_it_one(
+        self, api: FlaskClient, engine: Engine, project: int
+    ) -> None:
+        # Given a session stored without an attempt
+        with engine.begin() as conn:
+            session_id, _ = claim_session(
+                conn, project_id=project, workflow_name="steps", session_time=NOW, now=NOW
+            )
+        # When it is started, then its attempt is made in that session, and only there
+        response = start(api, session_time=NOW.isoformat())
+        assert response.status_code == 201, response.json
+        assert response.json["session_id"] == str(session_id)
+        assert api.get(f"/api/attempts/{response.json['id']}").json["session_id"] == str(session_id)
+        with engine.connect() as conn:
+            assert conn.execute(select(func.count()).select_from(sessions)).scalar_one() == 1
+
+    def test_a_start_on_postgresql_costs_three_statements_and_wakes_executors(
+        self, api: FlaskClient, engine: Engine, project: int
+    ) -> None:
+        if engine.dialect.name != "postgresql":
+            pytest.skip("one statement for the session, its attempt and NOTIFY on PostgreSQL")
+        # Given a connection listening where executors listen
+        with engine.connect() as listener:
+            listener = listener.execution_options(isolation_level="AUTOCOMMIT")
+            listener.exec_driver_sql(f"LISTEN {WORK_CHANNEL}")
+            raw = listener.connection.driver_connection
+            assert raw is not None
+            # When a session is started
+            with StatementLog(engine) as log:
+                response = start(api, session_time="2026-01-01T00:00:00Z")
+            assert response.status_code == 201, response.json
+            # Then the workflow is looked up, the session, attempt and wake-up written
+            # in one statement, and the audit row in another; the wake-up arrives once
+            assert len(log.statements) == 3, log.statements
+            assert log.count("pg_notify") == 1 and log.count("INSERT INTO audit_events") == 1
+            listener.exec_driver_sql("SELECT 1")
+            assert [n.channel for n in raw.notifies(timeout=2, stop_after=1)] == [WORK_CHANNEL]
 
     def test_the_same_session_again_is_409_naming_the_existing_attempt(
         self, api: FlaskClient, project: int

@@ -221,6 +221,26 @@ class TestSessions:
         assert attempt.created_at == NOW
         assert attempt.created_at.utcoffset() == timedelta(0)
 
+    def test_timestamps_come_back_in_utc_itself_whatever_zone_the_server_uses(
+        self, migrated_database_url: str
+    ) -> None:
+        # Given a server whose sessions start in another zone (PostgreSQL's TimeZone)
+        url = migrated_database_url
+        if url.startswith("postgresql"):
+            url += ("&" if "?" in url else "?") + "options=-c%20timezone%3DAsia/Tokyo"
+        engine = create_store_engine(url)
+        try:
+            session_time = datetime(2024, 5, 1, 9, 30, 15, 123456, tzinfo=TOKYO)
+            with engine.begin() as conn:
+                attempt_id = _attempt(conn, session_time)
+            # When the store reads the times back, then each is the same instant in UTC
+            with engine.connect() as conn:
+                attempt = session_store.get_attempt(conn, attempt_id)
+        finally:
+            engine.dispose()
+        assert attempt.session_time == session_time and attempt.session_time.tzinfo is UTC
+        assert attempt.created_at == NOW and attempt.created_at.tzinfo is UTC
+
     def test_a_naive_timestamp_is_refused(self, engine: Engine) -> None:
         with engine.begin() as conn, pytest.raises(StatementError, match="naive"):
             project_store.ensure_project(conn, "p", datetime(2024, 1, 1))
