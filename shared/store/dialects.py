@@ -447,7 +447,8 @@ class SqliteDialect(StoreDialect):
             (only_given, only_larger),
             (names, only_if),
         )
-        conn.execute(statement, list(rows))
+        # One row (a chain's chunk) goes the plain way: executemany costs more for it.
+        conn.execute(statement, rows[0] if len(rows) == 1 else list(rows))
 
     def insert_rows(
         self,
