@@ -164,15 +164,24 @@ _ATTEMPT_COLUMNS = (
 _ATTEMPTS_FROM = attempts.join(sessions, sessions.c.id == attempts.c.session_id).join(
     projects, projects.c.id == sessions.c.project_id
 )
+
+
+def _as_read(column: ColumnElement[Any], name: str) -> ColumnElement[Any]:
+    """A timestamp column of a page read as the driver gives it, without the store's UTC
+    conversion of each value (PostgreSQL's are aware UTC already; SQLite's naive ones
+    are made UTC by the page's own code, once per row)."""
+    return type_coerce(column, DateTime(timezone=True)).label(name)
+
+
 _SESSION_COLUMNS = (
     sessions.c.id,
     sessions.c.session_uuid,
-    sessions.c.session_time,
+    _as_read(sessions.c.session_time, "session_time"),
     sessions.c.project_id,
     projects.c.name.label("project_name"),
     sessions.c.workflow_name,
     sessions.c.schedule_id,
-    sessions.c.created_at,
+    _as_read(sessions.c.created_at, "created_at"),
 )
 
 
@@ -320,7 +329,9 @@ _LATEST = aliased(attempts, name="latest")
 _LATEST_PREFIX = "latest_"
 # The attempt's own columns but its session's id, which the session's row gives.
 _LATEST_COLUMNS = tuple(
-    _LATEST.c[column.key].label(_LATEST_PREFIX + column.key)
+    _as_read(_LATEST.c[column.key], _LATEST_PREFIX + column.key)
+    if column.key in ("created_at", "finished_at")
+    else _LATEST.c[column.key].label(_LATEST_PREFIX + column.key)
     for column in _ATTEMPT_COLUMNS
     if column.table is attempts and column.key != "session_id"
 )
@@ -368,6 +379,8 @@ def _session_view(row: Any) -> SessionView:
     # every page. The session's first six columns are the attempt's session_id to
     # workflow_name; the latest attempt's follow (_LATEST_COLUMNS, without session_id).
     values = tuple(row)
+    if values[2].tzinfo is None:  # naive times (SQLite's): all of the row's are
+        values = tuple(_utc(v) if isinstance(v, datetime) else v for v in values)
     attempt_id = values[_SESSION_WIDTH]
     last = None
     if attempt_id is not None:

@@ -62,6 +62,26 @@ class TestListSessions:
         assert found.last_attempt.state is AttemptState.CREATED
         assert found.project_name == "etl"
 
+    def test_a_listed_session_s_times_are_aware_utc(self, engine: Engine, project: int) -> None:
+        # Given a session whose attempt has ended
+        (session_id,) = add_sessions(engine, project, "steps", 1, state=AttemptState.SUCCESS)
+        with engine.connect() as conn:
+            # When it is listed and read alone
+            listed = history.list_sessions(conn).items[0]
+            alone = history.get_session(conn, session_id)
+        # Then each of its times and its attempt's is an aware datetime in UTC
+        for found in (listed, alone):
+            assert found.last_attempt is not None
+            times = [
+                found.session_time,
+                found.created_at,
+                found.last_attempt.session_time,
+                found.last_attempt.created_at,
+                found.last_attempt.finished_at,
+            ]
+            assert all(t is not None and t.utcoffset() == timedelta(0) for t in times), times
+            assert found.session_time == NOW and found.created_at == NOW
+
     def test_a_session_s_latest_attempt_reads_as_the_attempt_itself(
         self, engine: Engine, project: int
     ) -> None:
