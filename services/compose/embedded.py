@@ -311,6 +311,7 @@ def run_workflow(
         dispatcher.close()
         runner.close()
         checkpointer.close()
+        executor.close()
     return outcome
 
 

@@ -169,6 +169,7 @@ class ExecutorService:
             for listener in self._listeners:
                 listener.stop()
             self.dispatcher.close()
+            self.executor.close()
             self.engine.dispose()
 
     @contextlib.contextmanager

@@ -73,6 +73,10 @@ class StoreDialect(ABC):
     """Whether one statement can insert rows read from bound arrays and insert more rows
     from those the first insert returned (data-modifying ``WITH`` and ``unnest``); an
     ``UPDATE`` there can likewise feed another."""
+    keeps_connections: ClassVar[bool]
+    """Whether a loop may keep one connection for all its passes: nothing about one can
+    change between checkouts (SQLite's file); PostgreSQL's are checked at every checkout
+    (a server gone, a primary demoted to a standby)."""
     alters_tables_in_place: ClassVar[bool]
     """Whether ``ALTER TABLE`` can add constraints and change columns; SQLite rebuilds
     the table instead (Alembic's batch mode)."""
@@ -229,6 +233,7 @@ class PostgresDialect(StoreDialect):
     compresses_large_values = True
     concurrent_writers = True
     chains_inserts = True
+    keeps_connections = False
     alters_tables_in_place = True
 
     def create_engine(
@@ -391,6 +396,7 @@ class SqliteDialect(StoreDialect):
     compresses_large_values = False
     concurrent_writers = False
     chains_inserts = False
+    keeps_connections = True
     alters_tables_in_place = False
 
     def create_engine(
