@@ -1,18 +1,15 @@
 """What a supervised start costs a task: ``true`` run bare, and started as ``run_child`` does.
 
-Three ways of starting ``true`` and waiting for its end, each in a process group of its own:
+Two ways of starting ``true`` and waiting for its end, each in a process group of its own:
 
 - ``bare``: ``subprocess.run`` (a vfork and an exec), the floor;
-- ``started``: through this process's task starter, which forks the task's supervisor
-  from a warm process (services/agent/operators/starter.py), as every ``sh>`` and ``py>``
-  task starts;
-- ``interpreter``: the supervisor started as a new Python interpreter per task
-  (``python -I -S supervisor.py``), as tasks started before the task starter, for context.
+- ``started``: under one of this process's task supervisors
+  (services/agent/operators/supervisor.py), as every ``sh>`` and ``py>`` task starts.
 
-They alternate in rounds of ``--batch`` runs (A B C A B C ...); the figures are the medians
+They alternate in rounds of ``--batch`` runs (A B A B ...); the figures are the medians
 over the rounds, wall and CPU milliseconds per run. CPU counts this process and every
-process it waited for, and for ``started`` the task starter and the supervisors it reaped
-too. Progress goes to stderr; the last stdout line is one JSON object of figures.
+process it waited for, and for ``started`` the supervisor and the commands it reaped.
+Progress goes to stderr; the last stdout line is one JSON object of figures.
 """
 
 from __future__ import annotations
@@ -29,12 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tickwork.services.agent.operators.base import ResourceLimits
-from tickwork.services.agent.operators.process import (
-    KILL_GRACE_SECONDS,
-    SUPERVISOR,
-    TaskStarter,
-)
-from tickwork.services.agent.operators.supervisor import format_limits
+from tickwork.services.agent.operators.process import Supervisors, start_task
 
 COMMAND = ["true"]
 TARGET_STARTED_TO_BARE = 3.0
@@ -46,7 +38,7 @@ def run_bare() -> None:
 
 
 def run_started() -> None:
-    child = TaskStarter.start_task(
+    child = start_task(
         COMMAND,
         cwd=os.getcwd(),
         env=os.environ,
@@ -58,29 +50,14 @@ def run_started() -> None:
         raise SystemExit("error: a supervised `true` failed")
 
 
-def run_interpreter() -> None:
-    argv = [
-        sys.executable,
-        "-I",
-        "-S",
-        str(SUPERVISOR),
-        format_limits({}),
-        str(os.getpid()),
-        f"{KILL_GRACE_SECONDS:g}",
-        *COMMAND,
-    ]
-    subprocess.run(argv, check=True, process_group=0, stdin=subprocess.DEVNULL)
-
-
 def cpu_seconds() -> float:
-    """This process's CPU, its reaped children's, and the task starter's with its own."""
+    """This process's CPU, its reaped children's, and its idle supervisors' with theirs."""
     total = 0.0
     for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
         usage = resource.getrusage(who)
         total += usage.ru_utime + usage.ru_stime
-    starter = TaskStarter._current
-    if starter is not None:
-        fields = Path(f"/proc/{starter.process.pid}/stat").read_text().rpartition(")")[2].split()
+    for supervisor in Supervisors._idle:
+        fields = Path(f"/proc/{supervisor.pid}/stat").read_text().rpartition(")")[2].split()
         # utime, stime, cutime, cstime: fields 14 to 17 of stat(5), after pid and comm.
         total += sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
     return total
@@ -100,8 +77,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10, help="rounds of each (default 10)")
     parser.add_argument("--batch", type=int, default=100, help="runs per round (default 100)")
     args = parser.parse_args()
-    ways = {"bare": run_bare, "started": run_started, "interpreter": run_interpreter}
-    run_started()  # the task starter starts once per agent process, not per task
+    ways = {"bare": run_bare, "started": run_started}
+    run_started()  # a supervisor starts once per slot of an agent process, not per task
     walls: dict[str, list[float]] = {name: [] for name in ways}
     cpus: dict[str, list[float]] = {name: [] for name in ways}
     for number in range(1, args.rounds + 1):

@@ -26,17 +26,12 @@ from tickwork.services.agent.operators.base import OperatorContext, OperatorFail
 from tickwork.services.agent.operators.process import (
     KILL_GRACE_SECONDS,
     SUPERVISOR,
-    TaskStarter,
+    Supervisors,
     run_child,
     task_environment,
     terminate_children,
 )
-from tickwork.services.agent.operators.supervisor import (
-    descendants_of,
-    format_limits,
-    parent_of_each_process,
-    parse_limits,
-)
+from tickwork.services.agent.operators.supervisor import descendants_of, parent_of_each_process
 from tickwork.shared.dispatch.messages import TaskMessage
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -50,7 +45,7 @@ PRIVATE_SIGNALS = (
     signal.SIGPIPE,
     signal.SIGXFSZ,
 )
-"""Signals the starter ignores or handles, the supervisor takes, or Python ignores."""
+"""Signals the supervisor takes, or Python ignores."""
 
 # A process that double-forks into a session of its own (out of the task's process group)
 # and notes its pid; and one that notes the pid of a process it leaves running.
@@ -227,15 +222,14 @@ class TestDyingWithTheAgent:
         agent.wait(timeout=5)
         wait_until("the task is gone", lambda: not is_running(leftovers[0]), GONE_WITHIN_SECONDS)
 
-    def test_a_command_whose_agent_died_before_it_could_start_never_runs(
+    def test_a_supervisor_whose_agent_died_before_it_started_serves_nothing(
         self, tmp_path: Path
     ) -> None:
         # The supervisor is told a parent that is not its own: the agent is gone.
-        argv = [sys.executable, "-I", "-S", str(SUPERVISOR), "-", "1", "5", "touch", "ran"]
+        argv = [sys.executable, "-I", "-S", str(SUPERVISOR), "1", "5", "0"]
         finished = subprocess.run(argv, cwd=tmp_path, timeout=20, check=False)
 
         assert finished.returncode == 137
-        assert not (tmp_path / "ran").exists()
 
 
 class TestWhatTheCommandSees:
@@ -276,8 +270,8 @@ class TestWhatTheCommandSees:
         assert "cannot start /no/such/program" in context.log_path.read_text()
 
 
-class TestTheTaskStarter:
-    """Each agent process forks its tasks' supervisors from one warm process of its own."""
+class TestTheSupervisors:
+    """Each agent process keeps a supervisor per task it runs at a time, task after task."""
 
     def test_a_command_starts_with_no_signal_ignored_or_blocked_and_only_its_own_files(
         self, context: OperatorContext, tmp_path: Path
@@ -289,8 +283,8 @@ class TestTheTaskStarter:
             code = sh(context, "exec grep -E '^Sig(Ign|Blk)' /proc/self/status > signals")
             listed = sh(context, "exec ls -l /proc/self/fd > fds")
 
-            # Then it ignores none of the signals the starter, the supervisor or Python do,
-            # blocks none, and holds no socket or pipe of the starter's or another task's
+            # Then it ignores none of the signals the supervisor takes or Python ignores,
+            # blocks none, and holds no socket or pipe of the supervisor's or another task's
             assert code == listed == 0
             masks = dict(
                 line.split(":") for line in (tmp_path / "signals").read_text().splitlines()
@@ -323,17 +317,31 @@ class TestTheTaskStarter:
         assert codes == {n: n for n in range(16)}
         assert all((tmp_path / f"{n}.log").read_text() == f"{n}\n" for n in range(16))
 
-    def test_a_starter_that_died_is_replaced_at_the_next_task(
+    def test_one_supervisor_runs_task_after_task_and_one_that_died_is_replaced(
+        self, context: OperatorContext
+    ) -> None:
+        assert sh(context, "echo $PPID > first") == 0
+        assert sh(context, "echo $PPID > second") == 0
+        directory = context.log_path.parent
+        assert (directory / "first").read_text() == (directory / "second").read_text()
+
+        idle = Supervisors._idle[-1]
+        idle.process.kill()
+        idle.process.wait(timeout=5)
+
+        assert sh(context, "exit 4") == 4
+
+    def test_a_stop_that_came_as_a_task_ended_does_not_reach_the_next_one(
         self, context: OperatorContext
     ) -> None:
         assert sh(context, "true") == 0
-        starter = TaskStarter._current
-        assert starter is not None
-        starter.process.kill()
-        starter.process.wait(timeout=5)
+        idle = Supervisors._idle[-1]
+        # A stop sent while the supervisor was between tasks (the task it was meant for
+        # had just ended)
+        os.kill(idle.pid, signal.SIGTERM)
+        os.kill(idle.pid, signal.SIGUSR1)
 
-        assert sh(context, "exit 4") == 4
-        assert TaskStarter._current is not starter
+        assert sh(context, "sleep 0.2; exit 5") == 5
 
     def test_a_task_s_environment_is_the_one_it_was_given(
         self, context: OperatorContext, tmp_path: Path
@@ -362,12 +370,6 @@ def _message(tmp_path: Path) -> TaskMessage:
     )
 
 
-def test_limits_reach_the_supervisor_as_they_were_given() -> None:
-    limits = ResourceLimits(max_memory_mb=100, max_open_files=64).as_rlimits()
-    assert parse_limits(format_limits(limits)) == limits
-    assert parse_limits(format_limits({})) == {}
-
-
 def test_descendants_are_found_through_every_generation() -> None:
     parents = {2: 1, 3: 2, 4: 3, 5: 1, 6: 99}
     assert sorted(descendants_of(1, parents)) == [2, 3, 4, 5]
@@ -381,11 +383,11 @@ def start_agent(
     code = (
         "import os, sys, threading, time\n"
         "from tickwork.services.agent.operators.base import ResourceLimits\n"
-        "from tickwork.services.agent.operators.process import TaskStarter\n"
+        "from tickwork.services.agent.operators.process import start_task\n"
         "argv = ['/bin/sh', '-c', sys.argv[1]]\n"
         "def start():\n"
-        "    TaskStarter.start_task(argv, cwd='.', env=os.environ, limits=ResourceLimits(),\n"
-        "                           output=1, given_input=None)\n"
+        "    start_task(argv, cwd='.', env=os.environ, limits=ResourceLimits(),\n"
+        "               output=1, given_input=None)\n"
         # The thread outlives the supervisor's start-up (its prctl), then ends.
         "    time.sleep(0.5)\n"
         f"if {from_thread}:\n"

@@ -153,11 +153,9 @@ def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-_PARENT_OF = "$(awk '/^PPid:/ {{print $2}}' /proc/{}/status)"
-WORKER = _PARENT_OF.format(_PARENT_OF.format("$PPID"))
-"""Shell text for the pid of the agent's worker process running a task: the parent of its
-task starter, which forked the task's supervisor, the parent of the task's shell
-(``$PPID``)."""
+WORKER = "$(awk '/^PPid:/ {print $2}' /proc/$PPID/status)"
+"""Shell text for the pid of the agent's worker process running a task: the parent of the
+task's supervisor, which is the parent of the task's shell (``$PPID``)."""
 
 
 @dataclass(frozen=True)
@@ -168,7 +166,7 @@ class LedgerEntry:
     task: str
     token: int
     pid: int  # the task's shell ($$)
-    worker: int  # the agent process that ran the task: the parent of its task starter
+    worker: int  # the agent process that ran the task: the parent of its supervisor
 
 
 @dataclass(frozen=True)
@@ -179,7 +177,7 @@ class Ledger:
 
     def note(self, event: str, task: str) -> str:
         """Shell text that appends ``<event> <task> <token> <pid> <worker>`` to the ledger
-        (the shell's parent, ``$PPID``, is the supervisor that the agent's worker had started)."""
+        (the shell's parent, ``$PPID``, is the supervisor that the agent's worker started)."""
         line = f"{event} {task} $TICKWORK_LEASE_TOKEN $$ {WORKER}"
         return f'echo "{line}" >> {shlex.quote(str(self.path))}'
 

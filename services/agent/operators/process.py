@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import json
+import marshal
 import os
 import select
 import signal
@@ -11,11 +11,11 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tickwork.services.agent.operators.base import OperatorContext, OperatorFailed, ResourceLimits
-from tickwork.services.agent.operators.starter import HEADER_BYTES
 
 KILL_GRACE_SECONDS = 5.0
 """How long a stopped task's processes have between SIGTERM and SIGKILL."""
@@ -23,7 +23,7 @@ SUPERVISOR_MARGIN_SECONDS = 2.0
 """How much longer than the grace the agent waits for a stopped task's supervisor before
 it kills the process group itself (a supervisor that does not answer)."""
 SUPERVISOR = Path(__file__).with_name("supervisor.py")
-STARTER = Path(__file__).with_name("starter.py")
+HEADER_BYTES = 8  # as the supervisor reads and writes them
 
 
 def task_identity(context: OperatorContext) -> dict[str, str]:
@@ -36,16 +36,146 @@ def task_identity(context: OperatorContext) -> dict[str, str]:
     }
 
 
-class TaskProcess:
-    """A task's supervisor, forked by this process's task starter: the part of
-    ``subprocess.Popen`` a task needs. Its end and the command's status come over the
-    status socket the supervisor writes to (it is the starter's child, not ours)."""
+class Supervisor:
+    """One of this process's task supervisors (see
+    :mod:`tickwork.services.agent.operators.supervisor`): a small Python process, started
+    at the first task that finds none free, that runs one task at a time and then the
+    next."""
 
-    def __init__(self, pid: int, status: socket.socket) -> None:
-        self.pid = pid
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair()
+        with theirs:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    str(SUPERVISOR),
+                    str(os.getpid()),
+                    f"{KILL_GRACE_SECONDS:g}",
+                    str(theirs.fileno()),
+                ],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                # Out of the agent's group: a SIGKILL or SIGSTOP of that group must leave
+                # the supervisor to end its task's processes.
+                process_group=0,
+            )
+        self.channel = ours
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def start(self, task: dict[str, object], output: int, given_input: int | None) -> int:
+        """Send a task; the command's pid (0 if it could not start: its status follows)."""
+        payload = marshal.dumps(task)
+        header = len(payload).to_bytes(HEADER_BYTES, "big")
+        socket.send_fds(
+            self.channel, [header], [output, *([] if given_input is None else [given_input])]
+        )
+        self.channel.sendall(payload)
+        pid = _read_number(self.channel)
+        if pid < 0:
+            raise _Refused(-pid)
+        return pid
+
+    def close(self) -> None:
+        """Let it go: it exits once its socket is closed (at once, or after its task)."""
+        self.channel.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=0)
+
+
+class _Refused(Exception):
+    """The supervisor could not start the task (its working directory, say)."""
+
+    def __init__(self, errno: int) -> None:
+        super().__init__(errno)
+        self.errno = errno
+
+
+def _read_number(channel: socket.socket) -> int:
+    """One 8-byte signed number from ``channel``; ConnectionError if it closed first."""
+    data = b""
+    while len(data) < HEADER_BYTES:
+        chunk = channel.recv(HEADER_BYTES - len(data))
+        if not chunk:
+            raise ConnectionResetError("the task's supervisor exited")
+        data += chunk
+    return int.from_bytes(data, "big", signed=True)
+
+
+class Supervisors:
+    """This process's idle supervisors, shared by its threads: a task takes one (or
+    starts one) and gives it back when it ended. A process forked from this one
+    (Celery's pool) starts its own."""
+
+    _lock = threading.Lock()
+    _idle: list[Supervisor] = []
+    _owner = 0
+
+    @classmethod
+    def take(cls) -> Supervisor:
+        with cls._lock:
+            if cls._owner != os.getpid():
+                cls._idle, cls._owner = [], os.getpid()
+            if cls._idle:
+                return cls._idle.pop()
+        return Supervisor()
+
+    @classmethod
+    def give_back(cls, supervisor: Supervisor) -> None:
+        with cls._lock:
+            if cls._owner == os.getpid():
+                cls._idle.append(supervisor)
+                return
+        supervisor.close()
+
+
+def start_task(
+    argv: Sequence[str],
+    *,
+    cwd: str | Path,
+    env: Mapping[str, str],
+    limits: ResourceLimits,
+    output: int,
+    given_input: int | None,
+) -> TaskProcess:
+    """Start ``argv`` under a supervisor; ``OSError`` when that cannot be done."""
+    task: dict[str, object] = {
+        "argv": list(argv),
+        "cwd": str(cwd),
+        "env": dict(env),
+        "limits": limits.as_rlimits(),
+    }
+    for last_try in (False, True):
+        supervisor = Supervisors.take()
+        try:
+            return TaskProcess(supervisor, supervisor.start(task, output, given_input))
+        except _Refused as refused:
+            Supervisors.give_back(supervisor)
+            raise OSError(refused.errno, os.strerror(refused.errno)) from None
+        except OSError:
+            supervisor.close()  # it died while idle (or was killed): start another
+            if last_try:
+                raise
+    raise AssertionError("unreachable")
+
+
+class TaskProcess:
+    """A task's command under its supervisor: the part of ``subprocess.Popen`` a task
+    needs. Signals go to the supervisor, which passes them on as its module says; the
+    command's status comes back over the supervisor's socket, which then serves the next
+    task."""
+
+    def __init__(self, supervisor: Supervisor, command: int) -> None:
+        self.supervisor = supervisor
+        self.pid = supervisor.pid
+        self.command = command  # leads the task's process group; 0 if it did not start
         self.returncode: int | None = None
-        self._status = status
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the return code, and whether signals still go
+        self._reading = threading.Lock()  # one thread reads the supervisor's answer
 
     def poll(self) -> int | None:
         """The command's exit code (minus the signal that killed it) once it ended."""
@@ -58,120 +188,63 @@ class TaskProcess:
             raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
         return code
 
+    def has_ended(self) -> bool:
+        """Whether the command ended, even while another thread is yet to read it."""
+        with self._lock:  # the answer is read under it: there, or read already
+            if self.returncode is not None:
+                return True
+            poller = select.poll()
+            poller.register(self.supervisor.channel, select.POLLIN)
+            return bool(poller.poll(0))
+
     def send_signal(self, signum: int) -> None:
-        if self.returncode is None:
+        """Signal the supervisor, while it still runs this task."""
+        with self._lock:
+            if self.returncode is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(self.pid, signum)
+
+    def kill_group(self) -> None:
+        """SIGKILL to the command's process group (where the supervisor could not sweep)."""
+        if self.command > 0:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(self.pid, signum)
+                os.killpg(self.command, signal.SIGKILL)
+
+    def abandon(self) -> None:
+        """The supervisor does not answer: kill it and what it runs; start no task on it."""
+        self.kill_group()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(self.pid, signal.SIGKILL)
 
     def _collect(self, timeout: float | None) -> int | None:
-        if self.returncode is None:
-            poller = select.poll()
-            poller.register(self._status, select.POLLIN)
-            readable = poller.poll(None if timeout is None else timeout * 1000)
-            with self._lock:
-                if readable and self.returncode is None:
-                    self.returncode = _exit_code(self._status)
-                    self._status.close()
+        """The return code once the supervisor said it, waiting up to ``timeout`` (None:
+        for ever). One thread reads the answer; another waits for it to (as long as its
+        own timeout allows), as the answer is read once."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._reading.acquire(timeout=-1 if timeout is None else timeout):
+            return self.returncode
+        try:
+            if self.returncode is None:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                poller = select.poll()
+                poller.register(self.supervisor.channel, select.POLLIN)
+                if poller.poll(None if left is None else left * 1000):
+                    with self._lock:  # no signal goes to a supervisor given back
+                        self.returncode = self._read_status()
+        finally:
+            self._reading.release()
         return self.returncode
 
-
-def _exit_code(status: socket.socket) -> int:
-    """What the supervisor wrote: the command's wait status as an exit code; a supervisor
-    that ended without a word (killed) counts as killed."""
-    text = b""
-    with contextlib.suppress(OSError):
-        while chunk := status.recv(64):
-            text += chunk
-    return os.waitstatus_to_exitcode(int(text)) if text.strip().isdigit() else -signal.SIGKILL
-
-
-class TaskStarter:
-    """This process's task starter (see :mod:`tickwork.services.agent.operators.starter`):
-    started at the first task, again if it died. Threads share it; a process forked from
-    this one (Celery's pool) starts its own."""
-
-    _lock = threading.Lock()
-    _current: TaskStarter | None = None
-
-    def __init__(self) -> None:
-        ours, theirs = socket.socketpair()
-        with theirs:
-            self.process = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(STARTER), str(os.getpid()), str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-            )
-        self.owner = os.getpid()
-        self.channel = ours
-        self.broken = False
-
-    @classmethod
-    def start_task(
-        cls,
-        argv: Sequence[str],
-        *,
-        cwd: str | Path,
-        env: Mapping[str, str],
-        limits: ResourceLimits,
-        output: int,
-        given_input: int | None,
-    ) -> TaskProcess:
-        """Fork ``argv``'s supervisor; ``OSError`` when that cannot be done."""
-        request = {
-            "argv": list(argv),
-            "cwd": str(cwd),
-            "env": dict(env),
-            "limits": limits.as_rlimits(),
-            "grace": KILL_GRACE_SECONDS,
-        }
-        payload = json.dumps(request).encode()
-        ours, theirs = socket.socketpair()
+    def _read_status(self) -> int:
+        """The command's exit code; a supervisor that ended without saying (killed) counts
+        as killed, and is not used again."""
         try:
-            with theirs, cls._lock:
-                fds = [output, theirs.fileno(), *([] if given_input is None else [given_input])]
-                pid = cls._ask(payload, fds)
-        except BaseException:
-            ours.close()
-            raise
-        return TaskProcess(pid, ours)
-
-    @classmethod
-    def _ask(cls, payload: bytes, fds: list[int]) -> int:
-        for last_try in (False, True):
-            starter = cls._current
-            if starter is None or starter.broken or starter.owner != os.getpid():
-                starter = cls._current = TaskStarter()
-            try:
-                pid = starter.ask(payload, fds)
-            except OSError:
-                starter.close()
-                if last_try:
-                    raise
-                continue
-            if pid < 0:
-                raise OSError(-pid, os.strerror(-pid))  # the fork failed: out of processes
-            return pid
-        raise AssertionError("unreachable")
-
-    def ask(self, payload: bytes, fds: list[int]) -> int:
-        """One request; the supervisor's pid, or minus the ``errno`` of a failed fork."""
-        header = len(payload).to_bytes(HEADER_BYTES, "big")
-        socket.send_fds(self.channel, [header], fds)
-        self.channel.sendall(payload)
-        answer = b""
-        while len(answer) < HEADER_BYTES:
-            chunk = self.channel.recv(HEADER_BYTES - len(answer))
-            if not chunk:
-                raise ConnectionResetError("the task starter exited")
-            answer += chunk
-        return int.from_bytes(answer, "big", signed=True)
-
-    def close(self) -> None:
-        """Let it go (it exits when its socket closes)."""
-        self.broken = True
-        self.channel.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout=0)
+            status = _read_number(self.supervisor.channel)
+        except OSError:
+            self.supervisor.close()
+            return -signal.SIGKILL
+        Supervisors.give_back(self.supervisor)
+        return os.waitstatus_to_exitcode(status)
 
 
 _running: set[TaskProcess] = set()
@@ -203,7 +276,7 @@ def run_child(
     masking = MaskedOutput(context) if context.masker else None
     given_input = os.pipe() if stdin_text is not None else None
     try:
-        child = TaskStarter.start_task(
+        child = start_task(
             argv,
             cwd=context.working_dir,
             env={**env, **context.message.env, **task_identity(context)},
@@ -224,7 +297,7 @@ def run_child(
         _write_in_background(given_input[1], stdin_text or "")
     with _running_lock:
         _running.add(child)
-    if not context.control.attach(lambda: _stop(child), lambda: _has_exited(child)):
+    if not context.control.attach(lambda: _stop(child), child.has_ended):
         _stop(child)
     try:
         code = child.wait(timeout)
@@ -240,7 +313,7 @@ def run_child(
             _running.discard(child)
         # The supervisor killed whatever the command left (`cmd &`, a child that ignored
         # SIGTERM); where it cannot see descendants (no /proc), the group goes here.
-        _signal_group(child, signal.SIGKILL)
+        child.kill_group()
         if masking is not None:
             masking.close()
     if context.control.reason is not None:
@@ -295,11 +368,6 @@ def _write_in_background(fd: int, text: str) -> None:
     threading.Thread(target=write, name="task-input", daemon=True).start()
 
 
-def _has_exited(child: TaskProcess) -> bool:
-    """Whether the child exited (the thread running it collects the status too)."""
-    return child.poll() is not None
-
-
 def terminate_children() -> None:
     """Kill everything every running child started, at once (the agent is shutting down)."""
     with _running_lock:
@@ -310,15 +378,11 @@ def terminate_children() -> None:
 
 def _stop(child: TaskProcess) -> None:
     """SIGTERM to the supervisor, which forwards it and kills what is left after the
-    grace; the group is killed here only if the supervisor has not exited by then."""
+    grace; the group is killed here, and the supervisor too, only if it has not answered
+    by then."""
     child.send_signal(signal.SIGTERM)
     try:
         child.wait(timeout=KILL_GRACE_SECONDS + SUPERVISOR_MARGIN_SECONDS)
     except subprocess.TimeoutExpired:
-        _signal_group(child, signal.SIGKILL)
+        child.abandon()
         child.wait()
-
-
-def _signal_group(child: TaskProcess, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(child.pid, signum)

@@ -1,17 +1,19 @@
 """The parent of every task command: it makes the command, and all it starts, end with the task.
 
-Forked for each task by the agent's task starter (:mod:`starter`, a warm process, so no
-task waits for an interpreter to start), or run by path in isolated mode (``python -I -S
-supervisor.py LIMITS PARENT GRACE ARGV...``, LIMITS as :func:`format_limits` writes them),
-with nothing but the standard library, as the leader of the task's process group. It
+Each agent process keeps supervisors, one per task it runs at a time, each started once
+and used for task after task (so no task waits for an interpreter to start). A supervisor
+runs by path in isolated mode (``python -I -S supervisor.py PARENT GRACE CHANNEL``), with
+nothing but the standard library. It
 
 1. becomes a *child subreaper* (Linux ``PR_SET_CHILD_SUBREAPER``): a descendant orphaned by
    its parent, even one that double-forked and ``setsid()``-ed out of the process group,
    is re-parented to the supervisor instead of to init, so it is always found;
 2. asks for ``SIGHUP`` when its parent dies (``PR_SET_PDEATHSIG``), and checks that the
-   parent (the task starter, or the agent: pid ``PARENT``) did not die before that;
-3. forks the command, which gets the resource limits ``LIMITS`` and execs ``ARGV``; the
-   supervisor itself runs unlimited, so a tight memory limit cannot break it;
+   parent (the agent, pid ``PARENT``) did not die before that;
+3. takes a task from the agent on the Unix socket ``CHANNEL`` (see :func:`serve`) and
+   starts its command, the leader of a new process group, with ``posix_spawn``; a task
+   with resource limits is forked instead, and the child sets them before its exec, so
+   the supervisor itself runs unlimited and a tight memory limit cannot break it;
 4. waits, handling signals synchronously (they are blocked and taken with sigwaitinfo):
 
    - ``SIGTERM``/``SIGINT`` (the task is stopped: time limit, kill, agent drain): every
@@ -25,13 +27,13 @@ with nothing but the standard library, as the leader of the task's process group
      ignores that.
 
 5. When the command exits, whatever it left running is killed (as it would be with the
-   process group: ``cmd &``), and the supervisor exits like the command did: the same
-   status, or killed by the same signal.
+   process group: ``cmd &``), and the command's wait status goes back to the agent; then
+   the supervisor waits for the next task. It exits when the agent closes the socket.
 
 Why a supervisor and not a cgroup or a PID namespace: both need privileges an agent
 running as non-root in a Kubernetes pod does not have, and ``PR_SET_PDEATHSIG`` alone is
-cleared in every process the command forks. The cost is one fork of a small Python process
-per task.
+cleared in every process the command forks. The cost is one small Python process per task
+an agent process runs at a time.
 """
 
 from __future__ import annotations
@@ -43,10 +45,10 @@ import signal
 import sys
 import time
 
-TYPE_CHECKING = False  # not imported from typing: every task waited for that import
+TYPE_CHECKING = False  # not imported from typing: the supervisor starts as fast as it can
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-    from typing import Any, NoReturn
+    from collections.abc import Mapping, Sequence
+    from typing import Any
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -55,8 +57,10 @@ KILL_NOW_SIGNAL = signal.SIGUSR1
 STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 HANDLED = frozenset({signal.SIGCHLD, PARENT_DEATH_SIGNAL, KILL_NOW_SIGNAL, *STOP_SIGNALS})
 PARENT_GONE_STATUS = 137
-"""Exit status when the parent died before the command could start (128 + SIGKILL)."""
+"""Exit status when the parent died before the supervisor could serve it (128 + SIGKILL)."""
 CANNOT_START_STATUS = 127
+HEADER_BYTES = 8
+MAX_FDS = 2
 SWEEP_PAUSE_SECONDS = 0.005
 FREEZE_LOOKS = 5
 """How often the supervisor looks for processes started while it stops them, before a
@@ -100,7 +104,8 @@ def descendants_of(root: int, parents: dict[int, int]) -> list[int]:
 
 
 class Supervisor:
-    """One command and everything it starts; see the module docstring."""
+    """The commands of one task after another and everything they start; see the module
+    docstring."""
 
     def __init__(self, parent: int, grace_seconds: float) -> None:
         self.parent = parent
@@ -110,45 +115,58 @@ class Supervisor:
         self.kill_at: float | None = None  # when a stopped command's grace ends
 
     def start(
-        self, argv: list[str], limits: dict[str, int], env: dict[str, str] | None = None
+        self,
+        argv: list[str],
+        limits: dict[str, int],
+        env: Mapping[str, str],
+        stdio: Sequence[int],
     ) -> None:
-        """Start the command under ``limits``, with ``env`` (or this process's environment):
-        a fork that execs ``argv`` or exits 127. Without limits it is ``posix_spawn``, which
-        copies nothing of this process (a fork of a Python process copies its page tables,
-        and then every page either side writes to before the exec)."""
-        if not limits:
-            self.command = self.spawn(argv, os.environ if env is None else env)
-            return
+        """Start ``argv`` with ``env``, its input, output and error ``stdio``, under
+        ``limits``, leading a process group of its own. If it cannot start, that is said
+        on its error and its status is 127."""
+        self.command, self.status, self.kill_at = 0, None, None
+        try:
+            if limits:
+                self.command = self.fork(argv, limits, env, stdio)
+            else:
+                if "PATH" in env:
+                    os.environ["PATH"] = env["PATH"]  # posix_spawnp searches this one
+                self.command = os.posix_spawnp(
+                    argv[0],
+                    argv,
+                    env,
+                    file_actions=[(os.POSIX_SPAWN_DUP2, fd, n) for n, fd in enumerate(stdio)],
+                    setpgroup=0,
+                    setsigmask=(),
+                    setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+                )
+        except (OSError, ValueError) as exc:
+            with contextlib.suppress(OSError):
+                os.write(stdio[2], f"cannot start {argv[0]}: {exc}\n".encode())
+            self.status = CANNOT_START_STATUS << 8
+
+    def fork(
+        self, argv: list[str], limits: dict[str, int], env: Mapping[str, str], stdio: Sequence[int]
+    ) -> int:
+        """Fork a child that takes ``stdio``, sets ``limits`` and execs ``argv`` (or
+        exits 127, saying why)."""
         pid = os.fork()
         if pid:
-            self.command = pid
-            return
+            return pid
         try:
+            os.setpgid(0, 0)
+            for n, fd in enumerate(stdio):
+                os.dup2(fd, n)
             for name, value in limits.items():
                 resource.setrlimit(getattr(resource, name), (value, value))
             for ignored_by_python in (signal.SIGPIPE, signal.SIGXFSZ):
                 signal.signal(ignored_by_python, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, ())
-            os.execvpe(argv[0], argv, os.environ if env is None else env)
+            os.execvpe(argv[0], argv, env)
         except (OSError, ValueError) as exc:
             os.write(2, f"cannot start {argv[0]}: {exc}\n".encode())
         finally:
             os._exit(CANNOT_START_STATUS)
-
-    def spawn(self, argv: list[str], env: Mapping[str, str]) -> int:
-        """``posix_spawnp`` ``argv``, found on ``env``'s PATH, with the signals Python
-        ignores back at their defaults and none blocked; 0 if it cannot start (said on
-        stderr, and the status is 127)."""
-        if "PATH" in env:
-            os.environ["PATH"] = env["PATH"]  # posix_spawnp searches this process's PATH
-        try:
-            return os.posix_spawnp(
-                argv[0], argv, env, setsigmask=(), setsigdef=(signal.SIGPIPE, signal.SIGXFSZ)
-            )
-        except (OSError, ValueError) as exc:
-            os.write(2, f"cannot start {argv[0]}: {exc}\n".encode())
-            self.status = CANNOT_START_STATUS << 8
-            return 0
 
     def run(self) -> int:
         """Handle signals until the command has exited; its wait status."""
@@ -258,67 +276,85 @@ def prctl(option: int, value: int) -> None:
         raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
 
 
-def format_limits(limits: dict[str, int]) -> str:
-    """``LIMITS`` for the command line: ``NAME=value,...`` (``-`` for none). Not JSON: the
-    supervisor imports as little as it can, as every task waits for its start-up."""
-    return ",".join(f"{name}={value}" for name, value in limits.items()) or "-"
+def serve(channel: Any, parent: int, grace_seconds: float) -> None:
+    """Run the agent's tasks one after another until it closes ``channel`` (a socket).
+
+    A task is an 8-byte length and, with it as ``SCM_RIGHTS``, the command's output (also
+    its error) and, if it has one, its input; then that many bytes of a dict in
+    :mod:`marshal`'s format (``argv``, ``cwd``, ``env``, ``limits``). The answer is the
+    command's pid as 8 bytes (0 if it could not start, minus an ``errno`` if the working
+    directory cannot be entered), and once it ended, but for an ``errno``, its wait status
+    as 8 more.
+    """
+    import marshal
+    import socket
+
+    supervisor = Supervisor(parent, grace_seconds)
+    while True:
+        try:
+            header, fds, _flags, _address = socket.recv_fds(
+                channel, HEADER_BYTES, MAX_FDS, socket.MSG_CMSG_CLOEXEC
+            )
+        except ConnectionError:
+            return
+        if len(header) < HEADER_BYTES:
+            return  # the agent is gone or done
+        task = marshal.loads(_read_exactly(channel, int.from_bytes(header, "big")))
+        _take_stale_signals(supervisor)
+        stdio = [fds[1] if len(fds) > 1 else os.open(os.devnull, os.O_RDONLY), fds[0], fds[0]]
+        try:
+            os.chdir(task["cwd"])
+        except OSError as exc:
+            _close(stdio)
+            channel.sendall((-(exc.errno or 1)).to_bytes(HEADER_BYTES, "big", signed=True))
+            continue
+        supervisor.start(task["argv"], task["limits"], task["env"], stdio)
+        _close(stdio)  # the command's now: a pipe must see its input's end go away
+        channel.sendall(supervisor.command.to_bytes(HEADER_BYTES, "big", signed=True))
+        status = supervisor.run()
+        channel.sendall(status.to_bytes(HEADER_BYTES, "big", signed=True))
 
 
-def parse_limits(text: str) -> dict[str, int]:
-    """The inverse of :func:`format_limits`."""
-    pairs = (item.partition("=") for item in text.split(",") if item != "-")
-    return {name: int(value) for name, _, value in pairs}
+def _take_stale_signals(supervisor: Supervisor) -> None:
+    """Handle what came while no task ran: a stop meant for the task before (sent as it
+    ended) is dropped; the parent's death still ends the supervisor."""
+    while (taken := signal.sigtimedwait(HANDLED, 0)) is not None:
+        if taken.si_signo == PARENT_DEATH_SIGNAL and os.getppid() != supervisor.parent:
+            os._exit(PARENT_GONE_STATUS)
 
 
-def exit_like(status: int) -> NoReturn:
-    """Exit as a process with wait status ``status`` did: the same code or signal."""
-    if os.WIFSIGNALED(status):
-        signum = os.WTERMSIG(status)
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if signum not in (signal.SIGKILL, signal.SIGSTOP):
-            signal.signal(signum, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, (signum,))
-        os.kill(os.getpid(), signum)
-        os._exit(128 + signum)
-    os._exit(os.waitstatus_to_exitcode(status))
+def _close(fds: list[int]) -> None:
+    for fd in set(fds):
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
-def supervise(
-    argv: list[str],
-    limits: dict[str, int],
-    parent: int,
-    grace_seconds: float,
-    *,
-    env: dict[str, str] | None = None,
-    status_fd: int = -1,
-) -> NoReturn:
-    """Run ``argv`` under a supervisor in this process, which must be a child of ``parent``
-    (the agent, or its task starter); never returns. The command's wait status is written
-    to ``status_fd`` (as decimal digits and a newline), if given, before the exit."""
-    # Blocked before anything can send them; the command gets the mask cleared. As a fork
-    # of the task starter this process also inherited its handlers: back to the defaults,
-    # or the command would inherit ignored signals.
+def _read_exactly(channel: Any, size: int) -> bytes:
+    chunks = []
+    while size:
+        chunk = channel.recv(min(size, 1 << 20))
+        if not chunk:
+            os._exit(0)  # the agent went away in the middle of a task
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def main(args: list[str]) -> None:
+    """``PARENT GRACE CHANNEL``: serve the agent (pid ``PARENT``) its tasks on the socket
+    ``CHANNEL`` (an inherited descriptor) until it closes it."""
+    import socket
+
+    parent, grace, channel = int(args[0]), float(args[1]), int(args[2])
+    os.set_inheritable(channel, False)  # no command may hold it
+    # Blocked before anything can send them; each command gets the mask cleared.
     signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
-    for signum in HANDLED:
-        signal.signal(signum, signal.SIG_DFL)
     if sys.platform == "linux":
         prctl(PR_SET_CHILD_SUBREAPER, 1)
         prctl(PR_SET_PDEATHSIG, PARENT_DEATH_SIGNAL)
     if os.getppid() != parent:
         os._exit(PARENT_GONE_STATUS)  # the parent died before it could have told us
-    supervisor = Supervisor(parent, grace_seconds)
-    supervisor.start(argv, limits, env)
-    os.close(0)  # the command's input is the command's: a pipe must see it go away
-    status = supervisor.run()
-    if status_fd >= 0:
-        with contextlib.suppress(OSError):  # the agent is gone: nobody to tell
-            os.write(status_fd, b"%d\n" % status)
-    exit_like(status)
-
-
-def main(args: list[str]) -> None:
-    """``LIMITS PARENT GRACE ARGV...``: run ARGV under the supervisor; never returns."""
-    supervise(args[3:], parse_limits(args[0]), int(args[1]), float(args[2]))
+    serve(socket.socket(fileno=channel), parent, grace)
 
 
 if __name__ == "__main__":
