@@ -9,6 +9,8 @@ migration runs first and the old release's pods keep working until they are repl
 from __future__ import annotations
 
 import enum
+import logging
+import time
 from pathlib import Path
 
 from alembic import command
@@ -16,11 +18,13 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, text
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from tickwork.shared.errors import StoreUnavailable
 from tickwork.shared.store.dialects import dialect_of
 from tickwork.shared.store.engine import create_store_engine, describe_store_error
+
+log = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 MIGRATION_LOCK_KEY = 0x7469636B6D6967  # "tickmig": one migrator at a time on PostgreSQL
@@ -46,9 +50,34 @@ def _alembic_config() -> Config:
     return config
 
 
+DEADLOCK_RETRIES = 5
+"""How many more times an upgrade that met a deadlock is tried (it rolled back whole)."""
+DEADLOCK_SQLSTATE = "40P01"
+
+
 def upgrade_database(engine: Engine, revision: str = "head") -> bool:
     """Apply every migration up to ``revision``; a no-op on an up-to-date database, and on
-    one a newer release migrated (whose revision this code does not know). False then."""
+    one a newer release migrated (whose revision this code does not know). False then.
+
+    The migrations run in one transaction while the previous release's processes keep
+    working: one of their transactions can take the tables in another order and deadlock
+    with it. PostgreSQL then rolls one of the two back; if it is the upgrade, it is
+    tried again from the start, after a pause."""
+    for retry in range(DEADLOCK_RETRIES + 1):
+        try:
+            return _upgrade(engine, revision)
+        except DBAPIError as exc:
+            if (
+                getattr(exc.orig, "sqlstate", None) != DEADLOCK_SQLSTATE
+                or retry == DEADLOCK_RETRIES
+            ):
+                raise
+            log.warning("the upgrade met a deadlock with a running process; trying again")
+            time.sleep(0.5 * (retry + 1))
+    raise AssertionError("unreachable")
+
+
+def _upgrade(engine: Engine, revision: str) -> bool:
     config = _alembic_config()
     with engine.begin() as connection:
         # Two migration jobs at once: the second waits, then finds nothing to do.

@@ -217,10 +217,13 @@ class TestRateLimit:
         )
         client = create_app(config, engine).test_client()
         headers = {"Authorization": f"Bearer {READ_TOKEN}"}
-        answers = [client.get("/api/projects", headers=headers) for _ in range(3)]
-        assert [a.status_code for a in answers[:2]] == [200, 200]  # the burst is twice the rate
-        assert_problem(answers[2], 429)
-        assert int(answers[2].headers["Retry-After"]) >= 1
+        # More than the burst (twice the rate) in a row: a slow machine may let a token
+        # come back between two of them, not between all of them.
+        answers = [client.get("/api/projects", headers=headers) for _ in range(10)]
+        assert [a.status_code for a in answers[:2]] == [200, 200]
+        refused = next(a for a in answers if a.status_code == 429)
+        assert_problem(refused, 429)
+        assert int(refused.headers["Retry-After"]) >= 1
         # The probes are never limited
         assert client.get("/healthz").status_code == 200
 

@@ -347,8 +347,13 @@ def main(args: list[str]) -> None:
 
     parent, grace, channel = int(args[0]), float(args[1]), int(args[2])
     os.set_inheritable(channel, False)  # no command may hold it
-    # Blocked before anything can send them; each command gets the mask cleared.
+    # Blocked before anything can send them; each command gets the mask cleared. An
+    # agent started under nohup, or in the background of a shell, ignores SIGHUP or
+    # SIGINT: a signal ignored is discarded, not left for sigwaitinfo (nor the parent's
+    # death noticed), and the commands would inherit it. Back to the defaults, then.
     signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+    for signum in HANDLED:
+        signal.signal(signum, signal.SIG_DFL)
     if sys.platform == "linux":
         prctl(PR_SET_CHILD_SUBREAPER, 1)
         prctl(PR_SET_PDEATHSIG, PARENT_DEATH_SIGNAL)
