@@ -207,6 +207,50 @@ class TestConcurrentUpgrades:
         finally:
             engine.dispose()
 
+    def test_an_upgrade_that_deadlocks_with_a_running_process_is_tried_again(
+        self, postgres_url: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        # Given a schema behind (0016: the next revision adds a table whose foreign key
+        # locks projects), and a process of the previous release that wrote to projects
+        # and, with a deadlock timeout longer than the upgrade's, is still in its transaction
+        engine = _fresh(postgres_url)
+        upgrade_database(engine, "0016")
+        errors: list[BaseException] = []
+
+        def migrate() -> None:
+            try:
+                upgrade_database(engine)
+            except BaseException as exc:
+                errors.append(exc)
+
+        try:
+            with engine.connect() as running, engine.connect() as watcher:
+                running.execute(text("SET deadlock_timeout = '30s'"))
+                running.execute(text("UPDATE projects SET name = name WHERE false"))
+                upgrade = threading.Thread(target=migrate)
+                upgrade.start()
+                # When the upgrade (holding tasks) waits for projects, and the process
+                # then reads tasks: a deadlock, which PostgreSQL breaks by rolling back
+                # the upgrade, whose deadlock timeout comes first
+                waiting = text(
+                    "SELECT count(*) FROM pg_locks "
+                    "WHERE NOT granted AND relation = 'projects'::regclass"
+                )
+                wait_until(
+                    "the upgrade waits for projects",
+                    lambda: watcher.execute(waiting).scalar_one() == 1,
+                    WAIT_TIMEOUT_SECONDS,
+                )
+                running.execute(text("SELECT count(*) FROM tasks"))
+                running.commit()
+                upgrade.join(timeout=WAIT_TIMEOUT_SECONDS)
+            # Then the upgrade was tried again, and reached the newest revision
+            assert errors == []
+            assert "deadlock" in caplog.text
+            assert current_revision(engine) == head_revision()
+        finally:
+            engine.dispose()
+
 
 @pytest.fixture(autouse=True)
 def _no_database_url_in_environment(monkeypatch: pytest.MonkeyPatch) -> None:
