@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tickwork.services.agent.operators.base import OperatorContext, OperatorFailed, ResourceLimits
+from tickwork.services.agent.operators.supervisor import HEADER_BYTES
 
 KILL_GRACE_SECONDS = 5.0
 """How long a stopped task's processes have between SIGTERM and SIGKILL."""
@@ -23,7 +24,6 @@ SUPERVISOR_MARGIN_SECONDS = 2.0
 """How much longer than the grace the agent waits for a stopped task's supervisor before
 it kills the process group itself (a supervisor that does not answer)."""
 SUPERVISOR = Path(__file__).with_name("supervisor.py")
-HEADER_BYTES = 8  # as the supervisor reads and writes them
 
 
 def task_identity(context: OperatorContext) -> dict[str, str]:
@@ -77,7 +77,7 @@ class Supervisor:
         self.channel.sendall(payload)
         pid = _read_number(self.channel)
         if pid < 0:
-            raise _Refused(-pid)
+            raise _Refused(-pid, os.strerror(-pid))
         return pid
 
     def close(self) -> None:
@@ -87,12 +87,9 @@ class Supervisor:
             self.process.wait(timeout=0)
 
 
-class _Refused(Exception):
-    """The supervisor could not start the task (its working directory, say)."""
-
-    def __init__(self, errno: int) -> None:
-        super().__init__(errno)
-        self.errno = errno
+class _Refused(OSError):
+    """The supervisor could not start the task (its working directory, say); it is alive
+    and serves the next one."""
 
 
 def _read_number(channel: socket.socket) -> int:
@@ -153,9 +150,9 @@ def start_task(
         supervisor = Supervisors.take()
         try:
             return TaskProcess(supervisor, supervisor.start(task, output, given_input))
-        except _Refused as refused:
+        except _Refused:
             Supervisors.give_back(supervisor)
-            raise OSError(refused.errno, os.strerror(refused.errno)) from None
+            raise
         except OSError:
             supervisor.close()  # it died while idle (or was killed): start another
             if last_try:
@@ -177,10 +174,6 @@ class TaskProcess:
         self._lock = threading.Lock()  # the return code, and whether signals still go
         self._reading = threading.Lock()  # one thread reads the supervisor's answer
 
-    def poll(self) -> int | None:
-        """The command's exit code (minus the signal that killed it) once it ended."""
-        return self._collect(0)
-
     def wait(self, timeout: float | None = None) -> int:
         """Wait for the end; ``subprocess.TimeoutExpired`` if ``timeout`` passes first."""
         code = self._collect(timeout)
@@ -191,11 +184,7 @@ class TaskProcess:
     def has_ended(self) -> bool:
         """Whether the command ended, even while another thread is yet to read it."""
         with self._lock:  # the answer is read under it: there, or read already
-            if self.returncode is not None:
-                return True
-            poller = select.poll()
-            poller.register(self.supervisor.channel, select.POLLIN)
-            return bool(poller.poll(0))
+            return self.returncode is not None or self._answered(0)
 
     def send_signal(self, signum: int) -> None:
         """Signal the supervisor, while it still runs this task."""
@@ -226,14 +215,19 @@ class TaskProcess:
         try:
             if self.returncode is None:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                poller = select.poll()
-                poller.register(self.supervisor.channel, select.POLLIN)
-                if poller.poll(None if left is None else left * 1000):
+                if self._answered(left):
                     with self._lock:  # no signal goes to a supervisor given back
                         self.returncode = self._read_status()
         finally:
             self._reading.release()
         return self.returncode
+
+    def _answered(self, timeout: float | None) -> bool:
+        """Whether the supervisor's answer (or its end) is there to read, waiting up to
+        ``timeout`` seconds (None: for ever)."""
+        poller = select.poll()
+        poller.register(self.supervisor.channel, select.POLLIN)
+        return bool(poller.poll(None if timeout is None else timeout * 1000))
 
     def _read_status(self) -> int:
         """The command's exit code; a supervisor that ended without saying (killed) counts
@@ -274,27 +268,7 @@ def run_child(
     if context.control.reason is not None:
         raise OperatorFailed(f"stopped before it started: {context.control.reason}")
     masking = MaskedOutput(context) if context.masker else None
-    given_input = os.pipe() if stdin_text is not None else None
-    try:
-        child = start_task(
-            argv,
-            cwd=context.working_dir,
-            env={**env, **context.message.env, **task_identity(context)},
-            limits=context.limits,
-            output=context.log_file.fileno() if masking is None else masking.write_end,
-            given_input=None if given_input is None else given_input[0],
-        )
-    except OSError as exc:
-        if masking is not None:
-            masking.close()
-        raise OperatorFailed(f"cannot start {argv[0]}: {exc}") from exc
-    finally:
-        if given_input is not None:
-            os.close(given_input[0])
-    if masking is not None:
-        masking.start()
-    if given_input is not None:
-        _write_in_background(given_input[1], stdin_text or "")
+    child = _start_child(context, argv, env, masking, stdin_text)
     with _running_lock:
         _running.add(child)
     if not context.control.attach(lambda: _stop(child), child.has_ended):
@@ -319,6 +293,41 @@ def run_child(
     if context.control.reason is not None:
         raise OperatorFailed(f"stopped: {context.control.reason}")
     return code
+
+
+def _start_child(
+    context: OperatorContext,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    masking: MaskedOutput | None,
+    stdin_text: str | None,
+) -> TaskProcess:
+    """Start ``argv`` under a supervisor, its output to the task log (or the masking
+    pipe), ``stdin_text`` written to its input in the background."""
+    given_input = os.pipe() if stdin_text is not None else None
+    try:
+        child = start_task(
+            argv,
+            cwd=context.working_dir,
+            env={**env, **context.message.env, **task_identity(context)},
+            limits=context.limits,
+            output=context.log_file.fileno() if masking is None else masking.write_end,
+            given_input=None if given_input is None else given_input[0],
+        )
+    except OSError as exc:
+        if masking is not None:
+            masking.close()
+        if given_input is not None:
+            os.close(given_input[1])
+        raise OperatorFailed(f"cannot start {argv[0]}: {exc}") from exc
+    finally:
+        if given_input is not None:
+            os.close(given_input[0])
+    if masking is not None:
+        masking.start()
+    if given_input is not None:
+        _write_in_background(given_input[1], stdin_text or "")
+    return child
 
 
 class MaskedOutput:

@@ -39,16 +39,17 @@ an agent process runs at a time.
 from __future__ import annotations
 
 import contextlib
+import marshal
 import os
 import resource
 import signal
+import socket
 import sys
 import time
 
 TYPE_CHECKING = False  # not imported from typing: the supervisor starts as fast as it can
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
-    from typing import Any
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -264,19 +265,15 @@ def _send(pid: int, signum: int) -> None:
         return  # gone meanwhile
 
 
-_libc: list[Any] = []  # loaded once: the supervisors a starter forks find it loaded
-
-
 def prctl(option: int, value: int) -> None:
     import ctypes
 
-    if not _libc:
-        _libc.append(ctypes.CDLL(None, use_errno=True))
-    if _libc[0].prctl(option, value, 0, 0, 0) != 0:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(option, value, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
 
 
-def serve(channel: Any, parent: int, grace_seconds: float) -> None:
+def serve(channel: socket.socket, parent: int, grace_seconds: float) -> None:
     """Run the agent's tasks one after another until it closes ``channel`` (a socket).
 
     A task is an 8-byte length and, with it as ``SCM_RIGHTS``, the command's output (also
@@ -286,9 +283,6 @@ def serve(channel: Any, parent: int, grace_seconds: float) -> None:
     directory cannot be entered), and once it ended, but for an ``errno``, its wait status
     as 8 more.
     """
-    import marshal
-    import socket
-
     supervisor = Supervisor(parent, grace_seconds)
     while True:
         try:
@@ -306,13 +300,16 @@ def serve(channel: Any, parent: int, grace_seconds: float) -> None:
             os.chdir(task["cwd"])
         except OSError as exc:
             _close(stdio)
-            channel.sendall((-(exc.errno or 1)).to_bytes(HEADER_BYTES, "big", signed=True))
+            _send_number(channel, -(exc.errno or 1))
             continue
         supervisor.start(task["argv"], task["limits"], task["env"], stdio)
         _close(stdio)  # the command's now: a pipe must see its input's end go away
-        channel.sendall(supervisor.command.to_bytes(HEADER_BYTES, "big", signed=True))
-        status = supervisor.run()
-        channel.sendall(status.to_bytes(HEADER_BYTES, "big", signed=True))
+        _send_number(channel, supervisor.command)
+        _send_number(channel, supervisor.run())
+
+
+def _send_number(channel: socket.socket, number: int) -> None:
+    channel.sendall(number.to_bytes(HEADER_BYTES, "big", signed=True))
 
 
 def _take_stale_signals(supervisor: Supervisor) -> None:
@@ -329,7 +326,7 @@ def _close(fds: list[int]) -> None:
             os.close(fd)
 
 
-def _read_exactly(channel: Any, size: int) -> bytes:
+def _read_exactly(channel: socket.socket, size: int) -> bytes:
     chunks = []
     while size:
         chunk = channel.recv(min(size, 1 << 20))
@@ -343,8 +340,6 @@ def _read_exactly(channel: Any, size: int) -> bytes:
 def main(args: list[str]) -> None:
     """``PARENT GRACE CHANNEL``: serve the agent (pid ``PARENT``) its tasks on the socket
     ``CHANNEL`` (an inherited descriptor) until it closes it."""
-    import socket
-
     parent, grace, channel = int(args[0]), float(args[1]), int(args[2])
     os.set_inheritable(channel, False)  # no command may hold it
     # Blocked before anything can send them; each command gets the mask cleared. An
