@@ -104,24 +104,23 @@ def _taken_off_their_queues(
     its unacknowledged set for an hour, or loses it if the agent dies in between). They
     are published again under the same token; the lease refuses the first copy if it
     ever comes back."""
-    since = scope.taken_off_queue_since
-    if not marked:
-        since.clear()
-        return []
-    queues = _queues_of(work, scope, marked)
-    depths = dispatcher.queue_depths(sorted(set(queues.values())))
-    now, overdue = work.now, []
-    keys = set()
-    for run in marked:
-        key = (run.id, run.lease_token)
-        if depths.get(queues[run.id], 1) > 0:
-            continue  # it may still be waiting in the queue
-        keys.add(key)
-        first_seen = since.setdefault(key, now)
-        if (now - first_seen).total_seconds() >= TAKEN_OFF_QUEUE_SECONDS:
-            overdue.append(run)
-    for key in [k for k in since if k not in keys]:
-        del since[key]
+    queues = _queues_of(work, scope, marked) if marked else {}
+    depths = dispatcher.queue_depths(sorted(set(queues.values()))) if queues else {}
+    # Those whose queue is empty (a queue not known to be empty may still hold them),
+    # since when they were first seen so; the others are forgotten.
+    before, now = scope.taken_off_queue_since, work.now
+    since = {
+        (run.id, run.lease_token): before.get((run.id, run.lease_token), now)
+        for run in marked
+        if depths.get(queues[run.id], 1) == 0
+    }
+    scope.taken_off_queue_since = since
+    overdue = [
+        run
+        for run in marked
+        if (first_seen := since.get((run.id, run.lease_token))) is not None
+        and (now - first_seen).total_seconds() >= TAKEN_OFF_QUEUE_SECONDS
+    ]
     if overdue:
         log.warning(
             "publishing again %d queued tasks whose message an agent took and never started",

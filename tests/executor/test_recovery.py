@@ -15,7 +15,7 @@ from tests.executor.scenario import Scenario, finished
 from tickwork.services.executor.loop import Recovery
 from tickwork.services.executor.recovery import TAKEN_OFF_QUEUE_SECONDS
 from tickwork.shared.dispatch.leases import CANCELED, DONE, QUEUED, Lease, LeaseState
-from tickwork.shared.dispatch.messages import TaskReleased, TaskStarted
+from tickwork.shared.dispatch.messages import TaskMessage, TaskReleased, TaskStarted
 from tickwork.shared.domain.states import AttemptState, TaskState
 from tickwork.shared.store import sessions as session_store
 
@@ -59,6 +59,12 @@ def taken(run: Scenario, name: str, owner: str = "agent-1") -> Lease:
     return lease
 
 
+def marked_queued(run: Scenario, message: TaskMessage) -> None:
+    """The executor's confirmed ``queued`` mark on the message's token."""
+    assert run.agent.leases is not None
+    run.agent.leases[message.task_id] = Lease(message.task_id, message.lease_token, QUEUED)
+
+
 def started(run: Scenario, name: str, owner: str = "agent-1") -> Lease:
     """An agent took the task's lease and said so."""
     message = run.open[name]
@@ -84,8 +90,7 @@ class TestLostMessages:
     def test_a_queued_task_with_its_queued_mark_is_left_alone(self, reaping: Scenario) -> None:
         reaping.start(ONE_TASK)
         (message,) = [reaping.open[n] for n in reaping.step()]
-        assert reaping.agent.leases is not None
-        reaping.agent.leases[message.task_id] = Lease(message.task_id, message.lease_token, QUEUED)
+        marked_queued(reaping, message)
         assert reaping.step(after_seconds=60) == []
 
     def test_a_message_an_agent_took_off_its_queue_and_never_started_is_sent_again(
@@ -95,8 +100,7 @@ class TestLostMessages:
         # confirmed queued mark stays, and the queue is empty.
         reaping.start(ONE_TASK)
         (first,) = [reaping.open[n] for n in reaping.step()]
-        assert reaping.agent.leases is not None
-        reaping.agent.leases[first.task_id] = Lease(first.task_id, first.lease_token, QUEUED)
+        marked_queued(reaping, first)
         reaping.agent.off_queue.add(first.task_id)
         assert reaping.step(after_seconds=3) == []  # first seen off its queue
         assert reaping.step(after_seconds=TAKEN_OFF_QUEUE_SECONDS - 1) == []
@@ -111,11 +115,8 @@ class TestLostMessages:
         # A backlog on the queue: the message may be among those waiting.
         reaping.start(TWO_THEN_ONE)
         opened = [reaping.open[n] for n in reaping.step()]
-        assert reaping.agent.leases is not None
         for message in opened:
-            reaping.agent.leases[message.task_id] = Lease(
-                message.task_id, message.lease_token, QUEUED
-            )
+            marked_queued(reaping, message)
         reaping.agent.off_queue.add(opened[0].task_id)
         assert reaping.step(after_seconds=3) == []
         assert reaping.step(after_seconds=TAKEN_OFF_QUEUE_SECONDS * 3) == []
@@ -126,8 +127,7 @@ class TestLostMessages:
         # The executor that published it died between leaving the mark and sending.
         reaping.start(ONE_TASK)
         (first,) = [reaping.open[n] for n in reaping.step()]
-        assert reaping.agent.leases is not None
-        reaping.agent.leases[first.task_id] = Lease(first.task_id, first.lease_token, QUEUED)
+        marked_queued(reaping, first)
         reaping.agent.unconfirmed.add(first.task_id)
         assert reaping.step(after_seconds=1) == []
         assert reaping.tick(after_seconds=3) == ["+wf+a"]
