@@ -178,6 +178,7 @@ class AttemptRun:
     wall_seconds: float  # that transaction's start -> success seen in the store
     rows: list[TaskRow]  # operator tasks, in definition order
     agent_metrics: dict[str, float]  # both agents' growth over the attempt (empty: unread)
+    executor_metrics: dict[str, float]  # the executor's growth over the attempt (the same)
     agent_times: dict[int, AgentTimes]  # by task id, from the event tap (empty: not tapped)
     executor_cpu_seconds: float  # the executor's process group over the attempt
     agent_cpu_seconds: float  # every agent's process group over the attempt
@@ -327,6 +328,7 @@ class Tickwork:
             noop_workflow_text(tasks, parallel),
         )
         metrics_before = self.agent_metrics()
+        executor_before = read_metrics(self.executor.metrics_port)
         with ExitStack() as stack:
             events = (
                 stack.enter_context(EventTap(self.redis_url, self.redis_prefix)) if tap else None
@@ -340,6 +342,7 @@ class Tickwork:
             ended = time.perf_counter()
             cpu_after = self.cpu_seconds()
         metrics_after = self.agent_metrics()
+        executor_after = read_metrics(self.executor.metrics_port)
         with self.engine.connect() as conn:
             rows = [r for r in list_attempt_tasks(conn, attempt_id) if not r.is_group]
             logs = list_run_logs(conn, attempt_id)
@@ -352,6 +355,7 @@ class Tickwork:
             wall_seconds=ended - started,
             rows=rows,
             agent_metrics=metric_differences(metrics_before, metrics_after),
+            executor_metrics=metric_differences(executor_before, executor_after),
             agent_times={} if events is None else {r.id: events.times(r.id) for r in rows},
             executor_cpu_seconds=cpu_after[0] - cpu_before[0],
             agent_cpu_seconds=cpu_after[1] - cpu_before[1],
@@ -856,6 +860,28 @@ def hop_part_figures(chain: AttemptRun) -> dict[str, Any]:
     mean_ms = publish_to_start_mean_ms(chain)  # in the fan-out it is mostly time queued
     if mean_ms is not None:
         out["chain_publish_to_start_mean_ms"] = round(mean_ms, 2)
+    out.update(pass_phase_figures(chain))
+    return out
+
+
+PASS_PHASES = ("statements", "commit", "publish")
+"""The phases of an executor's pass its ``tickwork_executor_pass_seconds`` histogram
+times: its transaction's statements, its commit, the publish after it."""
+
+
+def pass_phase_figures(chain: AttemptRun) -> dict[str, Any]:
+    """Of the dispatch part of the hop, the executor's own: the mean of each phase over
+    the passes that applied or dispatched something during the chain (about one a link),
+    from the executor's metrics; nothing where they could not be read."""
+    out: dict[str, Any] = {}
+    metrics = chain.executor_metrics
+    for phase in PASS_PHASES:
+        labels = f'{{phase="{phase}"}}'
+        count = metrics.get(f"tickwork_executor_pass_seconds_count{labels}", 0.0)
+        total = metrics.get(f"tickwork_executor_pass_seconds_sum{labels}", 0.0)
+        if count:
+            out[f"hop_pass_{phase}_mean_ms"] = round(1000 * total / count, 2)
+            out["chain_passes_per_link"] = round(count / chain.tasks, 2)
     return out
 
 

@@ -144,7 +144,9 @@ class WorkflowExecutor:
         fresh = [] if self._pending else self.dispatcher.poll_events(0)
         events, self._pending = [*self._pending, *fresh], []
         plan = self._timers.plan(now, events, reaping=self.recovery is not None)
+        began = time.perf_counter()
         work = self._run_pass(now, plan, events)
+        committed = time.perf_counter()
         self.dispatcher.acknowledge()
         reap_every = self.recovery.every_seconds if self.recovery is not None else None
         self._timers.after_commit(work, reap_every, work.graph.earliest_wake)
@@ -154,6 +156,11 @@ class WorkflowExecutor:
                 self.scope.runs.forget(task_id)
         self.dispatcher.publish(work.messages)
         report = work.report
+        report.phase_seconds = {
+            "statements": work.statements_seconds,
+            "commit": committed - began - work.statements_seconds,
+            "publish": time.perf_counter() - committed,
+        }
         report.tasks_dispatched = len(work.messages)
         report.moves = work.graph.moves
         if work.graph.triggered_attempts:  # start what triggers started, at once
@@ -165,6 +172,7 @@ class WorkflowExecutor:
 
     def _run_pass(self, now: datetime, plan: PassPlan, events: list[TaskEvent]) -> Pass:
         """The pass's steps in one transaction; its events are redelivered if it fails."""
+        began = time.perf_counter()
         try:
             with self._transaction() as conn:
                 graph = TaskGraph(conn, now, self._limits, self._sibling_edges)
@@ -186,6 +194,7 @@ class WorkflowExecutor:
                 write_run_logs(work)
                 ended = [a for a, _ in work.report.finished_attempts]
                 notify_log_readers(conn, [*work.log_attempts, *ended])
+                work.statements_seconds = time.perf_counter() - began
         except BaseException:
             self.scope.runs.clear()  # it may know runs the rollback undid
             self.dispatcher.redeliver()

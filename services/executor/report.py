@@ -60,6 +60,8 @@ class TickReport:
     ready_waits: list[tuple[int, float]] = field(default_factory=list)
     finished_attempts: list[tuple[int, AttemptState]] = field(default_factory=list)
     moves: list[TaskMove] = field(default_factory=list)  # in the order the pass made them
+    # Seconds of the pass's phases: its statements, its commit, and the publish after it.
+    phase_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def did_work(self) -> bool:
@@ -102,6 +104,7 @@ class Pass:
     logged_runs: set[tuple[int, int]] = field(default_factory=set)  # (task, token) indexed
     log_attempts: set[int] = field(default_factory=set)  # whose logs the pass stored chunks of
     pooled_ready: bool = False  # the pass made tasks of a pool READY
+    statements_seconds: float = 0.0  # from the transaction's start to its commit
 
 
 @dataclass

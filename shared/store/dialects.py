@@ -362,11 +362,9 @@ class PostgresDialect(StoreDialect):
 
     def notify(self, conn: Connection, channel: str, payloads: Sequence[str] = ("",)) -> None:
         if len(payloads) == 1:
-            statement = text("SELECT pg_notify(:channel, :payload)")
-            conn.execute(statement, {"channel": channel, "payload": payloads[0]})
+            conn.execute(_NOTIFY, {"channel": channel, "payload": payloads[0]})
             return
-        many = text("SELECT pg_notify(:channel, p) FROM unnest(CAST(:payloads AS text[])) AS p")
-        conn.execute(many, {"channel": channel, "payloads": list(payloads)})
+        conn.execute(_NOTIFY_MANY, {"channel": channel, "payloads": list(payloads)})
 
     def advisory_transaction_lock(self, conn: Connection, key: int) -> None:
         conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
@@ -556,6 +554,10 @@ class SqliteDialect(StoreDialect):
             assert raw is not None
             raw.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         return True
+
+
+_NOTIFY = text("SELECT pg_notify(:channel, :payload)")
+_NOTIFY_MANY = text("SELECT pg_notify(:channel, p) FROM unnest(CAST(:payloads AS text[])) AS p")
 
 
 @lru_cache(maxsize=16)

@@ -17,6 +17,7 @@ from sqlalchemy import event
 
 from tests.executor.scenario import Scenario, finished
 from tickwork.services.executor.loop import WorkflowExecutor
+from tickwork.services.executor.metrics import ExecutorMetrics
 from tickwork.shared.dispatch.messages import Outcome, TaskStarted
 from tickwork.shared.domain.states import AttemptState, TaskState
 from tickwork.shared.domain.workflow import TaskSpec, WorkflowDefinition
@@ -887,3 +888,35 @@ class TestResumeAcrossSubtrees:
         assert run.step() == ["+wf+c^sub+s2"]
         assert run.run_to_end() is AttemptState.SUCCESS
         assert len(run.messages_for("+wf+c^sub+s1")) == 1
+
+
+PASS_SECONDS = "tickwork_executor_pass_seconds"
+CHAIN = """
++a:
+  echo>: a
++b:
+  echo>: b
+"""
+
+
+class TestPassMetrics:
+    def test_a_pass_that_dispatches_records_how_long_each_of_its_phases_took(
+        self, run: Scenario
+    ) -> None:
+        # Given an executor's metrics, and a workflow whose first task is dispatched
+        metrics = ExecutorMetrics()
+        run.start(CHAIN)
+        published = run.step()
+        metrics.record(run.report)  # the last pass of the step: nothing to do
+        assert published == ["+wf+a"]
+        # When the task's result is applied and the next task dispatched
+        run.succeed("+wf+a")
+        assert run.tick() == ["+wf+b"]
+        metrics.record(run.report)
+        # Then each phase of that pass was observed once, the idle pass not at all
+        registry = metrics.registry
+        for phase in ("statements", "commit", "publish"):
+            labels = {"phase": phase}
+            assert registry.get_sample_value(f"{PASS_SECONDS}_count", labels) == 1.0, phase
+            seconds = registry.get_sample_value(f"{PASS_SECONDS}_sum", labels)
+            assert seconds is not None and seconds >= 0

@@ -408,7 +408,11 @@ class TestResultsWaitingForOthers:
         slept: list[float] = []
         monkeypatch.setattr(loop, "RESULT_BATCH_BACKLOG", 2)
         monkeypatch.setattr(
-            loop, "time", types.SimpleNamespace(monotonic=time.monotonic, sleep=slept.append)
+            loop,
+            "time",
+            types.SimpleNamespace(
+                monotonic=time.monotonic, perf_counter=time.perf_counter, sleep=slept.append
+            ),
         )
         return slept
 
