@@ -35,6 +35,7 @@ from tickwork.shared.domain.pools import ready_since
 from tickwork.shared.domain.states import AttemptState, TaskState
 from tickwork.shared.domain.workflow import TaskSpec
 from tickwork.shared.errors import InvalidExpression
+from tickwork.shared.store import logs as log_store
 from tickwork.shared.store import pools as pool_store
 from tickwork.shared.store import sessions as session_store
 from tickwork.shared.store import tasks as task_store
@@ -134,7 +135,8 @@ def write_run_logs(work: Pass) -> None:
     same statement, but for tasks a retry in the pass deleted (their log rows went with
     them). Where the store can, the statement that queued the runs wrote these rows
     already (see :func:`~tickwork.shared.store.tasks.mark_tasks_queued_logging`): only what it
-    did not is written here, and nothing, without a statement, in the usual pass."""
+    did not is written here, and nothing, without a statement, in the usual pass. So are
+    the log chunks the pass read, where that statement did not store them."""
     dropped, logged = work.graph.dropped, work.logged_runs
     started = [
         _started_log(message, work.now)
@@ -142,6 +144,8 @@ def write_run_logs(work: Pass) -> None:
         if message.task_id not in dropped and (message.task_id, message.lease_token) not in logged
     ]
     task_store.write_task_logs(work.conn, started, _ended_logs(work))
+    log_store.write_chunk_rows(work.conn, work.log_chunks)  # a dropped task's are left out
+    work.log_chunks = []
 
 
 def _started_log(message: TaskMessage, now: datetime) -> dict[str, Any]:
@@ -233,13 +237,15 @@ def _queue_tasks(work: Pass, scope: Scope, ready: list[TaskRow]) -> list[TaskMes
         for task_id, draft in drafts.items()
     }
     started = [_started_log(run, work.now) for run in next_runs.values()]
+    grown = sorted(work.log_attempts - work.notified)
     tokens, left = task_store.mark_tasks_queued_logging(
         conn,
         {task_id: stored[task_id] for task_id in drafts},
         work.now,
-        task_store.LogRows(started, _ended_logs(work)),
+        task_store.LogRows(started, _ended_logs(work), work.log_chunks, grown),
     )
-    work.ended_logs = left.ended
+    work.ended_logs, work.log_chunks = left.ended, list(left.chunks)
+    work.notified.update(set(grown) - set(left.grown))
     unlogged = {(row["task_id"], row["lease_token"]) for row in left.started}
     work.logged_runs |= {(r["task_id"], r["lease_token"]) for r in started} - unlogged
     for task_id, token in tokens.items():

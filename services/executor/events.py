@@ -62,8 +62,10 @@ def apply_events(work: Pass, scope: Scope, events: Sequence[TaskEvent]) -> None:
 
 
 def store_log_chunks(work: Pass, chunks: Sequence[TaskLogChunk]) -> None:
-    """Write the log chunks agents streamed, in the pass's transaction (a short task's
-    only chunk so commits with its result); their attempts' followers are told."""
+    """Keep the log chunks agents streamed for the pass to write in its transaction (a
+    short task's only chunk so commits with its result): with the statement that queues
+    the next runs where the store can, else at its end; their attempts' followers are
+    told."""
     if not chunks:
         return
     written = [
@@ -72,7 +74,7 @@ def store_log_chunks(work: Pass, chunks: Sequence[TaskLogChunk]) -> None:
         )
         for c in chunks
     ]
-    log_store.write_log_chunks(work.conn, written)
+    work.log_chunks += log_store.chunk_rows(written)
     work.report.log_bytes_stored += sum(len(c.data) for c in written)
     work.log_attempts.update(a for c in chunks if (a := attempt_of_log_path(c.path)) is not None)
 

@@ -193,7 +193,8 @@ class WorkflowExecutor:
                 self._end_attempts(work)
                 write_run_logs(work)
                 ended = [a for a, _ in work.report.finished_attempts]
-                notify_log_readers(conn, [*work.log_attempts, *ended])
+                told = work.notified  # by the statement that queued the pass's runs
+                notify_log_readers(conn, {*work.log_attempts, *ended} - told)
                 work.statements_seconds = time.perf_counter() - began
         except BaseException:
             self.scope.runs.clear()  # it may know runs the rollback undid

@@ -103,6 +103,8 @@ class Pass:
     ended_logs: list[dict[str, Any]] = field(default_factory=list)  # logs results described
     logged_runs: set[tuple[int, int]] = field(default_factory=set)  # (task, token) indexed
     log_attempts: set[int] = field(default_factory=set)  # whose logs the pass stored chunks of
+    log_chunks: list[dict[str, Any]] = field(default_factory=list)  # chunk rows not yet written
+    notified: set[int] = field(default_factory=set)  # attempts whose followers were told
     pooled_ready: bool = False  # the pass made tasks of a pool READY
     statements_seconds: float = 0.0  # from the transaction's start to its commit
 

@@ -560,6 +560,22 @@ _NOTIFY = text("SELECT pg_notify(:channel, :payload)")
 _NOTIFY_MANY = text("SELECT pg_notify(:channel, p) FROM unnest(CAST(:payloads AS text[])) AS p")
 
 
+def postgres_upsert(
+    table: Table,
+    names: tuple[str, ...],
+    *,
+    index_elements: tuple[str, ...],
+    updated: tuple[str, ...],
+    only_larger: str | None = None,
+    only_if: RowFilter | None = None,
+) -> Insert:
+    """The statement :meth:`PostgresDialect.upsert_rows` runs for rows with the columns
+    ``names`` (in that order), built once: for a statement that writes such rows as one of
+    its parts (a data-modifying ``WITH``). Its parameters are one array per column,
+    ``a_<column>``."""
+    return _postgres_upsert(table, names, index_elements, updated, (None, only_larger), only_if)
+
+
 @lru_cache(maxsize=16)
 def _postgres_upsert(
     table: Table,

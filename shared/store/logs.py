@@ -15,15 +15,16 @@ a fifth and decompress at hundreds of MB/s.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, exists, func, select
+from sqlalchemy.sql import Insert
 
 from tickwork.shared.errors import NotFound
-from tickwork.shared.store.dialects import dialect_of
+from tickwork.shared.store.dialects import dialect_of, postgres_upsert
 from tickwork.shared.store.engine import read_only
 from tickwork.shared.store.tables import attempts, task_log_chunks, task_logs, tasks
 
@@ -44,6 +45,8 @@ READ_WINDOW_BYTES = 4 * 1024 * 1024
 
 _CHUNK_KEY = ("task_id", "lease_token", "byte_offset")
 _CHUNK_DATA = ("size_bytes", "compressed", "data")
+_CHUNK_NAMES = (*_CHUNK_KEY, *_CHUNK_DATA)
+"""The columns of a chunk row, in the order :func:`chunk_rows` makes them."""
 
 
 class LogPruned(NotFound):
@@ -89,14 +92,8 @@ def _is_key(chunk: LogChunk) -> bool:
 def _row(key: tuple[int, int, int], data: bytes) -> dict[str, Any]:
     packed = zlib.compress(data, COMPRESS_LEVEL) if len(data) >= COMPRESS_MIN_BYTES else data
     compressed = len(packed) < len(data)
-    return {
-        "task_id": key[0],
-        "lease_token": key[1],
-        "byte_offset": key[2],
-        "size_bytes": len(data),
-        "compressed": compressed,
-        "data": packed if compressed else data,
-    }
+    values = (*key, len(data), compressed, packed if compressed else data)
+    return dict(zip(_CHUNK_NAMES, values, strict=True))
 
 
 def _task_exists(row: Any) -> Any:
@@ -107,6 +104,12 @@ def write_log_chunks(conn: Connection, chunks: Sequence[LogChunk]) -> int:
     """Store ``chunks`` in one statement (idempotent: see the module); chunks of tasks
     that no longer exist (a retry dropped them) are left out. How many rows were given."""
     rows = chunk_rows(chunks)
+    write_chunk_rows(conn, rows)
+    return len(rows)
+
+
+def write_chunk_rows(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+    """Store rows :func:`chunk_rows` made, in one statement (none for no rows)."""
     if rows:
         dialect_of(conn).upsert_rows(
             conn,
@@ -117,15 +120,38 @@ def write_log_chunks(conn: Connection, chunks: Sequence[LogChunk]) -> int:
             only_larger="size_bytes",
             only_if=_task_exists,
         )
-    return len(rows)
 
 
-def notify_log_readers(conn: Connection, attempt_ids: Sequence[int]) -> None:
+def chunk_upsert_postgres() -> Insert:
+    """On PostgreSQL, what :func:`write_chunk_rows` runs, for a statement that stores
+    chunk rows as one of its parts, given :func:`chunk_values`: the executor's pass
+    stores the chunks it read with the statement that queues the next runs, not in a
+    round trip of their own."""
+    return postgres_upsert(
+        task_log_chunks,
+        _CHUNK_NAMES,
+        index_elements=_CHUNK_KEY,
+        updated=_CHUNK_DATA,
+        only_larger="size_bytes",
+        only_if=_task_exists,
+    )
+
+
+def chunk_values(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
+    """The parameters of :func:`chunk_upsert_postgres` for ``rows`` (none writes none)."""
+    return {f"a_{name}": [row[name] for row in rows] for name in _CHUNK_NAMES}
+
+
+def notify_log_readers(conn: Connection, attempt_ids: Collection[int]) -> None:
     """Tell log followers, when this transaction commits, that these attempts' logs grew
     or that they ended (PostgreSQL; followers of SQLite poll)."""
     if attempt_ids:
-        payloads = [str(int(a)) for a in sorted(set(attempt_ids))]
-        dialect_of(conn).notify(conn, LOG_CHANNEL, payloads)
+        dialect_of(conn).notify(conn, LOG_CHANNEL, log_notices(attempt_ids))
+
+
+def log_notices(attempt_ids: Iterable[int]) -> list[str]:
+    """The payloads that tell followers of these attempts' logs: each id once, in order."""
+    return [str(int(a)) for a in sorted(set(attempt_ids))]
 
 
 # -- reads ------------------------------------------------------------------------------

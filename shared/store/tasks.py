@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     Float,
+    Text,
     bindparam,
     case,
     column,
@@ -41,6 +43,12 @@ from tickwork.shared.store.dialects import (
     dialect_named,
     dialect_of,
     postgres_upsert_from,
+)
+from tickwork.shared.store.logs import (
+    LOG_CHANNEL,
+    chunk_upsert_postgres,
+    chunk_values,
+    log_notices,
 )
 from tickwork.shared.store.partitions import AttemptFilter, AttemptSet, restrict
 from tickwork.shared.store.sql import insert_rows
@@ -518,11 +526,19 @@ def mark_tasks_queued(
 
 @dataclass(frozen=True)
 class LogRows:
-    """Rows of the log index (see :func:`write_task_logs`): ``started``, of runs about to
-    start, and ``ended``, of runs whose results came."""
+    """What a pass writes of logs: rows of the log index (see :func:`write_task_logs`),
+    ``started``, of runs about to start, and ``ended``, of runs whose results came; the
+    ``chunks`` of their text agents streamed (rows of
+    :func:`~tickwork.shared.store.logs.chunk_rows`); and the attempts whose log followers
+    are to be told (``grown``, see :func:`~tickwork.shared.store.logs.notify_log_readers`)."""
 
     started: list[dict[str, Any]]
     ended: list[dict[str, Any]]
+    chunks: Sequence[dict[str, Any]] = ()
+    grown: Sequence[int] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.started or self.ended or self.chunks or self.grown)
 
 
 def mark_tasks_queued_logging(
@@ -533,17 +549,18 @@ def mark_tasks_queued_logging(
 ) -> tuple[dict[int, int], LogRows]:
     """:func:`mark_tasks_queued`, writing ``logs`` with it where the dialect can (in the
     same statements, on PostgreSQL): each started row once its task is QUEUED under the
-    row's token, the ended rows in any case. The tokens, and the rows left to write (to
-    :func:`write_task_logs`): all of them where the dialect cannot, else the started rows
-    whose task was not queued under their token."""
+    row's token; the ended rows, the chunks and the notices in any case, with the first
+    statement. The tokens, and what is left to write (to :func:`write_task_logs` and the
+    log writers): all of it where the dialect cannot, else the started rows whose task
+    was not queued under their token."""
     groups: dict[str, tuple[dict[str, Any] | None, list[int]]] = {}
     for task_id, params in params_by_id.items():
         key = json.dumps(params, sort_keys=True, default=str)
         groups.setdefault(key, (params, []))[1].append(task_id)
     dialect = dialect_of(conn)
-    folded = dialect.chains_inserts and bool(logs.started or logs.ended)
+    folded = dialect.chains_inserts and bool(logs)
     started = {row["task_id"]: row for row in logs.started} if folded else {}
-    ended = logs.ended if folded else []
+    rest = dataclasses.replace(logs, started=[]) if folded else LogRows([], [])
     tokens: dict[int, int] = {}
     for params, ids in groups.values():
         for start in range(0, len(ids), 500):
@@ -551,15 +568,16 @@ def mark_tasks_queued_logging(
             values: dict[str, Any] = {"ids": chunk, "params": params, "now": now}
             statement = _mark_queued_of(dialect)
             chunk_started = [started[i] for i in chunk if i in started]
-            if chunk_started or ended:
-                values |= _log_json(_log_rows(chunk_started, ended))
-                statement, ended = _MARK_QUEUED_LOGGING, []  # written with this statement
-            found = conn.execute(statement, values)
-            tokens.update({int(row.id): int(row.lease_token) for row in found})
+            if chunk_started or rest:
+                values |= _logging_values(dataclasses.replace(rest, started=chunk_started))
+                statement, rest = _MARK_QUEUED_LOGGING, LogRows([], [])  # written with it
+            for row in conn.execute(statement, values):
+                if row.id is not None:  # none queued: the statement's one row, for its notices
+                    tokens[int(row.id)] = int(row.lease_token)
     if not folded:
         return tokens, logs
     left = [row for row in logs.started if tokens.get(row["task_id"]) != row["lease_token"]]
-    return tokens, LogRows(left, ended)
+    return tokens, dataclasses.replace(rest, started=left)
 
 
 IN_FLIGHT_STATES = (TaskState.QUEUED, TaskState.RUNNING)
@@ -1063,7 +1081,19 @@ def _queued_and_logged() -> Any:
     upsert = postgres_upsert_from(
         task_logs, _LOG_ROW_NAMES, chosen, _RUN_KEY, _SETTLED_LOG_COLUMNS, "ended_at"
     )
-    return select(queued.c.id, queued.c.lease_token).add_cte(upsert.cte("logged"))
+    # The notices come from a one-row subquery the queued rows are joined to (a WITH that
+    # only reads runs only when read): they are sent whether or not a task was queued,
+    # and then that one row has no id.
+    grown = func.unnest(bindparam("log_notices", type_=postgresql.ARRAY(Text)))
+    notice = grown.table_valued("payload").render_derived(name="notice")
+    notified = select(func.count(func.pg_notify(LOG_CHANNEL, notice.c.payload)).label("sent"))
+    told = notified.subquery("told")
+    return (
+        select(queued.c.id, queued.c.lease_token)
+        .select_from(told.outerjoin(queued, true()))
+        .add_cte(upsert.cte("logged"))
+        .add_cte(chunk_upsert_postgres().cte("chunks_stored"))
+    )
 
 
 _MARK_QUEUED_LOGGING = _queued_and_logged()
@@ -1117,13 +1147,17 @@ def _log_rows(
     return list(rows.values())
 
 
-def _log_json(rows: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """The parameter of :data:`_MARK_QUEUED_LOGGING`'s log rows: one JSON array of them
-    (a single value to send, where an array per column costs a conversion each), times
-    written out for PostgreSQL to read."""
+def _logging_values(logs: LogRows) -> dict[str, Any]:
+    """The parameters of :data:`_MARK_QUEUED_LOGGING`'s writes of ``logs``: the log rows
+    as one JSON array (a single value to send, where an array per column costs a
+    conversion each), times written out for PostgreSQL to read; the chunk rows, an
+    array per column as their own statement has them; the attempts to notify."""
+    rows = _log_rows(logs.started, logs.ended)
     return {
         "log_rows": [
             {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
             for row in rows
-        ]
+        ],
+        **chunk_values(logs.chunks),
+        "log_notices": log_notices(logs.grown),
     }

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import Engine, event
@@ -13,9 +14,12 @@ from sqlalchemy import Engine, event
 from tests.api._seed import THREE_STEPS, add_project, add_sessions
 from tickwork.services.api.routes.logs import FOLLOW_MIN_READ_SECONDS, AttemptSnapshots
 from tickwork.shared.domain.states import AttemptState
+from tickwork.shared.store import tasks as task_store
 from tickwork.shared.store.engine import create_store_engine
 from tickwork.shared.store.log_notices import LogNotices
 from tickwork.shared.store.logs import notify_log_readers
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -93,3 +97,21 @@ def test_followers_of_one_attempt_share_one_read_per_change(engine: Engine) -> N
     time.sleep(FOLLOW_MIN_READ_SECONDS)
     snapshots.read(engine, 1, 1)
     assert len(sent) == 6
+
+
+def test_the_statement_that_queues_runs_carries_the_notices_even_when_it_queues_none(
+    notices: LogNotices, migrated_postgres_url: str
+) -> None:
+    # Given a follower of attempt 9 waiting, and the listener connected
+    assert notices.wait(9, 0, 0.0) == 0
+    engine = create_store_engine(migrated_postgres_url)
+    try:
+        # When a pass's queueing statement, which finds no task to queue, commits
+        with engine.begin() as conn:
+            logs = task_store.LogRows([], [], (), [9])
+            tokens, left = task_store.mark_tasks_queued_logging(conn, {10**9: None}, NOW, logs)
+    finally:
+        engine.dispose()
+    # Then nothing was queued, nothing is left to notify, and the follower woke
+    assert (tokens, left) == ({}, task_store.LogRows([], []))
+    assert notices.wait(9, 0, 10.0) == 1

@@ -12,6 +12,7 @@ from sqlalchemy.exc import StatementError
 
 from tickwork.shared.domain.states import AttemptState, TaskState
 from tickwork.shared.domain.workflow import TaskSpec, WorkflowDefinition
+from tickwork.shared.store import logs as log_store
 from tickwork.shared.store import projects as project_store
 from tickwork.shared.store import sessions as session_store
 from tickwork.shared.store import tasks as task_store
@@ -26,6 +27,7 @@ from tickwork.shared.store.tables import (
     metadata,
     projects,
     task_dependencies,
+    task_log_chunks,
     task_logs,
     workflow_configs,
 )
@@ -86,6 +88,16 @@ def _row(attempt_id: int, full_name: str, **values: Any) -> dict[str, Any]:
     if isinstance(row["state"], TaskState):
         row["state"] = row["state"].value
     return row
+
+
+def _chunk_text(conn: Connection, task_id: int, token: int) -> bytes:
+    """The stored chunks of a run, joined (short ones are stored uncompressed)."""
+    query = (
+        select(task_log_chunks.c.data)
+        .where(task_log_chunks.c.task_id == task_id, task_log_chunks.c.lease_token == token)
+        .order_by(task_log_chunks.c.byte_offset)
+    )
+    return b"".join(bytes(data) for data in conn.execute(query).scalars())
 
 
 def _insert(conn: Connection, attempt_id: int, full_name: str, **values: Any) -> int:
@@ -327,6 +339,37 @@ class TestTaskRows:
         else:  # nothing written: every row is left to the caller
             assert written == {}
             assert left == logs
+
+    def test_queueing_stores_the_log_chunks_the_pass_read_in_the_same_statement(
+        self, engine: Engine
+    ) -> None:
+        with engine.begin() as conn:
+            attempt_id = _attempt(conn)
+            ready = _insert(conn, attempt_id, "+a", state=TaskState.READY)
+            done = _insert(conn, attempt_id, "+b", state=TaskState.SUCCESS, lease_token=1)
+            chunks = log_store.chunk_rows([log_store.LogChunk(done, 1, 0, b"done\n")])
+            logs = task_store.LogRows([], [], chunks, [attempt_id])
+            tokens, left = task_store.mark_tasks_queued_logging(conn, {ready: None}, NOW, logs)
+            if engine.dialect.name == "postgresql":  # in the queueing statement itself
+                assert left == task_store.LogRows([], [])
+            else:  # nothing written: every row is left to the caller, who writes them
+                assert left == logs
+                log_store.write_chunk_rows(conn, left.chunks)
+            text = _chunk_text(conn, done, 1)
+        assert tokens == {ready: 1}
+        assert text == b"done\n"
+
+    def test_a_queueing_that_queues_nothing_still_stores_the_chunks(self, engine: Engine) -> None:
+        with engine.begin() as conn:
+            attempt_id = _attempt(conn)
+            running = _insert(conn, attempt_id, "+a", state=TaskState.RUNNING, lease_token=3)
+            chunks = log_store.chunk_rows([log_store.LogChunk(running, 3, 0, b"half")])
+            logs = task_store.LogRows([], [], chunks, [attempt_id])
+            tokens, left = task_store.mark_tasks_queued_logging(conn, {running: None}, NOW, logs)
+            log_store.write_chunk_rows(conn, left.chunks)
+            text = _chunk_text(conn, running, 3)
+        assert tokens == {}
+        assert text == b"half"
 
     def test_a_task_runs_only_under_its_current_token(self, engine: Engine) -> None:
         with engine.begin() as conn:
