@@ -343,6 +343,34 @@ class TestTheSupervisors:
 
         assert sh(context, "sleep 0.2; exit 5") == 5
 
+    def test_after_a_task_its_group_id_gets_no_signal_it_may_lead_another_task_by_now(
+        self, context: OperatorContext, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        sent: list[tuple[int, int]] = []
+        monkeypatch.setattr(os, "killpg", lambda pgid, signum: sent.append((pgid, signum)))
+
+        assert sh(context, f"{BACKGROUND}; exit 3") == 3
+
+        # The supervisor ended the command's leftovers itself; the agent sent nothing
+        directory = context.log_path.parent
+        (left,) = pids_in(directory, "background")
+        wait_until("the background sleep ended", lambda: not is_running(left), GONE_WITHIN_SECONDS)
+        assert sent == []
+
+    def test_the_group_of_a_task_whose_supervisor_died_is_killed_by_the_agent(
+        self, context: OperatorContext, leftovers: list[int]
+    ) -> None:
+        # Given a task running under a supervisor that is then killed with SIGKILL
+        thread = run_in_thread(context, "echo $$ > command; exec sleep 30")
+        (command,) = pids_in(context.log_path.parent, "command")
+        leftovers.append(command)
+        supervisor = parent_of_each_process()[command]
+        os.kill(supervisor, signal.SIGKILL)
+        # Then the task ends, and the agent killed the command's group in its place
+        thread.join(timeout=10)
+        assert not thread.is_alive()
+        wait_until("the command ended", lambda: not is_running(command), GONE_WITHIN_SECONDS)
+
     def test_a_task_s_environment_is_the_one_it_was_given(
         self, context: OperatorContext, tmp_path: Path
     ) -> None:

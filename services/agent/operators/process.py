@@ -24,6 +24,8 @@ SUPERVISOR_MARGIN_SECONDS = 2.0
 """How much longer than the grace the agent waits for a stopped task's supervisor before
 it kills the process group itself (a supervisor that does not answer)."""
 SUPERVISOR = Path(__file__).with_name("supervisor.py")
+SWEEPS = os.path.isdir("/proc/self")
+"""Whether a supervisor can see (through /proc) and end what its command left running."""
 
 
 def task_identity(context: OperatorContext) -> dict[str, str]:
@@ -171,6 +173,9 @@ class TaskProcess:
         self.pid = supervisor.pid
         self.command = command  # leads the task's process group; 0 if it did not start
         self.returncode: int | None = None
+        # Whether the supervisor ended whatever the command left before it answered: it
+        # did unless it died, or this host has no /proc to show it the descendants.
+        self.swept = False
         self._lock = threading.Lock()  # the return code, and whether signals still go
         self._reading = threading.Lock()  # one thread reads the supervisor's answer
 
@@ -194,8 +199,10 @@ class TaskProcess:
                     os.kill(self.pid, signum)
 
     def kill_group(self) -> None:
-        """SIGKILL to the command's process group (where the supervisor could not sweep)."""
-        if self.command > 0:
+        """SIGKILL to the command's process group, where the supervisor did not sweep it.
+        After a sweep the group is empty, and its id, free again, may already lead another
+        task's group: a kill then would end an unrelated task."""
+        if self.command > 0 and not self.swept:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.command, signal.SIGKILL)
 
@@ -237,6 +244,7 @@ class TaskProcess:
         except OSError:
             self.supervisor.close()
             return -signal.SIGKILL
+        self.swept = SWEEPS
         Supervisors.give_back(self.supervisor)
         return os.waitstatus_to_exitcode(status)
 
@@ -286,7 +294,7 @@ def run_child(
         with _running_lock:
             _running.discard(child)
         # The supervisor killed whatever the command left (`cmd &`, a child that ignored
-        # SIGTERM); where it cannot see descendants (no /proc), the group goes here.
+        # SIGTERM); where it could not (it died, or no /proc), the group goes here.
         child.kill_group()
         if masking is not None:
             masking.close()
