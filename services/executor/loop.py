@@ -204,13 +204,17 @@ class WorkflowExecutor:
 
     @contextmanager
     def _transaction(self) -> Iterator[Connection]:
-        """A pass's transaction: on SQLite on the connection of every pass (a pool's
-        checkout and return cost a pass of a chain of short tasks a few percent), which a
-        failed pass closes; elsewhere on one from the pool, checked as it is taken."""
-        if not dialect_of(self.engine).keeps_connections:
-            with self.engine.begin() as conn:
-                yield conn
-            return
+        """A pass's transaction, on the connection of every pass, which a failed pass
+        closes: a pool's checkout and return cost a pass of a chain of short tasks a few
+        percent, and on PostgreSQL the statements psycopg prepares on a connection stay
+        prepared only while nothing rolls it back (another thread's reads on a pooled one
+        do, each time it is given back). One the server closed while it was idle (a
+        restart, a failover) is dropped before the pass and another taken from the pool,
+        as the pool's own checkout would."""
+        if self._conn is not None and dialect_of(self.engine).connection_lost(self._conn):
+            conn, self._conn = self._conn, None
+            conn.invalidate()
+            conn.close()
         if self._conn is None:
             self._conn = self.engine.connect()
         try:

@@ -73,10 +73,6 @@ class StoreDialect(ABC):
     """Whether one statement can insert rows read from bound arrays and insert more rows
     from those the first insert returned (data-modifying ``WITH`` and ``unnest``); an
     ``UPDATE`` there can likewise feed another."""
-    keeps_connections: ClassVar[bool]
-    """Whether a loop may keep one connection for all its passes: nothing about one can
-    change between checkouts (SQLite's file); PostgreSQL's are checked at every checkout
-    (a server gone, a primary demoted to a standby)."""
     alters_tables_in_place: ClassVar[bool]
     """Whether ``ALTER TABLE`` can add constraints and change columns; SQLite rebuilds
     the table instead (Alembic's batch mode)."""
@@ -99,6 +95,12 @@ class StoreDialect(ABC):
     @abstractmethod
     def connect_for_reads(self, engine: Engine) -> AbstractContextManager[Connection]:
         """A connection that only reads, as cheap as this database allows."""
+
+    @abstractmethod
+    def connection_lost(self, conn: Connection) -> bool:
+        """Whether the server closed ``conn`` while it was idle (restarted, failed over,
+        ended its backend): what a pooled connection is checked for as it is taken, for
+        a connection a loop keeps across its passes. Costs no round trip."""
 
     @abstractmethod
     def timestamp_param(self, value: datetime) -> datetime:
@@ -233,7 +235,6 @@ class PostgresDialect(StoreDialect):
     compresses_large_values = True
     concurrent_writers = True
     chains_inserts = True
-    keeps_connections = False
     alters_tables_in_place = True
 
     def create_engine(
@@ -264,6 +265,10 @@ class PostgresDialect(StoreDialect):
         # transaction too, so BEGIN and ROLLBACK would only cost round trips.
         with engine.connect() as conn:
             yield conn.execution_options(isolation_level="AUTOCOMMIT")
+
+    def connection_lost(self, conn: Connection) -> bool:
+        raw = conn.connection.dbapi_connection
+        return raw is None or bool(raw.closed) or _has_input(_socket_of(raw))
 
     def timestamp_param(self, value: datetime) -> datetime:
         return value
@@ -394,7 +399,6 @@ class SqliteDialect(StoreDialect):
     compresses_large_values = False
     concurrent_writers = False
     chains_inserts = False
-    keeps_connections = True
     alters_tables_in_place = False
 
     def create_engine(
@@ -422,6 +426,9 @@ class SqliteDialect(StoreDialect):
         # In WAL mode a reader needs no lock at all: it never waits for (or blocks) a writer.
         with engine.connect() as conn:
             yield conn.execution_options(**{READ_ONLY_OPTION: True})
+
+    def connection_lost(self, conn: Connection) -> bool:
+        return False  # a file: nothing closes it but this process
 
     def timestamp_param(self, value: datetime) -> datetime:
         return value.replace(tzinfo=None)  # stored naive; read back as UTC

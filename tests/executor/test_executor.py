@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, text
 
 from tests.executor.scenario import Scenario, finished
+from tests.support.waiting import wait_until
 from tickwork.services.executor.loop import WorkflowExecutor
 from tickwork.services.executor.metrics import ExecutorMetrics
 from tickwork.shared.dispatch.messages import Outcome, TaskStarted
@@ -24,6 +25,7 @@ from tickwork.shared.domain.workflow import TaskSpec, WorkflowDefinition
 from tickwork.shared.dsl.parser import parse_workflow_text
 from tickwork.shared.store import sessions as session_store
 from tickwork.shared.store import tasks as task_store
+from tickwork.shared.store.dialects import dialect_of as store_dialect
 from tickwork.shared.store.engine import create_store_engine
 
 
@@ -920,3 +922,35 @@ class TestPassMetrics:
             assert registry.get_sample_value(f"{PASS_SECONDS}_count", labels) == 1.0, phase
             seconds = registry.get_sample_value(f"{PASS_SECONDS}_sum", labels)
             assert seconds is not None and seconds >= 0
+
+
+class TestTheLoopsConnection:
+    def test_one_connection_serves_every_pass(self, run: Scenario) -> None:
+        run.start(CHAIN)
+        run.step()
+        kept = run.executor._conn
+        run.succeed("+wf+a")
+        run.step()
+        assert kept is not None and run.executor._conn is kept
+
+    def test_a_connection_the_server_closed_between_passes_is_replaced_before_the_next(
+        self, run: Scenario
+    ) -> None:
+        if run.engine.dialect.name != "postgresql":
+            pytest.skip("a SQLite file has no server to close it")
+        # Given a loop whose kept connection's backend the server then ends
+        run.start(CHAIN)
+        assert run.step() == ["+wf+a"]
+        kept = run.executor._conn
+        assert kept is not None
+        backend = kept.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        kept.rollback()
+        with run.engine.connect() as other:
+            other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": backend})
+        wait_until(
+            "the server closed it", lambda: store_dialect(run.engine).connection_lost(kept), 5
+        )
+        # When the task's result comes, the next pass applies it on another connection
+        run.succeed("+wf+a")
+        assert run.tick() == ["+wf+b"]
+        assert run.executor._conn is not kept
