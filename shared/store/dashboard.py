@@ -17,7 +17,7 @@ from sqlalchemy import Connection, exists, func, or_, select
 from sqlalchemy.orm import aliased
 
 from tickwork.shared.domain.states import AttemptState, TaskState
-from tickwork.shared.store.history import AttemptView, _attempt_query, _attempt_view
+from tickwork.shared.store.history import AttemptView, _attempt_query, attempt_view
 from tickwork.shared.store.owners import in_projects
 from tickwork.shared.store.tables import (
     attempts,
@@ -75,7 +75,7 @@ def recent_failures(
         .order_by(attempts.c.id.desc())
         .limit(limit)
     )
-    found = [_attempt_view(row) for row in conn.execute(query)]
+    found = [attempt_view(row) for row in conn.execute(query)]
     by_attempt = failed_tasks(conn, [attempt.id for attempt in found])
     return [Failure(attempt, by_attempt.get(attempt.id, [])) for attempt in found]
 

@@ -142,7 +142,8 @@ class TaskSummary(NamedTuple):
         return elapsed_seconds(self.started_at, self.finished_at)
 
 
-_ATTEMPT_COLUMNS = (
+ATTEMPT_VIEW_COLUMNS = (
+    # AttemptView's fields, in its order: every read of an attempt selects these.
     attempts.c.id,
     attempts.c.name,
     attempts.c.session_id,
@@ -189,7 +190,7 @@ _STATE_INDEX = AttemptView._fields.index("state")
 _ATTEMPT_STATES = {state.value: state for state in AttemptState}
 
 
-def attempt_state(value: str, attempt_id: int) -> AttemptState:
+def _attempt_state(value: str, attempt_id: int) -> AttemptState:
     """A stored attempt state as its member: a dict lookup, as each row of a page needs;
     UnknownValue naming the attempt for a value that is none."""
     found = _ATTEMPT_STATES.get(value)
@@ -198,15 +199,15 @@ def attempt_state(value: str, attempt_id: int) -> AttemptState:
     return found
 
 
-def _attempt_view(row: Any) -> AttemptView:
-    # The query's columns are the view's fields, in its order (_ATTEMPT_COLUMNS).
+def attempt_view(row: Any) -> AttemptView:
+    """An attempt's view from a row of :data:`ATTEMPT_VIEW_COLUMNS`, in their order."""
     values = list(row)
-    values[_STATE_INDEX] = attempt_state(values[_STATE_INDEX], values[0])
+    values[_STATE_INDEX] = _attempt_state(values[_STATE_INDEX], values[0])
     return AttemptView._make(values)
 
 
 def _attempt_query() -> Select[Any]:
-    return select(*_ATTEMPT_COLUMNS).select_from(_ATTEMPTS_FROM)
+    return select(*ATTEMPT_VIEW_COLUMNS).select_from(_ATTEMPTS_FROM)
 
 
 @dataclass(frozen=True)
@@ -332,7 +333,7 @@ _LATEST_COLUMNS = tuple(
     _as_read(_LATEST.c[column.key], _LATEST_PREFIX + column.key)
     if column.key in ("created_at", "finished_at")
     else _LATEST.c[column.key].label(_LATEST_PREFIX + column.key)
-    for column in _ATTEMPT_COLUMNS
+    for column in ATTEMPT_VIEW_COLUMNS
     if column.table is attempts and column.key != "session_id"
 )
 
@@ -371,6 +372,11 @@ def _sessions_in_state() -> Select[Any]:
 
 
 _SESSION_WIDTH = len(_SESSION_COLUMNS)
+# Where the latest attempt's columns sit in a session row: they follow the session's.
+_LATEST_ID, _LATEST_NAME, _LATEST_DEFINITION, _LATEST_STATE = (
+    _SESSION_WIDTH + [c.key for c in _LATEST_COLUMNS].index(_LATEST_PREFIX + name)
+    for name in ("id", "name", "workflow_definition_id", "state")
+)
 _new_tuple = tuple.__new__
 
 
@@ -381,20 +387,18 @@ def _session_view(row: Any) -> SessionView:
     values = tuple(row)
     if values[2].tzinfo is None:  # naive times (SQLite's): all of the row's are
         values = tuple(_utc(v) if isinstance(v, datetime) else v for v in values)
-    attempt_id = values[_SESSION_WIDTH]
+    attempt_id = values[_LATEST_ID]
     last = None
     if attempt_id is not None:
-        state = values[_SESSION_WIDTH + 3]
-        member = _ATTEMPT_STATES.get(state) or attempt_state(state, attempt_id)
         last = _new_tuple(
             AttemptView,
             (
                 attempt_id,
-                values[_SESSION_WIDTH + 1],
+                values[_LATEST_NAME],
                 *values[:6],
-                values[_SESSION_WIDTH + 2],
-                member,
-                *values[_SESSION_WIDTH + 4 :],
+                values[_LATEST_DEFINITION],
+                _attempt_state(values[_LATEST_STATE], attempt_id),
+                *values[_LATEST_STATE + 1 :],
             ),
         )
     return _new_tuple(SessionView, (*values[:_SESSION_WIDTH], last))
@@ -414,7 +418,7 @@ def list_session_attempts(conn: Connection, session_id: int) -> list[AttemptView
     if conn.execute(select(sessions.c.id).where(sessions.c.id == session_id)).first() is None:
         raise NotFound(f"no session {session_id}")
     query = _attempt_query().where(attempts.c.session_id == session_id)
-    return [_attempt_view(row) for row in conn.execute(query.order_by(attempts.c.id.desc()))]
+    return [attempt_view(row) for row in conn.execute(query.order_by(attempts.c.id.desc()))]
 
 
 def list_attempts(
@@ -441,7 +445,7 @@ def list_attempts(
         filters["session_ids"] = session_ids
     statement = _attempt_page_statement(frozenset(filters), after is not None)
     page = fetch_statement_page(conn, statement, filters, after=after, limit=limit)
-    return Page([_attempt_view(row) for row in page.rows], page.next_after)
+    return Page([attempt_view(row) for row in page.rows], page.next_after)
 
 
 FEW_SESSIONS = 1000
@@ -503,7 +507,7 @@ def get_attempt_view(conn: Connection, attempt_id: int) -> AttemptView:
     row = conn.execute(_ATTEMPT_BY_ID, {"attempt_id": attempt_id}).one_or_none()
     if row is None:
         raise NotFound(f"no attempt {attempt_id}")
-    return _attempt_view(row)
+    return attempt_view(row)
 
 
 def list_task_tree(conn: Connection, attempt_id: int) -> list[TaskNode]:

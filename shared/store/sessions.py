@@ -15,7 +15,7 @@ from tickwork.shared.domain.states import KILLABLE_ATTEMPT_STATES, AttemptState
 from tickwork.shared.errors import NotFound
 from tickwork.shared.store.dialects import StoreDialect, dialect_of
 from tickwork.shared.store.engine import WORK_CHANNEL
-from tickwork.shared.store.history import AttemptView, attempt_state
+from tickwork.shared.store.history import ATTEMPT_VIEW_COLUMNS, AttemptView, attempt_view
 from tickwork.shared.store.partitions import AttemptSet, restrict
 from tickwork.shared.store.sql import insert_ignoring_conflict
 from tickwork.shared.store.tables import attempts, projects, sessions
@@ -187,27 +187,11 @@ def create_session_with_attempt(
         "now": now,
         "state": AttemptState.CREATED.value,
         "channel": WORK_CHANNEL,
+        "project_name": project_name,
         **{f"attempt_{name}": value for name, value in attempt.items()},
     }
     row = conn.execute(_session_with_attempt_statement(dialect_of(conn)), values).first()
-    if row is None:
-        return None
-    # The columns are AttemptView's in its order but the project's name, and the signal.
-    attempt_id, name, session_id, uuid_text, stored_time, stored_project, *rest = row[:-1]
-    workflow, definition_id, state, *after_state = rest
-    return AttemptView(
-        attempt_id,
-        name,
-        session_id,
-        uuid_text,
-        stored_time,
-        stored_project,
-        project_name,
-        workflow,
-        definition_id,
-        attempt_state(state, attempt_id),
-        *after_state,
-    )
+    return None if row is None else attempt_view(row[:-1])  # the last column: the signal
 
 
 _NEW_ATTEMPT_COLUMNS = ("name", "workflow_definition_id", "timezone", "params", "idempotency_key")
@@ -222,6 +206,8 @@ def _session_with_attempt_statement(dialect: StoreDialect) -> Select[Any]:
     when an attempt was created, and like any NOTIFY it is sent when the transaction
     commits."""
     now = bindparam("now", type_=sessions.c.created_at.type)
+    of_session = [c for c in ATTEMPT_VIEW_COLUMNS if c.table is sessions]
+    of_attempt = [c for c in ATTEMPT_VIEW_COLUMNS if c.table is attempts]
     new_session = (
         dialect.insert_ignoring_conflicts(sessions)
         .values(
@@ -231,13 +217,7 @@ def _session_with_attempt_statement(dialect: StoreDialect) -> Select[Any]:
             session_uuid=bindparam("session_uuid", type_=sessions.c.session_uuid.type),
             created_at=now,
         )
-        .returning(
-            sessions.c.id,
-            sessions.c.session_uuid,
-            sessions.c.session_time,
-            sessions.c.project_id,
-            sessions.c.workflow_name,
-        )
+        .returning(sessions.c.id, *of_session)
         .cte("new_session")
     )
     given = [
@@ -250,42 +230,20 @@ def _session_with_attempt_statement(dialect: StoreDialect) -> Select[Any]:
             ["session_id", *_NEW_ATTEMPT_COLUMNS, "state", "created_at"],
             select(new_session.c.id, *given, state, now),
         )
-        .returning(
-            attempts.c.id,
-            attempts.c.name,
-            attempts.c.session_id,
-            attempts.c.workflow_definition_id,
-            attempts.c.state,
-            attempts.c.timezone,
-            attempts.c.params,
-            attempts.c.resume_from_attempt_id,
-            attempts.c.resume_only,
-            attempts.c.idempotency_key,
-            attempts.c.created_at,
-            attempts.c.finished_at,
-        )
+        .returning(*of_attempt)
         .cte("new_attempt")
     )
-    a, s = new_attempt.c, new_session.c
-    return select(
-        a.id,
-        a.name,
-        a.session_id,
-        s.session_uuid,
-        s.session_time,
-        s.project_id,
-        s.workflow_name,
-        a.workflow_definition_id,
-        a.state,
-        a.timezone,
-        a.params,
-        a.resume_from_attempt_id,
-        a.resume_only,
-        a.idempotency_key,
-        a.created_at,
-        a.finished_at,
-        func.pg_notify(bindparam("channel"), ""),
-    ).select_from(new_attempt.join(new_session, s.id == a.session_id))
+    # The attempt's view, the project's name as given (the one column neither wrote).
+    project_name = bindparam("project_name", type_=projects.c.name.type)
+    written = [
+        (new_attempt if c.table is attempts else new_session).c[c.key]
+        if c.table is not None
+        else project_name.label(c.key)
+        for c in ATTEMPT_VIEW_COLUMNS
+    ]
+    return select(*written, func.pg_notify(bindparam("channel"), "")).select_from(
+        new_attempt.join(new_session, new_session.c.id == new_attempt.c.session_id)
+    )
 
 
 def get_attempt(conn: Connection, attempt_id: int) -> AttemptRow:
