@@ -383,6 +383,18 @@ class TestTheSupervisors:
         assert "ONLY=this\n" in seen and "TICKWORK_TASK_ID=7\n" in seen
         assert not [line for line in seen.splitlines() if line.startswith("PYTHON")]
 
+    def test_a_task_without_a_path_does_not_search_the_path_of_the_task_before(
+        self, context: OperatorContext, tmp_path: Path
+    ) -> None:
+        (tmp_path / "found-on-path").write_text("#!/bin/sh\nexit 0\n")
+        (tmp_path / "found-on-path").chmod(0o755)
+        with_path = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+        assert run_child(context, ["found-on-path"], with_path) == 0
+
+        # The same supervisor runs the next task, whose environment has no PATH
+        assert run_child(context, ["found-on-path"], {"ONLY": "this"}) == 127
+        assert "cannot start found-on-path" in context.log_path.read_text()
+
 
 def _message(tmp_path: Path) -> TaskMessage:
     return TaskMessage(

@@ -130,8 +130,9 @@ class Supervisor:
             if limits:
                 self.command = self.fork(argv, limits, env, stdio)
             else:
-                if "PATH" in env:
-                    os.environ["PATH"] = env["PATH"]  # posix_spawnp searches this one
+                # posix_spawnp searches this process's PATH: the task's, or the default
+                # execvpe would use, never what the task before left.
+                os.environ["PATH"] = env.get("PATH", os.defpath)
                 self.command = os.posix_spawnp(
                     argv[0],
                     argv,
