@@ -366,7 +366,11 @@ class TestTaskRows:
             chunks = log_store.chunk_rows([log_store.LogChunk(running, 3, 0, b"half")])
             logs = task_store.LogRows([], [], chunks, [attempt_id])
             tokens, left = task_store.mark_tasks_queued_logging(conn, {running: None}, NOW, logs)
-            log_store.write_chunk_rows(conn, left.chunks)
+            if engine.dialect.name == "postgresql":  # the statement stored them all the same
+                assert left == task_store.LogRows([], [])
+            else:  # every row is left to the caller, who writes them
+                assert left == logs
+                log_store.write_chunk_rows(conn, left.chunks)
             text = _chunk_text(conn, running, 3)
         assert tokens == {}
         assert text == b"half"
