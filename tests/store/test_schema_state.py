@@ -245,6 +245,7 @@ class TestConcurrentUpgrades:
                 running.commit()
                 upgrade.join(timeout=WAIT_TIMEOUT_SECONDS)
             # Then the upgrade was tried again, and reached the newest revision
+            assert not upgrade.is_alive()
             assert errors == []
             assert "deadlock" in caplog.text
             assert current_revision(engine) == head_revision()
