@@ -23,12 +23,25 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from sqlalchemy import Engine, event
+from sqlalchemy import (
+    JSON,
+    Column,
+    DateTime,
+    Engine,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    bindparam,
+    event,
+)
 
 from tickwork.services.compose.embedded import RunRequest, default_session_time, run_workflow
 from tickwork.shared.clock import SystemClock
 from tickwork.shared.domain.states import AttemptState, TaskState
 from tickwork.shared.dsl.parser import parse_workflow_text
+from tickwork.shared.store.engine import create_store_engine
 from tickwork.shared.store.logs import list_run_logs
 from tickwork.shared.store.migrate import open_migrated_store
 from tickwork.shared.store.sessions import get_attempt
@@ -40,6 +53,8 @@ TARGET_CHAIN_TASKS_PER_S = 1000.0
 TARGET_RATIO_2000_VS_500 = 0.8
 TARGET_RATIO_10000_VS_500 = 1.0
 """Flat with size: a 10,000-task fan-out at least as fast per task as a 500-task one."""
+FLOOR_LINKS = 2000
+"""Links of the floor chain (:func:`floor_ms_per_link`)."""
 MAX_TASKS = 10_100
 """The attempt limit for the runs: above the default 10,000, so that a 10,000-task group
 (plus its parents) fits."""
@@ -70,6 +85,7 @@ class CaseResult:
     attempt_seconds: float  # run_workflow(): attempt created -> its end seen by the loop
     wall_seconds: float  # parse + store set-up (migrations) + the run
     sql_statements: int  # sent to the driver during run_workflow(); an executemany is one
+    loop_cpu_seconds: float  # CPU of the thread that runs the executor's loop, in the run
 
     @property
     def tasks_per_s(self) -> float:
@@ -121,10 +137,10 @@ def run_case(case: Case, parent: Path) -> CaseResult:
         max_tasks_per_attempt=MAX_TASKS,
     )
     engine = open_migrated_store(request.database_url)
-    run_started = time.perf_counter()
+    run_started, cpu_started = time.perf_counter(), time.thread_time()
     with counting_statements(engine) as statements:
         outcome = run_workflow(request, engine=engine)
-    ended = time.perf_counter()
+    ended, cpu_ended = time.perf_counter(), time.thread_time()
     check_run(engine, case, outcome.attempt_id, outcome.state)
     engine.dispose()
     return CaseResult(
@@ -132,7 +148,85 @@ def run_case(case: Case, parent: Path) -> CaseResult:
         attempt_seconds=ended - run_started,
         wall_seconds=ended - started,
         sql_statements=statements[0],
+        loop_cpu_seconds=cpu_ended - cpu_started,
     )
+
+
+_FLOOR = MetaData()
+_FLOOR_TASKS = Table(
+    "floor_tasks",
+    _FLOOR,
+    Column("id", Integer, primary_key=True),
+    Column("state", String(16), nullable=False),
+    Column("lease_token", Integer, nullable=False),
+    Column("output_params", JSON),
+    Column("updated_at", DateTime, nullable=False),
+)
+_FLOOR_LOGS = Table(
+    "floor_logs",
+    _FLOOR,
+    Column("id", Integer, primary_key=True),
+    Column("task_id", Integer, nullable=False),
+    Column("data", Text, nullable=False),
+)
+_END = (
+    _FLOOR_TASKS.update()
+    .where(_FLOOR_TASKS.c.id == bindparam("ended"), _FLOOR_TASKS.c.lease_token == 1)
+    .values(state="success", output_params=bindparam("output"), updated_at=bindparam("now"))
+)
+_READY = (
+    _FLOOR_TASKS.update()
+    .where(_FLOOR_TASKS.c.id == bindparam("next"), _FLOOR_TASKS.c.state == "blocked")
+    .values(state="ready", updated_at=bindparam("now"))
+    .returning(*_FLOOR_TASKS.c)
+)
+_QUEUE = (
+    _FLOOR_TASKS.update()
+    .where(_FLOOR_TASKS.c.id == bindparam("next"), _FLOOR_TASKS.c.state == "ready")
+    .values(state="queued", lease_token=_FLOOR_TASKS.c.lease_token + 1, updated_at=bindparam("now"))
+    .returning(_FLOOR_TASKS.c.id, _FLOOR_TASKS.c.lease_token)
+)
+_LOG = _FLOOR_LOGS.insert().values(task_id=bindparam("ended"), data=bindparam("data"))
+
+
+def floor_ms_per_link(parent: Path) -> float:
+    """The least a chain link costs on this machine, measured in the same run: a chain of
+    :data:`FLOOR_LINKS` links on an engine of the store's own set-up (``create_store_engine``:
+    WAL, ``synchronous=NORMAL``, ``BEGIN IMMEDIATE``), each link one transaction of the
+    writes a link of ``chain_500`` makes, as single-row SQLAlchemy Core statements on two
+    bare tables: end the task with its output, make the next one ready (its row returned),
+    queue it (its token raised), store a log row and a chunk row. No executor, no agent,
+    no thread, no index beyond the keys."""
+    directory = Path(tempfile.mkdtemp(prefix="floor-", dir=parent))
+    engine = create_store_engine(f"sqlite:///{directory / 'floor.db'}")
+    try:
+        now = SystemClock().now()
+        with engine.begin() as conn:
+            _FLOOR.create_all(conn)
+            rows = [
+                {"id": i, "state": "blocked", "lease_token": 0, "updated_at": now}
+                for i in range(FLOOR_LINKS + 1)
+            ]
+            conn.execute(_FLOOR_TASKS.insert(), rows)
+        with engine.connect() as conn:
+            started = time.perf_counter()
+            for link in range(FLOOR_LINKS):
+                values = {
+                    "ended": link,
+                    "next": link + 1,
+                    "now": now,
+                    "output": {"n": link},
+                    "data": "task",
+                }
+                with conn.begin():
+                    conn.execute(_END, values)
+                    conn.execute(_READY, values).all()
+                    conn.execute(_QUEUE, values).all()
+                    conn.execute(_LOG, values)
+                    conn.execute(_LOG, values)
+            return 1000 * (time.perf_counter() - started) / FLOOR_LINKS
+    finally:
+        engine.dispose()
 
 
 def check_run(engine: Engine, case: Case, attempt_id: int, state: AttemptState) -> None:
@@ -179,9 +273,19 @@ def describe(result: CaseResult) -> str:
     )
 
 
-def run_all(repeat: int, err: Console) -> dict[str, CaseResult]:
-    """Run every case ``repeat`` times, reporting on stderr; the median run of each."""
+@dataclass(frozen=True)
+class Results:
+    """The median run of each case, and the median floor (measured after each chain run)."""
+
+    cases: dict[str, CaseResult]
+    floor_ms_per_link: float
+
+
+def run_all(repeat: int, err: Console) -> Results:
+    """Run every case ``repeat`` times, each chain run followed by the floor, reporting on
+    stderr; the median run of each case and the median floor."""
     chosen: dict[str, CaseResult] = {}
+    floors: list[float] = []
     columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
     with (
         Progress(
@@ -195,14 +299,22 @@ def run_all(repeat: int, err: Console) -> dict[str, CaseResult]:
             for round_number in range(1, repeat + 1):
                 progress.update(bar, description=f"{case.name} ({round_number}/{repeat})")
                 results.append(run_case(case, Path(parent)))
+                if not case.parallel:
+                    floors.append(floor_ms_per_link(Path(parent)))
                 progress.advance(bar)
             chosen[case.name] = median_result(results)
             progress.console.print(describe(chosen[case.name]), highlight=False, soft_wrap=True)
-    return chosen
+    floor = sorted(floors)[(len(floors) - 1) // 2]
+    err.print(
+        f"floor: {floor:.3f} ms a link (bare statements, same engine set-up)", highlight=False
+    )
+    return Results(chosen, floor)
 
 
-def figures(results: dict[str, CaseResult]) -> dict[str, Any]:
-    """The JSON figures: tasks/s per case, the 2000-vs-500 ratio, and the supporting times."""
+def figures(measured: Results) -> dict[str, Any]:
+    """The JSON figures: tasks/s per case, the size ratios, the chain against its floor,
+    and the supporting times."""
+    results = measured.cases
     parallel_500 = results["parallel_500"].tasks_per_s
     parallel_2000 = results["parallel_2000"].tasks_per_s
     parallel_10000 = results["parallel_10000"].tasks_per_s
@@ -215,6 +327,11 @@ def figures(results: dict[str, CaseResult]) -> dict[str, Any]:
         "parallel_ratio_2000_vs_500": round(parallel_2000 / parallel_500, 3),
         "parallel_ratio_10000_vs_500": round(parallel_10000 / parallel_500, 3),
         "chain_ms_per_task": round(1000 * chain.attempt_seconds / chain.case.tasks, 2),
+        "chain_loop_cpu_ms_per_task": round(1000 * chain.loop_cpu_seconds / chain.case.tasks, 2),
+        "chain_floor_ms_per_link": round(measured.floor_ms_per_link, 3),
+        "chain_vs_floor": round(
+            1000 * chain.attempt_seconds / chain.case.tasks / measured.floor_ms_per_link, 2
+        ),
     }
     for name, result in results.items():
         out[f"{name}_wall_seconds"] = round(result.wall_seconds, 3)
