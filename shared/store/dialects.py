@@ -21,7 +21,9 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
+    Float,
     Insert,
+    Integer,
     Row,
     Select,
     String,
@@ -506,8 +508,8 @@ class SqliteDialect(StoreDialect):
         self, columns: tuple[ColumnElement[Any], ColumnElement[Any]], name: str
     ) -> ColumnElement[bool]:
         bound = func.json_each(bindparam(name, type_=_JsonNumbers())).table_valued("value")
-        first = func.json_extract(bound.c.value, "$[0]")
-        second = func.json_extract(bound.c.value, "$[1]")
+        first = func.json_extract(bound.c.value, fixed("$[0]"))
+        second = func.json_extract(bound.c.value, fixed("$[1]"))
         return tuple_(*columns).in_(select(first, second))
 
     def json_list_in_order(
@@ -750,6 +752,17 @@ class _JsonNumbers(TypeDecorator[Sequence[Any]]):
             for item in value
         )
         return "[" + ",".join(items) + "]"
+
+
+def fixed(value: str | float) -> ColumnElement[Any]:
+    """``value``, a state, key or number the code itself names, written into a statement's
+    text instead of bound: SQLAlchemy processes every bound value on every execution,
+    which costs a hot statement a quarter of its time on SQLite's side of a link."""
+    if isinstance(value, str):
+        return literal_column("'" + value.replace("'", "''") + "'", String)
+    if isinstance(value, int):
+        return literal_column(str(int(value)), Integer)
+    return literal_column(repr(float(value)), Float)
 
 
 class TableQualified(ColumnElement[Any]):

@@ -42,6 +42,7 @@ from tickwork.shared.store.dialects import (
     TableQualified,
     dialect_named,
     dialect_of,
+    fixed,
     postgres_upsert_from,
 )
 from tickwork.shared.store.logs import (
@@ -102,7 +103,7 @@ _HAS_CHILD_IN = select(
     exists().where(tasks.c.parent_id == bindparam("parent_id"), tasks.c.state.in_(_STATES))
 )
 # A task made READY: its ready time less its priority's head start (shared.domain.pools).
-_READY_RANK = bindparam("rank_now", type_=Float) - tasks.c.priority * PRIORITY_STEP_SECONDS
+_READY_RANK = bindparam("rank_now", type_=Float) - tasks.c.priority * fixed(PRIORITY_STEP_SECONDS)
 # The "start" key of a task's config is its _delay/_start_at (TaskSpec.to_config).
 _HAS_NO_START_RULE = tasks.c.config["start"].as_string().is_(None)
 
@@ -179,7 +180,7 @@ def mark_tasks_running(
 # A run ends only while it is in flight: a task a retry sent back to BLOCKED or READY keeps
 # its lease token, and a late result of its old run must not end it.
 _IN_FLIGHT = [TaskState.QUEUED.value, TaskState.RUNNING.value]
-_JSON_NONE = bindparam("json_none", None, type_=tasks.c.result.type)
+_JSON_NONE = fixed("null")  # JSON's null, as a bound None of a JSON column is stored
 
 
 @lru_cache(maxsize=4)
@@ -193,10 +194,10 @@ def _succeed_runs_of(dialect: StoreDialect) -> Update:
             dialect.in_bound_pairs((tasks.c.id, tasks.c.lease_token), "runs"),
             # In a function: no planner (SQLite's would) reads the state index instead of
             # the ids.
-            func.coalesce(tasks.c.state, "").in_([literal(state) for state in _IN_FLIGHT]),
+            func.coalesce(tasks.c.state, fixed("")).in_([fixed(state) for state in _IN_FLIGHT]),
         )
         .values(
-            state=TaskState.SUCCESS.value,
+            state=fixed(TaskState.SUCCESS.value),
             result=_JSON_NONE,
             output_params=case(
                 (dialect.in_bound_ids(tasks.c.id, "passing_ids"), tasks.c.params),
@@ -497,11 +498,11 @@ def _mark_queued_of(dialect: StoreDialect) -> Update:
         tasks.update()
         .where(
             dialect.in_bound_ids(tasks.c.id, "ids"),
-            func.coalesce(tasks.c.state, "") == TaskState.READY.value,  # the ids, not the state
+            func.coalesce(tasks.c.state, fixed("")) == fixed(TaskState.READY.value),  # the ids
         )
         .values(
-            state=TaskState.QUEUED.value,
-            lease_token=tasks.c.lease_token + 1,
+            state=fixed(TaskState.QUEUED.value),
+            lease_token=tasks.c.lease_token + fixed(1),
             params=bindparam("params", type_=tasks.c.params.type),
             started_at=func.coalesce(
                 tasks.c.started_at, bindparam("now", type_=tasks.c.started_at.type)
@@ -684,7 +685,7 @@ def _all_upstreams_succeeded() -> Any:
     return ~exists().where(
         task_dependencies.c.downstream_id == tasks.c.id,
         _UPSTREAM.c.id == task_dependencies.c.upstream_id,
-        _UPSTREAM.c.state != TaskState.SUCCESS.value,
+        _UPSTREAM.c.state != fixed(TaskState.SUCCESS.value),
     )
 
 
@@ -711,10 +712,12 @@ def _make_downstream_ready_of(dialect: StoreDialect) -> Update:
         tasks.update()
         .where(
             tasks.c.id.in_(select(_EDGE.c.downstream_id).where(waited_for)),
-            func.coalesce(tasks.c.state, "") == TaskState.BLOCKED.value,
+            func.coalesce(tasks.c.state, fixed("")) == fixed(TaskState.BLOCKED.value),
             _all_upstreams_succeeded(),
         )
-        .values(state=TaskState.READY.value, updated_at=bindparam("now"), ready_rank=_READY_RANK)
+        .values(
+            state=fixed(TaskState.READY.value), updated_at=bindparam("now"), ready_rank=_READY_RANK
+        )
         .returning(*_TASK_COLUMNS)
     )
 
@@ -822,15 +825,15 @@ _PROMOTED = (
                 )
             )
         ),
-        func.coalesce(tasks.c.state, "") == TaskState.BLOCKED.value,
+        func.coalesce(tasks.c.state, fixed("")) == fixed(TaskState.BLOCKED.value),
         ~exists().where(
             task_dependencies.c.downstream_id == tasks.c.id,
             _UPSTREAM.c.id == task_dependencies.c.upstream_id,
-            _UPSTREAM.c.state != TaskState.SUCCESS.value,
+            _UPSTREAM.c.state != fixed(TaskState.SUCCESS.value),
             _UPSTREAM.c.id.not_in(select(_ENDED.c.id)),
         ),
     )
-    .values(state=TaskState.READY.value, updated_at=bindparam("now"), ready_rank=_READY_RANK)
+    .values(state=fixed(TaskState.READY.value), updated_at=bindparam("now"), ready_rank=_READY_RANK)
     .returning(*_TASK_COLUMNS, *_seen_columns(_POSTGRESQL, _ENDED))
     .cte("promoted")
 )
