@@ -49,8 +49,9 @@ def start_of_a_second(engine: Engine) -> datetime:
 
 
 def push_every_second(store: Store, name: str, text: str = EVERY_SECOND) -> datetime:
-    """Push an every-second schedule and let a pass start it; its next due time (most
-    of a second away: the push waits for a second to begin)."""
+    """Push an every-second schedule (or the one ``text`` gives) and let a pass start it;
+    its next due time (most of a second away for every second: the push waits for a
+    second to begin)."""
     pushed = start_of_a_second(store.engine)
     store.push(text, now=pushed, name=name)
     Scheduler(store.engine).tick(pushed)  # a new schedule starts after its push
@@ -177,8 +178,10 @@ class TestPassAhead:
     def test_a_skip_schedule_whose_attempt_runs_is_left_to_the_pass_at_its_due_time(
         self, store: Store, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        # Given an every-second schedule with overlap: skip, its first attempt running
-        first = push_every_second(store, "wf", f"{EVERY_SECOND}\noverlap: skip")
+        # Given an every-2-seconds schedule with overlap: skip, its first attempt running
+        # (its next due time is then within PREPARE_SECONDS and leaves a busy machine
+        # two seconds, not one, to reach the pass ahead for it)
+        first = push_every_second(store, "wf", "cron>: '@every 2s'\noverlap: skip")
         scheduler = Scheduler(store.engine)
         assert scheduler.tick().emitted == 1
         second = store.schedule("wf").next_run_time
