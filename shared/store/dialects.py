@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     ColumnElement,
     Connection,
     Engine,
@@ -32,6 +33,7 @@ from sqlalchemy import (
     and_,
     any_,
     bindparam,
+    cast,
     column,
     create_engine,
     event,
@@ -173,6 +175,12 @@ class StoreDialect(ABC):
     ) -> ColumnElement[bool]:
         """``(a, b) IN`` the pairs of whole numbers of the list bound as ``name``, as
         :meth:`in_bound_ids`."""
+
+    @abstractmethod
+    def in_selected_ids(self, column: ColumnElement[Any], ids: Select[Any]) -> ColumnElement[bool]:
+        """``column IN`` the whole numbers ``ids`` (a one-column select) gives, looked up
+        by ``column``'s index whatever the planner knows of the tables: a few rows named
+        by their keys, never a scan of ``column``'s table."""
 
     @abstractmethod
     def json_list_in_order(
@@ -351,6 +359,14 @@ class PostgresDialect(StoreDialect):
     ) -> ColumnElement[bool]:
         return tuple_(*columns).in_(bindparam(name, expanding=True))
 
+    def in_selected_ids(self, column: ColumnElement[Any], ids: Select[Any]) -> ColumnElement[bool]:
+        # An array the statement makes first, which the index is searched with: a
+        # subquery IN lets the planner join from either side, and on tables it has no
+        # statistics of yet (a new store) it scanned the whole table.
+        (selected,) = ids.selected_columns
+        listed = ids.with_only_columns(func.array_agg(selected)).scalar_subquery()
+        return column == any_(cast(listed, postgresql.ARRAY(BigInteger)))
+
     def json_list_in_order(
         self, value: ColumnElement[Any], order_by: Sequence[ColumnElement[Any]]
     ) -> ColumnElement[Any]:
@@ -511,6 +527,9 @@ class SqliteDialect(StoreDialect):
         first = func.json_extract(bound.c.value, fixed("$[0]"))
         second = func.json_extract(bound.c.value, fixed("$[1]"))
         return tuple_(*columns).in_(select(first, second))
+
+    def in_selected_ids(self, column: ColumnElement[Any], ids: Select[Any]) -> ColumnElement[bool]:
+        return column.in_(ids)
 
     def json_list_in_order(
         self, value: ColumnElement[Any], order_by: Sequence[ColumnElement[Any]]

@@ -11,14 +11,11 @@ from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import (
-    BigInteger,
     Connection,
     Float,
     Text,
-    any_,
     bindparam,
     case,
-    cast,
     column,
     exists,
     func,
@@ -748,10 +745,15 @@ def _seen_columns(dialect: StoreDialect, ended: Any | None = None) -> list[Any]:
     snapshot has them. Nothing such a statement changes is among what it reads: a task
     made READY is neither a parent nor an upstream of another it makes READY."""
     output: Any = _SEEN_UPSTREAM.c.output_params
-    joined: Any = _SEEN_EDGE.join(_SEEN_UPSTREAM, _SEEN_UPSTREAM.c.id == _SEEN_EDGE.c.upstream_id)
+    joined: Any = _SEEN_UPSTREAM
     if ended is not None:
         output = case((ended.c.id.is_not(None), ended.c.output_params), else_=output)
         joined = joined.outerjoin(ended, ended.c.id == _SEEN_UPSTREAM.c.id)
+    upstreams = (  # of the task the statement makes READY: two levels down, named so
+        select(_SEEN_EDGE.c.upstream_id)
+        .where(_SEEN_EDGE.c.downstream_id == tasks.c.id)
+        .correlate(tasks)
+    )
     parent = select(_PARENT.c.output_params, _PARENT.c.params).where(
         _PARENT.c.id == tasks.c.parent_id
     )
@@ -759,7 +761,7 @@ def _seen_columns(dialect: StoreDialect, ended: Any | None = None) -> list[Any]:
     upstream = (
         select(in_order)
         .select_from(joined)
-        .where(_SEEN_EDGE.c.downstream_id == tasks.c.id, output.is_not(None))
+        .where(dialect.in_selected_ids(_SEEN_UPSTREAM.c.id, upstreams), output.is_not(None))
         .scalar_subquery()
     )
     return [
@@ -818,24 +820,20 @@ def make_downstream_ready(
 # ids that moved; each READY task adds a row.
 _POSTGRESQL = dialect_named("postgresql")
 _ENDED = _succeed_runs_of(_POSTGRESQL).returning(tasks.c.output_params).cte("ended")
-# The tasks to look at are named by an array the statement makes first (an InitPlan), not
-# by a subquery the planner may join from either side: on a table it has no statistics of
-# yet (a new store), it scanned every task and looked at the upstreams of each BLOCKED one,
-# a link of a 500-task chain 1.5 ms longer, and the longer the chain, the longer each link.
-_WAITING = cast(
-    select(func.array_agg(_EDGE.c.downstream_id))
-    .where(
-        _EDGE.c.upstream_id.in_(
-            select(_ENDED.c.id).where(_ENDED.c.id.in_(bindparam("looked", expanding=True)))
-        )
-    )
-    .scalar_subquery(),
-    postgresql.ARRAY(BigInteger),
-)
 _PROMOTED = (
     tasks.update()
     .where(
-        tasks.c.id == any_(_WAITING),
+        # Of the tasks waiting for the runs it ends only (on a new store, it scanned
+        # every task and the upstreams of each BLOCKED one, a link of a long chain the
+        # longer the more tasks were left).
+        _POSTGRESQL.in_selected_ids(
+            tasks.c.id,
+            select(_EDGE.c.downstream_id).where(
+                _EDGE.c.upstream_id.in_(
+                    select(_ENDED.c.id).where(_ENDED.c.id.in_(bindparam("looked", expanding=True)))
+                )
+            ),
+        ),
         func.coalesce(tasks.c.state, fixed("")) == fixed(TaskState.BLOCKED.value),
         ~exists().where(
             task_dependencies.c.downstream_id == tasks.c.id,
