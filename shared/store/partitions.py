@@ -13,9 +13,10 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Connection, false, literal_column, select
+from sqlalchemy import ColumnElement, Connection, false, select
 
 from tickwork.shared.domain.partitions import DEFAULT_PARTITION_COUNT
+from tickwork.shared.store.dialects import fixed
 from tickwork.shared.store.tables import tasks
 
 
@@ -47,7 +48,7 @@ class AttemptFilter:
             if not held:
                 return false()
             # The modulus is a literal, so the planner sees the same expression each pass.
-            bucket = column.op("%")(literal_column(str(int(self.partition_count))))
+            bucket = column.op("%")(fixed(self.partition_count))
             conditions.append(bucket.in_(held))
         if not conditions:
             return None

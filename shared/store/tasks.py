@@ -20,7 +20,6 @@ from sqlalchemy import (
     exists,
     func,
     literal,
-    literal_column,
     null,
     or_,
     select,
@@ -944,15 +943,15 @@ def has_child_in(conn: Connection, parent_id: int, states: Iterable[TaskState]) 
 _PARENT_IDS: BindParameter[int] = bindparam("parent_ids", expanding=True)
 _PARENTS_AND_UPSTREAMS = union_all(
     select(
-        literal_column("0").label("kind"),
+        fixed(0).label("kind"),
         tasks.c.id.label("key"),
         tasks.c.output_params,
         tasks.c.params,
-        literal_column("0").label("place"),
+        fixed(0).label("place"),
         tasks.c.id.label("source"),
     ).where(tasks.c.id.in_(_PARENT_IDS)),
     select(
-        literal_column("1"),
+        fixed(1),
         task_dependencies.c.downstream_id,
         _UPSTREAM.c.output_params,
         null(),
