@@ -881,7 +881,9 @@ def pass_phase_figures(chain: AttemptRun) -> dict[str, Any]:
         total = metrics.get(f"tickwork_executor_pass_seconds_sum{labels}", 0.0)
         if count:
             out[f"hop_pass_{phase}_mean_ms"] = round(1000 * total / count, 2)
-            out["chain_passes_per_link"] = round(count / chain.tasks, 2)
+    passes = metrics.get(f'tickwork_executor_pass_seconds_count{{phase="{PASS_PHASES[0]}"}}')
+    if passes:  # each pass observes every phase once
+        out["chain_passes_per_link"] = round(passes / chain.tasks, 2)
     return out
 
 
