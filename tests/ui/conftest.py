@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import expect
 
 from tests.e2e._standalone import StandaloneProcess, running_standalone
 from tests.support.browser import BROWSER_PACKAGE, browser_required, chromium_path
@@ -19,10 +18,6 @@ TOKENS = f"admin:{ADMIN_TOKEN},read:{READ_TOKEN}"
 VIEWPORT = {"width": 1280, "height": 800}
 PHONE_VIEWPORT = {"width": 390, "height": 844}
 TIMEOUT_MS = 15_000
-
-# Assertions wait as long as actions do (their own default is 5 s): on a loaded 2-core
-# machine a 2,000-task attempt's graph takes longer than that to draw.
-expect.set_options(timeout=TIMEOUT_MS)
 
 pytestmark = [pytest.mark.e2e]
 
@@ -36,8 +31,11 @@ def browser() -> Iterator[Any]:
         if browser_required():
             pytest.fail(message)
         pytest.skip(message)
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    # Assertions wait as long as actions (TIMEOUT_MS, set on each page's context) instead
+    # of their own 5 s: on a loaded 2-core machine a 2,000-task graph takes longer to draw.
+    expect.set_options(timeout=TIMEOUT_MS)
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(
             executable_path=executable, args=["--no-sandbox", "--disable-dev-shm-usage"]
